@@ -1,0 +1,42 @@
+"""Shared fixtures: the packaged offline MiniLM (loaded once per session) and a tiny random BERT."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import minbert
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+DATA = ROOT / "data"
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """The packaged checkpoint's directory (config.json, vocab.txt, model.safetensors)."""
+    return minbert.checkpoint.resolve("minilm")
+
+
+@pytest.fixture(scope="session")
+def minilm() -> minbert.BertModel:
+    """The offline MiniLM in eval mode; tests must not modify it (copy.deepcopy it first)."""
+    return minbert.load_pretrained("minilm")
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> minbert.Tokenizer:
+    return minbert.Tokenizer.from_pretrained("minilm")
+
+
+@pytest.fixture
+def tiny_config() -> minbert.BertConfig:
+    """A 2-layer, hidden-32 BERT with the real vocabulary size: fast enough for any unit test."""
+    return minbert.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=64, max_position_embeddings=128)
