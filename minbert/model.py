@@ -46,6 +46,13 @@ def attention(
     """
     B, nh, T, hs = q.shape
     ### BEGIN SOLUTION
+    ### STUB: Multi-head scaled dot-product attention for all heads at once; q, k, v are (B, nh, T, hs).
+    ### STUB:   1. scores = q k^T / sqrt(hs): one score per query and key, (B, nh, T, T)
+    ### STUB:   2. add the additive mask (broadcast from (B, 1, 1, T)): padding keys get a huge negative score
+    ### STUB:   3. softmax over the keys (the last dimension): attention probabilities, (B, nh, T, T)
+    ### STUB:   4. dropout on the probabilities: F.dropout(probs, dropout_p, training)
+    ### STUB:   5. weighted sum of the values: probs v, (B, nh, T, hs)
+    ### STUB:   6. merge the heads, (B, nh, T, hs) -> (B, T, nh, hs) -> (B, T, nh*hs), and return that
     scores = q @ k.transpose(-2, -1) / math.sqrt(hs)   # (B, nh, T, T)
     scores = scores + mask                              # padding keys get ~ -inf
     probs = scores.softmax(dim=-1)                      # (B, nh, T, T), rows sum to 1
@@ -96,6 +103,11 @@ class BertEmbeddings(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros(B, T, dtype=torch.long, device=inputs_embeds.device)
         ### BEGIN SOLUTION
+        ### STUB: h0 = Dropout(LayerNorm(word + position + token-type embeddings)) (Devlin et al., 2019, sec. 3.2):
+        ### STUB:   e = inputs_embeds (B, T, H) + the position embeddings of position_ids, (1, T, H)
+        ### STUB:       + the token-type (segment) embeddings of token_type_ids, (B, T, H)
+        ### STUB:   normalise e over H: layer_norm(e, self.gLN, self.bLN, self.eps), (B, T, H)
+        ### STUB:   return it after dropout with rate self.p, applied only when self.training
         e = inputs_embeds + self.position(position_ids) + self.token_type(token_type_ids)  # (B, T, H)
         e = layer_norm(e, self.gLN, self.bLN, self.eps)
         return F.dropout(e, self.p, self.training)
@@ -137,6 +149,14 @@ class BertLayer(nn.Module):
         V = self.split_heads(F.linear(x, self.Wv, self.bv))
         h1 = self.attend(Q, K, V, mask, self.p_attn, self.training)  # (B, T, H)
         ### BEGIN SOLUTION
+        ### STUB: The rest of the layer (BitFit eqs. 2-5); x is the layer's input and h1 the merged heads, both (B, T, H).
+        ### STUB:   h2  = Dropout(Wm1 h1 + bm1)         (B, T, H)   F.linear(a, W, b) computes W a + b
+        ### STUB:         if self.adapter is not None, add self.adapter(x, mask) to h2 (the PALs extension point)
+        ### STUB:   h3  = gLN1 * norm(h2 + x) + bLN1    (B, T, H)   layer_norm(..., self.gLN1, self.bLN1, self.eps)
+        ### STUB:   h4  = GELU(Wm2 h3 + bm2)            (B, T, I)   gelu(); I is the intermediate size
+        ### STUB:   h5  = Dropout(Wm3 h4 + bm3)         (B, T, H)
+        ### STUB:   out = gLN2 * norm(h5 + h3) + bLN2   (B, T, H)   return out
+        ### STUB: Dropout has rate self.p and is active only when self.training (F.dropout(a, self.p, self.training)).
         h2 = F.dropout(F.linear(h1, self.Wm1, self.bm1), self.p, self.training)
         if self.adapter is not None:
             h2 = h2 + self.adapter(x, mask)

@@ -43,6 +43,14 @@ class AdamW(Optimizer):
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 g, m, v = p.grad, state["exp_avg"], state["exp_avg_sq"]
                 ### BEGIN SOLUTION
+                ### STUB: One AdamW update of p (Loshchilov & Hutter, 2019, alg. 2); g, m, v and p all have p's shape.
+                ### STUB:   count the step: state["step"] goes up by one; call the new count t
+                ### STUB:   p <- p - lr * wd * p                    decoupled weight decay, on p before the Adam step
+                ### STUB:   m <- beta1 * m + (1 - beta1) * g        first moment, m is state["exp_avg"]
+                ### STUB:   v <- beta2 * v + (1 - beta2) * g^2      second moment, v is state["exp_avg_sq"]
+                ### STUB:   m_hat = m / (1 - beta1^t),  v_hat = v / (1 - beta2^t)    bias corrections
+                ### STUB:   p <- p - lr * m_hat / (sqrt(v_hat) + eps)
+                ### STUB: Update p, m and v in place (mul_, add_, addcmul_, addcdiv_): the optimizer keeps these tensors.
                 state["step"] += 1
                 t = state["step"]
                 p.mul_(1 - lr * wd)                          # decoupled weight decay: theta -= lr * lambda * theta

@@ -1,0 +1,195 @@
+"""Check your code against the reference: python -m assignments.check [PART ...]  (run from the tree's root).
+
+Each part prints PASS, "not started" (your function still raises NotImplementedError), or what differs:
+the function, the first mismatching index, the two values there and the max abs diff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE_DIRS = ("minbert", "tasks")
+
+
+def _student_frame(tb: TracebackType | None) -> tuple[str, str, int] | None:
+    """(qualified function name, file relative to ROOT, line) of the innermost frame in minbert/ or tasks/."""
+    found = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        path = Path(code.co_filename).resolve()
+        if ROOT in path.parents and path.relative_to(ROOT).parts[0] in CODE_DIRS:
+            name = getattr(code, "co_qualname", code.co_name)
+            found = (name if "." in name else f"{name}()", path.relative_to(ROOT).as_posix(), tb.tb_lineno)
+        tb = tb.tb_next
+    return found
+
+
+def _describe_error(e: BaseException) -> tuple[str, str]:
+    """(status, message) for an exception raised by a check."""
+    from .checks import Fail
+    if isinstance(e, Fail):
+        return "fail", str(e)
+    where = _student_frame(e.__traceback__)
+    if isinstance(e, NotImplementedError):
+        if where is not None:
+            return "not started", f"{where[0]} in {where[1]} still raises NotImplementedError"
+        return "not started", f"NotImplementedError: {e}"
+    if isinstance(e, SyntaxError) and e.filename:
+        return "error", f"{e.filename}:{e.lineno}: does not parse: {e.msg}"
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    what = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    if isinstance(e, SystemExit):
+        what = f"sys.exit({e.code!r}) was called"
+    if where is not None:
+        return "error", f"{where[0]} ({where[1]}:{where[2]}) raised {what}"
+    return "error", what
+
+
+def run_part(name: str) -> dict:
+    """Run one part's check in this process: {"part", "status", "message", "score", "max_score", "seconds"}."""
+    from .checks import PARTS
+    part = PARTS[name]
+    t0 = time.perf_counter()
+    status, message = "pass", ""
+    try:
+        import minbert
+        here = Path(minbert.__file__).resolve().parents[1]
+        if here != ROOT:
+            raise RuntimeError(f"imported minbert from {here}, not from this tree {ROOT}; run from {ROOT}")
+        part.check()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - every failure of the student's code becomes this part's message
+        status, message = _describe_error(e)
+    return {"part": name, "status": status, "message": message, "score": part.points if status == "pass" else 0,
+            "max_score": part.points, "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _tail(path: Path, limit: int = 2000) -> str:
+    data = path.read_bytes() if path.exists() else b""
+    text = data[-limit:].decode("utf-8", errors="replace")
+    return ("..." + text) if len(data) > limit else text
+
+
+def _child(name: str, result: Path, log: Path) -> None:
+    """In a forked process: run one part with its output going to log, write its result, and exit."""
+    code = 70
+    try:
+        os.setsid()                                   # its own process group, so that a kill takes all of it
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        result.write_text(json.dumps(run_part(name)))
+        code = 0
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def run_isolated(names: list[str], timeout: float, jobs: int, workdir: Path) -> list[dict]:
+    """Run each part in a process forked from this one (torch imported once), killed after timeout seconds.
+
+    A part that loops forever, exits the interpreter or crashes ends as "timeout" or "crash" with the end
+    of its output; the other parts are unaffected. Needs os.fork (Linux, macOS).
+    """
+    from .checks import PARTS  # imports torch here, before forking, so that each part starts warm
+    if not hasattr(os, "fork"):
+        raise SystemExit("running parts with a time limit needs os.fork (Linux or macOS)")
+    pending, running, results = list(names), {}, {}
+    while pending or running:
+        while pending and len(running) < jobs:
+            name = pending.pop(0)
+            result, log = workdir / f"{name}.json", workdir / f"{name}.log"
+            sys.stdout.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(name, result, log)
+            running[pid] = (name, time.monotonic(), result, log)
+        time.sleep(0.02)
+        for pid, (name, t0, result, log) in list(running.items()):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            seconds = time.monotonic() - t0
+            if not done and seconds < timeout:
+                continue
+            if not done:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            del running[pid]
+            base = {"part": name, "score": 0, "max_score": PARTS[name].points, "seconds": round(seconds, 3),
+                    "log": _tail(log)}
+            if not done:
+                results[name] = {**base, "status": "timeout", "message": (
+                    f"did not finish within {timeout:g} s (an infinite loop, or far too slow?); "
+                    "the other parts were checked on their own")}
+            elif result.exists():
+                results[name] = {**json.loads(result.read_text()), "log": base["log"]}
+            else:
+                results[name] = {**base, "status": "crash", "message": (
+                    f"the process ended with exit code {os.waitstatus_to_exitcode(status)} before reporting "
+                    "a result (sys.exit, os._exit or a hard crash in your code?)")}
+    return [results[n] for n in names]
+
+
+def describe(r: dict) -> str:
+    """PASS, or the status (not started / FAIL / ERROR / TIMEOUT / CRASH) with its message."""
+    if r["status"] == "pass":
+        return "PASS"
+    label = {"not started": "not started", "fail": "FAIL", "error": "ERROR"}.get(r["status"], r["status"].upper())
+    return f"{label}: {r['message']}"
+
+
+def format_result(r: dict) -> str:
+    """One line: the part, its score, and describe(r)."""
+    return f"{r['part']:<16}{r['score']:>3}/{r['max_score']:<3} {describe(r)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .checks import PARTS
+    ap = argparse.ArgumentParser(prog="python -m assignments.check", description=__doc__.split("\n")[0])
+    ap.add_argument("parts", nargs="*", metavar="PART", help=f"some of: {', '.join(PARTS)} (default: all)")
+    ap.add_argument("--result", metavar="FILE", help="also write the results as JSON (used by the grader)")
+    ap.add_argument("--timeout", type=float, metavar="S",
+                    help="run each part in its own process, stopped after S seconds (used by the grader)")
+    ap.add_argument("--jobs", type=int, default=1, help="with --timeout: parts run at once (default 1)")
+    args = ap.parse_args(argv)
+    unknown = [p for p in args.parts if p not in PARTS]
+    if unknown:
+        ap.error(f"unknown part(s) {', '.join(unknown)}; the parts are {', '.join(PARTS)}")
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch
+    torch.set_num_threads(1)
+    names = args.parts or list(PARTS)
+    if args.timeout is not None:
+        with tempfile.TemporaryDirectory(prefix="minbert-check-") as tmp:
+            results = run_isolated(names, args.timeout, max(1, args.jobs), Path(tmp))
+        for r in results:
+            print(format_result(r), flush=True)
+    else:
+        results = []
+        for name in names:
+            results.append(run_part(name))
+            print(format_result(results[-1]), flush=True)
+    if args.result:
+        Path(args.result).write_text(json.dumps(results))
+    score, total = sum(r["score"] for r in results), sum(r["max_score"] for r in results)
+    print(f"{sum(r['status'] == 'pass' for r in results)}/{len(results)} parts pass; {score}/{total} points")
+    return 0 if all(r["status"] == "pass" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

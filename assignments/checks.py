@@ -1,0 +1,229 @@
+"""The reference checks, one function per part of the assignment; each raises Fail with a message or returns.
+
+Expected values come from small tensor fixtures in assignments/fixtures/ (written from the reference code
+by assignments/make_fixtures.py) or, for AdamW, from torch.optim.AdamW run side by side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SEED = 1234              # torch.manual_seed before every training-mode forward, here and in make_fixtures.py
+RTOL, ATOL = 1e-4, 1e-5  # float32 results computed in a different order still agree to these
+MODEL_ATOL = 1e-4        # six layers of MiniLM let rounding differences grow a little
+
+
+class Fail(Exception):
+    """A check found a difference; the message says which function, where and by how much."""
+
+
+@dataclass
+class Part:
+    """One graded part: its name, points, the functions students write for it, and its check."""
+
+    name: str
+    points: int
+    functions: str
+    check: Callable[[], None]
+
+
+def load_fixture(name: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+    path = FIXTURES / f"{name}.safetensors"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: the expected values are missing (instructors: python -m assignments.make_fixtures)")
+    return load_file(path)
+
+
+def _close(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
+    """Elementwise: True where got is off by more than atol + rtol * |expected| (NaN counts as off)."""
+    return ~((got - expected).abs() <= atol + rtol * expected.abs())
+
+
+def compare(what: str, got: object, expected: torch.Tensor, *, rtol: float = RTOL, atol: float = ATOL,
+            hints: dict[str, torch.Tensor] | None = None, hint: str = "") -> None:
+    """Raise Fail naming `what`, the first mismatching index, the values there and the max abs diff."""
+    if not isinstance(got, torch.Tensor):
+        raise Fail(f"{what} returned {type(got).__name__}, expected a tensor of shape {tuple(expected.shape)}")
+    if tuple(got.shape) != tuple(expected.shape):
+        raise Fail(f"{what} returned shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
+    if got.dtype != expected.dtype:
+        raise Fail(f"{what} returned dtype {got.dtype}, expected {expected.dtype}")
+    got = got.detach().cpu()
+    bad = _close(got, expected, rtol, atol)
+    if not bad.any():
+        return
+    idx = tuple(bad.nonzero()[0].tolist())
+    diff = (got - expected).abs()
+    maxdiff = diff.nan_to_num(float("inf")).max().item()
+    msg = (f"{what} differs at index {idx}: got {got[idx].item():.6g}, expected {expected[idx].item():.6g}; "
+           f"max abs diff {maxdiff:.3g} ({int(bad.sum())} of {bad.numel()} values off)")
+    for text, wrong in (hints or {}).items():
+        if tuple(wrong.shape) == tuple(got.shape) and not _close(got, wrong, rtol, atol).any():
+            msg += f". It matches what you get when {text}"
+            break
+    else:
+        if hint:
+            msg += f". {hint}"
+    raise Fail(msg)
+
+
+# ---------------------------------------------------------------- the parts
+
+def _no_fused_kernel(*args: object, **kwargs: object) -> None:
+    raise Fail("attention() in minbert/model.py calls torch's fused scaled_dot_product_attention; "
+               "write the computation out instead")
+
+
+def check_attention() -> None:
+    import torch.nn.functional as F
+    fused, F.scaled_dot_product_attention = F.scaled_dot_product_attention, _no_fused_kernel
+    try:
+        _check_attention()
+    finally:
+        F.scaled_dot_product_attention = fused
+
+
+def _check_attention() -> None:
+    from minbert.model import attention
+    f = load_fixture("attention")
+    q, k, v, mask, p = f["q"], f["k"], f["v"], f["mask"], float(f["dropout_p"])
+    what = "attention() in minbert/model.py"
+    hints = {"the scores are not divided by sqrt(hs)": f["out_no_scale"],
+             "the mask is not added to the scores": f["out_no_mask"],
+             "the heads are merged without moving nh next to hs first": f["out_bad_merge"]}
+    compare(f"{what} (training=False, so no dropout)", attention(q, k, v, mask, p, False), f["out"], hints=hints)
+    torch.manual_seed(SEED)
+    compare(f"{what} with training=True, dropout_p={p:g} (after torch.manual_seed({SEED}))",
+            attention(q, k, v, mask, p, True), f["out_train"],
+            hint="Apply F.dropout(probs, dropout_p, training) to the probabilities, once, before the weighted sum")
+
+
+def _tiny_config(**kw: object):
+    from minbert import BertConfig
+    return BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=16, **kw)
+
+
+def _state(f: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {k[len(prefix):]: v for k, v in f.items() if k.startswith(prefix)}
+
+
+def check_embeddings() -> None:
+    from minbert.model import BertEmbeddings
+    f = load_fixture("embeddings")
+    emb = BertEmbeddings(_tiny_config())
+    emb.load_state_dict(_state(f, "param."))
+    what = "BertEmbeddings.forward in minbert/model.py"
+    with torch.no_grad():
+        emb.eval()
+        compare(f"{what} (eval mode)", emb(f["input_ids"], f["token_type_ids"]), f["out"],
+                hints={"the token-type embeddings are left out": f["out_no_type"],
+                       "the position embeddings are left out": f["out_no_position"]})
+        emb.train()
+        torch.manual_seed(SEED)
+        compare(f"{what} in training mode (after torch.manual_seed({SEED}))",
+                emb(f["input_ids"], f["token_type_ids"]), f["out_train"],
+                hint="Apply F.dropout(e, self.p, self.training) once, after the LayerNorm")
+
+
+class _FixedAdapter(nn.Module):
+    """A stand-in parallel adapter: adapter(x, mask) = x A^T, (B, T, H)."""
+
+    def __init__(self, A: torch.Tensor):
+        super().__init__()
+        self.A = A
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return x @ self.A.T
+
+
+def check_layer() -> None:
+    from minbert.model import BertLayer
+    f = load_fixture("layer")
+    # Torch's fused attention kernel stands in for attention() here, so that this part depends only on
+    # the code after h1; attention_probs_dropout_prob=0 keeps the training-mode run's randomness in ours.
+    layer = BertLayer(_tiny_config(attn_implementation="sdpa", attention_probs_dropout_prob=0.0))
+    layer.load_state_dict(_state(f, "param."))
+    x, mask = f["x"], f["mask"]
+    what = "BertLayer.forward in minbert/model.py"
+    with torch.no_grad():
+        layer.eval()
+        compare(f"{what} (eval mode)", layer(x, mask), f["out"],
+                hints={"LayerNorm is applied before the residual add, LN(h) + x, instead of LN(h + x)":
+                       f["out_pre_ln"],
+                       "the residual connections (+ x, + h3) are left out": f["out_no_residual"]})
+        layer.train()
+        torch.manual_seed(SEED)
+        compare(f"{what} in training mode (after torch.manual_seed({SEED}))", layer(x, mask), f["out_train"],
+                hint="Dropout goes on Wm1 h1 + bm1 and on Wm3 h4 + bm3, in that order, each with "
+                     "F.dropout(..., self.p, self.training)")
+        layer.eval()
+        layer.adapter = _FixedAdapter(f["adapter_A"])
+        compare(f"{what} with an adapter set (self.adapter is not None)", layer(x, mask), f["out_adapter"],
+                hint="With an adapter, h3 = LN(h2 + self.adapter(x, mask) + x)")
+
+
+def check_model() -> None:
+    import minbert
+    f = load_fixture("model")
+    model = minbert.load_pretrained("minilm", attn_implementation="eager")  # eager: your attention() runs
+    with torch.no_grad():
+        out = model(f["input_ids"], f["attention_mask"], f["token_type_ids"], output_hidden_states=True)
+    L = len(out.hidden_states) - 1
+    compare("BertModel on MiniLM: the embeddings h0 (BertEmbeddings.forward)", out.hidden_states[0],
+            f["hidden_0"], atol=MODEL_ATOL)
+    for layer in range(1, L + 1):
+        compare(f"BertModel on MiniLM: the output of layer {layer} (attention() and BertLayer.forward)",
+                out.hidden_states[layer], f[f"hidden_{layer}"], atol=MODEL_ATOL)
+    compare("BertModel on MiniLM: the pooler output", out.pooler_output, f["pooler"], atol=MODEL_ATOL)
+
+
+ADAMW_STEPS = 5
+
+
+def check_adamw() -> None:
+    from minbert.optim import AdamW
+    g = torch.Generator().manual_seed(0)
+    shapes = [(4, 3), (5,), (2, 2, 2), (3,)]
+    init = [torch.randn(s, generator=g) for s in shapes]
+    grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(ADAMW_STEPS)]
+
+    def make(opt_class: type) -> tuple[list[torch.Tensor], torch.optim.Optimizer]:
+        ps = [p.clone().requires_grad_() for p in init]
+        groups = [{"params": ps[:2], "lr": 1e-2, "weight_decay": 0.1},
+                  {"params": ps[2:], "lr": 3e-3, "weight_decay": 0.0, "betas": (0.8, 0.99)}]
+        return ps, opt_class(groups, eps=1e-6)
+
+    ours, opt = make(AdamW)
+    theirs, ref = make(torch.optim.AdamW)
+    for t in range(1, ADAMW_STEPS + 1):
+        for i, (p, q) in enumerate(zip(ours, theirs)):
+            if i == len(shapes) - 1:    # the last parameter never gets a gradient and must stay as it is
+                continue
+            p.grad, q.grad = grads[t - 1][i].clone(), grads[t - 1][i].clone()
+        before = [p.detach().clone() for p in ours]
+        opt.step()
+        ref.step()
+        for i, (p, q) in enumerate(zip(ours, theirs)):
+            group = 0 if i < 2 else 1
+            stuck = i < len(shapes) - 1 and torch.equal(p.detach(), before[i])
+            compare(f"AdamW.step in minbert/optim.py, at step {t}, param group {group}, parameter {i} "
+                    f"(compared with torch.optim.AdamW)", p.detach(), q.detach(), rtol=1e-5, atol=1e-6,
+                    hint="The parameter did not change: update p in place (p.mul_, p.addcdiv_, ...) "
+                         "instead of assigning a new tensor to the name p" if stuck else "")
+
+
+PARTS: dict[str, Part] = {p.name: p for p in [
+    Part("attention", 25, "attention() in minbert/model.py", check_attention),
+    Part("embeddings", 10, "BertEmbeddings.forward in minbert/model.py", check_embeddings),
+    Part("layer", 25, "BertLayer.forward in minbert/model.py", check_layer),
+    Part("model", 10, "nothing new: your attention, embeddings and layer together on MiniLM", check_model),
+    Part("adamw", 20, "AdamW.step in minbert/optim.py", check_adamw),
+]}

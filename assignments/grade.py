@@ -1,0 +1,130 @@
+"""Grade a submission: python -m assignments.grade SUBMISSION_DIR [--out results.json] [--timeout 20]
+
+The submission is a student tree (or a folder holding just the files students fill in, e.g. model.py and
+optim.py, as Gradescope uploads them). Only those files are taken from it: they are laid over a fresh
+student tree generated from this reference, so that the checks, fixtures and every other file are the
+instructor's. Each part then runs in its own Python process with a time limit, so that an infinite loop,
+a crash or an exit in one part costs that part alone. Prints a score table and writes results.json in
+Gradescope's autograder format: {"score", "execution_time", "tests": [{"name", "score", "max_score",
+"output", "status"}, ...]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .check import describe, format_result
+from .checks import PARTS
+from .make import ROOT, generate, stubbed_files
+
+DEFAULT_TIMEOUT = 20.0
+
+
+def stage(submission: Path, staging: Path) -> list[str]:
+    """A fresh student tree in staging with the submission's files laid over it; returns one note per file."""
+    generate(staging, data=False)
+    notes = []
+    for rel in stubbed_files(ROOT):
+        found = next((c for c in (submission / rel, submission / rel.name) if c.is_file()), None)
+        if found is None:
+            notes.append(f"{rel}: not in the submission; graded as the unfilled stub")
+            continue
+        shutil.copyfile(found, staging / rel)
+        notes.append(f"{rel}: from {found}")
+    return notes
+
+
+def run_parts(staging: Path, names: list[str], timeout: float, jobs: int) -> list[dict]:
+    """Run the staged tree's checker, each part in its own forked process with the time limit."""
+    result_file, log_file = staging / ".results.json", staging / ".check-log.txt"
+    env = dict(os.environ, PYTHONPATH=str(staging), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
+               TOKENIZERS_PARALLELISM="false")
+    cmd = [sys.executable, "-m", "assignments.check", *names, "--timeout", str(timeout), "--jobs", str(jobs),
+           "--result", str(result_file)]
+    overall = timeout * math.ceil(len(names) / jobs) + 60   # the checker enforces the per-part limits itself
+    with open(log_file, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=staging, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            proc.wait(timeout=overall)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    try:
+        results = {r["part"]: r for r in json.loads(result_file.read_text())}
+    except (OSError, ValueError):
+        results = {}
+    log_tail = log_file.read_bytes()[-2000:].decode("utf-8", errors="replace")
+    return [results.get(n) or {"part": n, "status": "crash", "score": 0, "max_score": PARTS[n].points,
+                               "message": f"the checker stopped before reporting (exit code {proc.returncode})",
+                               "log": log_tail} for n in names]
+
+
+def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[str] | None = None,
+          jobs: int | None = None) -> dict:
+    """Grade one submission; returns the Gradescope results dict (with the per-part results under 'parts')."""
+    submission = Path(submission)
+    if not submission.is_dir():
+        raise FileNotFoundError(f"{submission}: no such directory")
+    t0 = time.perf_counter()
+    names = parts or list(PARTS)
+    with tempfile.TemporaryDirectory(prefix="minbert-grade-") as tmp:
+        staging = Path(tmp) / "tree"
+        notes = stage(submission, staging)
+        jobs = jobs or max(1, min(len(names), os.cpu_count() or 1))
+        results = run_parts(staging, names, timeout, jobs)
+    elapsed = round(time.perf_counter() - t0, 2)
+    tests = [{"name": f"{r['part']}: {PARTS[r['part']].functions}", "score": r["score"],
+              "max_score": r["max_score"], "status": "passed" if r["status"] == "pass" else "failed",
+              "output": describe(r) + (f"\n\nlast output:\n{r['log']}" if r["status"] in ("crash", "timeout")
+                                       and r.get("log") else "")} for r in results]
+    return {"score": sum(r["score"] for r in results), "execution_time": elapsed,
+            "output": "\n".join(notes), "stdout_visibility": "visible", "tests": tests, "parts": results}
+
+
+def print_table(res: dict) -> None:
+    print("\n".join(res["output"].splitlines()))
+    print(f"{'part':<16}{'score':>7}  result")
+    for r in res["parts"]:
+        print(format_result(r))
+        if r["status"] in ("crash", "timeout") and r.get("log", "").strip():
+            print("    last output: " + r["log"].strip().splitlines()[-1][:200])
+    total = sum(r["max_score"] for r in res["parts"])
+    print(f"{'total':<16}{res['score']:>3}/{total:<3}  (graded in {res['execution_time']:.1f} s)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m assignments.grade", description=__doc__.split("\n")[0])
+    ap.add_argument("submission", help="the submitted tree (or folder of submitted files)")
+    ap.add_argument("--out", default="results.json", help="where to write Gradescope's results.json")
+    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds allowed per part")
+    ap.add_argument("--jobs", type=int, default=None, help="parts graded at once (default: CPU count)")
+    ap.add_argument("--parts", nargs="+", choices=list(PARTS), help="grade only these parts")
+    args = ap.parse_args(argv)
+    try:
+        res = grade(args.submission, args.timeout, args.parts, args.jobs)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print_table(res)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(json.dumps({k: v for k, v in res.items() if k != "parts"}, indent=2) + "\n")
+    os.replace(tmp, out)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""BERT (Devlin et al., 2019) written out in the notation of BitFit (Ben-Zaken et al., 2022, eqs. 1-5).
+
+Each layer l computes, for its input x (B, T, H):
+
+    Q, K, V = Wq x + bq,  Wk x + bk,  Wv x + bv          # self-attention projections
+    h1      = attention(Q, K, V, mask)                    # multi-head scaled dot product
+    h2      = Dropout(Wm1 h1 + bm1)
+    h3      = gLN1 * norm(h2 + x) + bLN1
+    h4      = GELU(Wm2 h3 + bm2)                          # H -> 4H
+    h5      = Dropout(Wm3 h4 + bm3)
+    out     = gLN2 * norm(h5 + h3) + bLN2
+
+The parameters carry exactly these names, so "train only bq and bm2" is a filter on names.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import BertConfig
+
+
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """Exact GELU, x * Phi(x) (Hendrycks & Gimpel, 2016, sec. 2), as BERT uses it."""
+    return F.gelu(x)  # approximate="none": 0.5 * x * (1 + erf(x / sqrt(2)))
+
+
+def layer_norm(x: torch.Tensor, gain: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    """gain * (x - mean) / sqrt(var + eps) + bias over the last dimension (Ba et al., 2016, sec. 3)."""
+    return F.layer_norm(x, x.shape[-1:], gain, bias, eps)
+
+
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+    dropout_p: float = 0.0, training: bool = False,
+) -> torch.Tensor:
+    """Multi-head scaled dot-product attention, softmax(QK^T / sqrt(d) + mask) V (Vaswani et al., 2017, 3.2).
+
+    q, k, v: (B, nh, T, hs); mask: additive, broadcastable to (B, nh, T, T), 0 where a key may be
+    attended to and a large negative number where it is padding. Returns the heads merged, (B, T, nh*hs).
+    """
+    B, nh, T, hs = q.shape
+    # YOUR CODE HERE
+    # Multi-head scaled dot-product attention for all heads at once; q, k, v are (B, nh, T, hs).
+    #   1. scores = q k^T / sqrt(hs): one score per query and key, (B, nh, T, T)
+    #   2. add the additive mask (broadcast from (B, 1, 1, T)): padding keys get a huge negative score
+    #   3. softmax over the keys (the last dimension): attention probabilities, (B, nh, T, T)
+    #   4. dropout on the probabilities: F.dropout(probs, dropout_p, training)
+    #   5. weighted sum of the values: probs v, (B, nh, T, hs)
+    #   6. merge the heads, (B, nh, T, hs) -> (B, T, nh, hs) -> (B, T, nh*hs), and return that
+    raise NotImplementedError
+
+
+def fused_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+    dropout_p: float = 0.0, training: bool = False,
+) -> torch.Tensor:
+    """The same computation as attention(), through torch's fused scaled_dot_product_attention kernel."""
+    B, nh, T, hs = q.shape
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p if training else 0.0)
+    return out.transpose(1, 2).reshape(B, T, nh * hs)  # (B, nh, T, hs) -> (B, T, H)
+
+
+class BertEmbeddings(nn.Module):
+    """Token + position + segment embeddings, then LayerNorm and dropout (Devlin et al., 2019, sec. 3.2)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        H = config.hidden_size
+        self.word = nn.Embedding(config.vocab_size, H, padding_idx=config.pad_token_id)
+        self.position = nn.Embedding(config.max_position_embeddings, H)
+        self.token_type = nn.Embedding(config.type_vocab_size, H)
+        self.gLN = nn.Parameter(torch.ones(H))
+        self.bLN = nn.Parameter(torch.zeros(H))
+        self.eps = config.layer_norm_eps
+        self.p = config.hidden_dropout_prob
+
+    def forward(
+        self, input_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if inputs_embeds is None:
+            if input_ids is None:
+                raise ValueError("give input_ids or inputs_embeds")
+            inputs_embeds = self.word(input_ids)              # (B, T, H)
+        B, T, _ = inputs_embeds.shape
+        if T > self.position.num_embeddings:
+            raise ValueError(f"sequence of {T} tokens is longer than the model's "
+                             f"{self.position.num_embeddings} positions; truncate it")
+        if position_ids is None:
+            position_ids = torch.arange(T, device=inputs_embeds.device)[None, :]  # (1, T)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros(B, T, dtype=torch.long, device=inputs_embeds.device)
+        # YOUR CODE HERE
+        # h0 = Dropout(LayerNorm(word + position + token-type embeddings)) (Devlin et al., 2019, sec. 3.2):
+        #   e = inputs_embeds (B, T, H) + the position embeddings of position_ids, (1, T, H)
+        #       + the token-type (segment) embeddings of token_type_ids, (B, T, H)
+        #   normalise e over H: layer_norm(e, self.gLN, self.bLN, self.eps), (B, T, H)
+        #   return it after dropout with rate self.p, applied only when self.training
+        raise NotImplementedError
+
+
+class BertLayer(nn.Module):
+    """One transformer layer with the BitFit paper's parameter names (Ben-Zaken et al., 2022, eqs. 1-5)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        H, I = config.hidden_size, config.intermediate_size
+        self.nh, self.hs = config.num_attention_heads, config.head_size
+        self.eps, self.p, self.p_attn = config.layer_norm_eps, config.hidden_dropout_prob, config.attention_probs_dropout_prob
+        self.attend = attention if config.attn_implementation == "eager" else fused_attention
+        # eq. 1: the query, key and value projections
+        self.Wq, self.bq = nn.Parameter(torch.empty(H, H)), nn.Parameter(torch.zeros(H))
+        self.Wk, self.bk = nn.Parameter(torch.empty(H, H)), nn.Parameter(torch.zeros(H))
+        self.Wv, self.bv = nn.Parameter(torch.empty(H, H)), nn.Parameter(torch.zeros(H))
+        # eqs. 2-3: the attention output projection and the first add-and-norm
+        self.Wm1, self.bm1 = nn.Parameter(torch.empty(H, H)), nn.Parameter(torch.zeros(H))
+        self.gLN1, self.bLN1 = nn.Parameter(torch.ones(H)), nn.Parameter(torch.zeros(H))
+        # eqs. 4-5: the feed-forward block and the second add-and-norm
+        self.Wm2, self.bm2 = nn.Parameter(torch.empty(I, H)), nn.Parameter(torch.zeros(I))
+        self.Wm3, self.bm3 = nn.Parameter(torch.empty(H, I)), nn.Parameter(torch.zeros(H))
+        self.gLN2, self.bLN2 = nn.Parameter(torch.ones(H)), nn.Parameter(torch.zeros(H))
+        # Extension point: a module run in parallel on the layer's input x, its output added before
+        # the first add-and-norm, h3 = LN(h2 + adapter(x) + x) (projected attention layers, PALs).
+        self.adapter: nn.Module | None = None
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.nh, self.hs).transpose(1, 2)  # (B, T, H) -> (B, nh, T, hs)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x: (B, T, H); mask: additive (B, 1, 1, T). Returns the layer's output, (B, T, H)."""
+        Q = self.split_heads(F.linear(x, self.Wq, self.bq))  # (B, nh, T, hs)
+        K = self.split_heads(F.linear(x, self.Wk, self.bk))
+        V = self.split_heads(F.linear(x, self.Wv, self.bv))
+        h1 = self.attend(Q, K, V, mask, self.p_attn, self.training)  # (B, T, H)
+        # YOUR CODE HERE
+        # The rest of the layer (BitFit eqs. 2-5); x is the layer's input and h1 the merged heads, both (B, T, H).
+        #   h2  = Dropout(Wm1 h1 + bm1)         (B, T, H)   F.linear(a, W, b) computes W a + b
+        #         if self.adapter is not None, add self.adapter(x, mask) to h2 (the PALs extension point)
+        #   h3  = gLN1 * norm(h2 + x) + bLN1    (B, T, H)   layer_norm(..., self.gLN1, self.bLN1, self.eps)
+        #   h4  = GELU(Wm2 h3 + bm2)            (B, T, I)   gelu(); I is the intermediate size
+        #   h5  = Dropout(Wm3 h4 + bm3)         (B, T, H)
+        #   out = gLN2 * norm(h5 + h3) + bLN2   (B, T, H)   return out
+        # Dropout has rate self.p and is active only when self.training (F.dropout(a, self.p, self.training)).
+        raise NotImplementedError
+
+
+class BertPooler(nn.Module):
+    """tanh(Wp h_[CLS] + bp): the sentence vector of the next-sentence head (Devlin et al., 2019, sec. 3.1)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        H = config.hidden_size
+        self.Wp, self.bp = nn.Parameter(torch.empty(H, H)), nn.Parameter(torch.zeros(H))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(F.linear(h[:, 0], self.Wp, self.bp))  # (B, T, H) -> (B, H)
+
+
+@dataclass
+class BertOutput:
+    """What BertModel returns; hidden_states holds the embeddings and every layer's output when asked."""
+
+    last_hidden_state: torch.Tensor                    # (B, T, H)
+    pooler_output: torch.Tensor                        # (B, H)
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # L + 1 tensors of (B, T, H)
+
+
+def mask_to_bias(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """1/0 padding mask (B, T) -> additive attention bias (B, 1, 1, T): 0 to keep, dtype's minimum to drop."""
+    keep = attention_mask[:, None, None, :].to(dtype)   # (B, T) -> (B, 1, 1, T)
+    return (1.0 - keep) * torch.finfo(dtype).min
+
+
+class BertModel(nn.Module):
+    """The BERT encoder: embed(), the layers one by one, then the pooler (Devlin et al., 2019, sec. 3)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = BertEmbeddings(config)
+        self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+        self.pooler = BertPooler(config)
+        self.apply(self._init)
+
+    def _init(self, module: nn.Module) -> None:
+        """Weights ~ N(0, 0.02), biases 0, LayerNorm gains 1 (Devlin et al., 2019, appendix A.2)."""
+        std = self.config.initializer_range
+        for name, p in module.named_parameters(recurse=False):
+            if name.startswith("W"):
+                nn.init.normal_(p, 0.0, std)
+            elif name == "weight" and isinstance(module, nn.Embedding):
+                nn.init.normal_(p, 0.0, std)
+                if module.padding_idx is not None:
+                    p.data[module.padding_idx].zero_()
+
+    def embed(
+        self, input_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The encoder's input h0, (B, T, H); callable alone so that extensions can perturb it."""
+        return self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
+
+    def attention_bias(self, attention_mask: torch.Tensor | None, h: torch.Tensor) -> torch.Tensor:
+        """The additive mask every layer takes, (B, 1, 1, T), built once per forward."""
+        if attention_mask is None:
+            attention_mask = torch.ones(h.shape[:2], device=h.device)
+        return mask_to_bias(attention_mask, h.dtype)
+
+    def forward(
+        self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None, *, position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None, embeddings: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> BertOutput:
+        """Encode a batch. Pass `embeddings` (h0 from embed(), possibly perturbed) to skip the embedding step."""
+        h = embeddings if embeddings is not None else self.embed(input_ids, token_type_ids, position_ids, inputs_embeds)
+        mask = self.attention_bias(attention_mask, h)
+        hidden_states = [h] if output_hidden_states else None
+        for layer in self.layers:
+            h = layer(h, mask)
+            if hidden_states is not None:
+                hidden_states.append(h)
+        return BertOutput(h, self.pooler(h), tuple(hidden_states) if hidden_states is not None else None)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, **kwargs) -> "BertModel":
+        """Same as minbert.load_pretrained(name_or_path)."""
+        from .checkpoint import load_pretrained
+        return load_pretrained(name_or_path, **kwargs)
+
+    def save_pretrained(self, directory: str) -> None:
+        """Write config.json and model.safetensors with Hugging Face's names."""
+        from .checkpoint import save_pretrained
+        save_pretrained(self, directory)
