@@ -46,11 +46,11 @@ def _describe_error(e: BaseException) -> tuple[str, str]:
     if isinstance(e, SyntaxError) and e.filename:
         return "error", f"{e.filename}:{e.lineno}: does not parse: {e.msg}"
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    what = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    what = "raised " + (f"{type(e).__name__}: {text}" if text else type(e).__name__)
     if isinstance(e, SystemExit):
-        what = f"sys.exit({e.code!r}) was called"
+        what = f"called sys.exit({e.code!r})"
     if where is not None:
-        return "error", f"{where[0]} ({where[1]}:{where[2]}) raised {what}"
+        return "error", f"{where[0]} ({where[1]}:{where[2]}) {what}"
     return "error", what
 
 

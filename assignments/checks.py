@@ -224,6 +224,6 @@ PARTS: dict[str, Part] = {p.name: p for p in [
     Part("attention", 25, "attention() in minbert/model.py", check_attention),
     Part("embeddings", 10, "BertEmbeddings.forward in minbert/model.py", check_embeddings),
     Part("layer", 25, "BertLayer.forward in minbert/model.py", check_layer),
-    Part("model", 10, "nothing new: your attention, embeddings and layer together on MiniLM", check_model),
+    Part("model", 10, "no new code: your attention(), embeddings and layer together, on MiniLM", check_model),
     Part("adamw", 20, "AdamW.step in minbert/optim.py", check_adamw),
 ]}

@@ -84,6 +84,29 @@ def find_regions(text: str, name: str = "<text>") -> list[Region]:
     return regions
 
 
+def regions_by_function(text: str, name: str = "<text>") -> dict[str, Region]:
+    """The regions of one file keyed by the qualified name of the function holding each, e.g. 'BertLayer.forward'."""
+    import ast
+    owners: list[tuple[int, int, str]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                qual = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    owners.append((child.lineno, child.end_lineno or child.lineno, qual))
+                visit(child, qual + ".")
+
+    visit(ast.parse(text, name), "")
+    found = {}
+    for r in find_regions(text, name):
+        inner = [o for o in owners if o[0] <= r.begin <= o[1]]   # END may sit after the last statement
+        if not inner:
+            raise RegionError(f"{name}:{r.begin}: the region is not inside a function")
+        found[max(inner, key=lambda o: o[0])[2]] = r
+    return found
+
+
 def stub_text(text: str, name: str = "<text>") -> str:
     """The student version of one file: each region replaced by its YOUR CODE HERE comment and a raise."""
     lines = text.splitlines(keepends=True)

@@ -1,0 +1,190 @@
+"""The assignment kit: stubs generated from the reference, the checker's messages, the grader's isolation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from assignments import make
+from assignments.checks import PARTS
+from assignments.grade import grade
+from assignments.grade import main as grade_main
+from assignments.make import ROOT, STUDENT_DIR, RegionError, find_regions, generate, stubbed_files
+
+TOTAL = sum(p.points for p in PARTS.values())
+
+
+@pytest.fixture(scope="module")
+def student_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("student") / "tree"
+    generate(out, data=False)
+    return out
+
+
+def _code(line: str) -> str:
+    return line.split("#", 1)[0].strip()
+
+
+def submission_with(tmp_path: Path, replacements: dict[str, str], flat: bool = False) -> Path:
+    """A submitted tree: the reference's graded files, with the named functions' regions replaced by new bodies."""
+    sub = tmp_path / "submission"
+    for rel in stubbed_files():
+        text = (ROOT / rel).read_text()
+        lines = text.splitlines(keepends=True)
+        regions = make.regions_by_function(text, str(rel))
+        for func, body in sorted(((f, b) for f, b in replacements.items() if f in regions),
+                                 key=lambda fb: -regions[fb[0]].begin):   # bottom-up keeps line numbers valid
+            r = regions[func]
+            lines[r.begin - 1: r.end] = [textwrap.indent(textwrap.dedent(body).strip() + "\n", r.indent)]
+        dest = sub / (rel.name if flat else rel)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text("".join(lines))
+    return sub
+
+
+# ---------------------------------------------------------------- the generator
+
+def test_stub_text_replaces_each_region_with_its_comment_and_a_raise() -> None:
+    text = ("def f(x):\n    y = x\n    ### BEGIN SOLUTION\n    ### STUB: return y + 1, an int\n"
+            "    return y + 1\n    ### END SOLUTION\n")
+    assert make.stub_text(text) == ("def f(x):\n    y = x\n    # YOUR CODE HERE\n    # return y + 1, an int\n"
+                               "    raise NotImplementedError\n")
+
+
+@pytest.mark.parametrize("text, where", [
+    ("a = 1\n### BEGIN SOLUTION\n### STUB: x\nb = 2\n", "m.py:2: '### BEGIN SOLUTION' is never closed"),
+    ("a = 1\n### END SOLUTION\n", "m.py:2: '### END SOLUTION' without"),
+    ("### BEGIN SOLUTION\nb = 2\n### END SOLUTION\n", "m.py:1: the region has no '### STUB:' lines"),
+    ("### BEGIN SOLUTION\n### STUB: x\n### BEGIN SOLUTION\n", "m.py:3: '### BEGIN SOLUTION' inside the region"),
+])
+def test_malformed_regions_are_reported_with_file_and_line(text: str, where: str) -> None:
+    with pytest.raises(RegionError, match=where):
+        find_regions(text, "m.py")
+
+
+def test_regions_cover_the_assignment() -> None:
+    owners = {(rel.as_posix(), f) for rel in stubbed_files()
+              for f in make.regions_by_function((ROOT / rel).read_text(), str(rel))}
+    assert {("minbert/model.py", "attention"), ("minbert/model.py", "BertEmbeddings.forward"),
+            ("minbert/model.py", "BertLayer.forward"), ("minbert/optim.py", "AdamW.step")} <= owners
+
+
+def test_committed_stubs_equal_a_fresh_generation(student_tree: Path) -> None:
+    hint = "the committed stubs are stale: run  python -m assignments.make --stubs  and commit assignments/student/"
+    committed = sorted(p.relative_to(STUDENT_DIR) for p in STUDENT_DIR.rglob("*") if p.is_file())
+    assert committed == sorted(stubbed_files()), hint
+    for rel in committed:
+        assert (STUDENT_DIR / rel).read_text() == (student_tree / rel).read_text(), f"{rel}: {hint}"
+
+
+def test_student_tree_carries_no_solution_text(student_tree: Path) -> None:
+    solution = set()
+    for rel in stubbed_files():
+        text = (ROOT / rel).read_text()
+        regions = find_regions(text, str(rel))
+        inside = {i for r in regions for i in range(r.begin, r.end + 1)}
+        outside = {_code(s) for i, s in enumerate(text.splitlines(), 1) if i not in inside}
+        solution |= {_code(s) for r in regions for s in r.solution if _code(s)} - outside
+        stub = (student_tree / rel).read_text()
+        assert stub.count("raise NotImplementedError") == len(regions) + text.count("raise NotImplementedError")
+        assert "### BEGIN SOLUTION" not in stub and "### STUB" not in stub
+    assert len(solution) > 20
+    files = [p for p in student_tree.rglob("*") if p.suffix in (".py", ".md", ".txt")]
+    for path in files:
+        leaked = solution & {_code(s) for s in path.read_text().splitlines()}
+        assert not leaked, f"{path.relative_to(student_tree)} carries solution lines: {sorted(leaked)[:3]}"
+    shipped = {p.relative_to(student_tree).as_posix() for p in student_tree.rglob("*") if p.is_file()}
+    assert not {"assignments/make.py", "assignments/grade.py", "assignments/make_fixtures.py"} & shipped
+    assert not any(s.startswith(("assignments/student/", "tests/")) for s in shipped)
+
+
+# ---------------------------------------------------------------- checker and grader
+
+def test_student_tree_imports_and_scores_zero_not_started(student_tree: Path) -> None:
+    code = "import minbert, minbert.model, minbert.optim, tasks, assignments.check; print(minbert.__file__)"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=student_tree, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(student_tree), "PATH": "/usr/bin:/bin"}, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert Path(proc.stdout.strip()).resolve().parents[1] == student_tree.resolve()
+    res = grade(student_tree)
+    assert res["score"] == 0
+    for r in res["parts"]:
+        assert r["status"] == "not started", r
+        assert "raises NotImplementedError" in r["message"]
+    assert [t["output"].split(":")[0] for t in res["tests"]] == ["not started"] * len(PARTS)
+
+
+def test_reference_scores_full_marks_and_writes_gradescope_results(tmp_path: Path) -> None:
+    out = tmp_path / "results" / "results.json"
+    assert grade_main([str(ROOT), "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["score"] == TOTAL
+    assert len(res["tests"]) == len(PARTS)
+    for t in res["tests"]:
+        assert set(t) >= {"name", "score", "max_score", "output"}
+        assert t["score"] == t["max_score"] > 0 and t["output"] == "PASS", t
+
+
+NO_SCALE = """
+    scores = q @ k.transpose(-2, -1) + mask
+    probs = F.dropout(scores.softmax(dim=-1), dropout_p, training)
+    return (probs @ v).transpose(1, 2).reshape(B, T, nh * hs)
+"""
+NO_MASK = """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(hs)
+    probs = F.dropout(scores.softmax(dim=-1), dropout_p, training)
+    return (probs @ v).transpose(1, 2).reshape(B, T, nh * hs)
+"""
+PRE_LN = """
+    h2 = F.dropout(F.linear(h1, self.Wm1, self.bm1), self.p, self.training)
+    if self.adapter is not None:
+        h2 = h2 + self.adapter(x, mask)
+    h3 = layer_norm(h2, self.gLN1, self.bLN1, self.eps) + x
+    h4 = gelu(F.linear(h3, self.Wm2, self.bm2))
+    h5 = F.dropout(F.linear(h4, self.Wm3, self.bm3), self.p, self.training)
+    return layer_norm(h5, self.gLN2, self.bLN2, self.eps) + h3
+"""
+
+
+@pytest.mark.parametrize("func, body, lost, hint", [
+    ("attention", NO_SCALE, {"attention", "model"}, "not divided by sqrt(hs)"),
+    ("attention", NO_MASK, {"attention", "model"}, "the mask is not added"),
+    ("BertLayer.forward", PRE_LN, {"layer", "model"}, "LayerNorm is applied before the residual add"),
+], ids=["attention-without-scaling", "mask-ignored", "layernorm-before-residual"])
+def test_wrong_implementation_loses_exactly_the_affected_parts(
+        tmp_path: Path, func: str, body: str, lost: set[str], hint: str) -> None:
+    res = grade(submission_with(tmp_path, {func: body}))
+    failed = {r["part"] for r in res["parts"] if r["status"] != "pass"}
+    assert failed == lost, res["parts"]
+    assert res["score"] == TOTAL - sum(PARTS[p].points for p in lost)
+    for r in res["parts"]:
+        if r["part"] in lost:
+            assert r["status"] == "fail" and r["score"] == 0
+            assert func.split(".")[0] in r["message"], r["message"]   # names the function
+            assert "differs at index" in r["message"] and "max abs diff" in r["message"]
+    own = next(r for r in res["parts"] if r["part"] in lost and r["part"] != "model")
+    assert hint in own["message"]
+
+
+def test_hang_and_exit_are_contained_by_the_time_limit(tmp_path: Path) -> None:
+    sub = submission_with(tmp_path, {
+        "attention": "import os\nos._exit(3)",            # leaves the interpreter at once
+        "BertLayer.forward": "import sys\nsys.exit(0)",   # raises SystemExit
+        "AdamW.step": "while True:\n    pass",             # never returns
+    }, flat=True)                                          # model.py, optim.py at the top, as uploaded
+    timeout = 10.0
+    res = grade(sub, timeout=timeout)
+    status = {r["part"]: r["status"] for r in res["parts"]}
+    assert status == {"attention": "crash", "embeddings": "pass", "layer": "error", "model": "crash",
+                      "adamw": "timeout"}, res["parts"]
+    parts = {r["part"]: r for r in res["parts"]}
+    assert "exit code 3" in parts["attention"]["message"]
+    assert "sys.exit(0)" in parts["layer"]["message"] and "BertLayer.forward" in parts["layer"]["message"]
+    assert f"within {timeout:g} s" in parts["adamw"]["message"]
+    assert res["score"] == PARTS["embeddings"].points
+    assert res["execution_time"] < 4 * timeout   # the hanging part was stopped, not waited for
