@@ -44,7 +44,9 @@ def _describe_error(e: BaseException) -> tuple[str, str]:
             return "not started", f"{where[0]} in {where[1]} still raises NotImplementedError"
         return "not started", f"NotImplementedError: {e}"
     if isinstance(e, SyntaxError) and e.filename:
-        return "error", f"{e.filename}:{e.lineno}: does not parse: {e.msg}"
+        path = Path(e.filename).resolve()
+        name = path.relative_to(ROOT).as_posix() if ROOT in path.parents else e.filename
+        return "error", f"{name}:{e.lineno}: does not parse: {e.msg}"
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     what = "raised " + (f"{type(e).__name__}: {text}" if text else type(e).__name__)
     if isinstance(e, SystemExit):

@@ -188,3 +188,15 @@ def test_hang_and_exit_are_contained_by_the_time_limit(tmp_path: Path) -> None:
     assert f"within {timeout:g} s" in parts["adamw"]["message"]
     assert res["score"] == PARTS["embeddings"].points
     assert res["execution_time"] < 4 * timeout   # the hanging part was stopped, not waited for
+
+
+def test_checker_cli_prints_a_line_per_part(student_tree: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "assignments.check", "attention", "adamw"], cwd=student_tree,
+                          capture_output=True, text=True, env={"PYTHONPATH": str(student_tree), "PATH": "/usr/bin:/bin"},
+                          check=False)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    a, b = PARTS["attention"].points, PARTS["adamw"].points
+    assert lines[0].split()[:3] == ["attention", f"0/{a}", "not"] and "attention() in minbert/model.py" in lines[0]
+    assert lines[1].split()[:3] == ["adamw", f"0/{b}", "not"] and "AdamW.step in minbert/optim.py" in lines[1]
+    assert lines[2] == f"0/2 parts pass; 0/{a + b} points"
