@@ -98,6 +98,14 @@ def _child(name: str, result: Path, log: Path) -> None:
         os._exit(code)
 
 
+def _warm_up() -> None:
+    """Import, once before forking, the libraries that every part would otherwise import on its own (not minbert)."""
+    import safetensors.torch  # noqa: F401
+    import tokenizers  # noqa: F401
+    import torch
+    torch.optim.AdamW([torch.zeros(1, requires_grad=True)])   # the first optimizer pulls in a slow import
+
+
 def run_isolated(names: list[str], timeout: float, jobs: int, workdir: Path) -> list[dict]:
     """Run each part in a process forked from this one (torch imported once), killed after timeout seconds.
 
@@ -107,6 +115,7 @@ def run_isolated(names: list[str], timeout: float, jobs: int, workdir: Path) -> 
     from .checks import PARTS  # imports torch here, before forking, so that each part starts warm
     if not hasattr(os, "fork"):
         raise SystemExit("running parts with a time limit needs os.fork (Linux or macOS)")
+    _warm_up()
     pending, running, results = list(names), {}, {}
     while pending or running:
         while pending and len(running) < jobs:

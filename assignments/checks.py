@@ -220,10 +220,45 @@ def check_adamw() -> None:
                          "instead of assigning a new tensor to the name p" if stuck else "")
 
 
+class _FixedEncoder(nn.Module):
+    """Stands in for BERT with fixed outputs, so that the classifier's head is checked on its own."""
+
+    def __init__(self, config: object, hidden: torch.Tensor, pooled: torch.Tensor):
+        super().__init__()
+        self.config, self.hidden, self.pooled = config, hidden, pooled
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None) -> object:
+        from minbert.model import BertOutput
+        return BertOutput(self.hidden.clone(), self.pooled.clone())
+
+
+def check_classifier_head() -> None:
+    from tasks.classifier import SentimentClassifier
+    f = load_fixture("classifier_head")
+    what = "SentimentClassifier.forward in tasks/classifier.py"
+    for pooling in ("mean", "cls", "pooler"):
+        model = SentimentClassifier(_FixedEncoder(_tiny_config(), f["hidden"], f["pooled"]), 5, pooling=pooling)
+        model.load_state_dict(_state(f, "param."))
+        with torch.no_grad():
+            model.eval()
+            compare(f'{what} with pooling="{pooling}" (eval mode)',
+                    model(f["input_ids"], f["attention_mask"]), f[f"out_{pooling}"],
+                    hints={"padding tokens are counted in the mean": f["out_mean_with_padding"],
+                           "the [CLS] token (position 0) is used": f["out_cls"],
+                           "the pooler output is used": f["out_pooler"]} if pooling == "mean" else None)
+            model.train()
+            torch.manual_seed(SEED)
+            compare(f'{what} with pooling="{pooling}" in training mode (after torch.manual_seed({SEED}))',
+                    model(f["input_ids"], f["attention_mask"]), f[f"out_{pooling}_train"],
+                    hint="Apply self.dropout to h once, then self.head")
+
+
 PARTS: dict[str, Part] = {p.name: p for p in [
     Part("attention", 25, "attention() in minbert/model.py", check_attention),
     Part("embeddings", 10, "BertEmbeddings.forward in minbert/model.py", check_embeddings),
     Part("layer", 25, "BertLayer.forward in minbert/model.py", check_layer),
     Part("model", 10, "no new code: your attention(), embeddings and layer together, on MiniLM", check_model),
     Part("adamw", 20, "AdamW.step in minbert/optim.py", check_adamw),
+    Part("classifier_head", 10, "SentimentClassifier.forward in tasks/classifier.py", check_classifier_head),
 ]}

@@ -126,6 +126,30 @@ def model_fixture() -> dict[str, torch.Tensor]:
                 token_type_ids=batch.token_type_ids, pooler=out.pooler_output)
 
 
+def classifier_head_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
+    from tasks.classifier import SentimentClassifier
+
+    from .checks import _FixedEncoder
+    B, T, H = 3, 5, 32
+    hidden, pooled = torch.randn(B, T, H, generator=g), torch.randn(B, H, generator=g).tanh()
+    ids = torch.randint(1, 50, (B, T), generator=g)
+    mask = (torch.arange(T)[None, :] < torch.tensor([5, 3, 1])[:, None]).long()   # (B, T), padded
+    out = {"hidden": hidden, "pooled": pooled, "input_ids": ids, "attention_mask": mask}
+    for pooling in ("mean", "cls", "pooler"):
+        model = SentimentClassifier(_FixedEncoder(_tiny_config(), hidden, pooled), 5, pooling=pooling)
+        if pooling == "mean":
+            params = _randomize(model, g)
+            out.update(params)
+        model.load_state_dict({k[len("param."):]: v for k, v in params.items()})
+        with torch.no_grad():
+            out[f"out_{pooling}"] = model.eval()(ids, mask)
+            torch.manual_seed(SEED)
+            out[f"out_{pooling}_train"] = model.train()(ids, mask)
+    with torch.no_grad():
+        out["out_mean_with_padding"] = model.head(hidden.mean(1))
+    return out
+
+
 def main() -> int:
     import minbert
     if Path(minbert.__file__).resolve().parents[1] != ROOT:
@@ -137,6 +161,7 @@ def main() -> int:
     _save("embeddings", embeddings_fixture(g))
     _save("layer", layer_fixture(g))
     _save("model", model_fixture())
+    _save("classifier_head", classifier_head_fixture(g))
     return 0
 
 

@@ -57,6 +57,12 @@ class SentimentClassifier(nn.Module):
         """Token ids and mask (B, T) -> unnormalised class scores (B, num_labels)."""
         out = self.bert(input_ids, attention_mask, token_type_ids)
         ### BEGIN SOLUTION
+        ### STUB: The head: a sentence vector h (B, H) from BERT's output `out`, chosen by self.pooling:
+        ### STUB:   "mean":   the mean of out.last_hidden_state (B, T, H) over the tokens that are not padding
+        ### STUB:             (attention_mask (B, T) is 1): their sum over T divided by their count (at least 1)
+        ### STUB:   "cls":    the final hidden state of the [CLS] token, the first position: (B, T, H) -> (B, H)
+        ### STUB:   "pooler": out.pooler_output, (B, H)
+        ### STUB: Return the logits self.head(self.dropout(h)), (B, num_labels): dropout, then the linear layer.
         if self.pooling == "mean":
             keep = attention_mask[..., None].to(out.last_hidden_state.dtype)          # (B, T, 1)
             h = (out.last_hidden_state * keep).sum(1) / keep.sum(1).clamp(min=1.0)   # (B, H)

@@ -71,7 +71,8 @@ def test_regions_cover_the_assignment() -> None:
     owners = {(rel.as_posix(), f) for rel in stubbed_files()
               for f in make.regions_by_function((ROOT / rel).read_text(), str(rel))}
     assert {("minbert/model.py", "attention"), ("minbert/model.py", "BertEmbeddings.forward"),
-            ("minbert/model.py", "BertLayer.forward"), ("minbert/optim.py", "AdamW.step")} <= owners
+            ("minbert/model.py", "BertLayer.forward"), ("minbert/optim.py", "AdamW.step"),
+            ("tasks/classifier.py", "SentimentClassifier.forward")} <= owners
 
 
 def test_committed_stubs_equal_a_fresh_generation(student_tree: Path) -> None:
@@ -89,7 +90,7 @@ def test_student_tree_carries_no_solution_text(student_tree: Path) -> None:
         regions = find_regions(text, str(rel))
         inside = {i for r in regions for i in range(r.begin, r.end + 1)}
         outside = {_code(s) for i, s in enumerate(text.splitlines(), 1) if i not in inside}
-        solution |= {_code(s) for r in regions for s in r.solution if _code(s)} - outside
+        solution |= {_code(s) for r in regions for s in r.solution if len(_code(s)) >= 10} - outside  # not "else:"
         stub = (student_tree / rel).read_text()
         assert stub.count("raise NotImplementedError") == len(regions) + text.count("raise NotImplementedError")
         assert "### BEGIN SOLUTION" not in stub and "### STUB" not in stub
@@ -177,16 +178,16 @@ def test_hang_and_exit_are_contained_by_the_time_limit(tmp_path: Path) -> None:
         "BertLayer.forward": "import sys\nsys.exit(0)",   # raises SystemExit
         "AdamW.step": "while True:\n    pass",             # never returns
     }, flat=True)                                          # model.py, optim.py at the top, as uploaded
-    timeout = 10.0
+    timeout = 6.0
     res = grade(sub, timeout=timeout)
     status = {r["part"]: r["status"] for r in res["parts"]}
     assert status == {"attention": "crash", "embeddings": "pass", "layer": "error", "model": "crash",
-                      "adamw": "timeout"}, res["parts"]
+                      "adamw": "timeout", "classifier_head": "pass"}, res["parts"]
     parts = {r["part"]: r for r in res["parts"]}
     assert "exit code 3" in parts["attention"]["message"]
     assert "sys.exit(0)" in parts["layer"]["message"] and "BertLayer.forward" in parts["layer"]["message"]
     assert f"within {timeout:g} s" in parts["adamw"]["message"]
-    assert res["score"] == PARTS["embeddings"].points
+    assert res["score"] == PARTS["embeddings"].points + PARTS["classifier_head"].points
     assert res["execution_time"] < 4 * timeout   # the hanging part was stopped, not waited for
 
 
