@@ -156,6 +156,8 @@ def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True) -> list[
         shutil.copytree(root / "assignments" / name, out / "assignments" / name, dirs_exist_ok=True)
     for name in TOP_FILES:
         shutil.copy2(root / name, out / name)
+    _write(out / "README.md", "# minBERT\n\nThe assignment's handout is [assignments/README.md](assignments/README.md).\n"
+           "Check your work with `python -m assignments.check`, run from this directory.\n")
     if data:
         shutil.copytree(root / "data", out / "data", dirs_exist_ok=True)
     return stubbed
