@@ -226,7 +226,7 @@ class BertModel(nn.Module):
         return BertOutput(h, self.pooler(h), tuple(hidden_states) if hidden_states is not None else None)
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, **kwargs) -> "BertModel":
+    def from_pretrained(cls, name_or_path: str, **kwargs) -> BertModel:
         """Same as minbert.load_pretrained(name_or_path)."""
         from .checkpoint import load_pretrained
         return load_pretrained(name_or_path, **kwargs)
