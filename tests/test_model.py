@@ -152,6 +152,21 @@ def test_layer_adapter_is_called_and_added(tiny_config: minbert.BertConfig) -> N
     assert not torch.allclose(with_adapter, plain)
 
 
+def test_padding_changes_nothing_at_real_tokens(minilm: minbert.BertModel, tokenizer: minbert.Tokenizer) -> None:
+    """A sentence alone and in a padded batch gives the same outputs; padding positions come out as 0."""
+    texts = ["Short one.", "A much longer sentence that makes the first one padded in the batch."]
+    with torch.no_grad():
+        alone = minilm(**tokenizer(texts[:1]), output_hidden_states=True)
+        batch = tokenizer(texts)
+        padded = minilm(**batch, output_hidden_states=True)
+    n = alone.last_hidden_state.shape[1]
+    assert batch.attention_mask[0, n:].eq(0).all() and batch.attention_mask.shape[1] > n
+    for a, b in zip(alone.hidden_states, padded.hidden_states):
+        torch.testing.assert_close(a[0], b[0, :n], atol=1e-5, rtol=0)
+    torch.testing.assert_close(alone.pooler_output[0], padded.pooler_output[0], atol=1e-5, rtol=0)
+    assert padded.last_hidden_state[0, n:].eq(0).all()
+
+
 def test_too_long_sequence_is_a_clear_error(tiny_config: minbert.BertConfig) -> None:
     model = minbert.BertModel(tiny_config)
     n = tiny_config.max_position_embeddings
