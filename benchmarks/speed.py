@@ -30,11 +30,11 @@ SHAPES = ((32, 64), (16, 128))
 MODES = ("inference", "train")
 
 
-def make_batch(B: int, T: int, seed: int = 0) -> dict:
+def make_batch(B: int, T: int, seed: int = 0, padded: bool = True) -> dict:
     """Random token ids with real-looking padding: one row fills T, the others are 25-100% of it."""
     import torch
     g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(T // 4, T + 1, (B,), generator=g)
+    lengths = torch.randint(T // 4, T + 1, (B,), generator=g) if padded else torch.full((B,), T)
     lengths[0] = T
     mask = (torch.arange(T)[None, :] < lengths[:, None]).long()               # (B, T)
     ids = torch.randint(1000, 30000, (B, T), generator=g) * mask
@@ -57,13 +57,13 @@ def max_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def worker(impl: str, B: int, T: int, mode: str, warmup: int, iters: int, threads: int) -> dict:
+def worker(impl: str, B: int, T: int, mode: str, warmup: int, iters: int, threads: int, padded: bool) -> dict:
     """One configuration in this (fresh) process: seconds per iteration and peak memory above the loaded model."""
     import torch
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = load_model(impl)
-    batch = make_batch(B, T)
+    batch = make_batch(B, T, padded=padded)
     if mode == "inference":
         model.eval()
 
@@ -97,7 +97,7 @@ def worker(impl: str, B: int, T: int, mode: str, warmup: int, iters: int, thread
 
 def run_worker(args: argparse.Namespace, impl: str, B: int, T: int, mode: str) -> dict:
     cmd = [sys.executable, __file__, "--worker", impl, str(B), str(T), mode, "--warmup", str(args.warmup),
-           "--iters", str(args.iters), "--threads", str(args.threads)]
+           "--iters", str(args.iters), "--threads", str(args.threads)] + (["--no-padding"] if args.no_padding else [])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
@@ -115,12 +115,13 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=5, help="timed iterations per process (median)")
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1), help="torch intra-op threads")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--no-padding", action="store_true", help="every row fills T (the default pads like real data)")
     parser.add_argument("--json", type=Path, help="also write every measurement here")
     parser.add_argument("--worker", nargs=4, metavar=("IMPL", "B", "T", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         impl, B, T, mode = args.worker
-        print(json.dumps(worker(impl, int(B), int(T), mode, args.warmup, args.iters, args.threads)))
+        print(json.dumps(worker(impl, int(B), int(T), mode, args.warmup, args.iters, args.threads, not args.no_padding)))
         return
 
     have_hf = importlib.util.find_spec("transformers") is not None
@@ -145,8 +146,10 @@ def main() -> None:
         return statistics.median(r[key] for r in results[(impl, B, T, mode)])
 
     import torch
+    padding = {f"{B} x {T}": 1 - make_batch(B, T, padded=not args.no_padding)["attention_mask"].float().mean().item() for B, T in SHAPES}
     print(f"\nminbert vs Hugging Face BertModel, packaged MiniLM (6 layers, H=384), CPU, {args.threads} thread(s), "
-          f"torch {torch.__version__}; medians over {args.rounds} round(s) of {args.iters} timed iterations")
+          f"torch {torch.__version__}; medians over {args.rounds} round(s) of {args.iters} timed iterations; "
+          "padding " + ", ".join(f"{k}: {v:.0%}" for k, v in padding.items()))
     cols = ["batch", "mode"] + [f"{i} seq/s" for i in impls] + (["ratio minbert/HF"] if len(impls) == 2 else [])
     cols += [f"{i} peak MiB" for i in impls]
     print("| " + " | ".join(cols) + " |")
