@@ -113,7 +113,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="times the whole interleaved set is run (median)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations per process")
     parser.add_argument("--iters", type=int, default=5, help="timed iterations per process (median)")
-    parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1), help="torch intra-op threads")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch intra-op threads (default: all cores)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--no-padding", action="store_true", help="every row fills T (the default pads like real data)")
     parser.add_argument("--json", type=Path, help="also write every measurement here")
