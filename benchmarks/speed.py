@@ -147,7 +147,8 @@ def main() -> None:
 
     import torch
     padding = {f"{B} x {T}": 1 - make_batch(B, T, padded=not args.no_padding)["attention_mask"].float().mean().item() for B, T in SHAPES}
-    print(f"\nminbert vs Hugging Face BertModel, packaged MiniLM (6 layers, H=384), CPU, {args.threads} thread(s), "
+    versus = " vs Hugging Face BertModel" if "hf" in impls else ""
+    print(f"\nminbert{versus}, packaged MiniLM (6 layers, H=384), CPU, {args.threads} thread(s), "
           f"torch {torch.__version__}; medians over {args.rounds} round(s) of {args.iters} timed iterations; "
           "padding " + ", ".join(f"{k}: {v:.0%}" for k, v in padding.items()))
     cols = ["batch", "mode"] + [f"{i} seq/s" for i in impls] + (["ratio minbert/HF"] if len(impls) == 2 else [])
