@@ -114,11 +114,21 @@ def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
     if pt.is_file():
         try:
             sd = torch.load(pt, map_location="cpu", weights_only=True)
-        except Exception as e:  # torch raises several types for bad pickles and zip files
-            raise CheckpointError(f"{pt}: cannot read the weights ({type(e).__name__}: {str(e).splitlines()[0]}); "
-                                  "it may be truncated, corrupted, or hold more than tensors") from None
+        except Exception as e:  # noqa: BLE001 - torch raises RuntimeError, EOFError, KeyError, ... for damaged files
+            found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+            if found:
+                raise CheckpointError(f"{pt}: refused: it holds Python objects other than tensors ({found.group(1)}); "
+                                      "minbert reads .bin files with weights_only=True, which never runs code from "
+                                      "the file. Convert it to model.safetensors where you trust it.") from None
+            detail = next((line for line in str(e).splitlines() if line.strip()), "no details")
+            raise CheckpointError(f"{pt}: cannot read the weights ({type(e).__name__}: {detail[:200]}); "
+                                  "it may be truncated or corrupted: delete it and fetch it again") from None
         if not isinstance(sd, dict):
             raise CheckpointError(f"{pt}: holds a {type(sd).__name__}, not a state dict of tensors")
+        bad = [k for k, v in sd.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+        if bad:
+            raise CheckpointError(f"{pt}: not a flat state dict of tensors: {bad[0]!r} holds a "
+                                  f"{type(sd[bad[0]]).__name__}")
         return sd
     raise CheckpointError(f"{directory}: no weights found (looked for {' and '.join(WEIGHT_FILES)})")
 
@@ -145,7 +155,8 @@ def _cached_snapshot(name: str) -> Path | None:
     repo = hf_cache_dir() / ("models--" + name.replace("/", "--"))
     ref = repo / "refs" / "main"
     candidates = [repo / "snapshots" / ref.read_text().strip()] if ref.is_file() else []
-    candidates += sorted((repo / "snapshots").glob("*")) if (repo / "snapshots").is_dir() else []
+    if (repo / "snapshots").is_dir():  # skip ".{revision}.partial", an interrupted download
+        candidates += sorted(p for p in (repo / "snapshots").iterdir() if not p.name.startswith("."))
     for snap in candidates:
         if (snap / "config.json").is_file() and any((snap / f).is_file() for f in WEIGHT_FILES):
             return snap

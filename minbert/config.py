@@ -43,7 +43,7 @@ class BertConfig:
         return self.hidden_size // self.num_attention_heads
 
     @classmethod
-    def from_dict(cls, d: dict) -> "BertConfig":
+    def from_dict(cls, d: dict) -> BertConfig:
         """Keep the keys BertConfig knows; Hugging Face's other keys are ignored."""
         known = {f.name for f in fields(cls)}
         kept = {k: v for k, v in d.items() if k in known}
@@ -54,7 +54,7 @@ class BertConfig:
         return cls(**kept)
 
     @classmethod
-    def from_json(cls, path: str | Path) -> "BertConfig":
+    def from_json(cls, path: str | Path) -> BertConfig:
         path = Path(path)
         try:
             d = json.loads(path.read_text())

@@ -40,7 +40,13 @@ def download(name: str, cache: Path, revision: str = "main") -> Path:
     base = f"{_endpoint()}/{name}/resolve/{revision}"
     commit = None
     for file in REQUIRED:
-        commit = _fetch(f"{base}/{file}", staging / file) or commit
+        try:
+            commit = _fetch(f"{base}/{file}", staging / file) or commit
+        except urllib.error.HTTPError as e:
+            if e.code in (401, 403, 404):  # the Hub answers 401 for a repository that does not exist
+                raise OSError(f"{base}/{file}: HTTP {e.code} {e.reason}: no such model, "
+                              "or a private or gated one") from None
+            raise
     for file in OPTIONAL:
         try:
             _fetch(f"{base}/{file}", staging / file)

@@ -13,7 +13,7 @@ from tokenizers.implementations import BertWordPieceTokenizer
 class Batch(dict):
     """input_ids, attention_mask and token_type_ids, each (B, T); `model(**batch)` works."""
 
-    def to(self, device: str | torch.device) -> "Batch":
+    def to(self, device: str | torch.device) -> Batch:
         return Batch({k: v.to(device) for k, v in self.items()})
 
     def __getattr__(self, name: str) -> torch.Tensor:
@@ -44,14 +44,14 @@ class Tokenizer:
 
     @classmethod
     def from_vocab(cls, vocab_file: str | Path, lowercase: bool = True, max_length: int = 512,
-                   strip_accents: bool | None = None, handle_chinese_chars: bool = True) -> "Tokenizer":
+                   strip_accents: bool | None = None, handle_chinese_chars: bool = True) -> Tokenizer:
         """From a vocab.txt, with the BERT normaliser and pre-tokeniser (lowercase for uncased models)."""
         wp = BertWordPieceTokenizer(str(vocab_file), lowercase=lowercase, strip_accents=strip_accents,
                                     handle_chinese_chars=handle_chinese_chars, clean_text=True)
         return cls(wp._tokenizer, max_length)
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str = "minilm", max_length: int | None = None) -> "Tokenizer":
+    def from_pretrained(cls, name_or_path: str = "minilm", max_length: int | None = None) -> Tokenizer:
         """From a checkpoint directory, the packaged alias 'minilm', or a Hub name (as load_pretrained)."""
         from .checkpoint import resolve
         directory = resolve(name_or_path)

@@ -1,0 +1,279 @@
+"""Checkpoints: the Hugging Face <-> minbert round trip, legacy names, every loader failure, the cache and the Hub."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import minbert
+from minbert import CheckpointError
+from minbert.checkpoint import name_table
+
+MINILM_DIR = minbert.checkpoint.resolve("minilm")
+
+
+def test_round_trip_is_bit_identical(minilm: minbert.BertModel, tmp_path: Path) -> None:
+    """HF state dict -> minbert -> save_pretrained -> the same tensors, bit for bit -> loads back the same."""
+    theirs = load_file(MINILM_DIR / "model.safetensors")
+    theirs.pop("embeddings.position_ids")  # a buffer, not a weight: minbert computes it
+    minilm.save_pretrained(str(tmp_path))
+    saved = load_file(tmp_path / "model.safetensors")
+    assert saved.keys() == theirs.keys() == name_table(minilm.config.num_hidden_layers).keys()
+    for key, tensor in theirs.items():
+        assert saved[key].dtype == tensor.dtype and torch.equal(saved[key], tensor), key
+    reloaded = minbert.load_pretrained(str(tmp_path))
+    ours = minilm.state_dict()
+    assert reloaded.state_dict().keys() == ours.keys()
+    assert all(torch.equal(v, ours[k]) for k, v in reloaded.state_dict().items())
+    assert reloaded.config == minilm.config
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]  # no temp files left
+    minilm.save_pretrained(str(tmp_path))  # overwriting an existing save is fine
+
+
+def test_legacy_names_and_heads(minilm: minbert.BertModel, tmp_path: Path) -> None:
+    """BertForX checkpoints: `bert.` prefix, LayerNorm gamma/beta, position_ids buffer, cls./classifier heads."""
+    legacy = {}
+    for key, tensor in load_file(MINILM_DIR / "model.safetensors").items():
+        key = key.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
+        legacy["bert." + key] = tensor
+    legacy["cls.predictions.bias"] = torch.zeros(30522)
+    legacy["classifier.weight"] = torch.zeros(2, 384)
+    shutil.copy(MINILM_DIR / "config.json", tmp_path / "config.json")
+    torch.save(legacy, tmp_path / "pytorch_model.bin")
+
+    with pytest.raises(CheckpointError) as err:
+        minbert.load_pretrained(str(tmp_path))
+    message = str(err.value)
+    assert "2 unexpected tensor(s)" in message and "cls.predictions.bias" in message
+    assert "classifier.weight" in message and "ignore_heads=True" in message
+
+    model = minbert.load_pretrained(str(tmp_path), ignore_heads=True)
+    ours = minilm.state_dict()
+    assert all(torch.equal(v, ours[k]) for k, v in model.state_dict().items())
+
+
+# ---------------------------------------------------------------- failures: one readable CheckpointError each
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A saved 2-layer random BERT (config.json + model.safetensors)."""
+    torch.manual_seed(0)
+    config = minbert.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                max_position_embeddings=64)
+    directory = tmp_path_factory.mktemp("tiny")
+    minbert.BertModel(config).save_pretrained(str(directory))
+    return directory
+
+
+def variant(tiny_dir: Path, tmp_path: Path, change: Callable[[dict[str, torch.Tensor]], None]) -> Path:
+    """A copy of the tiny checkpoint with its state dict changed in place by `change`."""
+    state = load_file(tiny_dir / "model.safetensors")
+    change(state)
+    shutil.copy(tiny_dir / "config.json", tmp_path / "config.json")
+    save_file(state, tmp_path / "model.safetensors")
+    return tmp_path
+
+
+def load_error(name: str, **kwargs) -> str:
+    """The message of the CheckpointError that loading `name` raises; it must stand alone (no chained error)."""
+    with pytest.raises(CheckpointError) as err:
+        minbert.load_pretrained(name, **kwargs)
+    assert err.value.__cause__ is None and (err.value.__context__ is None or err.value.__suppress_context__)
+    return str(err.value)
+
+
+def test_missing_tensor(tiny_dir: Path, tmp_path: Path) -> None:
+    path = variant(tiny_dir, tmp_path, lambda s: s.pop("encoder.layer.1.attention.self.key.bias"))
+    message = load_error(str(path))
+    assert "1 missing tensor(s): encoder.layer.1.attention.self.key.bias" in message
+
+
+def test_wrong_shape(tiny_dir: Path, tmp_path: Path) -> None:
+    path = variant(tiny_dir, tmp_path, lambda s: s.update({"pooler.dense.weight": torch.zeros(32, 31)}))
+    message = load_error(str(path))
+    assert "pooler.dense.weight: checkpoint has (32, 31), the model expects (32, 32)" in message
+
+
+def test_extra_tensor(tiny_dir: Path, tmp_path: Path) -> None:
+    path = variant(tiny_dir, tmp_path, lambda s: s.update({"encoder.layer.2.output.dense.bias": torch.zeros(32)}))
+    message = load_error(str(path))
+    assert "1 unexpected tensor(s)" in message and "encoder.layer.2.output.dense.bias" in message
+    # an encoder tensor is never a task head: ignore_heads does not hide it
+    assert "encoder.layer.2.output.dense.bias" in load_error(str(path), ignore_heads=True)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupted header", "empty"])
+def test_damaged_safetensors(tiny_dir: Path, tmp_path: Path, damage: str) -> None:
+    shutil.copy(tiny_dir / "config.json", tmp_path / "config.json")
+    data = (tiny_dir / "model.safetensors").read_bytes()
+    data = {"truncated": data[: len(data) // 2], "corrupted header": b"\xff" * 8 + data[8:], "empty": b""}[damage]
+    (tmp_path / "model.safetensors").write_bytes(data)
+    message = load_error(str(tmp_path))
+    assert f"{tmp_path / 'model.safetensors'}: cannot read the safetensors file" in message
+    assert "truncated or corrupted" in message
+
+
+@pytest.mark.parametrize("damage", ["truncated", "junk", "empty"])
+def test_damaged_bin(tiny_dir: Path, tmp_path: Path, damage: str) -> None:
+    shutil.copy(tiny_dir / "config.json", tmp_path / "config.json")
+    torch.save(load_file(tiny_dir / "model.safetensors"), tmp_path / "pytorch_model.bin")
+    data = (tmp_path / "pytorch_model.bin").read_bytes()
+    data = {"truncated": data[: len(data) // 2], "junk": b"not a checkpoint" * 10, "empty": b""}[damage]
+    (tmp_path / "pytorch_model.bin").write_bytes(data)
+    message = load_error(str(tmp_path))
+    assert f"{tmp_path / 'pytorch_model.bin'}: cannot read the weights" in message and "truncated or corrupted" in message
+
+
+class NotATensor:
+    """A picklable object: torch.load(weights_only=True) must refuse to rebuild it."""
+
+
+def test_bin_with_objects_is_refused(tiny_dir: Path, tmp_path: Path) -> None:
+    shutil.copy(tiny_dir / "config.json", tmp_path / "config.json")
+    torch.save({"embeddings.word_embeddings.weight": NotATensor()}, tmp_path / "pytorch_model.bin")
+    message = load_error(str(tmp_path))
+    assert "refused" in message and "NotATensor" in message and "weights_only=True" in message
+    torch.save({"step": 3}, tmp_path / "pytorch_model.bin")  # loads safely, but is not weights
+    assert "'step' holds a int" in load_error(str(tmp_path))
+    torch.save([torch.zeros(1)], tmp_path / "pytorch_model.bin")
+    assert "holds a list, not a state dict" in load_error(str(tmp_path))
+
+
+def test_directory_without_weights_or_config(tiny_dir: Path, tmp_path: Path) -> None:
+    shutil.copy(tiny_dir / "config.json", tmp_path / "config.json")
+    message = load_error(str(tmp_path))
+    assert f"{tmp_path}: no weights found (looked for model.safetensors and pytorch_model.bin)" in message
+    (tmp_path / "config.json").unlink()
+    assert f"{tmp_path}: no config.json" in load_error(str(tmp_path))
+    (tmp_path / "config.json").write_text("{not json")
+    assert f"{tmp_path / 'config.json'}: not valid JSON" in load_error(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 30, "num_attention_heads": 4}))
+    assert "hidden_size 30 is not a multiple of num_attention_heads 4" in load_error(str(tmp_path))
+    assert "./no/such/dir: not a directory holding a checkpoint" in load_error("./no/such/dir")
+
+
+# ---------------------------------------------------------------- the Hugging Face cache and the Hub
+
+def test_hugging_face_cache_layout(minilm: minbert.BertModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """models--org--name/refs/main names the snapshot that holds the (symlinked) files, as huggingface_hub does."""
+    repo = tmp_path / "models--someorg--mini"
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    for file in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"):
+        (snapshot / file).symlink_to(MINILM_DIR / file)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = minbert.load_pretrained("someorg/mini")
+    ours = minilm.state_dict()
+    assert all(torch.equal(v, ours[k]) for k, v in model.state_dict().items())
+    assert minbert.Tokenizer.from_pretrained("someorg/mini").encode("hello") == [101, 7592, 102]
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HF_HOME", str(tmp_path.parent))  # HF_HOME/hub is the cache when HF_HUB_CACHE is unset
+    (tmp_path.parent / "hub").symlink_to(tmp_path)
+    assert minbert.checkpoint.resolve("someorg/mini") == tmp_path.parent / "hub" / "models--someorg--mini" / \
+        "snapshots" / "0123abcd"
+
+
+def test_offline_hub_name_fails_clearly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    message = load_error("bert-base-uncased")
+    assert "'bert-base-uncased' is not a local directory" in message and str(tmp_path) in message
+    assert "HF_HUB_OFFLINE is set" in message and "'minilm'" in message
+    assert not any(tmp_path.iterdir()), "nothing should be written offline"
+
+
+class FakeHub(http.server.BaseHTTPRequestHandler):
+    """Serves {repo}/resolve/main/{file} from `files`, with the commit header the Hub sends; 404 otherwise."""
+
+    files: ClassVar[dict[str, bytes]] = {}
+    requests: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.requests.append(self.path)
+        body = self.files.get(self.path)
+        if body is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Repo-Commit", "feedface")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_hub(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[type[FakeHub]]:
+    """A local http.server standing in for the Hub (HF_ENDPOINT), serving the tiny model as org/tiny."""
+    FakeHub.files = {f"/org/tiny/resolve/main/{f}": (tiny_dir / f).read_bytes()
+                     for f in ("config.json", "model.safetensors")}
+    FakeHub.files["/org/tiny/resolve/main/vocab.txt"] = (MINILM_DIR / "vocab.txt").read_bytes()
+    FakeHub.requests = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    yield FakeHub
+    server.shutdown()
+    server.server_close()
+
+
+def test_hub_download_into_the_cache(fake_hub: type[FakeHub], tiny_dir: Path, tmp_path: Path) -> None:
+    model = minbert.load_pretrained("org/tiny")
+    expected = minbert.load_pretrained(str(tiny_dir)).state_dict()
+    assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())
+    repo = tmp_path / "cache" / "models--org--tiny"
+    assert (repo / "refs" / "main").read_text() == "feedface"
+    assert sorted(p.name for p in (repo / "snapshots").iterdir()) == ["feedface"]
+    assert {"config.json", "model.safetensors", "vocab.txt"} <= {p.name for p in (repo / "snapshots" / "feedface").iterdir()}
+    n = len(fake_hub.requests)
+    assert n >= 3, "config, weights and vocab should have come from the fake Hub"
+    assert minbert.Tokenizer.from_pretrained("org/tiny").encode("hello") == [101, 7592, 102]
+    minbert.load_pretrained("org/tiny")
+    assert len(fake_hub.requests) == n, "the second load must come from the cache"
+
+
+def test_hub_missing_model(fake_hub: type[FakeHub]) -> None:
+    message = load_error("org/does-not-exist")
+    assert "/org/does-not-exist/resolve/main/config.json: HTTP 404" in message and "downloading it" in message
+
+
+def test_hub_refused_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens there
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    message = load_error("org/anything")
+    assert "downloading it from the Hub failed" in message and "refused" in message.lower()
+
+
+def test_transformers_reads_our_save(minilm: minbert.BertModel, tmp_path: Path) -> None:
+    """Hugging Face BertModel.from_pretrained loads a minbert save and computes the same outputs."""
+    transformers = pytest.importorskip("transformers")
+    minilm.save_pretrained(str(tmp_path))
+    theirs = transformers.BertModel.from_pretrained(str(tmp_path)).eval()
+    tok = minbert.Tokenizer.from_pretrained("minilm")
+    batch = tok(["A cat sat on the mat.", "Hello"], ["A dog.", "A longer second sentence here."])
+    with torch.no_grad():
+        a, b = minilm(**batch), theirs(**batch)
+    keep = batch.attention_mask.bool()
+    assert (a.last_hidden_state[keep] - b.last_hidden_state[keep]).abs().max() <= 1e-5
+    assert (a.pooler_output - b.pooler_output).abs().max() <= 1e-5

@@ -1,0 +1,186 @@
+"""minbert's BertModel against Hugging Face transformers' outputs (fixtures), and its extension points."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import minbert
+from minbert.model import attention, fused_attention, mask_to_bias
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+TOL = 1e-5  # max abs difference allowed against Hugging Face BertModel, float32, eval mode
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, torch.Tensor]:
+    """Hugging Face BertModel's outputs for the fixture inputs (written by tests/fixtures/make_fixtures.py)."""
+    return load_file(FIXTURES / "minilm_reference.safetensors")
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_matches_hugging_face(reference: dict[str, torch.Tensor], impl: str) -> None:
+    model = minbert.load_pretrained("minilm", attn_implementation=impl)
+    assert not model.training
+    ids, mask, types = reference["input_ids"], reference["attention_mask"], reference["token_type_ids"]
+    assert ids.shape[0] >= 8 and (mask == 0).any(), "the fixture batch should hold >= 8 inputs, some padded"
+    with torch.no_grad():
+        out = model(ids, mask, types, output_hidden_states=True)
+    keep = mask.bool()
+    L = model.config.num_hidden_layers
+    assert len(out.hidden_states) == L + 1 == reference["hidden_states"].shape[0]
+    for layer, (ours, theirs) in enumerate(zip(out.hidden_states, reference["hidden_states"])):
+        diff = (ours[keep] - theirs).abs().max().item()
+        assert diff <= TOL, f"{impl}: hidden state {layer} differs from Hugging Face by {diff:.2e}"
+    diff = (out.last_hidden_state[keep] - reference["hidden_states"][-1]).abs().max().item()
+    assert diff <= TOL, f"{impl}: last_hidden_state differs by {diff:.2e}"
+    diff = (out.pooler_output - reference["pooler_output"]).abs().max().item()
+    assert diff <= TOL, f"{impl}: pooler_output differs by {diff:.2e}"
+
+
+def test_fixture_records_its_provenance() -> None:
+    meta = json.loads((FIXTURES / "minilm_reference.json").read_text())["meta"]
+    assert meta["transformers_version"] and meta["attn_implementation"] == "eager" and meta["mode"] == "eval"
+
+
+def test_eager_and_fused_attention_agree() -> None:
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 4, 7, 8) for _ in range(3))        # (B, nh, T, hs)
+    attention_mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 2 + [0] * 5])
+    bias = mask_to_bias(attention_mask, q.dtype)                  # (B, 1, 1, T)
+    eager, fused = attention(q, k, v, bias), fused_attention(q, k, v, bias)
+    assert eager.shape == (3, 7, 32)
+    torch.testing.assert_close(eager, fused, atol=1e-6, rtol=1e-5)
+    # padding keys get no weight: changing v at padded positions changes nothing
+    v2 = v.clone()
+    v2[1, :, 4:] = 100.0
+    torch.testing.assert_close(attention(q, k, v2, bias)[1], eager[1], atol=1e-6, rtol=0)
+
+
+def tiny_batch(config: minbert.BertConfig, B: int = 3, T: int = 10) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, config.vocab_size, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[1, 6:] = 0
+    types = torch.zeros(B, T, dtype=torch.long)
+    types[:, 5:] = 1
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+def test_dropout_only_in_train_mode(tiny_config: minbert.BertConfig) -> None:
+    torch.manual_seed(0)
+    model = minbert.BertModel(tiny_config)
+    batch = tiny_batch(tiny_config)
+    model.train()
+    a, b = model(**batch).last_hidden_state, model(**batch).last_hidden_state
+    assert not torch.allclose(a, b), "two train-mode forwards should differ (dropout)"
+    model.eval()
+    c, d = model(**batch).last_hidden_state, model(**batch).last_hidden_state
+    assert torch.equal(c, d)
+    assert not torch.allclose(a, c)
+
+
+def test_embeddings_then_encoder_equals_forward(minilm: minbert.BertModel, tokenizer: minbert.Tokenizer) -> None:
+    batch = tokenizer(["A cat sat on the mat.", "Hi"], ["A dog.", "A longer second sentence here."])
+    with torch.no_grad():
+        full = minilm(**batch)
+        h0 = minilm.embed(batch.input_ids, batch.token_type_ids)   # (B, T, H)
+        split = minilm(attention_mask=batch.attention_mask, embeddings=h0)
+        shifted = minilm(attention_mask=batch.attention_mask, embeddings=h0 + 0.1)
+    assert h0.shape == (*batch.input_ids.shape, minilm.config.hidden_size)
+    assert torch.equal(full.last_hidden_state, split.last_hidden_state)
+    assert torch.equal(full.pooler_output, split.pooler_output)
+    assert not torch.allclose(shifted.last_hidden_state, full.last_hidden_state), "embeddings must be used"
+
+
+def test_layers_can_be_run_one_at_a_time(minilm: minbert.BertModel, tokenizer: minbert.Tokenizer) -> None:
+    batch = tokenizer(["A cat sat on the mat.", "Hello"])
+    with torch.no_grad():
+        full = minilm(**batch, output_hidden_states=True)
+        h = minilm.embed(batch.input_ids, batch.token_type_ids)
+        bias = minilm.attention_bias(batch.attention_mask, h)
+        for layer, expected in zip(minilm.layers, full.hidden_states[1:]):
+            h = layer(h, bias)
+            assert torch.equal(h, expected)
+        pooled = minilm.pooler(h)
+    assert torch.equal(h, full.last_hidden_state)
+    assert torch.equal(pooled, full.pooler_output)
+    assert len(full.hidden_states) == minilm.config.num_hidden_layers + 1
+    assert full.hidden_states[0].shape == full.last_hidden_state.shape
+    assert minilm(**batch).hidden_states is None
+
+
+class ConstantAdapter(torch.nn.Module):
+    """Returns the same vector at every position, and records that it was called and with what."""
+
+    def __init__(self, value: torch.Tensor):
+        super().__init__()
+        self.value, self.calls = value, []
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        self.calls.append((x.shape, mask.shape))
+        return self.value.expand_as(x)
+
+
+def test_layer_adapter_is_called_and_added(tiny_config: minbert.BertConfig) -> None:
+    torch.manual_seed(0)
+    model = minbert.BertModel(tiny_config).eval()
+    batch = tiny_batch(tiny_config)
+    H = tiny_config.hidden_size
+    with torch.no_grad():
+        plain = model(**batch).last_hidden_state
+
+        zero = ConstantAdapter(torch.zeros(H))
+        model.layers[0].adapter = zero
+        assert torch.equal(model(**batch).last_hidden_state, plain)
+        assert zero.calls == [((3, 10, H), (3, 1, 1, 10))]
+
+        # an adapter adding c in parallel is the same as adding c to the bias bm1 of that layer
+        c = torch.randn(H)
+        model.layers[0].adapter = ConstantAdapter(c)
+        with_adapter = model(**batch).last_hidden_state
+        model.layers[0].adapter = None
+        shifted = copy.deepcopy(model)
+        shifted.layers[0].bm1 += c
+        torch.testing.assert_close(with_adapter, shifted(**batch).last_hidden_state, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(with_adapter, plain)
+
+
+def test_padding_changes_nothing_at_real_tokens(minilm: minbert.BertModel, tokenizer: minbert.Tokenizer) -> None:
+    """A sentence alone and in a padded batch gives the same outputs; padding positions come out as 0."""
+    texts = ["Short one.", "A much longer sentence that makes the first one padded in the batch."]
+    with torch.no_grad():
+        alone = minilm(**tokenizer(texts[:1]), output_hidden_states=True)
+        batch = tokenizer(texts)
+        padded = minilm(**batch, output_hidden_states=True)
+    n = alone.last_hidden_state.shape[1]
+    assert batch.attention_mask[0, n:].eq(0).all() and batch.attention_mask.shape[1] > n
+    for a, b in zip(alone.hidden_states, padded.hidden_states):
+        torch.testing.assert_close(a[0], b[0, :n], atol=1e-5, rtol=0)
+    torch.testing.assert_close(alone.pooler_output[0], padded.pooler_output[0], atol=1e-5, rtol=0)
+    assert padded.last_hidden_state[0, n:].eq(0).all()
+
+
+def test_too_long_sequence_is_a_clear_error(tiny_config: minbert.BertConfig) -> None:
+    model = minbert.BertModel(tiny_config)
+    n = tiny_config.max_position_embeddings
+    model(torch.ones(1, n, dtype=torch.long))  # the limit itself is fine
+    with pytest.raises(ValueError, match=rf"{n + 1} tokens is longer than the model's {n} positions"):
+        model(torch.ones(1, n + 1, dtype=torch.long))
+
+
+def test_gradients_reach_every_named_parameter(tiny_config: minbert.BertConfig) -> None:
+    torch.manual_seed(0)
+    model = minbert.BertModel(tiny_config).train()
+    out = model(**tiny_batch(tiny_config))
+    (out.last_hidden_state.square().mean() + out.pooler_output.sum()).backward()
+    names = {n for n, _ in model.named_parameters()}
+    assert {"layers.0.Wq", "layers.0.bq", "layers.1.bm2", "embeddings.gLN", "pooler.Wp"} <= names
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, f"{name} got no gradient"

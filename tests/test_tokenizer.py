@@ -1,0 +1,112 @@
+"""minbert's Tokenizer against Hugging Face BertTokenizer's ids (fixtures written by tests/fixtures/make_fixtures.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+
+import minbert
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+REFERENCE = json.loads((FIXTURES / "minilm_reference.json").read_text())
+MODEL_INPUTS, TOKENIZER_INPUTS = REFERENCE["model_inputs"], REFERENCE["tokenizer_inputs"]
+
+
+@cache
+def tokenizer_with_limit(max_length: int) -> minbert.Tokenizer:
+    return minbert.Tokenizer.from_pretrained("minilm", max_length=max_length)
+
+
+def case_id(case: dict) -> str:
+    return f"{case['first'][:20]!r}{'+pair' if case['second'] is not None else ''}@{case.get('max_length', 'fx')}"
+
+
+def check_one(tok: minbert.Tokenizer, case: dict) -> None:
+    batch = tok(case["first"], case["second"])
+    assert batch.input_ids.shape == (1, len(case["input_ids"]))
+    assert batch.input_ids[0].tolist() == case["input_ids"]
+    assert batch.token_type_ids[0].tolist() == case["token_type_ids"]
+    assert batch.attention_mask[0].tolist() == case["attention_mask"]
+    assert tok.encode(case["first"], case["second"]) == case["input_ids"]
+
+
+@pytest.mark.parametrize("case", MODEL_INPUTS, ids=case_id)
+def test_model_inputs_match_hugging_face(case: dict) -> None:
+    check_one(tokenizer_with_limit(REFERENCE["meta"]["max_length"]), case)
+
+
+@pytest.mark.parametrize("case", TOKENIZER_INPUTS, ids=case_id)
+def test_odd_and_long_inputs_match_hugging_face(case: dict) -> None:
+    check_one(tokenizer_with_limit(case["max_length"]), case)
+
+
+def test_fixture_has_truncating_inputs() -> None:
+    """The fixtures cover a > 512-token text truncated at the real limit, alone and in pairs."""
+    long = [c for c in TOKENIZER_INPUTS if c["max_length"] == 512 and len(c["input_ids"]) == 512]
+    assert len(long) >= 3 and any(c["second"] is not None for c in long)
+    assert len(minbert.Tokenizer.from_pretrained("minilm").encode(long[0]["first"])) == 512
+
+
+def pad(rows: list[list[int]], value: int = 0) -> list[list[int]]:
+    T = max(map(len, rows))
+    return [r + [value] * (T - len(r)) for r in rows]
+
+
+@pytest.mark.parametrize("pairs", [False, True])
+def test_dynamic_padding_matches_hugging_face(pairs: bool) -> None:
+    """A batch is padded on the right to its longest member, with [PAD] = 0, mask 0 and segment 0."""
+    cases = [c for c in MODEL_INPUTS if (c["second"] is not None) == pairs]
+    tok = tokenizer_with_limit(REFERENCE["meta"]["max_length"])
+    batch = tok([c["first"] for c in cases], [c["second"] for c in cases] if pairs else None)
+    lengths = [len(c["input_ids"]) for c in cases]
+    assert batch.input_ids.shape == (len(cases), max(lengths)) and min(lengths) < max(lengths)
+    assert batch.input_ids.tolist() == pad([c["input_ids"] for c in cases], tok.pad_token_id)
+    assert batch.attention_mask.tolist() == pad([c["attention_mask"] for c in cases])
+    assert batch.token_type_ids.tolist() == pad([c["token_type_ids"] for c in cases])
+    assert all(v.dtype == torch.long for v in batch.values())
+
+
+def test_longest_first_truncation() -> None:
+    """With a pair over the limit, tokens come off the longer side until both fit (then alternately)."""
+    tok = tokenizer_with_limit(12)
+    first, second = "one two three four five six seven eight nine ten", "alpha beta"
+    ids = tok.encode(first, second)
+    assert len(ids) == 12
+    sep = [i for i, t in enumerate(ids) if t == tok.sep_token_id]
+    assert len(sep) == 2
+    assert tok.decode(ids[sep[0] + 1:sep[1]]) == "alpha beta"          # the short side is untouched
+    assert tok.decode(ids[1:sep[0]]) == "one two three four five six seven"
+
+
+def test_from_tokenizer_json(tmp_path: Path, minilm_dir: Path) -> None:
+    """A checkpoint with only tokenizer.json (no vocab.txt) gives the same ids; so does our own save."""
+    shutil.copy(minilm_dir / "tokenizer.json", tmp_path / "tokenizer.json")
+    shutil.copy(minilm_dir / "config.json", tmp_path / "config.json")
+    from_json = minbert.Tokenizer.from_pretrained(str(tmp_path))
+    for case in TOKENIZER_INPUTS:
+        if case["max_length"] == 512:
+            check_one(from_json, case)
+    saved = tmp_path / "saved"
+    tokenizer_with_limit(9).save_pretrained(saved)
+    reloaded = minbert.Tokenizer.from_pretrained(str(saved), max_length=9)
+    for case in TOKENIZER_INPUTS:
+        if case["max_length"] == 9:
+            check_one(reloaded, case)
+
+
+def test_batch_helpers_and_errors(tokenizer: minbert.Tokenizer) -> None:
+    batch = tokenizer(["a b", "c"])
+    assert batch.to("cpu").input_ids.tolist() == batch["input_ids"].tolist()
+    assert tokenizer.vocab_size == 30522 and tokenizer.pad_token_id == 0
+    assert tokenizer.tokenize("Hello, World!") == ["hello", ",", "world", "!"]
+    with pytest.raises(ValueError, match="2 first sentences but 1 second"):
+        tokenizer(["a", "b"], ["c"])
+    with pytest.raises(ValueError, match="empty"):
+        tokenizer([])
+    with pytest.raises(AttributeError):
+        _ = batch.labels
