@@ -103,8 +103,9 @@ def layer_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
             h3 = (layer_norm(h2, layer.gLN1, layer.bLN1, layer.eps) + x if pre_ln
                   else layer_norm(h2 + r * x, layer.gLN1, layer.bLN1, layer.eps))
             h5 = F.linear(gelu(F.linear(h3, layer.Wm2, layer.bm2)), layer.Wm3, layer.bm3)
-            return (layer_norm(h5, layer.gLN2, layer.bLN2, layer.eps) + h3 if pre_ln
-                    else layer_norm(h5 + r * h3, layer.gLN2, layer.bLN2, layer.eps))
+            out = (layer_norm(h5, layer.gLN2, layer.bLN2, layer.eps) + h3 if pre_ln
+                   else layer_norm(h5 + r * h3, layer.gLN2, layer.bLN2, layer.eps))
+            return out * (mask == 0).view(x.shape[0], x.shape[1], 1)  # the layer leaves padding at 0
 
         out_pre_ln, out_no_residual = variant(pre_ln=True), variant(residual=False)
         from .checks import _FixedAdapter

@@ -156,13 +156,13 @@ class BertLayer(nn.Module):
             x = x + self.adapter(x, mask)
         x, h1 = x[keep], h1[keep]                                     # (B, T, H) -> (N, H)
         ### BEGIN SOLUTION
-        ### STUB: The rest of the layer (BitFit eqs. 2-5); x is the layer's input and h1 the merged heads, both (B, T, H).
-        ### STUB:   h2  = Dropout(Wm1 h1 + bm1)         (B, T, H)   F.linear(a, W, b) computes W a + b
-        ### STUB:         if self.adapter is not None, add self.adapter(x, mask) to h2 (the PALs extension point)
-        ### STUB:   h3  = gLN1 * norm(h2 + x) + bLN1    (B, T, H)   layer_norm(..., self.gLN1, self.bLN1, self.eps)
-        ### STUB:   h4  = GELU(Wm2 h3 + bm2)            (B, T, I)   gelu(); I is the intermediate size
-        ### STUB:   h5  = Dropout(Wm3 h4 + bm3)         (B, T, H)
-        ### STUB:   out = gLN2 * norm(h5 + h3) + bLN2   (B, T, H)   return out
+        ### STUB: The rest of the layer (BitFit eqs. 2-5), on the N real tokens: x (the layer's input, the
+        ### STUB: adapter already added) and h1 (the merged heads) are both (N, H). Compute `out`:
+        ### STUB:   h2  = Dropout(Wm1 h1 + bm1)         (N, H)   F.linear(a, W, b) computes W a + b
+        ### STUB:   h3  = gLN1 * norm(h2 + x) + bLN1    (N, H)   layer_norm(..., self.gLN1, self.bLN1, self.eps)
+        ### STUB:   h4  = GELU(Wm2 h3 + bm2)            (N, I)   gelu(); I is the intermediate size
+        ### STUB:   h5  = Dropout(Wm3 h4 + bm3)         (N, H)
+        ### STUB:   out = gLN2 * norm(h5 + h3) + bLN2   (N, H)   the line after this region scatters it back to (B, T, H)
         ### STUB: Dropout has rate self.p and is active only when self.training (F.dropout(a, self.p, self.training)).
         h2 = F.dropout(F.linear(h1, self.Wm1, self.bm1), self.p, self.training)
         h3 = layer_norm(h2 + x, self.gLN1, self.bLN1, self.eps)

@@ -140,12 +140,10 @@ NO_MASK = """
 """
 PRE_LN = """
     h2 = F.dropout(F.linear(h1, self.Wm1, self.bm1), self.p, self.training)
-    if self.adapter is not None:
-        h2 = h2 + self.adapter(x, mask)
     h3 = layer_norm(h2, self.gLN1, self.bLN1, self.eps) + x
     h4 = gelu(F.linear(h3, self.Wm2, self.bm2))
     h5 = F.dropout(F.linear(h4, self.Wm3, self.bm3), self.p, self.training)
-    return layer_norm(h5, self.gLN2, self.bLN2, self.eps) + h3
+    out = layer_norm(h5, self.gLN2, self.bLN2, self.eps) + h3
 """
 
 

@@ -125,8 +125,8 @@ class BertLayer(nn.Module):
         self.Wm2, self.bm2 = nn.Parameter(torch.empty(I, H)), nn.Parameter(torch.zeros(I))
         self.Wm3, self.bm3 = nn.Parameter(torch.empty(H, I)), nn.Parameter(torch.zeros(H))
         self.gLN2, self.bLN2 = nn.Parameter(torch.ones(H)), nn.Parameter(torch.zeros(H))
-        # Extension point: a module run in parallel on the layer's input x, its output added before
-        # the first add-and-norm, h3 = LN(h2 + adapter(x) + x) (projected attention layers, PALs).
+        # Extension point: a module run in parallel on the layer's input, adapter(x, mask) -> (B, T, H), its
+        # output added before the first add-and-norm, h3 = LN(h2 + adapter(x) + x) (projected attention layers, PALs).
         self.adapter: nn.Module | None = None
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -134,21 +134,29 @@ class BertLayer(nn.Module):
         return x.view(B, T, self.nh, self.hs).transpose(1, 2)  # (B, T, H) -> (B, nh, T, hs)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x: (B, T, H); mask: additive (B, 1, 1, T). Returns the layer's output, (B, T, H)."""
+        """x: (B, T, H); mask: additive (B, 1, 1, T). Returns the layer's output, (B, T, H), 0 at padding."""
+        B, T, H = x.shape
         Q = self.split_heads(F.linear(x, self.Wq, self.bq))  # (B, nh, T, hs)
         K = self.split_heads(F.linear(x, self.Wk, self.bk))
         V = self.split_heads(F.linear(x, self.Wv, self.bv))
         h1 = self.attend(Q, K, V, mask, self.p_attn, self.training)  # (B, T, H)
+        # Eqs. 2-5 act on each position alone, and attention never lets a padding position reach a real one,
+        # so they run on the N real tokens only (a quarter to a half less work on typical padded batches).
+        keep = (mask == 0).view(B, T)                                 # (B, T), True at real tokens
+        if self.adapter is not None:  # a module in parallel on the layer's input: h3 = LN(h2 + adapter(x) + x)
+            x = x + self.adapter(x, mask)
+        x, h1 = x[keep], h1[keep]                                     # (B, T, H) -> (N, H)
         # YOUR CODE HERE
-        # The rest of the layer (BitFit eqs. 2-5); x is the layer's input and h1 the merged heads, both (B, T, H).
-        #   h2  = Dropout(Wm1 h1 + bm1)         (B, T, H)   F.linear(a, W, b) computes W a + b
-        #         if self.adapter is not None, add self.adapter(x, mask) to h2 (the PALs extension point)
-        #   h3  = gLN1 * norm(h2 + x) + bLN1    (B, T, H)   layer_norm(..., self.gLN1, self.bLN1, self.eps)
-        #   h4  = GELU(Wm2 h3 + bm2)            (B, T, I)   gelu(); I is the intermediate size
-        #   h5  = Dropout(Wm3 h4 + bm3)         (B, T, H)
-        #   out = gLN2 * norm(h5 + h3) + bLN2   (B, T, H)   return out
+        # The rest of the layer (BitFit eqs. 2-5), on the N real tokens: x (the layer's input, the
+        # adapter already added) and h1 (the merged heads) are both (N, H). Compute `out`:
+        #   h2  = Dropout(Wm1 h1 + bm1)         (N, H)   F.linear(a, W, b) computes W a + b
+        #   h3  = gLN1 * norm(h2 + x) + bLN1    (N, H)   layer_norm(..., self.gLN1, self.bLN1, self.eps)
+        #   h4  = GELU(Wm2 h3 + bm2)            (N, I)   gelu(); I is the intermediate size
+        #   h5  = Dropout(Wm3 h4 + bm3)         (N, H)
+        #   out = gLN2 * norm(h5 + h3) + bLN2   (N, H)   the line after this region scatters it back to (B, T, H)
         # Dropout has rate self.p and is active only when self.training (F.dropout(a, self.p, self.training)).
         raise NotImplementedError
+        return out.new_zeros(B, T, H).index_put((keep,), out)        # (N, H) -> (B, T, H)
 
 
 class BertPooler(nn.Module):
@@ -230,7 +238,7 @@ class BertModel(nn.Module):
         return BertOutput(h, self.pooler(h), tuple(hidden_states) if hidden_states is not None else None)
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, **kwargs) -> "BertModel":
+    def from_pretrained(cls, name_or_path: str, **kwargs) -> BertModel:
         """Same as minbert.load_pretrained(name_or_path)."""
         from .checkpoint import load_pretrained
         return load_pretrained(name_or_path, **kwargs)

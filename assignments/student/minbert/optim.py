@@ -20,7 +20,7 @@ class AdamW(Optimizer):
             raise ValueError(f"invalid betas {betas}: each must be in [0, 1)")
         if eps < 0.0:
             raise ValueError(f"invalid eps {eps}")
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
