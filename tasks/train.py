@@ -198,7 +198,7 @@ IGNORED_ON_RESUME = {"epochs", "checkpoint", "resume", "out_dir", "device", "pre
 
 def _check_config(path: str | Path, stored: dict, current: dict) -> None:
     diffs = [f"{k}: checkpoint {stored.get(k)!r}, now {current.get(k)!r}"
-             for k in sorted(set(stored) | set(current)) - IGNORED_ON_RESUME if stored.get(k) != current.get(k)]
+             for k in sorted((set(stored) | set(current)) - IGNORED_ON_RESUME) if stored.get(k) != current.get(k)]
     if diffs:
         raise ValueError(f"{path}: cannot resume a different run; settings differ: " + "; ".join(diffs))
 
