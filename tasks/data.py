@@ -8,9 +8,10 @@ The four formats (tab-separated, Python-csv quoting, an unnamed pandas index fir
     sentence pair, unlabelled     \\tid\\tsentence1\\tsentence2
 
 Columns are found by their header name, so the extra index column of the test-student files
-needs no special case. A row with the wrong number of columns, an empty id or sentence, or an
-empty, unparsable or out-of-range label is skipped and recorded (file, line, reason); the
-caller prints `records.summary()`, or passes strict=True to stop at the first bad row.
+needs no special case. A row with the wrong number of columns, an empty or repeated id, an
+empty sentence, or an empty, unparsable or out-of-range label is skipped and recorded (file,
+line, reason); the caller prints `records.summary()`, or passes strict=True to stop at the
+first bad row. Rows are never dropped silently.
 """
 
 from __future__ import annotations
@@ -93,6 +94,17 @@ def ptb_to_text(sentence: str) -> str:
     return PTB_RE.sub(lambda m: PTB[m.group(0)], sentence).strip()
 
 
+def unquote(text: str) -> str:
+    """Undo the extra layers of CSV quoting some cells carry: '"Do I need ""the"" here?"' -> 'Do I need "the" here?'.
+
+    Only a cell that is wrapped in quotes and contains doubled quotes is touched, one layer at a time.
+    """
+    text = text.strip()
+    while len(text) >= 2 and text[0] == text[-1] == '"' and '""' in text:
+        text = text[1:-1].replace('""', '"').strip()
+    return text
+
+
 @dataclass(frozen=True)
 class LabelSpec:
     """How a label column parses: int classes 0..num_classes-1, or a float in [low, high]."""
@@ -151,7 +163,7 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
     label_names = [c for c in header if c in LABEL_COLUMNS]
     label_col = header.index(label_names[0]) if label_names else None
     id_col, text_cols = header.index("id"), [header.index(c) for c in sentence_columns]
-    items, skipped = [], []
+    items, skipped, seen = [], [], {}
     for line, cells in rows:
         try:
             if len(cells) != len(header):
@@ -159,17 +171,20 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
             ident = cells[id_col].strip()
             if not ident:
                 raise ValueError("empty id")
+            if ident in seen:
+                raise ValueError(f"duplicate id {ident} (first on line {seen[ident]})")
             texts = [cells[i] for i in text_cols]
             for name, text in zip(sentence_columns, texts):
                 if not text.strip():
                     raise ValueError(f"empty {name}")
-            texts = [ptb_to_text(t) if ptb else t.strip() for t in texts]
+            texts = [ptb_to_text(unquote(t)) if ptb else unquote(t) for t in texts]
             value = label.parse(cells[label_col]) if label_col is not None else None
         except ValueError as e:
             if strict:
                 raise DataError(f"{path}:{line}: {e}") from None
             skipped.append(Skipped(str(path), line, str(e)))
             continue
+        seen[ident] = line
         if len(texts) == 1:
             items.append(SentenceExample(ident, texts[0], value, line))
         else:
