@@ -154,10 +154,13 @@ class BertLayer(nn.Module):
         keep = (mask == 0).view(B, T)                                 # (B, T), True at real tokens
         if self.adapter is not None:  # a module in parallel on the layer's input: h3 = LN(h2 + adapter(x) + x)
             x = x + self.adapter(x, mask)
-        x, h1 = x[keep], h1[keep]                                     # (B, T, H) -> (N, H)
+        packed = not bool(keep.all())                                 # no padding: nothing to skip
+        if packed:
+            x, h1 = x[keep], h1[keep]                                 # (B, T, H) -> (N, H)
         ### BEGIN SOLUTION
         ### STUB: The rest of the layer (BitFit eqs. 2-5), on the N real tokens: x (the layer's input, the
-        ### STUB: adapter already added) and h1 (the merged heads) are both (N, H). Compute `out`:
+        ### STUB: adapter already added) and h1 (the merged heads) are both (N, H), or (B, T, H) when the batch
+        ### STUB: has no padding; every step acts on each token alone, so the code is the same. Compute `out`:
         ### STUB:   h2  = Dropout(Wm1 h1 + bm1)         (N, H)   F.linear(a, W, b) computes W a + b
         ### STUB:   h3  = gLN1 * norm(h2 + x) + bLN1    (N, H)   layer_norm(..., self.gLN1, self.bLN1, self.eps)
         ### STUB:   h4  = GELU(Wm2 h3 + bm2)            (N, I)   gelu(); I is the intermediate size
@@ -170,7 +173,7 @@ class BertLayer(nn.Module):
         h5 = F.dropout(F.linear(h4, self.Wm3, self.bm3), self.p, self.training)
         out = layer_norm(h5 + h3, self.gLN2, self.bLN2, self.eps)     # (N, H)
         ### END SOLUTION
-        return out.new_zeros(B, T, H).index_put((keep,), out)        # (N, H) -> (B, T, H)
+        return out.new_zeros(B, T, H).index_put((keep,), out) if packed else out  # (N, H) -> (B, T, H)
 
 
 class BertPooler(nn.Module):

@@ -145,10 +145,13 @@ class BertLayer(nn.Module):
         keep = (mask == 0).view(B, T)                                 # (B, T), True at real tokens
         if self.adapter is not None:  # a module in parallel on the layer's input: h3 = LN(h2 + adapter(x) + x)
             x = x + self.adapter(x, mask)
-        x, h1 = x[keep], h1[keep]                                     # (B, T, H) -> (N, H)
+        packed = not bool(keep.all())                                 # no padding: nothing to skip
+        if packed:
+            x, h1 = x[keep], h1[keep]                                 # (B, T, H) -> (N, H)
         # YOUR CODE HERE
         # The rest of the layer (BitFit eqs. 2-5), on the N real tokens: x (the layer's input, the
-        # adapter already added) and h1 (the merged heads) are both (N, H). Compute `out`:
+        # adapter already added) and h1 (the merged heads) are both (N, H), or (B, T, H) when the batch
+        # has no padding; every step acts on each token alone, so the code is the same. Compute `out`:
         #   h2  = Dropout(Wm1 h1 + bm1)         (N, H)   F.linear(a, W, b) computes W a + b
         #   h3  = gLN1 * norm(h2 + x) + bLN1    (N, H)   layer_norm(..., self.gLN1, self.bLN1, self.eps)
         #   h4  = GELU(Wm2 h3 + bm2)            (N, I)   gelu(); I is the intermediate size
@@ -156,7 +159,7 @@ class BertLayer(nn.Module):
         #   out = gLN2 * norm(h5 + h3) + bLN2   (N, H)   the line after this region scatters it back to (B, T, H)
         # Dropout has rate self.p and is active only when self.training (F.dropout(a, self.p, self.training)).
         raise NotImplementedError
-        return out.new_zeros(B, T, H).index_put((keep,), out)        # (N, H) -> (B, T, H)
+        return out.new_zeros(B, T, H).index_put((keep,), out) if packed else out  # (N, H) -> (B, T, H)
 
 
 class BertPooler(nn.Module):

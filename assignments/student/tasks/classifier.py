@@ -131,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=11711, help="random seed for initialisation, order and dropout")
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto",
                    help="auto picks cuda, then mps, then cpu")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch (default: torch's choice); 1 is often faster on a busy shared machine")
     p.add_argument("--max-train-examples", type=int, default=None,
                    help="use only the first N training examples (quick runs)")
     p.add_argument("--data-dir", default="data", help="where the default task files live (default: data)")
@@ -142,12 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where {task}-dev-output.csv and {task}-test-output.csv go (default: predictions)")
     p.add_argument("--checkpoint", default=None,
                    help="checkpoint written after every epoch (default: checkpoints/{task}-{mode}.pt)")
-    p.add_argument("--resume", default=None, metavar="PATH", help="continue the run saved in this checkpoint")
+    p.add_argument("--resume", default=None, metavar="PATH",
+                   help="continue the run saved in this checkpoint (written after each epoch: a run killed "
+                        "mid-epoch repeats that epoch) to the same result as an uninterrupted run")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
     return p
 
 
-RUN_SETTINGS_EXCLUDED = {"progress", "eval_batch_size", "checkpoint", "resume", "predictions_dir", "device"}
+RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "checkpoint", "resume", "predictions_dir", "device"}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -156,6 +160,8 @@ def run(args: argparse.Namespace) -> dict:
     mode = get_mode(args.fine_tune_mode)
     lr = args.lr if args.lr is not None else mode.default_lr
     device = pick_device(args.device)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     files = TASKS[args.task]
     tokenizer = minbert.Tokenizer.from_pretrained(args.model, max_length=args.max_length)
     train = load_split("train", args.train_file or files.path(args.data_dir, "train"), args.task, tokenizer,
@@ -187,7 +193,7 @@ def run(args: argparse.Namespace) -> dict:
         return {"accuracy": accuracy(preds, [e.label for e in dev.records])}
 
     config = {k: v for k, v in vars(args).items() if k not in RUN_SETTINGS_EXCLUDED and isinstance(
-        v, (str, int, float, bool, type(None), list, tuple))}
+        v, (str, int, float, bool, type(None), list, tuple))} | {"lr": lr}
     checkpoint = args.checkpoint or f"checkpoints/{args.task}-{args.fine_tune_mode}.pt"
     post_step = (lambda m: mode.post_step(m, args)) if mode.post_step is not None else None
     result = fit(model, optimizer, epoch_batches, classification_loss, evaluate, metric="accuracy",
