@@ -1,0 +1,223 @@
+"""Sentiment classification (SST, 5 classes; CFIMDB, 2) on a pretrained BERT: train, select on dev, predict.
+
+    python -m tasks.classifier --task sst --fine-tune-mode full-model
+
+After every epoch it prints the training loss and the dev accuracy; the best dev epoch is kept,
+and its predictions are written to predictions/{task}-dev-output.csv and
+predictions/{task}-test-output.csv in the course leaderboard's format. A checkpoint is written
+after every epoch; `--resume` on it continues a killed run to the same result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import minbert
+
+from .data import TASKS, Collator, Records, batches, model_inputs, to_device, token_lengths
+from .evaluation import LEADERBOARD, accuracy, prediction_path, write_predictions
+from .finetune import add_mode_arguments, get_mode
+from .train import fit, pick_device, seed_everything
+
+NUM_LABELS = {"sst": 5, "cfimdb": 2}
+POOLINGS = ("mean", "cls", "pooler")
+
+
+class SentimentClassifier(nn.Module):
+    """BERT, then dropout and a linear layer on a sentence vector -> class logits.
+
+    The sentence vector is, by default, the mean of the final hidden states over the tokens that are
+    not padding (pooling="mean"); "cls" takes the [CLS] token's final hidden state and "pooler" the
+    pooler's tanh(Wp h_[CLS] + bp). Mean pooling is the default because it trains best on the offline
+    MiniLM, a sentence-embedding model trained with mean pooling: a linear probe on the frozen encoder
+    reaches 0.415 SST dev accuracy with the mean, 0.374 with [CLS] and 0.32 with the pooler (3 epochs).
+    """
+
+    def __init__(self, bert: minbert.BertModel, num_labels: int, dropout: float | None = None,
+                 pooling: str = "mean"):
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
+        self.bert = bert
+        self.num_labels, self.pooling = num_labels, pooling
+        p = bert.config.hidden_dropout_prob if dropout is None else dropout
+        self.dropout = nn.Dropout(p)
+        self.head = nn.Linear(bert.config.hidden_size, num_labels)   # W: (num_labels, H), b: (num_labels,)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Token ids and mask (B, T) -> unnormalised class scores (B, num_labels)."""
+        out = self.bert(input_ids, attention_mask, token_type_ids)
+        ### BEGIN SOLUTION
+        if self.pooling == "mean":
+            keep = attention_mask[..., None].to(out.last_hidden_state.dtype)          # (B, T, 1)
+            h = (out.last_hidden_state * keep).sum(1) / keep.sum(1).clamp(min=1.0)   # (B, H)
+        elif self.pooling == "cls":
+            h = out.last_hidden_state[:, 0]                                          # (B, H)
+        else:
+            h = out.pooler_output                                                    # (B, H)
+        return self.head(self.dropout(h))                                            # (B, num_labels)
+        ### END SOLUTION
+
+
+def classification_loss(model: nn.Module, batch: dict) -> torch.Tensor:
+    """Mean cross-entropy of a batch's logits against its labels."""
+    logits = model(**model_inputs(batch))                  # (B, C)
+    return F.cross_entropy(logits, batch["labels"])
+
+
+@torch.no_grad()
+def predict(model: nn.Module, examples: Records, collate: Collator, batch_size: int, lengths: list[int],
+            device: torch.device) -> list[int]:
+    """The argmax class of every example, in the examples' order (batched by length for speed)."""
+    was_training = model.training
+    model.eval()
+    out: dict[str, int] = {}
+    for batch in batches(examples, collate, batch_size, bucket=True, lengths=lengths):
+        batch = to_device(batch, device)
+        logits = model(**model_inputs(batch))              # (B, C)
+        out.update(zip(batch["ids"], logits.argmax(-1).tolist()))
+    model.train(was_training)
+    return [out[e.id] for e in examples]
+
+
+@dataclass
+class Split:
+    """One loaded file with its token lengths (for bucketing)."""
+
+    name: str
+    records: Records
+    lengths: list[int]
+
+
+def load_split(name: str, path: str | Path, task: str, tokenizer: minbert.Tokenizer, limit: int | None = None) -> Split:
+    records = TASKS[task].read(path)
+    print(records.summary(), file=sys.stderr)
+    if limit is not None and limit < len(records):
+        records = Records(records[:limit], records.path, records.labelled, records.skipped)
+    if not records:
+        raise SystemExit(f"{path}: no examples to use")
+    return Split(name, records, token_lengths(records, tokenizer))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tasks.classifier", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", choices=sorted(NUM_LABELS), default="sst",
+                   help="sst: 5-way sentiment of movie-review phrases; cfimdb: binary sentiment of long reviews")
+    p.add_argument("--model", default="minilm",
+                   help="checkpoint: the offline alias 'minilm' (default), a Hub name such as bert-base-uncased, "
+                        "or a local directory with config.json and weights")
+    add_mode_arguments(p)
+    p.add_argument("--epochs", type=int, default=3, help="training epochs (default 3)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the fine-tune mode's own)")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW's decoupled weight decay (default 0)")
+    p.add_argument("--batch-size", type=int, default=32, help="training batch size (default 32)")
+    p.add_argument("--eval-batch-size", type=int, default=128, help="batch size for dev/test prediction")
+    p.add_argument("--dropout", type=float, default=None, help="dropout before the head (default: the model's, 0.1)")
+    p.add_argument("--pooling", choices=POOLINGS, default="mean",
+                   help="sentence vector for the head: mean of the final hidden states (default), "
+                        "the [CLS] state, or the pooler output")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="truncate inputs to this many tokens (default: the model's limit, 512)")
+    p.add_argument("--no-bucket", dest="bucket", action="store_false",
+                   help="batch training examples in random order instead of by similar length")
+    p.add_argument("--seed", type=int, default=11711, help="random seed for initialisation, order and dropout")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto",
+                   help="auto picks cuda, then mps, then cpu")
+    p.add_argument("--max-train-examples", type=int, default=None,
+                   help="use only the first N training examples (quick runs)")
+    p.add_argument("--data-dir", default="data", help="where the default task files live (default: data)")
+    p.add_argument("--train-file", default=None, help="training file (default: DATA_DIR/ids-{task}-train.csv)")
+    p.add_argument("--dev-file", default=None, help="dev file for model selection (default: DATA_DIR/ids-{task}-dev.csv)")
+    p.add_argument("--test-file", default=None,
+                   help="test file to predict (default: DATA_DIR/ids-{task}-test-student.csv); scored too if labelled")
+    p.add_argument("--predictions-dir", default="predictions",
+                   help="where {task}-dev-output.csv and {task}-test-output.csv go (default: predictions)")
+    p.add_argument("--checkpoint", default=None,
+                   help="checkpoint written after every epoch (default: checkpoints/{task}-{mode}.pt)")
+    p.add_argument("--resume", default=None, metavar="PATH", help="continue the run saved in this checkpoint")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
+    return p
+
+
+RUN_SETTINGS_EXCLUDED = {"progress", "eval_batch_size", "checkpoint", "resume", "predictions_dir", "device"}
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Train, select on dev, write the prediction files; returns the dev (and test) accuracy and history."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    mode = get_mode(args.fine_tune_mode)
+    lr = args.lr if args.lr is not None else mode.default_lr
+    device = pick_device(args.device)
+    files = TASKS[args.task]
+    tokenizer = minbert.Tokenizer.from_pretrained(args.model, max_length=args.max_length)
+    train = load_split("train", args.train_file or files.path(args.data_dir, "train"), args.task, tokenizer,
+                       args.max_train_examples)
+    dev = load_split("dev", args.dev_file or files.path(args.data_dir, "dev"), args.task, tokenizer)
+    test = load_split("test", args.test_file or files.path(args.data_dir, "test"), args.task, tokenizer)
+    if not (train.records.labelled and dev.records.labelled):
+        raise SystemExit("the training and dev files must have labels")
+
+    seed_everything(args.seed)
+    model = SentimentClassifier(minbert.load_pretrained(args.model), NUM_LABELS[args.task], args.dropout,
+                                args.pooling)
+    params = mode.setup(model, args)
+    model.to(device)
+    optimizer = minbert.AdamW(params, lr=lr, weight_decay=args.weight_decay)
+    n_train = sum(p.numel() for p in params)
+    print(f"{args.task}: {len(train.records)} train, {len(dev.records)} dev, {len(test.records)} test examples; "
+          f"{args.fine_tune_mode} trains {n_train:,} of {sum(p.numel() for p in model.parameters()):,} parameters; "
+          f"lr {lr:g}; device {device}", file=sys.stderr)
+
+    collate = Collator(tokenizer)
+
+    def epoch_batches(epoch: int) -> list[dict]:
+        return batches(train.records, collate, args.batch_size, shuffle=True, seed=args.seed * 1_000_003 + epoch,
+                       bucket=args.bucket, lengths=train.lengths)
+
+    def evaluate(m: nn.Module) -> dict[str, float]:
+        preds = predict(m, dev.records, collate, args.eval_batch_size, dev.lengths, device)
+        return {"accuracy": accuracy(preds, [e.label for e in dev.records])}
+
+    config = {k: v for k, v in vars(args).items() if k not in RUN_SETTINGS_EXCLUDED and isinstance(
+        v, (str, int, float, bool, type(None), list, tuple))}
+    checkpoint = args.checkpoint or f"checkpoints/{args.task}-{args.fine_tune_mode}.pt"
+    post_step = (lambda m: mode.post_step(m, args)) if mode.post_step is not None else None
+    result = fit(model, optimizer, epoch_batches, classification_loss, evaluate, metric="accuracy",
+                 epochs=args.epochs, device=device, seed=args.seed, checkpoint=checkpoint, resume=args.resume,
+                 config=config, post_step=post_step, progress=args.progress)
+
+    model.load_state_dict(result.best_state)
+    summary = {"task": args.task, "best_epoch": result.best_epoch, "dev_accuracy": result.best_score,
+               "history": result.history, "checkpoint": checkpoint}
+    for split in (dev, test):
+        preds = predict(model, split.records, collate, args.eval_batch_size, split.lengths, device)
+        path = write_predictions(prediction_path(args.predictions_dir, args.task, split.name), args.task,
+                                 [e.id for e in split.records], preds)
+        line = f"wrote {path} ({LEADERBOARD[args.task].column}, {len(preds)} rows)"
+        if split.records.labelled:
+            summary[f"{split.name}_accuracy"] = accuracy(preds, [e.label for e in split.records])
+            line += f"; {split.name} accuracy {summary[f'{split.name}_accuracy']:.4f}"
+        print(line)
+        summary[f"{split.name}_predictions"] = str(path)
+    print(f"best dev accuracy {result.best_score:.4f} at epoch {result.best_epoch}")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

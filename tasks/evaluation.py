@@ -1,0 +1,200 @@
+"""Metrics, and prediction files in the CS224N leaderboard's format: writing them, reading them, checking them.
+
+The course's files look like this (a header naming the column, then `id , value` rows; the
+spaces and the grader's spelling `Predicted_Similiary` are part of the format):
+
+    id \\t Predicted_Sentiment \\n
+    b7573736a6ddf7be102b7fee0 , 3 \\n
+
+They are named {task}-{split}-output.csv with task sst, para or sts (cfimdb-* for CFIMDB).
+The reader is tolerant of whitespace and of tabs in place of the comma.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .data import TASKS, Records
+
+
+def accuracy(predictions: Sequence, labels: Sequence) -> float:
+    """The fraction of predictions equal to their labels."""
+    if len(predictions) != len(labels) or not labels:
+        raise ValueError(f"{len(predictions)} predictions for {len(labels)} labels")
+    return sum(int(p) == int(y) for p, y in zip(predictions, labels)) / len(labels)
+
+
+def pearson(predictions: Sequence[float], labels: Sequence[float]) -> float:
+    """Pearson's correlation r between predictions and gold similarities (0 if either is constant)."""
+    if len(predictions) != len(labels) or len(labels) < 2:
+        raise ValueError(f"{len(predictions)} predictions for {len(labels)} labels; need at least 2")
+    x = torch.tensor(predictions, dtype=torch.float64)
+    y = torch.tensor(labels, dtype=torch.float64)
+    x, y = x - x.mean(), y - y.mean()
+    denom = (x.norm() * y.norm()).item()
+    return 0.0 if denom == 0 else (x @ y).item() / denom
+
+
+@dataclass(frozen=True)
+class Leaderboard:
+    """One leaderboard task: its prediction column (as the grader spells it), its values and its metric."""
+
+    task: str                 # key into data.TASKS
+    column: str
+    kind: str                 # "class" (an int 0..num_classes-1) or "float"
+    num_classes: int = 0
+    metric: str = "accuracy"
+
+    def format(self, value: float) -> str:
+        if self.kind == "float":
+            return f"{float(value):.4f}"
+        return f"{float(value):.1f}" if self.task == "para" else str(int(value))
+
+    def parse(self, text: str) -> tuple[float | int, str | None]:
+        """(value, None), or (nan, reason) when the text is not a valid prediction for this task."""
+        try:
+            value = float(text)
+        except ValueError:
+            return math.nan, f"unparsable value {text!r}"
+        if not math.isfinite(value):
+            return math.nan, f"non-finite value {text!r}"
+        if self.kind == "float":
+            return value, None
+        if value != int(value) or not 0 <= value < self.num_classes:
+            return math.nan, f"value {text!r} out of range: expected an integer 0..{self.num_classes - 1}"
+        return int(value), None
+
+
+LEADERBOARD = {
+    "sst": Leaderboard("sst", "Predicted_Sentiment", "class", 5),
+    "para": Leaderboard("para", "Predicted_Is_Paraphrase", "class", 2),
+    "sts": Leaderboard("sts", "Predicted_Similiary", "float", metric="pearson"),
+    "cfimdb": Leaderboard("cfimdb", "Predicted_Sentiment", "class", 2),
+}
+
+
+def prediction_path(pred_dir: str | Path, task: str, split: str) -> Path:
+    return Path(pred_dir) / f"{task}-{split}-output.csv"
+
+
+def write_predictions(path: str | Path, task: str, ids: Sequence[str], values: Sequence) -> Path:
+    """Write a prediction file in the course's exact format, atomically (temp file + rename)."""
+    board = LEADERBOARD[task]
+    if len(ids) != len(values):
+        raise ValueError(f"{len(ids)} ids but {len(values)} predictions")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = f"id \t {board.column} \n" + "".join(f"{i} , {board.format(v)} \n" for i, v in zip(ids, values))
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+@dataclass
+class Report:
+    """What checking one prediction file found: the metric when it could be computed, and every problem."""
+
+    task: str
+    path: str
+    gold: str
+    n_predictions: int = 0
+    n_gold: int = 0
+    metric: str = ""
+    score: float | None = None
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+SPLIT = re.compile(r"\s*[,\t]\s*")
+MAX_LISTED = 10
+
+
+def read_predictions(path: str | Path, task: str, report: Report) -> dict[str, float | int]:
+    """id -> value from a prediction file; every bad line goes into report.errors as path:line: reason."""
+    board = LEADERBOARD[task]
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    values: dict[str, float | int] = {}
+    first_line: dict[str, int] = {}
+    start = 0
+    if lines and lines[0].strip():
+        head = SPLIT.split(lines[0].strip())
+        if head[0].lower() == "id":
+            start = 1
+            if len(head) != 2 or head[1] != board.column:
+                report.warnings.append(f"{path}:1: header {lines[0].strip()!r}; the grader expects "
+                                       f"'id \\t {board.column}' (spelled exactly so)")
+        else:
+            report.warnings.append(f"{path}:1: no header line; expected 'id \\t {board.column}'")
+    for n, line in enumerate(lines[start:], start + 1):
+        if not line.strip():
+            continue
+        cells = SPLIT.split(line.strip())
+        if len(cells) != 2 or not cells[0]:
+            report.errors.append(f"{path}:{n}: expected 'id , value', got {line.strip()!r}")
+            continue
+        ident, text = cells
+        value, problem = board.parse(text)
+        if problem:
+            report.errors.append(f"{path}:{n}: id {ident}: {problem}")
+            continue
+        if ident in values:
+            report.errors.append(f"{path}:{n}: duplicate id {ident} (first on line {first_line[ident]})")
+            continue
+        values[ident], first_line[ident] = value, n
+    return values
+
+
+def _listed(kind: str, ids: list[str], where: str) -> str:
+    shown = ", ".join(ids[:MAX_LISTED]) + (f", ... ({len(ids) - MAX_LISTED} more)" if len(ids) > MAX_LISTED else "")
+    return f"{len(ids)} {kind} ids {where}: {shown}"
+
+
+def check_predictions(path: str | Path, task: str, gold: Records) -> Report:
+    """Check a prediction file against the gold records (ids missing, duplicated, unknown; bad values),
+    and compute the task's metric when the file is clean and the gold file has labels."""
+    board = LEADERBOARD[task]
+    report = Report(task, str(path), str(gold.path), n_gold=len(gold), metric=board.metric)
+    values = read_predictions(path, task, report)
+    report.n_predictions = len(values)
+    gold_ids = {e.id for e in gold}
+    unknown = [i for i in values if i not in gold_ids]
+    missing = [e.id for e in gold if e.id not in values]
+    if unknown:
+        report.errors.append(_listed("unknown", unknown, f"not in {gold.path}"))
+    if missing:
+        report.errors.append(_listed("missing", missing, f"of {gold.path} have no prediction"))
+    if board.kind == "float":
+        outside = [i for i, v in values.items() if not 0.0 <= v <= 5.0]
+        if outside:
+            report.warnings.append(_listed("", outside, "have a similarity outside [0, 5] (fine for Pearson r)")
+                                   .replace("  ", " "))
+    if report.ok and gold.labelled:
+        preds = [values[e.id] for e in gold]
+        labels = [e.label for e in gold]
+        report.score = pearson(preds, labels) if board.metric == "pearson" else accuracy(preds, labels)
+    return report
+
+
+def overall_score(sst_accuracy: float, para_accuracy: float, sts_pearson: float) -> float:
+    """The leaderboard's overall score: the mean of SST accuracy, Quora accuracy and (r + 1) / 2."""
+    return (sst_accuracy + para_accuracy + (sts_pearson + 1) / 2) / 3
+
+
+def gold_records(data_dir: str | Path, task: str, split: str) -> Records | None:
+    """The gold (or test-input) records of a leaderboard task's split, None where the file does not exist."""
+    path = TASKS[task].path(data_dir, split)
+    return TASKS[task].read(path) if path.is_file() else None

@@ -1,0 +1,99 @@
+"""The instructor's scorer: check leaderboard prediction files against the gold files and score them.
+
+    python -m tasks.score predictions/ [--data-dir data] [--split dev] [--json]
+
+Reads whichever of sst-{split}-output.csv, para-{split}-output.csv and sts-{split}-output.csv are
+present, reports every missing, duplicate or unknown id and every unparsable or out-of-range
+value with file and line, and prints SST accuracy, Quora accuracy, STS Pearson r and the overall
+score (SST + Quora + (r + 1) / 2) / 3. Exit status 1 when a file has errors or none is found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from .evaluation import LEADERBOARD, Report, check_predictions, gold_records, overall_score, prediction_path
+
+BOARD = ("sst", "para", "sts")
+NAMES = {"sst": "SST accuracy", "para": "Quora accuracy", "sts": "STS Pearson r"}
+
+
+def score_directory(pred_dir: str | Path, data_dir: str | Path = "data", split: str = "dev") -> dict:
+    """{'reports': {task: Report}, 'overall': float | None, 'problems': [...]} for the files present."""
+    reports: dict[str, Report] = {}
+    problems = []
+    for task in BOARD:
+        path = prediction_path(pred_dir, task, split)
+        if not path.is_file():
+            continue
+        gold = gold_records(data_dir, task, split)
+        if gold is None:
+            problems.append(f"{path}: no gold file {Path(data_dir)}/... for {task} {split}; not checked")
+            continue
+        reports[task] = check_predictions(path, task, gold)
+    if not reports and not problems:
+        problems.append(f"{pred_dir}: no prediction files ({', '.join(f'{t}-{split}-output.csv' for t in BOARD)})")
+    scores = {t: r.score for t, r in reports.items()}
+    overall = None
+    if all(scores.get(t) is not None for t in BOARD):
+        overall = overall_score(scores["sst"], scores["para"], scores["sts"])
+    return {"reports": reports, "overall": overall, "problems": problems}
+
+
+def format_table(result: dict, split: str) -> str:
+    """The human-readable report: each file's problems, then the table of scores."""
+    out = []
+    for p in result["problems"]:
+        out.append(f"error: {p}")
+    for task, r in result["reports"].items():
+        for w in r.warnings:
+            out.append(f"warning: {w}")
+        for e in r.errors:
+            out.append(f"error: {e}")
+    rows = [("task", "file", "predictions", "score")]
+    for task in BOARD:
+        r = result["reports"].get(task)
+        if r is None:
+            rows.append((NAMES[task], "(absent)", "-", "-"))
+            continue
+        if r.errors:
+            shown = f"invalid ({len(r.errors)} errors)"
+        elif r.score is None:
+            shown = "ids ok (no gold labels)"
+        else:
+            shown = f"{r.score:.4f}"
+        rows.append((NAMES[task], Path(r.path).name, f"{r.n_predictions}/{r.n_gold}", shown))
+    overall = result["overall"]
+    rows.append(("overall", f"({split})", "", f"{overall:.4f}" if overall is not None else "n/a (needs all three)"))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(out + ([""] if out else []) + lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tasks.score", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("pred_dir", help="directory holding {sst,para,sts}-{split}-output.csv")
+    parser.add_argument("--data-dir", default="data", help="directory of the gold task files (default: data)")
+    parser.add_argument("--split", default="dev", help="dev (default), train or test; test files have no "
+                        "labels, so only ids and values are checked")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
+    args = parser.parse_args(argv)
+    result = score_directory(args.pred_dir, args.data_dir, args.split)
+    if args.json:
+        payload = {"split": args.split, "overall": result["overall"], "problems": result["problems"],
+                   "tasks": {t: {**asdict(r), "column": LEADERBOARD[t].column} for t, r in result["reports"].items()}}
+        print(json.dumps(payload, indent=2))
+    else:
+        print(format_table(result, args.split))
+    failed = result["problems"] or any(r.errors for r in result["reports"].values())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

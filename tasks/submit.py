@@ -1,0 +1,78 @@
+"""Zip the leaderboard prediction files for upload, refusing an incomplete or invalid set.
+
+    python -m tasks.submit [--pred-dir predictions] [--data-dir data] [--out submission.zip]
+
+A complete set is one prediction file {sst,para,sts}-{split}-output.csv for every task and split
+(dev, test) whose gold or test-input file exists in the data directory. With the files shipped
+in data/ that is five files: sst-dev, sst-test, para-dev, sts-dev, sts-test (there is no Quora
+test file here, so no para-test file is asked for; one that is present is checked and included).
+Every file is checked as tasks.score checks it (ids missing, duplicate or unknown, bad values);
+any error refuses the upload with the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from .evaluation import check_predictions, gold_records, prediction_path
+from .score import BOARD
+
+SPLITS = ("dev", "test")
+
+
+def expected_files(data_dir: str | Path) -> list[tuple[str, str]]:
+    """(task, split) for every leaderboard task and split whose gold or input file exists."""
+    from .data import TASKS
+    return [(t, s) for t in BOARD for s in SPLITS if TASKS[t].path(data_dir, s).is_file()]
+
+
+def make_submission(pred_dir: str | Path, data_dir: str | Path, out: str | Path) -> tuple[Path | None, list[str]]:
+    """Check the set and write the zip atomically; returns (zip path or None, the problems that refused it)."""
+    problems, files = [], []
+    for task, split in expected_files(data_dir):
+        path = prediction_path(pred_dir, task, split)
+        if not path.is_file():
+            problems.append(f"{path}: missing (needed because {task} {split} data exists)")
+            continue
+        report = check_predictions(path, task, gold_records(data_dir, task, split))
+        problems += report.errors
+        files.append(path)
+    if problems:
+        return None, problems
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+    os.close(fd)
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        for path in files:
+            z.write(path, arcname=f"predictions/{path.name}")
+    os.replace(tmp, out)
+    return out, []
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tasks.submit", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pred-dir", default="predictions", help="directory of the prediction files (default: predictions)")
+    parser.add_argument("--data-dir", default="data", help="directory of the task files that define the set (default: data)")
+    parser.add_argument("--out", default="submission.zip", help="the zip to write (default: submission.zip)")
+    args = parser.parse_args(argv)
+    out, problems = make_submission(args.pred_dir, args.data_dir, args.out)
+    if problems:
+        print("refusing to build the submission:", file=sys.stderr)
+        for p in problems:
+            print(f"  {p}", file=sys.stderr)
+        return 1
+    with zipfile.ZipFile(out) as z:
+        names = z.namelist()
+    print(f"wrote {out} with {len(names)} files: {', '.join(names)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
