@@ -1,9 +1,11 @@
 """A small reproduction of BitFit's Table 3 (Ben-Zaken et al., 2022) on SST with the offline MiniLM.
 
-    PYTHONPATH=. python benchmarks/bitfit_table3.py --max-train-examples 4000 --epochs 1 --out runs/bitfit_table3
+    PYTHONPATH=. python benchmarks/bitfit_table3.py --train-examples 4000 --epochs 1 --out runs/bitfit_table3
 
 Runs `python -m tasks.classifier` once per row, one after the other, same seed and budget, each logging
-to OUT/<row>.log; after every row OUT/results.json and OUT/table3.md are rewritten, so an interrupted
+to OUT/<row>.log. --train-examples N trains on N rows drawn at random (seeded) from the SST training
+file, written to OUT/sst-train-sample.csv: the file is ordered by sentiment in long runs, so its first N
+rows (the classifier's --max-train-examples) would be a skewed sample. After every row OUT/results.json and OUT/table3.md are rewritten, so an interrupted
 run keeps the rows that finished. At the end it draws the paper's Figure 1 (mean |b0 - bF| per term and
 layer) for the full fine-tuning and BitFit `all` runs into benchmarks/figures/.
 """
@@ -11,7 +13,9 @@ layer) for the full fine-tuning and BitFit `all` runs into benchmarks/figures/.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import random
 import re
 import subprocess
 import sys
@@ -45,8 +49,8 @@ def run_row(row: str, args: argparse.Namespace, out: Path) -> dict:
     cmd = [sys.executable, "-m", "tasks.classifier", "--task", "sst", *ROWS[row], "--epochs", str(args.epochs),
            "--seed", str(args.seed), "--batch-size", str(args.batch_size), "--no-progress",
            "--checkpoint", str(out / f"{name}.pt"), "--predictions-dir", str(out / f"pred-{name}")]
-    if args.max_train_examples:
-        cmd += ["--max-train-examples", str(args.max_train_examples)]
+    if args.train_examples:
+        cmd += ["--train-file", str(out / "sst-train-sample.csv")]
     t0 = time.time()
     with open(out / f"{name}.log", "w") as log:
         log.write(" ".join(cmd) + "\n")
@@ -61,8 +65,21 @@ def run_row(row: str, args: argparse.Namespace, out: Path) -> dict:
             "log": str(out / f"{name}.log")}
 
 
+def sample_training_file(n: int, seed: int, out: Path) -> Path:
+    """n rows of the SST training file drawn at random, in the same tab-separated format."""
+    with open(ROOT / "data" / "ids-sst-train.csv", newline="") as f:
+        header, *rows = list(csv.reader(f, delimiter="\t"))
+    if n > len(rows):
+        raise SystemExit(f"--train-examples {n}: the training file has only {len(rows)} rows")
+    rows = random.Random(seed).sample(rows, n)
+    path = out / "sst-train-sample.csv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f, delimiter="\t", lineterminator="\n").writerows([header, *rows])
+    return path
+
+
 def write_table(results: list[dict], out: Path, args: argparse.Namespace) -> str:
-    title = (f"SST-5 dev accuracy, MiniLM, {args.max_train_examples or 'all'} training examples, "
+    title = (f"SST-5 dev accuracy, MiniLM, {args.train_examples or 'all'} training examples (random sample), "
              f"{args.epochs} epoch(s), batch {args.batch_size}, seed {args.seed}")
     lines = [title, "",
              "| row | trainable (incl. head) | lr | dev accuracy | minutes |", "|---|---:|---:|---:|---:|"]
@@ -103,7 +120,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default=",".join(map(slug, ROWS)),
                     help=f"comma-separated, from: {', '.join(map(slug, ROWS))} (default: all, in this order)")
-    ap.add_argument("--max-train-examples", type=int, default=4000)
+    ap.add_argument("--train-examples", type=int, default=4000, help="random training sample size (0: all)")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--seed", type=int, default=11711)
@@ -119,6 +136,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if not args.figures_only:
+        if args.train_examples:
+            sample_training_file(args.train_examples, args.seed, out)
         results = []
         for row in rows:
             results.append(run_row(row, args, out))
