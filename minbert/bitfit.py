@@ -75,7 +75,9 @@ def freeze(model: BertModel, terms: str | Sequence[str] = "all") -> list[str]:
 
     Every weight, LayerNorm gain and embedding table gets requires_grad=False, so backward computes no
     gradient for them (only the activations' gradients the biases need) and an optimizer never sees them.
-    Parameters outside `model` (the task head) are left as they are.
+    Parameters outside `model` (the task head) are left as they are. 'all' includes `embeddings.bLN`
+    (it shifts every token's input to layer 0) and `pooler.bp` (it only gets a gradient if the head reads
+    pooler_output; a head on [CLS] or mean-pooled states leaves it at its pretrained value).
     """
     _check_encoder(model)
     chosen = set(parse_terms(terms))
