@@ -17,6 +17,9 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e . || $(PY) -m pip install -q --no-deps -e .
 	touch $@
 
+train: install
+	$(PY) -m tasks.classifier --task sst --fine-tune-mode full-model --model minilm --epochs 3 --predictions-dir predictions
+
 test: install
 	$(PY) -m pytest tests
 

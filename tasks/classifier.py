@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> dict:
         return {"accuracy": accuracy(preds, [e.label for e in dev.records])}
 
     config = {k: v for k, v in vars(args).items() if k not in RUN_SETTINGS_EXCLUDED and isinstance(
-        v, (str, int, float, bool, type(None), list, tuple))}
+        v, (str, int, float, bool, type(None), list, tuple))} | {"lr": lr}
     checkpoint = args.checkpoint or f"checkpoints/{args.task}-{args.fine_tune_mode}.pt"
     post_step = (lambda m: mode.post_step(m, args)) if mode.post_step is not None else None
     result = fit(model, optimizer, epoch_batches, classification_loss, evaluate, metric="accuracy",

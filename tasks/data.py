@@ -93,6 +93,17 @@ def ptb_to_text(sentence: str) -> str:
     return PTB_RE.sub(lambda m: PTB[m.group(0)], sentence).strip()
 
 
+def unquote(text: str) -> str:
+    """Undo the extra layers of CSV quoting some cells carry: '"Do I need ""the"" here?"' -> 'Do I need "the" here?'.
+
+    Only a cell that is wrapped in quotes and contains doubled quotes is touched, one layer at a time.
+    """
+    text = text.strip()
+    while len(text) >= 2 and text[0] == text[-1] == '"' and '""' in text:
+        text = text[1:-1].replace('""', '"').strip()
+    return text
+
+
 @dataclass(frozen=True)
 class LabelSpec:
     """How a label column parses: int classes 0..num_classes-1, or a float in [low, high]."""
@@ -163,7 +174,7 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
             for name, text in zip(sentence_columns, texts):
                 if not text.strip():
                     raise ValueError(f"empty {name}")
-            texts = [ptb_to_text(t) if ptb else t.strip() for t in texts]
+            texts = [ptb_to_text(unquote(t)) if ptb else unquote(t) for t in texts]
             value = label.parse(cells[label_col]) if label_col is not None else None
         except ValueError as e:
             if strict:

@@ -55,7 +55,7 @@ class Leaderboard:
 
     def format(self, value: float) -> str:
         if self.kind == "float":
-            return f"{float(value):.4f}"
+            return repr(float(value))
         return f"{float(value):.1f}" if self.task == "para" else str(int(value))
 
     def parse(self, text: str) -> tuple[float | int, str | None]:

@@ -10,7 +10,6 @@ exactly where an uninterrupted run would be.
 
 from __future__ import annotations
 
-import copy
 import os
 import random
 import tempfile
@@ -144,7 +143,7 @@ def fit(
     start, history = 0, []
     best = FitResult(0, float("-inf"), cpu_state(model))
     if resume is not None:
-        state = load_checkpoint(resume, device)
+        state = load_checkpoint(resume)  # on the CPU: RNG states must stay there; load_state_dict moves the rest
         _check_config(resume, state.get("config", {}), config or {})
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -198,10 +197,6 @@ IGNORED_ON_RESUME = {"epochs", "checkpoint", "resume", "out_dir", "device", "pre
 
 def _check_config(path: str | Path, stored: dict, current: dict) -> None:
     diffs = [f"{k}: checkpoint {stored.get(k)!r}, now {current.get(k)!r}"
-             for k in sorted(set(stored) | set(current)) - IGNORED_ON_RESUME if stored.get(k) != current.get(k)]
+             for k in sorted((set(stored) | set(current)) - IGNORED_ON_RESUME) if stored.get(k) != current.get(k)]
     if diffs:
         raise ValueError(f"{path}: cannot resume a different run; settings differ: " + "; ".join(diffs))
-
-
-def copy_model(model: nn.Module) -> nn.Module:
-    return copy.deepcopy(model)

@@ -1,0 +1,160 @@
+"""The task readers on every real file in data/, their error reports, and batching."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import DATA
+
+from tasks.data import (
+    TASKS,
+    Collator,
+    DataError,
+    PairExample,
+    SentenceExample,
+    batch_indices,
+    batches,
+    ptb_to_text,
+    read_pairs,
+    read_sentences,
+    token_lengths,
+    unquote,
+)
+
+# (task, split) -> (examples loaded, labelled, skipped rows as (line, reason))
+EXPECTED = {
+    ("sst", "train"): (8000, True, []),
+    ("sst", "dev"): (1101, True, []),
+    ("sst", "test"): (2210, False, []),
+    ("cfimdb", "train"): (1707, True, []),
+    ("cfimdb", "dev"): (245, True, []),
+    ("cfimdb", "test"): (488, False, []),
+    ("para", "train"): (14212, True, [(1828, "empty label"), (9929, "empty sentence2")]),
+    ("para", "dev"): (4000, True, []),
+    ("sts", "train"): (5500, True, []),
+    ("sts", "dev"): (863, True, []),
+    ("sts", "test"): (1725, False, []),
+}
+
+
+@pytest.mark.parametrize("task,split", sorted(EXPECTED))
+def test_every_data_file_loads_with_the_right_counts(task, split):
+    n, labelled, skipped = EXPECTED[(task, split)]
+    records = TASKS[task].read(TASKS[task].path(DATA, split))
+    assert len(records) == n
+    assert records.labelled is labelled
+    assert [(s.line, s.reason) for s in records.skipped] == skipped
+    assert len({r.id for r in records}) == n                       # ids are unique
+    assert all(len(r.id) == 25 for r in records)
+    kind = PairExample if TASKS[task].pair else SentenceExample
+    assert all(isinstance(r, kind) for r in records)
+    if labelled:
+        labels = {r.label for r in records}
+        if task == "sts":
+            assert all(isinstance(v, float) and 0.0 <= v <= 5.0 for v in labels)
+            assert any(v != int(v) for v in labels)                # never cast to int
+        else:
+            assert labels == set(range(5 if task == "sst" else 2))
+    else:
+        assert all(r.label is None for r in records)
+
+
+def test_the_malformed_test_student_header_is_read_by_column_name():
+    # header "0\t\tid\tsentence": two index columns before the id
+    records = read_sentences(DATA / "ids-sst-test-student.csv")
+    assert records[0].id == "b7573736a6ddf7be102b7fee0"
+    assert records[0].sentence == "Effective but too-tepid biopic"
+    assert records[0].line == 2 and records[-1].line == 2211
+
+
+def test_quora_rows_with_an_empty_label_are_reported_with_file_and_line():
+    records = read_pairs(DATA / "quora-train.csv")
+    summary = records.summary()
+    assert "14212 examples loaded, 2 rows skipped (1 empty label; 1 empty sentence2)" in summary
+    assert f"{DATA / 'quora-train.csv'}:1828: empty label" in summary
+    assert f"{DATA / 'quora-train.csv'}:9929: empty sentence2" in summary
+    with pytest.raises(DataError, match=r"quora-train.csv:1828: empty label"):
+        read_pairs(DATA / "quora-train.csv", strict=True)
+
+
+def test_doubled_quotes_are_unquoted_and_quora_labels_are_ints():
+    records = read_pairs(DATA / "quora-train.csv")
+    row = next(r for r in records if r.id == "318658e273ac78f3b1e957b8b")
+    # the cell is """Which ... Do I need """"the"""" here?""": quoted twice over
+    assert row.sentence1 == ("Which is correct grammar: I graduated from University of XXXX or I graduated "
+                             'from the University of XXXX? Do I need "the" here?')
+    assert unquote('"A ""b"" c"') == 'A "b" c' and unquote('"kept"') == '"kept"'
+    assert {r.label for r in records} == {0, 1} and all(type(r.label) is int for r in records)
+
+
+def test_ptb_escapes_are_undone():
+    assert ptb_to_text(" -LRB- a -RRB- `` b '' ") == "( a ) \" b \""
+    sst = read_sentences(DATA / "ids-sst-train.csv")
+    assert not any("-LRB-" in r.sentence or "``" in r.sentence for r in sst)
+    assert any("-LRB-" in r.sentence for r in read_sentences(DATA / "ids-sst-train.csv", ptb=False))
+
+
+def test_every_kind_of_bad_row_is_reported(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text(
+        "\tid\tsentence\tsentiment\n"
+        "0\taaa\tfine\t3\n"
+        "1\tbbb\ttoo few columns\n"
+        "2\tccc\tempty label\t\n"
+        "3\tddd\tout of range\t7\n"
+        "4\teee\tnot a number\tpositive\n"
+        "5\tfff\tnot an integer\t2.5\n"
+        "6\t\tno id\t1\n"
+        "7\tggg\t\t1\n"
+        "8\thhh\tfine too\t0\n")
+    records = read_sentences(path)
+    assert [r.id for r in records] == ["aaa", "hhh"]
+    assert [(s.line, s.reason) for s in records.skipped] == [
+        (3, "3 columns, the header has 4"), (4, "empty label"), (5, "label out of range 0..4: '7'"),
+        (6, "unparsable label: 'positive'"), (7, "label out of range 0..4: '2.5'"), (8, "empty id"),
+        (9, "empty sentence")]
+    assert f"{path}:5: label out of range 0..4: '7'" in records.summary()
+    with pytest.raises(DataError, match=r"bad.csv:3: 3 columns"):
+        read_sentences(path, strict=True)
+
+
+def test_sts_range_and_wrong_headers(tmp_path):
+    path = tmp_path / "sts.csv"
+    path.write_text("\tid\tsentence1\tsentence2\tsimilarity\n0\ta\tx\ty\t5.5\n1\tb\tx\ty\t2.4\n")
+    records = TASKS["sts"].read(path)
+    assert [r.label for r in records] == [2.4]
+    assert records.skipped[0].reason == "label out of range [0, 5]: '5.5'"
+    with pytest.raises(DataError, match=r"sts.csv:1: the header .* has no sentence column"):
+        read_sentences(path)
+    with pytest.raises(DataError, match="no such file"):
+        read_sentences(tmp_path / "absent.csv")
+
+
+def test_collate_pads_to_the_longest_and_carries_labels_and_ids(tokenizer):
+    records = read_sentences(DATA / "ids-sst-dev.csv")[:4]
+    batch = Collator(tokenizer)(records)
+    lengths = token_lengths(records, tokenizer)
+    assert batch["input_ids"].shape == (4, max(lengths))
+    assert batch["attention_mask"].sum(1).tolist() == lengths
+    assert batch["labels"].dtype == torch.long and batch["labels"].tolist() == [r.label for r in records]
+    assert batch["ids"] == [r.id for r in records]
+    pairs = read_pairs(DATA / "sts-dev.csv", TASKS["sts"].label)[:3]
+    pb = Collator(tokenizer, float_labels=True)(pairs)
+    assert pb["labels"].dtype == torch.float and pb["token_type_ids"].max() == 1
+    unlabelled = Collator(tokenizer)(read_sentences(DATA / "ids-sst-test-student.csv")[:2])
+    assert "labels" not in unlabelled
+
+
+def test_bucketed_batches_cover_every_example_once_and_are_reproducible():
+    lengths = [(7 * i) % 53 for i in range(1000)]
+    a = batch_indices(lengths, 16, shuffle=True, seed=3, bucket=True, pool=10)
+    assert sorted(i for b in a for i in b) == list(range(1000))
+    assert a == batch_indices(lengths, 16, shuffle=True, seed=3, bucket=True, pool=10)
+    assert a != batch_indices(lengths, 16, shuffle=True, seed=4, bucket=True, pool=10)
+    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in a) / len(a)
+    plain = batch_indices(lengths, 16, shuffle=True, seed=3)
+    plain_spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in plain) / len(plain)
+    assert spread < plain_spread / 4                              # bucketing groups similar lengths
+    assert batch_indices(lengths, 16, shuffle=False) == [list(range(i, min(i + 16, 1000))) for i in range(0, 1000, 16)]
+    with pytest.raises(ValueError, match="lengths"):
+        batches([1, 2, 3], None, 2, bucket=True)

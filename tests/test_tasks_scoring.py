@@ -1,0 +1,149 @@
+"""Prediction files in the course's format, the scorer (tasks.score) and the submission zip (tasks.submit)."""
+
+from __future__ import annotations
+
+import json
+import math
+import zipfile
+
+import pytest
+from conftest import DATA
+
+from tasks import score, submit
+from tasks.evaluation import (
+    LEADERBOARD,
+    Report,
+    accuracy,
+    check_predictions,
+    gold_records,
+    overall_score,
+    pearson,
+    prediction_path,
+    read_predictions,
+    write_predictions,
+)
+
+
+def write_gold(pred_dir, task, split, corrupt=None):
+    """Write the gold labels (or, for test files, zeros) of a task's split as a prediction file."""
+    gold = gold_records(DATA, task, split)
+    ids = [e.id for e in gold]
+    values = [e.label if e.label is not None else 0 for e in gold]
+    return write_predictions(prediction_path(pred_dir, task, split), task, ids, values), gold
+
+
+def test_the_files_have_the_course_format_exactly(tmp_path):
+    path = write_predictions(tmp_path / "sst-dev-output.csv", "sst", ["a1", "b2"], [3, 0])
+    assert path.read_text() == "id \t Predicted_Sentiment \nb2 , 0 \n".replace("b2 , 0", "a1 , 3 \nb2 , 0")
+    sts = write_predictions(tmp_path / "sts-dev-output.csv", "sts", ["a1"], [2.75])
+    assert sts.read_text() == "id \t Predicted_Similiary \na1 , 2.75 \n"
+    para = write_predictions(tmp_path / "para-dev-output.csv", "para", ["a1"], [1])
+    assert para.read_text() == "id \t Predicted_Is_Paraphrase \na1 , 1.0 \n"
+
+
+def test_metrics():
+    assert accuracy([1, 2, 3, 4], [1, 2, 0, 4]) == 0.75
+    assert pearson([1.0, 2.0, 3.0], [2.0, 4.0, 6.5]) == pytest.approx(0.997949, abs=1e-6)
+    assert pearson([1.0, 2.0, 3.0], [3.0, 2.0, 1.0]) == pytest.approx(-1.0)
+    assert overall_score(0.5, 0.8, 0.6) == pytest.approx((0.5 + 0.8 + 0.8) / 3)
+    with pytest.raises(ValueError):
+        accuracy([1], [1, 2])
+
+
+def test_a_perfect_prediction_set_scores_one_and_round_trips(tmp_path):
+    for task in ("sst", "para", "sts"):
+        path, gold = write_gold(tmp_path, task, "dev")
+        report = Report(task, str(path), str(gold.path))
+        values = read_predictions(path, task, report)
+        assert report.errors == [] and report.warnings == []
+        assert values == {e.id: e.label for e in gold}          # ids and values survive the file
+    result = score.score_directory(tmp_path, DATA, "dev")
+    assert {t: r.score for t, r in result["reports"].items()} == {"sst": 1.0, "para": 1.0, "sts": pytest.approx(1.0)}
+    assert result["overall"] == pytest.approx(1.0)
+    assert result["problems"] == []
+
+
+def test_a_corrupted_file_gets_a_precise_complaint(tmp_path):
+    path, gold = write_gold(tmp_path, "sst", "dev")
+    lines = path.read_text().splitlines(keepends=True)
+    first, second, third = gold[0].id, gold[1].id, gold[2].id
+    lines[2] = lines[1]                                          # line 3 repeats line 2's id; gold[1] now missing
+    lines[3] = f"{third} , 7 \n"                                 # line 4: out of range
+    lines[4] = f"{gold[3].id} , positive \n"                     # line 5: unparsable
+    lines.append("ffffffffffffffffffffffff0 , 1 \n")              # unknown id
+    path.write_text("".join(lines))
+    report = check_predictions(path, "sst", gold)
+    n = len(lines)
+    assert report.errors == [
+        f"{path}:3: duplicate id {first} (first on line 2)",
+        f"{path}:4: id {third}: value '7' out of range: expected an integer 0..4",
+        f"{path}:5: id {gold[3].id}: unparsable value 'positive'",
+        f"1 unknown ids not in {gold.path}: ffffffffffffffffffffffff0",
+        f"3 missing ids of {gold.path} have no prediction: {second}, {third}, {gold[3].id}",
+    ]
+    assert report.score is None and n == 1103
+    result = score.score_directory(tmp_path, DATA, "dev")
+    assert "invalid (5 errors)" in score.format_table(result, "dev")
+    assert result["overall"] is None
+
+
+def test_the_reader_tolerates_whitespace_tabs_and_a_missing_header(tmp_path):
+    path = tmp_path / "sts-dev-output.csv"
+    path.write_text("id,Predicted_Similarity\n  abc\t3.5\n\ndef ,  1 \n")
+    report = Report("sts", str(path), "gold")
+    assert read_predictions(path, "sts", report) == {"abc": 3.5, "def": 1.0}
+    assert report.errors == []
+    assert "the grader expects 'id \\t Predicted_Similiary'" in report.warnings[0]
+    path.write_text("abc , 3.5\ndef , nan\n")
+    report = Report("sts", str(path), "gold")
+    assert read_predictions(path, "sts", report) == {"abc": 3.5}
+    assert report.errors == [f"{path}:2: id def: non-finite value 'nan'"]
+    assert "no header line" in report.warnings[0]
+
+
+def test_score_cli_prints_a_table_and_json(tmp_path, capsys):
+    for task in ("sst", "para", "sts"):
+        write_gold(tmp_path, task, "dev")
+    assert score.main([str(tmp_path), "--data-dir", str(DATA)]) == 0
+    table = capsys.readouterr().out
+    assert "SST accuracy" in table and "Quora accuracy" in table and "STS Pearson r" in table
+    assert "overall" in table and "1.0000" in table
+    assert score.main([str(tmp_path), "--data-dir", str(DATA), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["overall"] == pytest.approx(1.0)
+    assert payload["tasks"]["sst"]["score"] == 1.0 and payload["tasks"]["sst"]["column"] == "Predicted_Sentiment"
+    (tmp_path / "sts-dev-output.csv").unlink()
+    assert score.main([str(tmp_path), "--data-dir", str(DATA), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["overall"] is None
+    assert score.main([str(tmp_path / "empty"), "--data-dir", str(DATA)]) == 1
+
+
+def test_test_split_files_are_checked_for_ids_without_a_score(tmp_path):
+    path, gold = write_gold(tmp_path, "sts", "test")
+    report = check_predictions(path, "sts", gold)
+    assert report.ok and report.score is None and report.n_predictions == 1725
+
+
+def test_submit_refuses_an_incomplete_set_and_zips_a_complete_one(tmp_path, capsys):
+    pred = tmp_path / "predictions"
+    assert submit.expected_files(DATA) == [("sst", "dev"), ("sst", "test"), ("para", "dev"), ("sts", "dev"),
+                                           ("sts", "test")]
+    for task, split in submit.expected_files(DATA)[:-1]:
+        write_gold(pred, task, split)
+    out = tmp_path / "submission.zip"
+    assert submit.main(["--pred-dir", str(pred), "--data-dir", str(DATA), "--out", str(out)]) == 1
+    assert "sts-test-output.csv: missing" in capsys.readouterr().err and not out.exists()
+    write_gold(pred, "sts", "test")
+    assert submit.main(["--pred-dir", str(pred), "--data-dir", str(DATA), "--out", str(out)]) == 0
+    with zipfile.ZipFile(out) as z:
+        assert sorted(z.namelist()) == sorted(f"predictions/{t}-{s}-output.csv" for t, s in submit.expected_files(DATA))
+    bad = pred / "sst-test-output.csv"
+    bad.write_text(bad.read_text() + "ffffffffffffffffffffffff0 , 1 \n")
+    assert submit.main(["--pred-dir", str(pred), "--data-dir", str(DATA), "--out", str(tmp_path / "b.zip")]) == 1
+    assert "1 unknown ids" in capsys.readouterr().err
+
+
+def test_leaderboard_columns_are_spelled_as_the_grader_spells_them():
+    assert {t: b.column for t, b in LEADERBOARD.items() if t != "cfimdb"} == {
+        "sst": "Predicted_Sentiment", "para": "Predicted_Is_Paraphrase", "sts": "Predicted_Similiary"}
+    assert math.isnan(LEADERBOARD["para"].parse("2")[0])

@@ -1,0 +1,168 @@
+"""The classifier CLI and the shared training loop: kill-and-resume, fine-tune modes, checkpoints, devices."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+from conftest import DATA
+
+import minbert
+from tasks import classifier, finetune
+from tasks.classifier import SentimentClassifier, build_parser, run
+from tasks.train import Interrupted, load_checkpoint, pick_device, save_checkpoint
+
+
+@pytest.fixture
+def tiny_dir(tmp_path, tiny_config, minilm_dir):
+    """A tiny random BERT saved as a checkpoint directory, with MiniLM's vocabulary."""
+    torch.manual_seed(0)
+    directory = tmp_path / "tiny"
+    minbert.save_pretrained(minbert.BertModel(tiny_config), directory)
+    (directory / "vocab.txt").write_bytes((minilm_dir / "vocab.txt").read_bytes())
+    return directory
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Small slices of the real SST files; the test slice keeps its labels, so it is scored too."""
+    def piece(source, name, start, stop):
+        lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+        path = tmp_path / name
+        path.write_text(lines[0] + "".join(lines[1 + start:1 + stop]), encoding="utf-8")
+        return str(path)
+    return {"train": piece(DATA / "ids-sst-train.csv", "train.csv", 0, 48),
+            "dev": piece(DATA / "ids-sst-dev.csv", "dev.csv", 0, 40),
+            "test": piece(DATA / "ids-sst-dev.csv", "test.csv", 40, 70)}
+
+
+def argv(tiny_dir, files, tmp_path, name, *extra):
+    return ["--model", str(tiny_dir), "--train-file", files["train"], "--dev-file", files["dev"],
+            "--test-file", files["test"], "--device", "cpu", "--batch-size", "8", "--lr", "1e-3", "--no-progress",
+            "--checkpoint", str(tmp_path / f"{name}.pt"), "--predictions-dir", str(tmp_path / name), *extra]
+
+
+def test_kill_and_resume_reproduces_an_uninterrupted_run(tiny_dir, files, tmp_path, monkeypatch):
+    whole = run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "whole", "--epochs", "3")))
+
+    real_fit = classifier.fit
+
+    def crash_after_first_epoch(*args, **kwargs):
+        def kill(epoch, record):
+            if epoch == 1:
+                raise Interrupted("killed after epoch 1")
+        return real_fit(*args, **kwargs, on_epoch_end=kill)
+
+    monkeypatch.setattr(classifier, "fit", crash_after_first_epoch)
+    with pytest.raises(Interrupted):
+        run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "split", "--epochs", "3")))
+    assert load_checkpoint(tmp_path / "split.pt")["epoch"] == 1
+    monkeypatch.setattr(classifier, "fit", real_fit)
+    resumed = run(build_parser().parse_args(
+        argv(tiny_dir, files, tmp_path, "split", "--epochs", "3", "--resume", str(tmp_path / "split.pt"))))
+
+    a, b = load_checkpoint(tmp_path / "whole.pt"), load_checkpoint(tmp_path / "split.pt")
+    assert a["epoch"] == b["epoch"] == 3
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key
+        assert torch.equal(a["best_state"][key], b["best_state"][key]), key
+    for sa, sb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+        assert torch.equal(sa["exp_avg_sq"], sb["exp_avg_sq"])
+    strip = [{k: v for k, v in h.items() if not k.endswith("seconds")} for h in whole["history"]]
+    assert strip == [{k: v for k, v in h.items() if not k.endswith("seconds")} for h in resumed["history"]]
+    for split in ("dev", "test"):
+        assert (tmp_path / "whole" / f"sst-{split}-output.csv").read_text() == \
+            (tmp_path / "split" / f"sst-{split}-output.csv").read_text()
+    assert whole["dev_accuracy"] == resumed["dev_accuracy"] and "test_accuracy" in resumed
+    initial = minbert.load_pretrained(str(tiny_dir)).state_dict()
+    assert not torch.equal(a["model"]["bert.layers.0.Wq"], initial["layers.0.Wq"])   # it did train
+
+
+def test_resume_refuses_a_checkpoint_of_a_different_run(tiny_dir, files, tmp_path):
+    run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "one", "--epochs", "1")))
+    with pytest.raises(ValueError, match=r"cannot resume a different run; settings differ: lr: checkpoint 0.001, now 0.01"):
+        run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "one", "--epochs", "2", "--lr", "0.01",
+                                           "--resume", str(tmp_path / "one.pt"))))
+
+
+def test_last_linear_layer_trains_the_head_only(tiny_dir, files, tmp_path):
+    run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "frozen", "--epochs", "1",
+                                       "--fine-tune-mode", "last-linear-layer")))
+    state = load_checkpoint(tmp_path / "frozen.pt")
+    initial = minbert.load_pretrained(str(tiny_dir)).state_dict()
+    for key, value in initial.items():
+        assert torch.equal(state["model"][f"bert.{key}"], value), key
+    assert len(state["optimizer"]["state"]) == 2                   # head.weight and head.bias
+
+
+def test_a_registered_mode_plugs_into_the_loop_without_changes(tiny_dir, files, tmp_path):
+    calls = []
+
+    def biases_only(model, args):
+        for name, p in model.named_parameters():
+            p.requires_grad_(name.startswith("head.") or name.rsplit(".", 1)[-1].startswith("b"))
+        return finetune.trainable(model)
+
+    finetune.register(finetune.FineTuneMode("biases-only", biases_only, default_lr=1e-2, help="test mode",
+                                            post_step=lambda model, args: calls.append(1)))
+    try:
+        out = run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "bias", "--epochs", "1",
+                                                 "--fine-tune-mode", "biases-only")))
+    finally:
+        del finetune.MODES["biases-only"]
+    assert len(calls) == 6 and out["best_epoch"] == 1               # 48 examples / batch 8
+    state = load_checkpoint(tmp_path / "bias.pt")
+    initial = minbert.load_pretrained(str(tiny_dir)).state_dict()
+    assert torch.equal(state["model"]["bert.layers.0.Wq"], initial["layers.0.Wq"])
+    assert not torch.equal(state["model"]["bert.layers.0.bq"], initial["layers.0.bq"])
+
+
+def test_every_flag_is_explained_and_modes_have_their_own_lr():
+    parser = build_parser()
+    for action in parser._actions:
+        assert action.help, action.option_strings
+    text = parser.format_help()
+    for flag in ("--task", "--model", "--fine-tune-mode", "--epochs", "--lr", "--batch-size", "--seed", "--device",
+                 "--max-train-examples", "--train-file", "--dev-file", "--test-file", "--resume"):
+        assert flag in text
+    assert finetune.get_mode("last-linear-layer").default_lr == 1e-3
+    assert 1e-5 <= finetune.get_mode("full-model").default_lr <= 5e-5
+    with pytest.raises(ValueError, match="unknown fine-tune mode 'nope'"):
+        finetune.get_mode("nope")
+
+
+def test_pooling_and_head(tiny_config):
+    torch.manual_seed(0)
+    model = SentimentClassifier(minbert.BertModel(tiny_config), 5, dropout=0.0).eval()
+    ids = torch.tensor([[101, 2023, 102, 0], [101, 2023, 2003, 102]])
+    mask = (ids != 0).long()
+    logits = model(ids, mask)                                     # (B, 5)
+    assert logits.shape == (2, 5)
+    h = model.bert(ids, mask).last_hidden_state
+    expected = model.head(h[0, :3].mean(0))                       # padding left out of the mean
+    assert torch.allclose(logits[0], expected, atol=1e-6)
+    model.pooling = "cls"
+    assert torch.allclose(model(ids, mask), model.head(h[:, 0]), atol=1e-6)
+    with pytest.raises(ValueError, match="pooling"):
+        SentimentClassifier(model.bert, 5, pooling="max")
+
+
+def test_checkpoints_are_atomic_and_loaded_weights_only(tmp_path):
+    path = save_checkpoint(tmp_path / "c.pt", {"w": torch.ones(2), "epoch": 3})
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]      # no temporary file left behind
+    assert load_checkpoint(path)["epoch"] == 3
+    torch.save({"evil": Interrupted("not a tensor")}, tmp_path / "bad.pt")
+    with pytest.raises(pickle.UnpicklingError):
+        load_checkpoint(tmp_path / "bad.pt")
+    with pytest.raises(FileNotFoundError, match="no such checkpoint"):
+        load_checkpoint(tmp_path / "absent.pt")
+
+
+def test_device_selection():
+    assert pick_device("cpu") == torch.device("cpu")
+    expected = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    assert pick_device("auto").type == expected
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="no CUDA device"):
+            pick_device("cuda")
