@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=11711, help="random seed for initialisation, order and dropout")
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto",
                    help="auto picks cuda, then mps, then cpu")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch (default: torch's choice); 1 is often faster on a busy shared machine")
     p.add_argument("--max-train-examples", type=int, default=None,
                    help="use only the first N training examples (quick runs)")
     p.add_argument("--data-dir", default="data", help="where the default task files live (default: data)")
@@ -149,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-RUN_SETTINGS_EXCLUDED = {"progress", "eval_batch_size", "checkpoint", "resume", "predictions_dir", "device"}
+RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "checkpoint", "resume", "predictions_dir", "device"}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -158,6 +160,8 @@ def run(args: argparse.Namespace) -> dict:
     mode = get_mode(args.fine_tune_mode)
     lr = args.lr if args.lr is not None else mode.default_lr
     device = pick_device(args.device)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     files = TASKS[args.task]
     tokenizer = minbert.Tokenizer.from_pretrained(args.model, max_length=args.max_length)
     train = load_split("train", args.train_file or files.path(args.data_dir, "train"), args.task, tokenizer,

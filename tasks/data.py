@@ -8,9 +8,10 @@ The four formats (tab-separated, Python-csv quoting, an unnamed pandas index fir
     sentence pair, unlabelled     \\tid\\tsentence1\\tsentence2
 
 Columns are found by their header name, so the extra index column of the test-student files
-needs no special case. A row with the wrong number of columns, an empty id or sentence, or an
-empty, unparsable or out-of-range label is skipped and recorded (file, line, reason); the
-caller prints `records.summary()`, or passes strict=True to stop at the first bad row.
+needs no special case. A row with the wrong number of columns, an empty or repeated id, an
+empty sentence, or an empty, unparsable or out-of-range label is skipped and recorded (file,
+line, reason); the caller prints `records.summary()`, or passes strict=True to stop at the
+first bad row. Rows are never dropped silently.
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
     label_names = [c for c in header if c in LABEL_COLUMNS]
     label_col = header.index(label_names[0]) if label_names else None
     id_col, text_cols = header.index("id"), [header.index(c) for c in sentence_columns]
-    items, skipped = [], []
+    items, skipped, seen = [], [], {}
     for line, cells in rows:
         try:
             if len(cells) != len(header):
@@ -170,6 +171,8 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
             ident = cells[id_col].strip()
             if not ident:
                 raise ValueError("empty id")
+            if ident in seen:
+                raise ValueError(f"duplicate id {ident} (first on line {seen[ident]})")
             texts = [cells[i] for i in text_cols]
             for name, text in zip(sentence_columns, texts):
                 if not text.strip():
@@ -181,6 +184,7 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
                 raise DataError(f"{path}:{line}: {e}") from None
             skipped.append(Skipped(str(path), line, str(e)))
             continue
+        seen[ident] = line
         if len(texts) == 1:
             items.append(SentenceExample(ident, texts[0], value, line))
         else:

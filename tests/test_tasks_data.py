@@ -106,13 +106,14 @@ def test_every_kind_of_bad_row_is_reported(tmp_path):
         "5\tfff\tnot an integer\t2.5\n"
         "6\t\tno id\t1\n"
         "7\tggg\t\t1\n"
-        "8\thhh\tfine too\t0\n")
+        "8\thhh\tfine too\t0\n"
+        "9\taaa\trepeated id\t0\n")
     records = read_sentences(path)
     assert [r.id for r in records] == ["aaa", "hhh"]
     assert [(s.line, s.reason) for s in records.skipped] == [
         (3, "3 columns, the header has 4"), (4, "empty label"), (5, "label out of range 0..4: '7'"),
         (6, "unparsable label: 'positive'"), (7, "label out of range 0..4: '2.5'"), (8, "empty id"),
-        (9, "empty sentence")]
+        (9, "empty sentence"), (11, "duplicate id aaa (first on line 2)")]
     assert f"{path}:5: label out of range 0..4: '7'" in records.summary()
     with pytest.raises(DataError, match=r"bad.csv:3: 3 columns"):
         read_sentences(path, strict=True)

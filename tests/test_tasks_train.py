@@ -14,6 +14,15 @@ from tasks.classifier import SentimentClassifier, build_parser, run
 from tasks.train import Interrupted, load_checkpoint, pick_device, save_checkpoint
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models gain nothing from threads, and on a busy machine thread hand-offs cost seconds a step."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def tiny_dir(tmp_path, tiny_config, minilm_dir):
     """A tiny random BERT saved as a checkpoint directory, with MiniLM's vocabulary."""
