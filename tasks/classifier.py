@@ -146,7 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where {task}-dev-output.csv and {task}-test-output.csv go (default: predictions)")
     p.add_argument("--checkpoint", default=None,
                    help="checkpoint written after every epoch (default: checkpoints/{task}-{mode}.pt)")
-    p.add_argument("--resume", default=None, metavar="PATH", help="continue the run saved in this checkpoint")
+    p.add_argument("--resume", default=None, metavar="PATH",
+                   help="continue the run saved in this checkpoint (written after each epoch: a run killed "
+                        "mid-epoch repeats that epoch) to the same result as an uninterrupted run")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
     return p
 
