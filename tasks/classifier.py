@@ -209,6 +209,8 @@ def run(args: argparse.Namespace) -> dict:
                  config=config, post_step=post_step, progress=args.progress)
 
     model.load_state_dict(result.best_state)
+    if mode.after_fit is not None:
+        mode.after_fit(model, args)
     summary = {"task": args.task, "best_epoch": result.best_epoch, "dev_accuracy": result.best_score,
                "history": result.history, "checkpoint": checkpoint}
     for split in (dev, test):

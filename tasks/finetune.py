@@ -3,7 +3,8 @@
 A mode is a function (model, args) -> the parameters to optimise; it sets requires_grad itself.
 The model is a task model with an encoder `bert` and a task head `head` (an nn.Module or
 nn.ModuleDict). A mode may add its own command-line flags (add_arguments), pick its own default
-learning rate, and run a hook after every optimiser step (post_step), e.g. to re-apply a mask:
+learning rate, run a hook after every optimiser step (post_step), e.g. to re-apply a mask, and one
+on the selected model after training (after_fit), e.g. to save a small per-task file:
 
     register(FineTuneMode("my-mode", my_setup, default_lr=1e-4, help="..."))
 """
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from minbert import bitfit
+
 
 @dataclass(frozen=True)
 class FineTuneMode:
@@ -26,6 +29,7 @@ class FineTuneMode:
     default_lr: float
     help: str
     post_step: Callable[[nn.Module, argparse.Namespace], None] | None = None
+    after_fit: Callable[[nn.Module, argparse.Namespace], None] | None = None  # on the best model, once
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
 
 
@@ -66,6 +70,71 @@ register(FineTuneMode(
 register(FineTuneMode(
     "full-model", _full_model, default_lr=3e-5,
     help="train every parameter of the encoder and the head"))
+
+
+# BitFit (Ben-Zaken et al., 2022) and the controls of its Table 3: the encoder frozen but for a few of
+# its parameters, the task head trained. minbert.bitfit does the choosing; these modes only wire it here.
+
+def _bitfit_terms(value: str) -> str:
+    try:
+        bitfit.parse_terms(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
+def _bitfit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bitfit-terms", type=_bitfit_terms, default="all",
+                        help="bitfit: the bias terms to train, 'all' (every bias, the embedding LayerNorm's and the "
+                             "pooler's included) or a comma-separated subset of bq,bk,bv,bm1,bLN1,bm2,bm3,bLN2 "
+                             "such as bq,bm2; rand_*: the budget is what bitfit with these terms trains")
+    parser.add_argument("--bitfit-task-file", default=None, metavar="PATH",
+                        help="bitfit, frozen: also save the trained biases and the head, a few kilobytes, as a "
+                             "per-task file that minbert.bitfit.SharedBackbone.switch loads onto the backbone")
+
+
+def _bitfit(model: nn.Module, args: argparse.Namespace) -> list[nn.Parameter]:
+    bitfit.freeze(model.bert, getattr(args, "bitfit_terms", "all"))
+    model.head.requires_grad_(True)
+    return trainable(model)
+
+
+def _frozen(model: nn.Module, args: argparse.Namespace) -> list[nn.Parameter]:
+    bitfit.freeze(model.bert, "none")
+    model.head.requires_grad_(True)
+    return trainable(model)
+
+
+def _save_task_file(model: nn.Module, args: argparse.Namespace) -> None:
+    path = getattr(args, "bitfit_task_file", None)
+    if path:
+        meta = {k: str(v) for k, v in vars(args).items() if k in ("task", "model", "pooling", "fine_tune_mode",
+                                                                   "bitfit_terms") and v is not None}
+        size = bitfit.save_task(path, model.bert, model.head, meta)
+        print(f"wrote {path} ({size / 1024:.0f} KiB: the trained biases and the head)")
+
+
+def _random_control(how: str) -> Callable[[nn.Module, argparse.Namespace], list[nn.Parameter]]:
+    def setup(model: nn.Module, args: argparse.Namespace) -> list[nn.Parameter]:
+        budget = bitfit.bitfit_budget(model.bert, getattr(args, "bitfit_terms", "all"))
+        bitfit.freeze_random(model.bert, how, budget=budget, seed=getattr(args, "seed", 0))
+        model.head.requires_grad_(True)
+        return trainable(model)
+    return setup
+
+
+register(FineTuneMode(
+    "bitfit", _bitfit, default_lr=1e-3, add_arguments=_bitfit_arguments, after_fit=_save_task_file,
+    help="BitFit: train only the bias terms named by --bitfit-terms, and the head"))
+register(FineTuneMode(
+    "frozen", _frozen, default_lr=1e-3, after_fit=_save_task_file,
+    help="BitFit's 'frozen' control: no encoder parameter trains, only the head"))
+register(FineTuneMode(
+    "rand_uniform", _random_control("rand_uniform"), default_lr=1e-3,
+    help="BitFit's control: as many random encoder entries as bitfit trains (chosen from --seed), and the head"))
+register(FineTuneMode(
+    "rand_row_col", _random_control("rand_row_col"), default_lr=1e-3,
+    help="BitFit's control: the same budget as random whole rows and columns of the encoder's matrices"))
 
 
 def add_mode_arguments(parser: argparse.ArgumentParser) -> None:
