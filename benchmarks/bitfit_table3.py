@@ -4,8 +4,8 @@
 
 Runs `python -m tasks.classifier` once per row, one after the other, same seed and budget, each logging
 to OUT/<row>.log. --train-examples N trains on N rows drawn at random (seeded) from the SST training
-file, written to OUT/sst-train-sample.csv: the file is ordered by sentiment in long runs, so its first N
-rows (the classifier's --max-train-examples) would be a skewed sample. After every row OUT/results.json and OUT/table3.md are rewritten, so an interrupted
+file, written to OUT/sst-train-sample.csv (the file is ordered by sentiment in long runs, so its first N
+rows would be a skewed sample), so that every row reads the same file. After every row OUT/results.json and OUT/table3.md are rewritten, so an interrupted
 run keeps the rows that finished. At the end it draws the paper's Figure 1 (mean |b0 - bF| per term and
 layer) for the full fine-tuning and BitFit `all` runs into benchmarks/figures/.
 """

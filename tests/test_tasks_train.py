@@ -175,3 +175,22 @@ def test_device_selection():
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="no CUDA device"):
             pick_device("cuda")
+
+
+def test_max_train_examples_is_a_seeded_random_sample(tokenizer):
+    """The SST training file is grouped by sentiment: a limit must sample rows, not take the first ones."""
+    path = DATA / "ids-sst-train.csv"
+    a = classifier.load_split("train", path, "sst", tokenizer, limit=200, seed=1)
+    b = classifier.load_split("train", path, "sst", tokenizer, limit=200, seed=1)
+    c = classifier.load_split("train", path, "sst", tokenizer, limit=200, seed=2)
+    first = [r.label for r in first_rows(path, 200)]
+    assert [r.id for r in a.records] == [r.id for r in b.records]          # same seed, same rows
+    assert [r.id for r in a.records] != [r.id for r in c.records]          # another seed, other rows
+    assert len({r.label for r in a.records}) == 5                          # every class is present
+    assert max(first.count(k) for k in set(first)) / 200 > 0.5 > max(
+        [r.label for r in a.records].count(k) for k in range(5)) / 200     # the first rows are skewed, the sample is not
+
+
+def first_rows(path, n):
+    from tasks.data import TASKS
+    return list(TASKS["sst"].read(path))[:n]

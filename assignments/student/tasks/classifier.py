@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,11 +97,14 @@ class Split:
     lengths: list[int]
 
 
-def load_split(name: str, path: str | Path, task: str, tokenizer: minbert.Tokenizer, limit: int | None = None) -> Split:
+def load_split(name: str, path: str | Path, task: str, tokenizer: minbert.Tokenizer, limit: int | None = None,
+               seed: int = 0) -> Split:
+    """Read a split; with `limit`, keep a seeded random sample of that many rows (files are often sorted by label)."""
     records = TASKS[task].read(path)
     print(records.summary(), file=sys.stderr)
     if limit is not None and limit < len(records):
-        records = Records(records[:limit], records.path, records.labelled, records.skipped)
+        keep = sorted(random.Random(seed).sample(range(len(records)), limit))  # file order, random rows
+        records = Records([records[i] for i in keep], records.path, records.labelled, records.skipped)
     if not records:
         raise SystemExit(f"{path}: no examples to use")
     return Split(name, records, token_lengths(records, tokenizer))
@@ -134,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for torch (default: torch's choice); 1 is often faster on a busy shared machine")
     p.add_argument("--max-train-examples", type=int, default=None,
-                   help="use only the first N training examples (quick runs)")
+                   help="train on a random sample of N examples, drawn with --seed (quick runs)")
     p.add_argument("--data-dir", default="data", help="where the default task files live (default: data)")
     p.add_argument("--train-file", default=None, help="training file (default: DATA_DIR/ids-{task}-train.csv)")
     p.add_argument("--dev-file", default=None, help="dev file for model selection (default: DATA_DIR/ids-{task}-dev.csv)")
@@ -165,7 +169,7 @@ def run(args: argparse.Namespace) -> dict:
     files = TASKS[args.task]
     tokenizer = minbert.Tokenizer.from_pretrained(args.model, max_length=args.max_length)
     train = load_split("train", args.train_file or files.path(args.data_dir, "train"), args.task, tokenizer,
-                       args.max_train_examples)
+                       args.max_train_examples, args.seed)
     dev = load_split("dev", args.dev_file or files.path(args.data_dir, "dev"), args.task, tokenizer)
     test = load_split("test", args.test_file or files.path(args.data_dir, "test"), args.task, tokenizer)
     if not (train.records.labelled and dev.records.labelled):
@@ -201,6 +205,8 @@ def run(args: argparse.Namespace) -> dict:
                  config=config, post_step=post_step, progress=args.progress)
 
     model.load_state_dict(result.best_state)
+    if mode.after_fit is not None:
+        mode.after_fit(model, args)
     summary = {"task": args.task, "best_epoch": result.best_epoch, "dev_accuracy": result.best_score,
                "history": result.history, "checkpoint": checkpoint}
     for split in (dev, test):
