@@ -62,6 +62,8 @@ def fused_attention(
 ) -> torch.Tensor:
     """The same computation as attention(), through torch's fused scaled_dot_product_attention kernel."""
     B, nh, T, hs = q.shape
+    if not mask.any():  # no padding: without a mask torch can pick its flash kernel, which never forms (T, T)
+        mask = None
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p if training else 0.0)
     return out.transpose(1, 2).reshape(B, T, nh * hs)  # (B, nh, T, hs) -> (B, T, H)
 
