@@ -276,6 +276,7 @@ def plot_bias_change(change: Mapping[str, Sequence[float]], path: str | Path, ti
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     tmp = Path(path).with_suffix(".tmp.png")
+    tmp.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(tmp, dpi=120)
     plt.close(fig)
     os.replace(tmp, path)
