@@ -40,3 +40,12 @@ def tiny_config() -> minbert.BertConfig:
     """A 2-layer, hidden-32 BERT with the real vocabulary size: fast enough for any unit test."""
     return minbert.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                               intermediate_size=64, max_position_embeddings=128)
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny tensors gain nothing from a second intra-op thread, and on a busy machine its hand-offs cost seconds."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

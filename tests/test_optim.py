@@ -13,13 +13,7 @@ STEPS = 1000
 TOLERANCE = {torch.float32: 1e-6, torch.float64: 1e-12}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: a second intra-op thread only adds synchronisation (and stalls on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def train(optimizer_class: type, dtype: torch.dtype, **kwargs) -> tuple[list[torch.Tensor], ...]:

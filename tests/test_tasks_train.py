@@ -13,14 +13,7 @@ from tasks import classifier, finetune
 from tasks.classifier import SentimentClassifier, build_parser, run
 from tasks.train import Interrupted, load_checkpoint, pick_device, save_checkpoint
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a busy machine thread hand-offs cost seconds a step."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture
