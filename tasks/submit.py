@@ -4,8 +4,7 @@
 
 A complete set is one prediction file {sst,para,sts}-{split}-output.csv for every task and split
 (dev, test) whose gold or test-input file exists in the data directory. With the files shipped
-in data/ that is five files: sst-dev, sst-test, para-dev, sts-dev, sts-test (there is no Quora
-test file here, so no para-test file is asked for; one that is present is checked and included).
+in data/ that is the leaderboard's six files: {sst,para,sts}-{dev,test}-output.csv.
 Every file is checked as tasks.score checks it (ids missing, duplicate or unknown, bad values);
 any error refuses the upload with the report.
 """

@@ -94,6 +94,16 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dic
     return torch.load(path, map_location=device, weights_only=True)
 
 
+PRECISIONS = ("fp32", "bf16")
+
+
+def autocast(device: torch.device, precision: str) -> torch.autocast:
+    """The autocast context for a precision: fp32 is autocast switched off."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
 def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """A copy of the model's state dict on the CPU (for keeping the best epoch)."""
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
@@ -131,11 +141,15 @@ def fit(
     on_epoch_end: Callable[[int, dict], None] | None = None,
     log: Callable[[str], None] = print,
     progress: bool = True,
+    precision: str = "fp32",
 ) -> FitResult:
     """Train for `epochs` epochs; after each, evaluate on dev, keep the best state by `metric`, checkpoint.
 
     epoch_batches(epoch) gives that epoch's collated batches (shuffled from seed and epoch);
-    loss_fn(model, batch) gives the mean loss of a batch on the device. `config` (plain values)
+    loss_fn(model, batch) gives the mean loss of a batch on the device; a batch may name its task
+    (batch["task"], as the multitask schedules do), and the record then also holds each task's mean
+    training loss, train_loss_{task}. precision "bf16" runs loss_fn under torch.autocast (bf16 matrix
+    products; parameters, optimiser state and the update stay fp32). `config` (plain values)
     is stored in the checkpoint; on resume, a stored config that differs in any key but
     'epochs' and the paths is an error, since the run would not continue the same experiment.
     """
@@ -156,23 +170,31 @@ def fit(
     for epoch in range(start, epochs):
         model.train()
         t0, total, n = time.perf_counter(), 0.0, 0
+        per_task: dict[str, list[float]] = {}  # task -> [loss sum, batches]
         batches: Iterable[dict] = epoch_batches(epoch)
-        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{epochs}", disable=not progress, leave=False)
+        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{epochs}", disable=not progress, leave=False,
+                   total=len(batches) if hasattr(batches, "__len__") else None)
         for batch in bar:
             batch = to_device(batch, device)
-            loss = loss_fn(model, batch)
+            with autocast(device, precision):
+                loss = loss_fn(model, batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             if post_step is not None:
                 post_step(model)
-            total, n = total + loss.item(), n + 1
+            value = loss.item()
+            total, n = total + value, n + 1
+            if "task" in batch:
+                acc = per_task.setdefault(batch["task"], [0.0, 0])
+                acc[0], acc[1] = acc[0] + value, acc[1] + 1
             bar.set_postfix(loss=f"{total / n:.4f}")
         train_time = time.perf_counter() - t0
         model.eval()
         with torch.no_grad():
             scores = evaluate(model)
-        record = {"epoch": epoch + 1, "train_loss": total / max(n, 1), "train_seconds": train_time,
+        record = {"epoch": epoch + 1, "train_loss": total / max(n, 1),
+                  **{f"train_loss_{t}": s / k for t, (s, k) in sorted(per_task.items())}, "train_seconds": train_time,
                   "eval_seconds": time.perf_counter() - t0 - train_time, **{f"dev_{k}": v for k, v in scores.items()}}
         history.append(record)
         improved = scores[metric] > best.best_score

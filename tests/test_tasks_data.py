@@ -31,6 +31,7 @@ EXPECTED = {
     ("cfimdb", "test"): (488, False, []),
     ("para", "train"): (14212, True, [(1828, "empty label"), (9929, "empty sentence2")]),
     ("para", "dev"): (4000, True, []),
+    ("para", "test"): (2000, False, []),
     ("sts", "train"): (5500, True, []),
     ("sts", "dev"): (863, True, []),
     ("sts", "test"): (1725, False, []),

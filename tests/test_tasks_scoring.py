@@ -126,8 +126,8 @@ def test_test_split_files_are_checked_for_ids_without_a_score(tmp_path):
 
 def test_submit_refuses_an_incomplete_set_and_zips_a_complete_one(tmp_path, capsys):
     pred = tmp_path / "predictions"
-    assert submit.expected_files(DATA) == [("sst", "dev"), ("sst", "test"), ("para", "dev"), ("sts", "dev"),
-                                           ("sts", "test")]
+    assert submit.expected_files(DATA) == [("sst", "dev"), ("sst", "test"), ("para", "dev"), ("para", "test"),
+                                           ("sts", "dev"), ("sts", "test")]
     for task, split in submit.expected_files(DATA)[:-1]:
         write_gold(pred, task, split)
     out = tmp_path / "submission.zip"
