@@ -200,7 +200,10 @@ def fit(
         improved = scores[metric] > best.best_score
         if improved:
             best = FitResult(epoch + 1, scores[metric], cpu_state(model), history)
-        log(f"epoch {epoch + 1}/{epochs}: train loss {record['train_loss']:.4f}, dev {metric} {scores[metric]:.4f}"
+        task_losses = "".join(f", {k[len('train_loss_'):]} {v:.4f}" for k, v in record.items()
+                              if k.startswith("train_loss_"))
+        log(f"epoch {epoch + 1}/{epochs}: train loss {record['train_loss']:.4f}{task_losses}, "
+            f"dev {metric} {scores[metric]:.4f}"
             f"{' (best so far)' if improved else ''}, {train_time:.0f}s training + {record['eval_seconds']:.0f}s eval")
         if checkpoint is not None:
             save_checkpoint(checkpoint, {

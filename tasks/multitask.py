@@ -1,0 +1,335 @@
+"""Multitask fine-tuning on the three CS224N tasks (SST sentiment, Quora paraphrase, STS similarity) at once.
+
+    python -m tasks.multitask --design cross-encoder --schedule round-robin --fine-tune-mode full-model
+
+One encoder, three heads (minbert.multitask). After every epoch it prints each task's training loss and
+the dev table: SST accuracy, Quora accuracy, STS Pearson r and the overall score
+(SST + Quora + (r + 1) / 2) / 3; the best epoch by overall score is kept, and its predictions are written
+as predictions/{sst,para,sts}-{dev,test}-output.csv, the six files of the course leaderboard
+(python -m tasks.score and python -m tasks.submit read them). A checkpoint is written after every
+epoch; --resume on it continues a killed run to the same result as an uninterrupted one.
+
+Quora here: quora-train.csv and quora-dev.csv are a fixed split of the course's Quora dev file (see
+data/README.md), so Quora scores are not comparable with the course leaderboard's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import minbert
+from minbert.multitask import DESIGNS, POOLINGS, SCHEDULES, MultitaskBert, MultitaskConfig, TaskSchedule, \
+    num_batches_of
+
+from .data import TASKS, PairExample, Records, batch_indices
+from .evaluation import accuracy, overall_score, pearson, prediction_path, write_predictions
+from .finetune import add_mode_arguments, get_mode
+from .train import PRECISIONS, fit, pick_device, seed_everything
+
+TASK_ORDER = ("sst", "para", "sts")
+METRICS = {"sst": "sst_accuracy", "para": "para_accuracy", "sts": "sts_pearson"}
+DEFAULT_FILES = {"sst": "ids-sst", "para": "quora", "sts": "sts"}
+HELP_NAMES = {"sst": "SST sentiment", "para": "Quora paraphrase", "sts": "STS similarity"}
+
+
+@dataclass
+class Encoded:
+    """One loaded file, tokenised once: records, and per record its token ids (one list, or two for pairs)."""
+
+    task: str
+    split: str
+    records: Records
+    ids: list[list[int]]
+    ids2: list[list[int]] | None
+
+    @property
+    def lengths(self) -> list[int]:
+        """Tokens per example: the sentence, or the joined pair [CLS] a [SEP] b [SEP] (for bucketing)."""
+        if self.ids2 is None:
+            return [len(a) for a in self.ids]
+        return [len(a) + len(b) - 1 for a, b in zip(self.ids, self.ids2)]
+
+
+def load(task: str, split: str, path: str | Path, tokenizer: minbert.Tokenizer, limit: int | None = None,
+         seed: int = 0) -> Encoded:
+    """Read and tokenise a file, reporting skipped rows; `limit` keeps a seeded random sample of that many rows."""
+    records = TASKS[task].read(path)
+    print(records.summary(), file=sys.stderr)
+    if limit is not None and limit < len(records):
+        keep = sorted(random.Random(f"{seed}-{task}").sample(range(len(records)), limit))  # file order, random rows
+        records = Records([records[i] for i in keep], records.path, records.labelled, records.skipped)
+    if not records:
+        raise SystemExit(f"{path}: no examples to use")
+    if isinstance(records[0], PairExample):
+        ids = [e.ids for e in tokenizer.backend.encode_batch([r.sentence1 for r in records])]
+        ids2 = [e.ids for e in tokenizer.backend.encode_batch([r.sentence2 for r in records])]
+        return Encoded(task, split, records, ids, ids2)
+    return Encoded(task, split, records, [e.ids for e in tokenizer.backend.encode_batch(
+        [r.sentence for r in records])], None)
+
+
+def _pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    T = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), T, dtype=torch.long)
+    mask = torch.zeros(len(seqs), T, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s)
+        mask[i, :len(s)] = 1
+    return ids, mask                                            # (B, T) each, right-padded with 0
+
+
+def collate(data: Encoded, index: Sequence[int]) -> dict:
+    """A batch of a task: input_ids/attention_mask (or the _1/_2 pair), labels when known, ids, and the task."""
+    out: dict = {"task": data.task, "ids": [data.records[i].id for i in index]}
+    if data.ids2 is None:
+        out["input_ids"], out["attention_mask"] = _pad([data.ids[i] for i in index])
+        out["token_type_ids"] = torch.zeros_like(out["input_ids"])
+    else:
+        out["input_ids_1"], out["attention_mask_1"] = _pad([data.ids[i] for i in index])
+        out["input_ids_2"], out["attention_mask_2"] = _pad([data.ids2[i] for i in index])
+    if data.records.labelled:
+        dtype = torch.long if data.task == "sst" else torch.float
+        out["labels"] = torch.tensor([data.records[i].label for i in index], dtype=dtype)  # (B,)
+    return out
+
+
+class EpochBatches(Sequence):
+    """The batches of one epoch in the schedule's order, collated when asked for (fit() iterates it)."""
+
+    def __init__(self, train: dict[str, Encoded], schedule: TaskSchedule, batch_size: int, epoch: int,
+                 epochs: int, seed: int, bucket: bool = True):
+        self.train, self.batch_size, self.bucket = train, batch_size, bucket
+        self.seed, self.epoch = seed, epoch
+        self.num_batches = num_batches_of({t: len(d.records) for t, d in train.items()}, batch_size)
+        self.order = schedule.order(self.num_batches, epoch, epochs, seed)
+        self._passes: dict[tuple[str, int], list[list[int]]] = {}
+
+    def task_pass(self, task: str, k: int) -> list[list[int]]:
+        """The k-th shuffled pass over a task's training examples this epoch, as batches of indices."""
+        if (task, k) not in self._passes:
+            seed = hash_seed(self.seed, self.epoch, TASK_ORDER.index(task), k)
+            self._passes[(task, k)] = batch_indices(self.train[task].lengths, self.batch_size, shuffle=True,
+                                                    seed=seed, bucket=self.bucket)
+        return self._passes[(task, k)]
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, i: int) -> dict:
+        task, j = self.order[i]
+        n = self.num_batches[task]
+        return collate(self.train[task], self.task_pass(task, j // n)[j % n])
+
+
+def hash_seed(*parts: int) -> int:
+    """One integer seed from several (deterministic across runs and machines, unlike hash())."""
+    seed = 0
+    for p in parts:
+        seed = (seed * 1_000_003 + p) % (2 ** 61 - 1)
+    return seed
+
+
+@torch.no_grad()
+def predict(model: MultitaskBert, data: Encoded, batch_size: int, device: torch.device,
+            precision: str = "fp32") -> list[float | int]:
+    """Predictions for every record in file order: the SST class, the Quora 0/1, or the STS score."""
+    was_training = model.training
+    model.eval()
+    out: dict[int, float | int] = {}
+    for index in batch_indices(data.lengths, batch_size, shuffle=False, bucket=True):
+        batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in collate(data, index).items()}
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            y = model.predict(data.task, batch).float()
+        if data.task == "sst":
+            values = y.argmax(-1).tolist()                      # (B, 5) -> class
+        elif data.task == "para":
+            values = (y > 0).long().tolist()                    # logit > 0 <=> sigmoid > 0.5
+        else:
+            values = y.tolist()                                 # the 0-5 similarity score
+        out.update(zip(index, values))
+    model.train(was_training)
+    return [out[i] for i in range(len(data.records))]
+
+
+def score(task: str, preds: list, records: Records) -> float:
+    labels = [e.label for e in records]
+    return pearson(preds, labels) if task == "sts" else accuracy(preds, labels)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tasks.multitask", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--design", choices=DESIGNS, default="cross-encoder",
+                   help="sentence-pair design: bi-encoder (each sentence alone, [u, v, |u - v|] into the head; the "
+                        "report's design 1) or cross-encoder (one pass over [CLS] s1 [SEP] s2 [SEP]; design 2). "
+                        "Default cross-encoder")
+    p.add_argument("--schedule", choices=SCHEDULES, default="round-robin",
+                   help="which task each batch comes from: sequential (each task to the end in turn), round-robin "
+                        "(one batch of each in turn, the default), proportional (drawn by size), annealed (by "
+                        "size ** alpha, alpha from 1 to 0.2 over the epochs; Stickland & Murray)")
+    p.add_argument("--when-exhausted", choices=("drop", "cycle"), default="drop",
+                   help="round-robin, when a smaller task runs out of batches: drop (it leaves the rotation; every "
+                        "example once an epoch; default) or cycle (it starts another pass until the largest is done)")
+    p.add_argument("--tasks", default="sst,para,sts",
+                   help="the tasks to train and evaluate, comma-separated (default all three; one task gives the "
+                        "single-task reference)")
+    p.add_argument("--model", default="minilm",
+                   help="checkpoint: 'minilm' (the offline default), a Hub name such as bert-base-uncased, or a "
+                        "local directory (e.g. one written by python -m tasks.simcse)")
+    add_mode_arguments(p)
+    p.add_argument("--epochs", type=int, default=3, help="training epochs (default 3)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the fine-tune mode's own)")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW's decoupled weight decay (default 0)")
+    p.add_argument("--batch-size", type=int, default=32, help="training batch size, every task (default 32)")
+    p.add_argument("--eval-batch-size", type=int, default=128, help="batch size for dev/test prediction")
+    p.add_argument("--pooling", choices=POOLINGS, default="mean",
+                   help="sentence vector: mean of the real tokens' final states (default; the offline MiniLM was "
+                        "trained with it), the [CLS] state, or the pooler output")
+    p.add_argument("--head-hidden", type=int, default=512, help="hidden width of each task head's MLP (default 512)")
+    p.add_argument("--dropout", type=float, default=None, help="dropout before each head (default: the model's)")
+    p.add_argument("--max-length", type=int, default=None, help="truncate each sentence to this many tokens")
+    p.add_argument("--no-bucket", dest="bucket", action="store_false",
+                   help="batch training examples in random order instead of by similar length")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="fp32, or bf16 autocast (about 1.6x faster training on CPUs with avx512_bf16)")
+    p.add_argument("--seed", type=int, default=11711, help="random seed for initialisation, order and dropout")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto",
+                   help="auto picks cuda, then mps, then cpu")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    p.add_argument("--max-train-examples", type=int, default=None,
+                   help="train on a random sample of N examples per task, drawn with --seed (quick runs)")
+    p.add_argument("--data-dir", default="data", help="where the default task files live (default: data)")
+    for t in TASK_ORDER:
+        for split in ("train", "dev", "test"):
+            default = f"{DEFAULT_FILES[t]}-{'test-student' if split == 'test' else split}.csv"
+            extra = "; scored too if it has labels" if split == "test" else ""
+            p.add_argument(f"--{t}-{split}", f"--{t}_{split}", dest=f"{t}_{split}", default=None, metavar="PATH",
+                           help=f"{HELP_NAMES[t]} {split} file (default: DATA_DIR/{default}){extra}")
+    p.add_argument("--predictions-dir", default="predictions",
+                   help="where the six {sst,para,sts}-{dev,test}-output.csv files go (default: predictions)")
+    p.add_argument("--checkpoint", default=None,
+                   help="checkpoint written after every epoch (default: checkpoints/multitask-DESIGN-SCHEDULE-MODE.pt)")
+    p.add_argument("--resume", default=None, metavar="PATH",
+                   help="continue the run saved in this checkpoint (written after each epoch; a run killed mid-epoch "
+                        "repeats that epoch) to the same result as an uninterrupted run")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
+    return p
+
+
+RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "checkpoint", "resume", "predictions_dir",
+                         "device"}
+
+
+def dev_table(scores: dict[str, float]) -> str:
+    """One line: each task's dev metric and, with all three, the overall score."""
+    names = {"sst_accuracy": "SST acc", "para_accuracy": "Quora acc", "sts_pearson": "STS r", "overall": "overall"}
+    return "  ".join(f"{names[k]} {v:.4f}" for k, v in scores.items())
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Train the multitask model, select on dev, write the prediction files; returns the scores and history."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [t for t in tasks if t not in TASK_ORDER]
+    if unknown or not tasks:
+        raise SystemExit(f"--tasks {args.tasks!r}: choose from {', '.join(TASK_ORDER)}")
+    tasks = [t for t in TASK_ORDER if t in tasks]
+    mode = get_mode(args.fine_tune_mode)
+    lr = args.lr if args.lr is not None else mode.default_lr
+    device = pick_device(args.device)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    tokenizer = minbert.Tokenizer.from_pretrained(args.model, max_length=args.max_length)
+
+    def path(t: str, split: str) -> Path:
+        given = getattr(args, f"{t}_{split}")
+        return Path(given) if given else TASKS[t].path(args.data_dir, split)
+
+    train = {t: load(t, "train", path(t, "train"), tokenizer, args.max_train_examples, args.seed) for t in tasks}
+    dev = {t: load(t, "dev", path(t, "dev"), tokenizer) for t in tasks}
+    test = {t: load(t, "test", path(t, "test"), tokenizer) for t in tasks if path(t, "test").is_file()}
+    for t in tasks:
+        if not (train[t].records.labelled and dev[t].records.labelled):
+            raise SystemExit(f"{t}: the training and dev files must have labels "
+                             f"({train[t].records.path}, {dev[t].records.path})")
+
+    seed_everything(args.seed)
+    config = MultitaskConfig(args.design, args.pooling, args.head_hidden, args.dropout)
+    model = MultitaskBert(minbert.load_pretrained(args.model), config)
+    params = mode.setup(model, args)
+    model.to(device)
+    optimizer = minbert.AdamW(params, lr=lr, weight_decay=args.weight_decay)
+    schedule = TaskSchedule(args.schedule, args.when_exhausted)
+    sizes = ", ".join(f"{t} {len(train[t].records)}/{len(dev[t].records)}" for t in tasks)
+    print(f"multitask {args.design}, {args.schedule}: train/dev examples {sizes}; {args.fine_tune_mode} trains "
+          f"{sum(p.numel() for p in params):,} of {sum(p.numel() for p in model.parameters()):,} parameters; "
+          f"lr {lr:g}; device {device}; {args.precision}", file=sys.stderr)
+
+    def epoch_batches(epoch: int) -> EpochBatches:
+        return EpochBatches(train, schedule, args.batch_size, epoch, args.epochs, args.seed, args.bucket)
+
+    def evaluate(m: nn.Module) -> dict[str, float]:
+        scores = {METRICS[t]: score(t, predict(m, dev[t], args.eval_batch_size, device, args.precision),
+                                    dev[t].records) for t in tasks}
+        if len(tasks) == 3:
+            scores["overall"] = overall_score(scores["sst_accuracy"], scores["para_accuracy"], scores["sts_pearson"])
+        print(f"  dev: {dev_table(scores)}", file=sys.stderr)
+        return scores
+
+    def loss_fn(m: nn.Module, batch: dict) -> torch.Tensor:
+        return m.loss(batch["task"], batch)
+
+    run_config = {k: v for k, v in vars(args).items() if k not in RUN_SETTINGS_EXCLUDED and isinstance(
+        v, (str, int, float, bool, type(None), list, tuple))} | {"lr": lr}
+    checkpoint = args.checkpoint or f"checkpoints/multitask-{args.design}-{args.schedule}-{args.fine_tune_mode}.pt"
+    post_step = (lambda m: mode.post_step(m, args)) if mode.post_step is not None else None
+    metric = "overall" if len(tasks) == 3 else METRICS[tasks[0]] if len(tasks) == 1 else None
+    if metric is None:
+        raise SystemExit("--tasks: give all three tasks (selected by overall score) or one")
+    result = fit(model, optimizer, epoch_batches, loss_fn, evaluate, metric=metric, epochs=args.epochs,
+                 device=device, seed=args.seed, checkpoint=checkpoint, resume=args.resume, config=run_config,
+                 post_step=post_step, progress=args.progress, precision=args.precision)
+
+    model.load_state_dict(result.best_state)
+    if mode.after_fit is not None:
+        mode.after_fit(model, args)
+    summary: dict = {"tasks": tasks, "best_epoch": result.best_epoch, f"dev_{metric}": result.best_score,
+                     "history": result.history, "checkpoint": checkpoint, "dev": {}, "test": {}}
+    for split, data in (("dev", dev), ("test", test)):
+        for t, d in data.items():
+            preds = predict(model, d, args.eval_batch_size, device, args.precision)
+            out = write_predictions(prediction_path(args.predictions_dir, t, split), t,
+                                    [e.id for e in d.records], preds)
+            line = f"wrote {out} ({len(preds)} rows)"
+            if d.records.labelled:
+                summary[split][METRICS[t]] = score(t, preds, d.records)
+                line += f"; {split} {METRICS[t]} {summary[split][METRICS[t]]:.4f}"
+            print(line)
+    if len(tasks) == 3:
+        d = summary["dev"]
+        d["overall"] = overall_score(d["sst_accuracy"], d["para_accuracy"], d["sts_pearson"])
+    print(f"best epoch {result.best_epoch}; dev {dev_table(summary['dev'])}")
+    Path(args.predictions_dir).mkdir(parents=True, exist_ok=True)
+    (Path(args.predictions_dir) / "multitask-summary.json").write_text(json.dumps(
+        {k: v for k, v in summary.items()} | {"settings": run_config}, indent=1))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

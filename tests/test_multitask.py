@@ -1,0 +1,251 @@
+"""The multitask model (both designs, heads, losses), the task schedules, and the multitask CLI end to end."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import DATA
+
+import minbert
+from minbert.multitask import MultitaskBert, MultitaskConfig, TaskSchedule, annealed_alpha, join_pairs, \
+    paraphrase_loss, passes_needed, similarity_loss, task_probabilities
+from tasks import multitask
+from tasks.multitask import EpochBatches, build_parser, collate, load, run
+from tasks.train import Interrupted, load_checkpoint
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PAIRS = [("How do I learn Python?", "What is the best way to learn Python quickly?"),
+         ("A man is playing a guitar.", "A man plays the guitar."),
+         ("Is it going to rain today in the north of the country, or tomorrow?", "Rain?")]
+
+
+def pair_batch(tokenizer, pairs=PAIRS) -> dict:
+    a, b = tokenizer([p[0] for p in pairs]), tokenizer([p[1] for p in pairs])
+    return {"input_ids_1": a.input_ids, "attention_mask_1": a.attention_mask,
+            "input_ids_2": b.input_ids, "attention_mask_2": b.attention_mask}
+
+
+def test_join_pairs_equals_tokenising_the_pair_with_segment_ids(tokenizer):
+    batch = pair_batch(tokenizer)
+    ids, mask, types = join_pairs(*batch.values())
+    joint = tokenizer([p[0] for p in PAIRS], [p[1] for p in PAIRS])
+    assert torch.equal(ids, joint.input_ids)
+    assert torch.equal(mask, joint.attention_mask)
+    assert torch.equal(types, joint.token_type_ids)
+    # segment 0 is [CLS] a [SEP], segment 1 is b [SEP]; padding is 0 everywhere
+    sep = tokenizer.token_to_id("[SEP]")
+    for row in range(len(PAIRS)):
+        n = int(mask[row].sum())
+        first_sep = int((ids[row] == sep).nonzero()[0])
+        assert types[row, :first_sep + 1].eq(0).all() and types[row, first_sep + 1:n].eq(1).all()
+        assert ids[row, n - 1] == sep and types[row, n:].eq(0).all()
+
+
+def test_join_pairs_truncates_the_second_sentence_and_keeps_its_sep(tokenizer):
+    batch = pair_batch(tokenizer)
+    ids, mask, types = join_pairs(*batch.values(), max_length=12)
+    assert ids.shape[1] == 12 and int(mask.sum(1).max()) == 12
+    sep = tokenizer.token_to_id("[SEP]")
+    for row in range(len(PAIRS)):
+        n = int(mask[row].sum())
+        assert ids[row, n - 1] == sep
+
+
+@pytest.mark.parametrize("design", ["bi-encoder", "cross-encoder"])
+def test_both_designs_give_the_right_shapes_and_losses(design, tiny_config, tokenizer):
+    torch.manual_seed(0)
+    model = MultitaskBert(minbert.BertModel(tiny_config), MultitaskConfig(design=design, head_hidden=16)).eval()
+    H = tiny_config.hidden_size
+    assert model.head["para"].fc1.in_features == (3 * H if design == "bi-encoder" else H)
+    assert model.head["sst"].fc1.in_features == H and model.head["sst"].fc2.out_features == 5
+    sents = tokenizer(["a fine film", "dull and far too long , with nothing to say"])
+    logits = model.predict_sentiment(sents.input_ids, sents.attention_mask)
+    assert logits.shape == (2, 5)
+    batch = pair_batch(tokenizer)
+    para, sts = model.predict_paraphrase(*batch.values()), model.predict_similarity(*batch.values())
+    assert para.shape == sts.shape == (3,)
+    labels = torch.tensor([1.0, 1.0, 0.0])
+    assert paraphrase_loss(para, labels).item() == pytest.approx(
+        -(labels * F.logsigmoid(para) + (1 - labels) * F.logsigmoid(-para)).mean().item(), rel=1e-5)
+    gold = torch.tensor([4.2, 5.0, 0.4])
+    assert similarity_loss(sts, gold).item() == pytest.approx(((sts - gold) ** 2).mean().item(), rel=1e-5)
+    assert model.loss("sst", {"input_ids": sents.input_ids, "attention_mask": sents.attention_mask,
+                              "labels": torch.tensor([4, 0])}).item() == pytest.approx(
+        F.cross_entropy(logits, torch.tensor([4, 0])).item(), rel=1e-5)
+
+
+def test_the_cross_encoder_runs_the_joined_pair_with_segment_ids(tiny_config, tokenizer):
+    torch.manual_seed(0)
+    model = MultitaskBert(minbert.BertModel(tiny_config), MultitaskConfig(design="cross-encoder")).eval()
+    joint = tokenizer([p[0] for p in PAIRS], [p[1] for p in PAIRS])
+    out = model.bert(joint.input_ids, joint.attention_mask, joint.token_type_ids).last_hidden_state
+    keep = joint.attention_mask[..., None].float()
+    expected = model.head["para"]((out * keep).sum(1) / keep.sum(1)).squeeze(-1)
+    torch.testing.assert_close(model.predict_paraphrase(*pair_batch(tokenizer).values()), expected)
+    # without the segment ids the result differs: they are really used
+    plain = model.bert(joint.input_ids, joint.attention_mask).last_hidden_state
+    assert not torch.allclose(out, plain)
+
+
+def test_bi_encoder_pair_features_are_u_v_and_their_distance(tiny_config, tokenizer):
+    torch.manual_seed(0)
+    model = MultitaskBert(minbert.BertModel(tiny_config), MultitaskConfig(design="bi-encoder")).eval()
+    batch = pair_batch(tokenizer)
+    u = model.encode(batch["input_ids_1"], batch["attention_mask_1"])
+    v = model.encode(batch["input_ids_2"], batch["attention_mask_2"])
+    torch.testing.assert_close(model.pair_features(*batch.values()), torch.cat([u, v, (u - v).abs()], -1))
+
+
+SIZES = {"sst": 3, "para": 5, "sts": 2}
+
+
+def test_sequential_and_round_robin_orders():
+    assert TaskSchedule("sequential").order(SIZES, 0, 3, 0) == [
+        ("sst", 0), ("sst", 1), ("sst", 2), ("para", 0), ("para", 1), ("para", 2), ("para", 3), ("para", 4),
+        ("sts", 0), ("sts", 1)]
+    assert TaskSchedule("round-robin").order(SIZES, 0, 3, 0) == [
+        ("sst", 0), ("para", 0), ("sts", 0), ("sst", 1), ("para", 1), ("sts", 1), ("sst", 2), ("para", 2),
+        ("para", 3), ("para", 4)]
+    cycled = TaskSchedule("round-robin", when_exhausted="cycle").order(SIZES, 0, 3, 0)
+    assert len(cycled) == 15 and cycled[-3:] == [("sst", 4), ("para", 4), ("sts", 4)]
+    assert passes_needed(cycled, SIZES) == {"sst": 2, "para": 1, "sts": 3}
+
+
+def test_annealed_probabilities_at_the_first_and_last_epoch():
+    sizes = {"sst": 250, "para": 444, "sts": 172}
+    assert annealed_alpha(1, 5) == 1.0 and annealed_alpha(5, 5) == pytest.approx(0.2)
+    assert annealed_alpha(3, 5) == pytest.approx(0.6) and annealed_alpha(1, 1) == 1.0
+    s = TaskSchedule("annealed")
+    first, last = s.probabilities(sizes, 0, 5), s.probabilities(sizes, 4, 5)
+    assert first == pytest.approx({t: n / 866 for t, n in sizes.items()})
+    z = sum(n ** 0.2 for n in sizes.values())
+    assert last == pytest.approx({t: n ** 0.2 / z for t, n in sizes.items()})
+    assert last["sts"] > first["sts"] and last["para"] < first["para"]
+    assert TaskSchedule("proportional").probabilities(sizes, 4, 5) == pytest.approx(first)
+    assert task_probabilities({"a": 1, "b": 3}, 0.5) == pytest.approx({"a": 1 / (1 + 3 ** 0.5),
+                                                                        "b": 3 ** 0.5 / (1 + 3 ** 0.5)})
+
+
+@pytest.mark.parametrize("name", ["proportional", "annealed"])
+def test_sampled_schedules_are_seeded_and_follow_their_probabilities(name):
+    sizes = {"sst": 250, "para": 444, "sts": 172}
+    s = TaskSchedule(name)
+    order = s.order(sizes, 4, 5, seed=7)
+    assert order == s.order(sizes, 4, 5, seed=7) and order != s.order(sizes, 4, 5, seed=8)
+    assert len(order) == sum(sizes.values())
+    probs = s.probabilities(sizes, 4, 5)
+    for t in sizes:  # the j-th batch of each task's stream comes in turn; counts within 4 sigma of n p
+        idx = [j for u, j in order if u == t]
+        assert idx == list(range(len(idx)))
+        n, p = len(order), probs[t]
+        assert abs(len(idx) - n * p) < 4 * math.sqrt(n * p * (1 - p))
+
+
+@pytest.fixture
+def tiny_dir(tmp_path, tiny_config, minilm_dir):
+    torch.manual_seed(0)
+    directory = tmp_path / "tiny"
+    minbert.save_pretrained(minbert.BertModel(tiny_config), directory)
+    (directory / "vocab.txt").write_bytes((minilm_dir / "vocab.txt").read_bytes())
+    return directory
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Small slices of the real files; the test slices keep their labels, so they are scored too."""
+    def piece(name, start, stop):
+        lines = (DATA / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        path = tmp_path / f"{start}-{name}"
+        path.write_text(lines[0] + "".join(lines[1 + start:1 + stop]), encoding="utf-8")
+        return str(path)
+    return {"sst": (piece("ids-sst-train.csv", 0, 40), piece("ids-sst-dev.csv", 0, 24), piece("ids-sst-dev.csv", 24, 40)),
+            "para": (piece("quora-train.csv", 0, 48), piece("quora-dev.csv", 0, 24), piece("quora-test-student.csv", 0, 20)),
+            "sts": (piece("sts-train.csv", 0, 32), piece("sts-dev.csv", 0, 24), piece("sts-dev.csv", 24, 40))}
+
+
+def argv(tiny_dir, files, tmp_path, name, *extra):
+    out = ["--model", str(tiny_dir), "--device", "cpu", "--batch-size", "8", "--lr", "1e-3", "--no-progress",
+           "--head-hidden", "16", "--checkpoint", str(tmp_path / f"{name}.pt"),
+           "--predictions-dir", str(tmp_path / name)]
+    for t, (train, dev, test) in files.items():
+        out += [f"--{t}-train", train, f"--{t}_dev", dev, f"--{t}-test", test]  # both spellings work
+    return out + list(extra)
+
+
+def test_kill_and_resume_reproduces_an_uninterrupted_run_and_writes_six_files(tiny_dir, files, tmp_path, monkeypatch):
+    extra = ("--epochs", "2", "--schedule", "annealed", "--design", "bi-encoder")
+    whole = run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "whole", *extra)))
+    real_fit = multitask.fit
+
+    def crash_after_first_epoch(*args, **kwargs):
+        def kill(epoch, record):
+            if epoch == 1:
+                raise Interrupted("killed after epoch 1")
+        return real_fit(*args, **kwargs, on_epoch_end=kill)
+
+    monkeypatch.setattr(multitask, "fit", crash_after_first_epoch)
+    with pytest.raises(Interrupted):
+        run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "split", *extra)))
+    assert load_checkpoint(tmp_path / "split.pt")["epoch"] == 1
+    monkeypatch.setattr(multitask, "fit", real_fit)
+    resumed = run(build_parser().parse_args(
+        argv(tiny_dir, files, tmp_path, "split", *extra, "--resume", str(tmp_path / "split.pt"))))
+    a, b = load_checkpoint(tmp_path / "whole.pt"), load_checkpoint(tmp_path / "split.pt")
+    assert a["epoch"] == b["epoch"] == 2
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key
+    strip = [{k: v for k, v in h.items() if not k.endswith("seconds")} for h in whole["history"]]
+    assert strip == [{k: v for k, v in h.items() if not k.endswith("seconds")} for h in resumed["history"]]
+    assert {"train_loss_sst", "train_loss_para", "train_loss_sts", "dev_overall"} <= set(whole["history"][0])
+    for t in ("sst", "para", "sts"):
+        for split in ("dev", "test"):
+            assert (tmp_path / "whole" / f"{t}-{split}-output.csv").read_text() == \
+                (tmp_path / "split" / f"{t}-{split}-output.csv").read_text()
+    assert set(whole["test"]) == {"sst_accuracy", "sts_pearson"}  # the labelled test slices are scored
+    initial = minbert.load_pretrained(str(tiny_dir)).state_dict()
+    assert any(not torch.equal(initial[k], a["model"]["bert." + k]) for k in initial)  # it did train
+
+
+def test_the_six_files_pass_score_and_submit(tiny_dir, files, tmp_path):
+    from tasks import score, submit
+    run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "out", "--epochs", "1")))
+    data = tmp_path / "data"
+    data.mkdir()
+    names = {"sst": "ids-sst", "para": "quora", "sts": "sts"}
+    for t, (_, dev, test) in files.items():  # a data directory holding exactly the files trained on
+        (data / f"{names[t]}-dev.csv").write_text(open(dev).read())
+        (data / f"{names[t]}-test-student.csv").write_text(open(test).read())
+    assert score.main([str(tmp_path / "out"), "--data-dir", str(data)]) == 0
+    assert submit.main(["--pred-dir", str(tmp_path / "out"), "--data-dir", str(data),
+                        "--out", str(tmp_path / "s.zip")]) == 0
+    import zipfile
+    assert len(zipfile.ZipFile(tmp_path / "s.zip").namelist()) == 6
+
+
+def test_bitfit_trains_only_biases_and_heads_under_the_multitask_loop(tiny_dir, files, tmp_path):
+    run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "bitfit", "--epochs", "1",
+                                       "--fine-tune-mode", "bitfit", "--bitfit-terms", "bq,bm2")))
+    state = load_checkpoint(tmp_path / "bitfit.pt")["model"]
+    initial = minbert.load_pretrained(str(tiny_dir)).state_dict()
+    changed = {k for k in initial if not torch.equal(initial[k], state["bert." + k])}
+    assert changed and all(k.rsplit(".", 1)[-1] in ("bq", "bm2") for k in changed), changed
+    assert len(changed) == 2 * 2  # bq and bm2 of both layers
+
+
+def test_epoch_batches_follow_the_schedule_and_reproduce(tokenizer, files):
+    train = {t: load(t, "train", files[t][0], tokenizer) for t in ("sst", "para", "sts")}
+    schedule = TaskSchedule("round-robin", "cycle")
+    a, b = EpochBatches(train, schedule, 8, 0, 2, 1), EpochBatches(train, schedule, 8, 0, 2, 1)
+    assert [x["task"] for x in a][:6] == ["sst", "para", "sts"] * 2 and len(a) == 3 * 6
+    assert [x["ids"] for x in a] == [x["ids"] for x in b]
+    assert [x["ids"] for x in a] != [x["ids"] for x in EpochBatches(train, schedule, 8, 1, 2, 1)]
+    sts_ids = [i for x in a if x["task"] == "sts" for i in x["ids"]]  # 32 STS pairs, 6 batches: a second pass
+    assert len(sts_ids) == 48 and len(set(sts_ids)) == 32
+    batch = collate(train["sts"], [0, 1])
+    assert batch["labels"].dtype == torch.float and set(batch) >= {"input_ids_1", "attention_mask_2"}
+    copy.deepcopy(batch)
