@@ -28,8 +28,7 @@ import torch
 from torch import nn
 
 import minbert
-from minbert.multitask import DESIGNS, POOLINGS, SCHEDULES, MultitaskBert, MultitaskConfig, TaskSchedule, \
-    num_batches_of
+from minbert.multitask import DESIGNS, POOLINGS, SCHEDULES, MultitaskBert, MultitaskConfig, TaskSchedule, num_batches_of
 
 from .data import TASKS, PairExample, Records, batch_indices
 from .evaluation import accuracy, overall_score, pearson, prediction_path, write_predictions

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,8 +12,17 @@ import torch.nn.functional as F
 from conftest import DATA
 
 import minbert
-from minbert.multitask import MultitaskBert, MultitaskConfig, TaskSchedule, annealed_alpha, join_pairs, \
-    paraphrase_loss, passes_needed, similarity_loss, task_probabilities
+from minbert.multitask import (
+    MultitaskBert,
+    MultitaskConfig,
+    TaskSchedule,
+    annealed_alpha,
+    join_pairs,
+    paraphrase_loss,
+    passes_needed,
+    similarity_loss,
+    task_probabilities,
+)
 from tasks import multitask
 from tasks.multitask import EpochBatches, build_parser, collate, load, run
 from tasks.train import Interrupted, load_checkpoint
@@ -48,7 +58,7 @@ def test_join_pairs_equals_tokenising_the_pair_with_segment_ids(tokenizer):
 
 def test_join_pairs_truncates_the_second_sentence_and_keeps_its_sep(tokenizer):
     batch = pair_batch(tokenizer)
-    ids, mask, types = join_pairs(*batch.values(), max_length=12)
+    ids, mask, _ = join_pairs(*batch.values(), max_length=12)
     assert ids.shape[1] == 12 and int(mask.sum(1).max()) == 12
     sep = tokenizer.token_to_id("[SEP]")
     for row in range(len(PAIRS)):
@@ -218,8 +228,8 @@ def test_the_six_files_pass_score_and_submit(tiny_dir, files, tmp_path):
     data.mkdir()
     names = {"sst": "ids-sst", "para": "quora", "sts": "sts"}
     for t, (_, dev, test) in files.items():  # a data directory holding exactly the files trained on
-        (data / f"{names[t]}-dev.csv").write_text(open(dev).read())
-        (data / f"{names[t]}-test-student.csv").write_text(open(test).read())
+        (data / f"{names[t]}-dev.csv").write_text(Path(dev).read_text())
+        (data / f"{names[t]}-test-student.csv").write_text(Path(test).read_text())
     assert score.main([str(tmp_path / "out"), "--data-dir", str(data)]) == 0
     assert submit.main(["--pred-dir", str(tmp_path / "out"), "--data-dir", str(data),
                         "--out", str(tmp_path / "s.zip")]) == 0
