@@ -28,7 +28,7 @@ def download(name: str, cache: Path, revision: str = "main") -> Path:
     Weights: model.safetensors when the repository has it, else pytorch_model.bin (never the TensorFlow,
     Flax or ONNX copies many repositories also hold). Raises OSError with a readable reason.
     """
-    from huggingface_hub import errors, snapshot_download
+    from huggingface_hub import snapshot_download, utils  # utils: the errors, in old versions and new
 
     where = f"{endpoint()}/{name}"
 
@@ -39,18 +39,18 @@ def download(name: str, cache: Path, revision: str = "main") -> Path:
         snapshot = fetch([*REQUIRED, *OPTIONAL, WEIGHTS[0]])
         if not (snapshot / WEIGHTS[0]).is_file():
             snapshot = fetch([WEIGHTS[1]])
-    except errors.GatedRepoError:
+    except utils.GatedRepoError:
         raise OSError(f"{where} is a gated model: accept its conditions on its Hub page, then set HF_TOKEN to a "
                       "token of that account") from None
-    except errors.RepositoryNotFoundError:
+    except utils.RepositoryNotFoundError:
         raise OSError(f"{where}: no such model, or a private or gated one (set HF_TOKEN to a token that may "
                       "read it)") from None
-    except errors.RevisionNotFoundError:
+    except utils.RevisionNotFoundError:
         raise OSError(f"{where}: no revision {revision!r}") from None
-    except errors.LocalEntryNotFoundError as e:  # no connection, and nothing cached
+    except utils.LocalEntryNotFoundError as e:  # no connection, and nothing cached
         cause = e.__cause__ or e
         raise OSError(f"cannot reach {endpoint()} ({type(cause).__name__}: {cause})") from None
-    except errors.HfHubHTTPError as e:
+    except utils.HfHubHTTPError as e:
         raise OSError(f"{where}: {str(e).splitlines()[0]}") from None
     missing = [f for f in REQUIRED if not (snapshot / f).is_file()]
     if missing:
