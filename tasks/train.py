@@ -126,6 +126,12 @@ def check_precision(device: torch.device, precision: str) -> None:
         raise ValueError(f"--precision bf16: {torch.cuda.get_device_name(device)} has no bf16 support; use fp16")
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (avx512_bf16 or AMX); without, bf16 autocast is slower than fp32."""
+    probes = [getattr(torch.cpu, f, None) for f in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(probe is not None and probe() for probe in probes)
+
+
 def autocast(device: torch.device, precision: str) -> torch.autocast:
     """The autocast context for a precision: matrix products in bf16 or fp16, fp32 where torch's autocast keeps it.
 
@@ -243,6 +249,8 @@ def fit(
     parallel = dp.init_distributed(device)
     me, world, main = rank(), world_size(), is_main_process()
     say = log if main else (lambda message: None)
+    if precision == "bf16" and device.type == "cpu" and not cpu_has_bf16():
+        say("warning: this CPU has neither avx512_bf16 nor AMX: bf16 autocast will be slower than fp32 here")
     if parallel:
         say(f"data parallel: {world} processes ({dist.get_backend()}), each takes 1/{world} of every batch")
     start, history, step = 0, [], 0
