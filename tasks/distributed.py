@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -120,6 +121,8 @@ def data_parallel(model: nn.Module, loss_fn: Callable[[nn.Module, dict], torch.T
     less than a BERT forward. static_graph=True would avoid it, but only when every step uses the same
     parameters, which a task schedule does not.
     """
+    # a model whose every parameter is used (a one-task classifier) makes DDP warn that the flag is not needed
+    warnings.filterwarnings("ignore", message="find_unused_parameters=True was specified")
     return nn.parallel.DistributedDataParallel(
         LossModule(model, loss_fn), device_ids=[device.index] if device.type == "cuda" else None,
         find_unused_parameters=True)
