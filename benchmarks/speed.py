@@ -5,9 +5,12 @@ For each batch shape (32 x 64 and 16 x 128 tokens, padded like real data) and ea
 output, backward, torch.optim.AdamW step), a fresh subprocess loads the model, times `--iters` iterations
 after `--warmup` ones, and reports sequences/s (from the median iteration) and peak memory (ru_maxrss
 above a baseline taken after the model and batch are loaded). The configurations run interleaved, the
-whole set `--rounds` times, and the table gives the medians over rounds.
+whole set `--rounds` times, and the table gives the medians over rounds. `--precision fp32 bf16` runs
+every configuration in both: fp32, and bf16 autocast (torch.autocast around the forward and the loss;
+parameters, gradients and AdamW stay fp32), the same for minbert and Hugging Face.
 
     python benchmarks/speed.py                      # with transformers importable, also Hugging Face and the ratio
+    python benchmarks/speed.py --precision fp32 bf16 --threads 1
     python benchmarks/speed.py --impl minbert --rounds 1 --iters 3
 """
 
@@ -28,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = ((32, 64), (16, 128))
 MODES = ("inference", "train")
+PRECISIONS = ("fp32", "bf16")
 
 
 def make_batch(B: int, T: int, seed: int = 0, padded: bool = True) -> dict:
@@ -57,18 +61,22 @@ def max_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def worker(impl: str, B: int, T: int, mode: str, warmup: int, iters: int, threads: int, padded: bool) -> dict:
+def worker(impl: str, B: int, T: int, mode: str, precision: str, warmup: int, iters: int, threads: int,
+           padded: bool) -> dict:
     """One configuration in this (fresh) process: seconds per iteration and peak memory above the loaded model."""
     import torch
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = load_model(impl)
     batch = make_batch(B, T, padded=padded)
+
+    def autocast() -> torch.autocast:
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
     if mode == "inference":
         model.eval()
 
         def step() -> None:
-            with torch.no_grad():
+            with torch.no_grad(), autocast():
                 model(**batch)
     else:
         model.train()
@@ -78,8 +86,10 @@ def worker(impl: str, B: int, T: int, mode: str, warmup: int, iters: int, thread
 
         def step() -> None:
             optimizer.zero_grad(set_to_none=True)
-            pooled = model(**batch).pooler_output                               # (B, H)
-            torch.nn.functional.cross_entropy(head(pooled), labels).backward()
+            with autocast():
+                pooled = model(**batch).pooler_output                           # (B, H)
+                loss = torch.nn.functional.cross_entropy(head(pooled), labels)
+            loss.backward()
             optimizer.step()
     gc.collect()
     baseline = max_rss_mib()
@@ -90,18 +100,18 @@ def worker(impl: str, B: int, T: int, mode: str, warmup: int, iters: int, thread
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
-    return {"impl": impl, "B": B, "T": T, "mode": mode, "seconds": statistics.median(times),
+    return {"impl": impl, "B": B, "T": T, "mode": mode, "precision": precision, "seconds": statistics.median(times),
             "seq_per_s": B / statistics.median(times), "peak_mib": max_rss_mib() - baseline,
             "torch": torch.__version__, "threads": torch.get_num_threads()}
 
 
-def run_worker(args: argparse.Namespace, impl: str, B: int, T: int, mode: str) -> dict:
-    cmd = [sys.executable, __file__, "--worker", impl, str(B), str(T), mode, "--warmup", str(args.warmup),
+def run_worker(args: argparse.Namespace, impl: str, precision: str, B: int, T: int, mode: str) -> dict:
+    cmd = [sys.executable, __file__, "--worker", impl, str(B), str(T), mode, precision, "--warmup", str(args.warmup),
            "--iters", str(args.iters), "--threads", str(args.threads)] + (["--no-padding"] if args.no_padding else [])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
-        raise SystemExit(f"benchmark worker {impl} {B}x{T} {mode} failed:\n{done.stderr[-3000:]}")
+        raise SystemExit(f"benchmark worker {impl} {precision} {B}x{T} {mode} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -116,12 +126,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch intra-op threads (default: all cores)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--no-padding", action="store_true", help="every row fills T (the default pads like real data)")
+    parser.add_argument("--precision", nargs="+", choices=PRECISIONS, default=["fp32"],
+                        help="fp32 (default) and/or bf16 (autocast); both measure each implementation in each")
     parser.add_argument("--json", type=Path, help="also write every measurement here")
-    parser.add_argument("--worker", nargs=4, metavar=("IMPL", "B", "T", "MODE"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=5, metavar=("IMPL", "B", "T", "MODE", "PRECISION"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        impl, B, T, mode = args.worker
-        print(json.dumps(worker(impl, int(B), int(T), mode, args.warmup, args.iters, args.threads, not args.no_padding)))
+        impl, B, T, mode, precision = args.worker
+        print(json.dumps(worker(impl, int(B), int(T), mode, precision, args.warmup, args.iters, args.threads,
+                                not args.no_padding)))
         return
 
     have_hf = importlib.util.find_spec("transformers") is not None
@@ -130,37 +143,55 @@ def main() -> None:
     impls = {"both": ["minbert", "hf"] if have_hf else ["minbert"], "minbert": ["minbert"], "hf": ["hf"]}[args.impl]
     if args.impl == "both" and not have_hf:
         print("transformers is not importable: measuring minbert alone", file=sys.stderr)
-    configs = [(impl, B, T, mode) for (B, T) in SHAPES for mode in args.modes for impl in impls]
+    precisions = list(dict.fromkeys(args.precision))
+    import torch
+    native = [getattr(torch.cpu, f, lambda: False)() for f in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if "bf16" in precisions and not any(native):
+        print("warning: this CPU has neither avx512_bf16 nor AMX: bf16 runs emulated, slower than fp32",
+              file=sys.stderr)
+    sides = [(impl, p) for impl in impls for p in precisions]                 # the table's columns
+    configs = [(impl, p, B, T, mode) for (B, T) in SHAPES for mode in args.modes for impl, p in sides]
     results: dict[tuple, list[dict]] = {c: [] for c in configs}
     for r in range(args.rounds):
         order = configs if r % 2 == 0 else configs[::-1]  # alternate the order so that neither side runs first
         for config in order:
             res = run_worker(args, *config)
             results[config].append(res)
-            print(f"round {r + 1}/{args.rounds}  {config[0]:8s} {config[1]:3d} x {config[2]:3d} {config[3]:9s} "
-                  f"{res['seq_per_s']:8.1f} seq/s  peak +{res['peak_mib']:6.0f} MiB", file=sys.stderr, flush=True)
+            print(f"round {r + 1}/{args.rounds}  {config[0]:8s} {config[1]} {config[2]:3d} x {config[3]:3d} "
+                  f"{config[4]:9s} {res['seq_per_s']:8.1f} seq/s  peak +{res['peak_mib']:6.0f} MiB",
+                  file=sys.stderr, flush=True)
     if args.json:
         args.json.write_text(json.dumps([r for rs in results.values() for r in rs], indent=1) + "\n")
 
-    def med(impl: str, B: int, T: int, mode: str, key: str) -> float:
-        return statistics.median(r[key] for r in results[(impl, B, T, mode)])
+    def med(impl: str, p: str, B: int, T: int, mode: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[(impl, p, B, T, mode)])
 
-    import torch
-    padding = {f"{B} x {T}": 1 - make_batch(B, T, padded=not args.no_padding)["attention_mask"].float().mean().item() for B, T in SHAPES}
+    # ratios of sequences/s: minbert against Hugging Face at each precision, bf16 against fp32, and the
+    # headline, minbert bf16 against Hugging Face fp32 (what a user of the plain Hugging Face model runs)
+    ratios = [(("minbert", p), ("hf", p)) for p in precisions if "hf" in impls and "minbert" in impls]
+    if "bf16" in precisions and "fp32" in precisions:
+        ratios += [((impl, "bf16"), (impl, "fp32")) for impl in impls]
+        if "hf" in impls and "minbert" in impls:
+            ratios.append((("minbert", "bf16"), ("hf", "fp32")))
+
+    padding = {f"{B} x {T}": 1 - make_batch(B, T, padded=not args.no_padding)["attention_mask"].float().mean().item()
+               for B, T in SHAPES}
     versus = " vs Hugging Face BertModel" if "hf" in impls else ""
     print(f"\nminbert{versus}, packaged MiniLM (6 layers, H=384), CPU, {args.threads} thread(s), "
-          f"torch {torch.__version__}; medians over {args.rounds} round(s) of {args.iters} timed iterations; "
-          "padding " + ", ".join(f"{k}: {v:.0%}" for k, v in padding.items()))
-    cols = ["batch", "mode"] + [f"{i} seq/s" for i in impls] + (["ratio minbert/HF"] if len(impls) == 2 else [])
-    cols += [f"{i} peak MiB" for i in impls]
+          f"torch {torch.__version__}, {' and '.join(precisions)}; medians over {args.rounds} round(s) of "
+          f"{args.iters} timed iterations; padding " + ", ".join(f"{k}: {v:.0%}" for k, v in padding.items()))
+    name = {"minbert": "minbert", "hf": "HF"}
+    cols = ["batch", "mode"] + [f"{name[i]} {p} seq/s" for i, p in sides]
+    cols += [f"{name[a[0]]} {a[1]} / {name[b[0]]} {b[1]}" for a, b in ratios]
+    cols += [f"{name[i]} {p} peak MiB" for i, p in sides]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for (B, T) in SHAPES:
         for mode in args.modes:
-            speeds = [med(i, B, T, mode, "seq_per_s") for i in impls]
-            row = [f"{B} x {T}", mode] + [f"{s:.1f}" for s in speeds]
-            row += [f"{speeds[0] / speeds[1]:.2f}"] if len(impls) == 2 else []
-            row += [f"{med(i, B, T, mode, 'peak_mib'):.0f}" for i in impls]
+            speed = {side: med(*side, B, T, mode, "seq_per_s") for side in sides}
+            row = [f"{B} x {T}", mode] + [f"{speed[side]:.1f}" for side in sides]
+            row += [f"{speed[a] / speed[b]:.2f}" for a, b in ratios]
+            row += [f"{med(*side, B, T, mode, 'peak_mib'):.0f}" for side in sides]
             print("| " + " | ".join(row) + " |")
 
 

@@ -155,7 +155,7 @@ def _cached_snapshot(name: str) -> Path | None:
     repo = hf_cache_dir() / ("models--" + name.replace("/", "--"))
     ref = repo / "refs" / "main"
     candidates = [repo / "snapshots" / ref.read_text().strip()] if ref.is_file() else []
-    if (repo / "snapshots").is_dir():  # skip ".{revision}.partial", an interrupted download
+    if (repo / "snapshots").is_dir():  # hidden entries are never snapshots
         candidates += sorted(p for p in (repo / "snapshots").iterdir() if not p.name.startswith("."))
     for snap in candidates:
         if (snap / "config.json").is_file() and any((snap / f).is_file() for f in WEIGHT_FILES):

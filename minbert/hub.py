@@ -1,10 +1,15 @@
-"""Download a checkpoint from the Hugging Face Hub into the usual cache layout, with the standard library only."""
+"""Download a checkpoint from the Hugging Face Hub through huggingface_hub: only the files minbert reads.
+
+huggingface_hub comes with `tokenizers`. It writes the usual cache layout
+(cache/models--org--name/snapshots/{commit}/, files linked to blobs/, refs/main naming the commit), so
+that transformers and minbert share downloads; it reads HF_TOKEN (private and gated models) and
+retries and resumes interrupted downloads. HF_ENDPOINT (a mirror) and the cache directory are passed
+in on every call, since huggingface_hub reads its own environment variables once, when first imported.
+"""
 
 from __future__ import annotations
 
 import os
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 REQUIRED = ("config.json",)
@@ -12,61 +17,44 @@ OPTIONAL = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tok
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # the first one the repository has
 
 
-def _endpoint() -> str:
+def endpoint() -> str:
+    """The Hub's address: HF_ENDPOINT, or https://huggingface.co."""
     return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
 
 
-def _fetch(url: str, dest: Path, timeout: float = 30.0) -> str | None:
-    """Stream url to dest (atomically); return the repository commit the Hub reports, if any."""
-    from tqdm.auto import tqdm
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        total = int(response.headers.get("Content-Length") or 0)
-        commit = response.headers.get("X-Repo-Commit")
-        tmp = dest.with_name(dest.name + ".incomplete")
-        with open(tmp, "wb") as f, tqdm(total=total, unit="B", unit_scale=True, desc=dest.name,
-                                         disable=total < 1 << 20) as bar:
-            while chunk := response.read(1 << 20):
-                f.write(chunk)
-                bar.update(len(chunk))
-    os.replace(tmp, dest)
-    return commit
-
-
 def download(name: str, cache: Path, revision: str = "main") -> Path:
-    """Fetch config, tokenizer files and weights of `name` into cache/models--{name}/snapshots/{commit}."""
-    repo = cache / ("models--" + name.replace("/", "--"))
-    staging = repo / "snapshots" / f".{revision}.partial"
-    staging.mkdir(parents=True, exist_ok=True)
-    base = f"{_endpoint()}/{name}/resolve/{revision}"
-    commit = None
-    for file in REQUIRED:
-        try:
-            commit = _fetch(f"{base}/{file}", staging / file) or commit
-        except urllib.error.HTTPError as e:
-            if e.code in (401, 403, 404):  # the Hub answers 401 for a repository that does not exist
-                raise OSError(f"{base}/{file}: HTTP {e.code} {e.reason}: no such model, "
-                              "or a private or gated one") from None
-            raise
-    for file in OPTIONAL:
-        try:
-            _fetch(f"{base}/{file}", staging / file)
-        except urllib.error.HTTPError as e:
-            if e.code != 404:
-                raise
-    for file in WEIGHTS:
-        try:
-            _fetch(f"{base}/{file}", staging / file)
-            break
-        except urllib.error.HTTPError as e:
-            if e.code != 404:
-                raise
-    else:
-        raise OSError(f"{name} has neither of {', '.join(WEIGHTS)} on the Hub")
-    snapshot = repo / "snapshots" / (commit or revision)
-    if snapshot.exists():
-        import shutil
-        shutil.rmtree(snapshot)
-    os.replace(staging, snapshot)
-    (repo / "refs").mkdir(exist_ok=True)
-    (repo / "refs" / revision).write_text(commit or revision)
+    """The snapshot directory of `name` in `cache`, after fetching config, tokenizer files and one weights file.
+
+    Weights: model.safetensors when the repository has it, else pytorch_model.bin (never the TensorFlow,
+    Flax or ONNX copies many repositories also hold). Raises OSError with a readable reason.
+    """
+    from huggingface_hub import snapshot_download, utils  # utils: the errors, in old versions and new
+
+    where = f"{endpoint()}/{name}"
+
+    def fetch(patterns: list[str]) -> Path:
+        return Path(snapshot_download(name, revision=revision, cache_dir=str(cache), endpoint=endpoint(),
+                                      allow_patterns=patterns))
+    try:
+        snapshot = fetch([*REQUIRED, *OPTIONAL, WEIGHTS[0]])
+        if not (snapshot / WEIGHTS[0]).is_file():
+            snapshot = fetch([WEIGHTS[1]])
+    except utils.GatedRepoError:
+        raise OSError(f"{where} is a gated model: accept its conditions on its Hub page, then set HF_TOKEN to a "
+                      "token of that account") from None
+    except utils.RepositoryNotFoundError:
+        raise OSError(f"{where}: no such model, or a private or gated one (set HF_TOKEN to a token that may "
+                      "read it)") from None
+    except utils.RevisionNotFoundError:
+        raise OSError(f"{where}: no revision {revision!r}") from None
+    except utils.LocalEntryNotFoundError as e:  # no connection, and nothing cached
+        cause = e.__cause__ or e
+        raise OSError(f"cannot reach {endpoint()} ({type(cause).__name__}: {cause})") from None
+    except utils.HfHubHTTPError as e:
+        raise OSError(f"{where}: {str(e).splitlines()[0]}") from None
+    missing = [f for f in REQUIRED if not (snapshot / f).is_file()]
+    if missing:
+        raise OSError(f"{where} has no {', '.join(missing)}: not a Hugging Face transformers checkpoint")
+    if not any((snapshot / f).is_file() for f in WEIGHTS):
+        raise OSError(f"{where} has neither of {', '.join(WEIGHTS)}")
     return snapshot

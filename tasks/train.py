@@ -1,15 +1,22 @@
 """The training loop every task CLI shares: devices, seeding, epochs with a progress bar, dev selection,
-and atomic checkpoints that a killed run resumes from to the same result as an uninterrupted one.
+and atomic checkpoints that a killed run resumes from to the same result as an uninterrupted one; the
+recipe (mixed precision, warm-up and decay, clipping, accumulation) and data parallelism through torchrun.
 
 A checkpoint (written after every epoch) holds the model's state (encoder and head), the
 optimiser's state, the number of finished epochs, the best dev score so far with that epoch's
 model state, the history, and the RNG states of python, numpy and torch (CPU and CUDA). Each
 epoch's batch order is drawn from (seed, epoch) alone, so restoring those is enough to continue
-exactly where an uninterrupted run would be.
+exactly where an uninterrupted run would be; the checkpoint also holds the optimiser step count, the
+base learning rates and the fp16 gradient scaler, and under torchrun every rank's RNG states.
+
+Every CLI takes the loop's flags with one call, add_loop_arguments(parser), and passes them on with
+fit(..., **loop_kwargs(args)); under torchrun it writes its files only where is_main_process().
 """
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import random
 import tempfile
@@ -20,14 +27,25 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
+from . import distributed as dp
 from .data import to_device
+from .distributed import is_main_process, rank, world_size
 
 
 def pick_device(name: str = "auto") -> torch.device:
-    """cpu, cuda, mps, or auto: cuda if available, then mps, then cpu; a clear error if the one asked for is absent."""
+    """cpu, cuda, mps, or auto: cuda if available, then mps, then cpu; a clear error if the one asked for is absent.
+
+    Under torchrun, cuda is this process's own GPU, cuda:LOCAL_RANK.
+    """
+    if name in ("auto", "cuda") and torch.cuda.is_available() and world_size() > 1:
+        if dp.local_rank() >= torch.cuda.device_count():
+            raise RuntimeError(f"LOCAL_RANK {dp.local_rank()} but this machine has {torch.cuda.device_count()} CUDA "
+                               "device(s): start at most that many processes per machine (--nproc-per-node)")
+        return torch.device("cuda", dp.local_rank())
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -94,14 +112,58 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dic
     return torch.load(path, map_location=device, weights_only=True)
 
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def check_precision(device: torch.device, precision: str) -> None:
+    """A clear error for a precision the device cannot train in: fp16 needs CUDA, bf16 a CPU, MPS or a bf16 GPU."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError(f"--precision fp16 trains on CUDA only (with a gradient scaler), not on {device.type}: "
+                         "use bf16 there (the same range as fp32, no scaler needed) or fp32")
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"--precision bf16: {torch.cuda.get_device_name(device)} has no bf16 support; use fp16")
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (avx512_bf16 or AMX); without, bf16 autocast is slower than fp32."""
+    probes = [getattr(torch.cpu, f, None) for f in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(probe is not None and probe() for probe in probes)
 
 
 def autocast(device: torch.device, precision: str) -> torch.autocast:
-    """The autocast context for a precision: fp32 is autocast switched off."""
+    """The autocast context for a precision: matrix products in bf16 or fp16, fp32 where torch's autocast keeps it.
+
+    fp32 is autocast switched off. Under autocast torch keeps losses (cross_entropy, mse_loss, ...) in fp32,
+    and LayerNorm and softmax accumulate their statistics in fp32; parameters, gradients, the optimiser
+    state and the update stay fp32 (Micikevicius et al., 2018, sec. 3).
+    """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    dtype = torch.float16 if precision == "fp16" else torch.bfloat16
+    return torch.autocast(device.type, dtype=dtype, enabled=precision != "fp32")
+
+
+@dataclass(frozen=True)
+class LinearSchedule:
+    """Linear warm-up over `warmup` optimiser steps, then linear decay to 0 at `total` (Devlin et al., 2019, A.2).
+
+    factor(s) multiplies the base learning rate of update s (0-based): (s + 1) / warmup during the
+    warm-up, then (total - s) / (total - warmup), so no update is taken at a learning rate of 0.
+    """
+
+    warmup: int
+    total: int
+
+    @classmethod
+    def from_ratio(cls, ratio: float, total: int) -> LinearSchedule:
+        return cls(math.ceil(ratio * total), total)
+
+    def factor(self, step: int) -> float:
+        if step < self.warmup:
+            return (step + 1) / self.warmup
+        return max(0.0, (self.total - step) / max(1, self.total - self.warmup))
 
 
 def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -123,6 +185,18 @@ class Interrupted(Exception):
     """Raised by a callback to stop a run after its checkpoint is written (used to test resuming)."""
 
 
+def _groups(batches: Iterable[dict], k: int) -> Iterable[list[dict]]:
+    """Consecutive runs of k batches (the last one may be shorter): the micro-batches of one optimiser step."""
+    group = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == k:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
 def fit(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -142,20 +216,47 @@ def fit(
     log: Callable[[str], None] = print,
     progress: bool = True,
     precision: str = "fp32",
+    warmup_ratio: float | None = None,
+    max_grad_norm: float | None = None,
+    grad_accum: int = 1,
 ) -> FitResult:
     """Train for `epochs` epochs; after each, evaluate on dev, keep the best state by `metric`, checkpoint.
 
-    epoch_batches(epoch) gives that epoch's collated batches (shuffled from seed and epoch);
-    loss_fn(model, batch) gives the mean loss of a batch on the device; a batch may name its task
-    (batch["task"], as the multitask schedules do), and the record then also holds each task's mean
-    training loss, train_loss_{task}. precision "bf16" runs loss_fn under torch.autocast (bf16 matrix
-    products; parameters, optimiser state and the update stay fp32). `config` (plain values)
-    is stored in the checkpoint; on resume, a stored config that differs in any key but
-    'epochs' and the paths is an error, since the run would not continue the same experiment.
+    epoch_batches(epoch) gives that epoch's collated batches, the same on every process (shuffled from
+    seed and epoch); loss_fn(model, batch) gives the mean loss of a batch on the device; a batch may name
+    its task (batch["task"], as the multitask schedules do), and the record then also holds each task's
+    mean training loss, train_loss_{task}. `config` (plain values) is stored in the checkpoint; on resume,
+    a stored config that differs in any key but 'epochs' and the paths is an error, since the run would
+    not continue the same experiment.
+
+    The recipe: precision "bf16" or "fp16" runs loss_fn and evaluate under torch.autocast (fp16 with a
+    gradient scaler, CUDA only); warmup_ratio (None: a constant learning rate) warms the learning rate up
+    linearly over that fraction of the optimiser steps of all `epochs`, then decays it linearly to 0;
+    max_grad_norm clips the gradients' total norm; grad_accum sums the gradients of that many consecutive
+    batches, weighted by their sizes, into one optimiser step, as if they were one batch.
+
+    Under torchrun (WORLD_SIZE > 1) each process takes its rows of every batch, DDP averages the
+    gradients (each loss weighted so that the step equals one process's on the whole batch), every
+    process evaluates the whole dev set (the same numbers as one process), and rank 0 alone logs, shows
+    the progress bar and writes the checkpoint, which holds every rank's RNG state for an exact resume.
     """
+    check_precision(device, precision)
+    if grad_accum < 1:
+        raise ValueError(f"grad_accum must be at least 1, not {grad_accum}")
+    if warmup_ratio is not None and not 0 <= warmup_ratio < 1:
+        raise ValueError(f"warmup_ratio must be in [0, 1), not {warmup_ratio}")
     model.to(device)
-    start, history = 0, []
+    parallel = dp.init_distributed(device)
+    me, world, main = rank(), world_size(), is_main_process()
+    say = log if main else (lambda message: None)
+    if precision == "bf16" and device.type == "cpu" and not cpu_has_bf16():
+        say("warning: this CPU has neither avx512_bf16 nor AMX: bf16 autocast will be slower than fp32 here")
+    if parallel:
+        say(f"data parallel: {world} processes ({dist.get_backend()}), each takes 1/{world} of every batch")
+    start, history, step = 0, [], 0
     best = FitResult(0, float("-inf"), cpu_state(model))
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    base_lrs = [group["lr"] for group in optimizer.param_groups]
     if resume is not None:
         state = load_checkpoint(resume)  # on the CPU: RNG states must stay there; load_state_dict moves the rest
         _check_config(resume, state.get("config", {}), config or {})
@@ -163,35 +264,75 @@ def fit(
         optimizer.load_state_dict(state["optimizer"])
         start, history = state["epoch"], list(state["history"])
         best = FitResult(state["best_epoch"], state["best_score"], state["best_state"], history)
-        set_rng_state(state["rng"])
-        log(f"resumed from {resume}: {start} epochs done, best dev {metric} {best.best_score:.4f} (epoch {best.best_epoch})")
+        step, base_lrs = state.get("optimizer_steps", 0), state.get("base_lrs", base_lrs)
+        if scaler.is_enabled() and state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])
+        rngs = state.get("rng_ranks") or [state["rng"]]
+        if len(rngs) != world:
+            say(f"{resume} was written by {len(rngs)} process(es), now {world}: dropout draws other random numbers "
+                "than an uninterrupted run would")
+        set_rng_state(rngs[me] if len(rngs) == world else state["rng"])
+        say(f"resumed from {resume}: {start} epochs done, best dev {metric} {best.best_score:.4f} (epoch {best.best_epoch})")
     else:
         seed_everything(seed)
+    compute = dp.data_parallel(model, loss_fn, device) if parallel else (lambda batch: loss_fn(model, batch))
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    schedule = None
     for epoch in range(start, epochs):
         model.train()
-        t0, total, n = time.perf_counter(), 0.0, 0
+        t0, total, n, shown = time.perf_counter(), 0.0, 0, [0.0, 0]
         per_task: dict[str, list[float]] = {}  # task -> [loss sum, batches]
         batches: Iterable[dict] = epoch_batches(epoch)
-        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{epochs}", disable=not progress, leave=False,
+        if warmup_ratio is not None and schedule is None:
+            if not hasattr(batches, "__len__"):
+                raise TypeError("a learning-rate schedule needs epoch_batches to return a sequence: its length "
+                                "sets the number of optimiser steps")
+            schedule = LinearSchedule.from_ratio(warmup_ratio, epochs * math.ceil(len(batches) / grad_accum))
+            say(f"learning rate: linear warm-up over {schedule.warmup} of {schedule.total} optimiser steps, "
+                "then linear decay to 0")
+        bar = tqdm(desc=f"epoch {epoch + 1}/{epochs}", disable=not (progress and main), leave=False,
                    total=len(batches) if hasattr(batches, "__len__") else None)
-        for batch in bar:
-            batch = to_device(batch, device)
-            with autocast(device, precision):
-                loss = loss_fn(model, batch)
+        for group in _groups(batches, grad_accum):
+            rows = sum(dp.batch_rows(b) for b in group)  # examples in this optimiser step, over every rank
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            for batch in group:
+                size = dp.batch_rows(batch)
+                part, mine = dp.shard(batch, me, world) if parallel else (batch, size)
+                part = to_device(part, device)
+                with autocast(device, precision):
+                    loss = compute(part)
+                # DDP averages over ranks: world * mine / rows makes the sum of the ranks' gradients the one of the
+                # mean loss over the step's examples (just the loss itself for one process and one batch)
+                scaler.scale(loss * (world * mine / rows)).backward()
+                value = loss.item()
+                share = value * (mine / size)                 # this rank's part of the batch's mean loss
+                total, n = total + share, n + 1
+                if "task" in batch:
+                    acc = per_task.setdefault(batch["task"], [0.0, 0])
+                    acc[0], acc[1] = acc[0] + share, acc[1] + 1
+                if mine:
+                    shown[0], shown[1] = shown[0] + value, shown[1] + 1
+                bar.update()
+                bar.set_postfix(loss=f"{shown[0] / max(shown[1], 1):.4f}")
+            if schedule is not None:
+                for g, lr in zip(optimizer.param_groups, base_lrs):
+                    g["lr"] = lr * schedule.factor(step)
+            if max_grad_norm is not None:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+            scaler.step(optimizer)
+            scaler.update()
+            step += 1
             if post_step is not None:
                 post_step(model)
-            value = loss.item()
-            total, n = total + value, n + 1
-            if "task" in batch:
-                acc = per_task.setdefault(batch["task"], [0.0, 0])
-                acc[0], acc[1] = acc[0] + value, acc[1] + 1
-            bar.set_postfix(loss=f"{total / n:.4f}")
+        bar.close()
+        if parallel:  # the ranks' shares add up to the global batches' mean losses
+            tasks = sorted(per_task)
+            total, *sums = dp.sum_over_ranks([total] + [per_task[t][0] for t in tasks], device)
+            per_task = {t: [s, per_task[t][1]] for t, s in zip(tasks, sums)}
         train_time = time.perf_counter() - t0
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), autocast(device, precision):
             scores = evaluate(model)
         record = {"epoch": epoch + 1, "train_loss": total / max(n, 1),
                   **{f"train_loss_{t}": s / k for t, (s, k) in sorted(per_task.items())}, "train_seconds": train_time,
@@ -202,15 +343,20 @@ def fit(
             best = FitResult(epoch + 1, scores[metric], cpu_state(model), history)
         task_losses = "".join(f", {k[len('train_loss_'):]} {v:.4f}" for k, v in record.items()
                               if k.startswith("train_loss_"))
-        log(f"epoch {epoch + 1}/{epochs}: train loss {record['train_loss']:.4f}{task_losses}, "
+        say(f"epoch {epoch + 1}/{epochs}: train loss {record['train_loss']:.4f}{task_losses}, "
             f"dev {metric} {scores[metric]:.4f}"
             f"{' (best so far)' if improved else ''}, {train_time:.0f}s training + {record['eval_seconds']:.0f}s eval")
         if checkpoint is not None:
-            save_checkpoint(checkpoint, {
-                "model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch + 1,
-                "best_epoch": best.best_epoch, "best_score": best.best_score, "best_state": best.best_state,
-                "history": history, "rng": rng_state(), "config": config or {},
-            })
+            rngs = dp.all_gather(rng_state()) if parallel else [rng_state()]
+            if main:
+                save_checkpoint(checkpoint, {
+                    "model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch + 1,
+                    "best_epoch": best.best_epoch, "best_score": best.best_score, "best_state": best.best_state,
+                    "history": history, "rng": rngs[0], "config": config or {}, "optimizer_steps": step,
+                    "base_lrs": base_lrs, "scaler": scaler.state_dict(), **({"rng_ranks": rngs} if parallel else {}),
+                })
+            if parallel:
+                dp.barrier()  # the epoch ends when its checkpoint is on disk, for every rank
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, record)
     best.history = history
@@ -218,10 +364,64 @@ def fit(
 
 
 IGNORED_ON_RESUME = {"epochs", "checkpoint", "resume", "out_dir", "device", "predictions_dir"}
+LOOP_DEFAULTS = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1}
 
 
 def _check_config(path: str | Path, stored: dict, current: dict) -> None:
+    """The settings must match; a loop flag absent from an older checkpoint counts as its default."""
+    stored = LOOP_DEFAULTS | stored if set(LOOP_DEFAULTS) & set(current) else stored
     diffs = [f"{k}: checkpoint {stored.get(k)!r}, now {current.get(k)!r}"
              for k in sorted((set(stored) | set(current)) - IGNORED_ON_RESUME) if stored.get(k) != current.get(k)]
     if diffs:
         raise ValueError(f"{path}: cannot resume a different run; settings differ: " + "; ".join(diffs))
+
+
+def _positive(kind: type) -> Callable[[str], float | int]:
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {kind.__name__}: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        return value
+    return parse
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), not {text}")
+    return value
+
+
+def add_loop_arguments(parser: argparse.ArgumentParser) -> None:
+    """The shared loop's flags: --precision, --warmup-ratio, --max-grad-norm, --grad-accum (read by loop_kwargs)."""
+    group = parser.add_argument_group(
+        "training recipe and scale",
+        "The defaults train as plain fp32 with a constant learning rate. The recommended recipe is "
+        "--precision bf16 --warmup-ratio 0.1 --max-grad-norm 1.0. On several processes or machines, start the "
+        "same command with torchrun (torchrun --nproc-per-node N -m tasks.NAME ...): --batch-size stays the "
+        "global batch, each process takes its share, and only rank 0 writes files.")
+    group.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                       help="fp32 (default); bf16: autocast matrix products to bfloat16, recommended on CPUs with "
+                            "avx512_bf16 or AMX and on GPUs from Ampere on; fp16: float16 with a gradient scaler, "
+                            "CUDA only (older GPUs). Parameters and the optimiser stay fp32")
+    group.add_argument("--warmup-ratio", type=_ratio, default=None, metavar="R",
+                       help="linear warm-up of the learning rate over this fraction of all optimiser steps, then "
+                            "linear decay to 0 (recommended: 0.1, BERT's fine-tuning recipe; default: a constant "
+                            "learning rate)")
+    group.add_argument("--max-grad-norm", type=_positive(float), default=None, metavar="N",
+                       help="clip the gradients' total norm to N before each step (recommended: 1.0; "
+                            "default: no clipping)")
+    group.add_argument("--grad-accum", type=_positive(int), default=1, metavar="K",
+                       help="one optimiser step per K batches, as one batch of K x --batch-size (default 1)")
+
+
+def loop_kwargs(args: argparse.Namespace) -> dict:
+    """fit()'s keyword arguments from the flags of add_loop_arguments."""
+    return {"precision": args.precision, "warmup_ratio": args.warmup_ratio, "max_grad_norm": args.max_grad_norm,
+            "grad_accum": args.grad_accum}

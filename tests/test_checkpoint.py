@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import json
+import re
 import shutil
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -194,23 +197,57 @@ def test_offline_hub_name_fails_clearly(tmp_path: Path, monkeypatch: pytest.Monk
     assert not any(tmp_path.iterdir()), "nothing should be written offline"
 
 
-class FakeHub(http.server.BaseHTTPRequestHandler):
-    """Serves {repo}/resolve/main/{file} from `files`, with the commit header the Hub sends; 404 otherwise."""
+COMMIT = "feedface" * 5  # the Hub names a snapshot by its 40-digit commit
 
-    files: ClassVar[dict[str, bytes]] = {}
+
+class FakeHub(http.server.BaseHTTPRequestHandler):
+    """The routes huggingface_hub's snapshot_download calls, for the repositories in `repos` ({name: {file: bytes}}):
+
+    GET  /api/models/{name}/revision/{rev}    the commit and the file list (repo_info)
+    GET  /api/models/{name}/tree/{rev}        path, size and id of every file (list_repo_tree)
+    HEAD /{name}/resolve/{rev}/{file}         the commit, ETag and size (the file's metadata)
+    GET  /{name}/resolve/{rev}/{file}         the bytes
+    An unknown repository answers 404 RepoNotFound, an unknown file 404 EntryNotFound, as the Hub does.
+    """
+
+    repos: ClassVar[dict[str, dict[str, bytes]]] = {}
     requests: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:
-        self.requests.append(self.path)
-        body = self.files.get(self.path)
+    def route(self) -> tuple[int, dict[str, str], bytes]:
+        path = urllib.parse.urlparse(self.path).path
+        api = re.fullmatch(r"/api/models/([^/]+/[^/]+)/(revision|tree)/[^/]+", path)
+        resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/[^/]+/(.+)", path)
+        name = api.group(1) if api else resolve.group(1) if resolve else None
+        if name not in self.repos:
+            return 404, {"X-Error-Code": "RepoNotFound"}, b"{}"
+        files = self.repos[name]
+        if api and api.group(2) == "revision":
+            info = {"id": name, "sha": COMMIT, "siblings": [{"rfilename": f} for f in files]}
+            return 200, {"Content-Type": "application/json"}, json.dumps(info).encode()
+        if api:
+            tree = [{"type": "file", "path": f, "size": len(b), "oid": hashlib.sha1(b).hexdigest()} for f, b in files.items()]
+            return 200, {"Content-Type": "application/json"}, json.dumps(tree).encode()
+        body = files.get(resolve.group(2))
         if body is None:
-            self.send_error(404)
-            return
-        self.send_response(200)
+            return 404, {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": COMMIT}, b""
+        return 200, {"X-Repo-Commit": COMMIT, "ETag": f'"{hashlib.sha256(body).hexdigest()}"'}, body
+
+    def answer(self, with_body: bool) -> None:
+        self.requests.append(f"{self.command} {self.path}")
+        status, headers, body = self.route()
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("X-Repo-Commit", "feedface")
         self.end_headers()
-        self.wfile.write(body)
+        if with_body:
+            self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self.answer(with_body=True)
+
+    def do_HEAD(self) -> None:
+        self.answer(with_body=False)
 
     def log_message(self, *args) -> None:
         pass
@@ -219,9 +256,9 @@ class FakeHub(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def fake_hub(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[type[FakeHub]]:
     """A local http.server standing in for the Hub (HF_ENDPOINT), serving the tiny model as org/tiny."""
-    FakeHub.files = {f"/org/tiny/resolve/main/{f}": (tiny_dir / f).read_bytes()
-                     for f in ("config.json", "model.safetensors")}
-    FakeHub.files["/org/tiny/resolve/main/vocab.txt"] = (MINILM_DIR / "vocab.txt").read_bytes()
+    FakeHub.repos = {"org/tiny": {f: (tiny_dir / f).read_bytes() for f in ("config.json", "model.safetensors")}}
+    FakeHub.repos["org/tiny"]["vocab.txt"] = (MINILM_DIR / "vocab.txt").read_bytes()
+    FakeHub.repos["org/tiny"]["tf_model.h5"] = b"not read by minbert"          # must not be downloaded
     FakeHub.requests = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -231,6 +268,9 @@ def fake_hub(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    import huggingface_hub.constants  # it reads HF_HUB_OFFLINE once, at import: an earlier test may have set it
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     yield FakeHub
     server.shutdown()
     server.server_close()
@@ -241,19 +281,47 @@ def test_hub_download_into_the_cache(fake_hub: type[FakeHub], tiny_dir: Path, tm
     expected = minbert.load_pretrained(str(tiny_dir)).state_dict()
     assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())
     repo = tmp_path / "cache" / "models--org--tiny"
-    assert (repo / "refs" / "main").read_text() == "feedface"
-    assert sorted(p.name for p in (repo / "snapshots").iterdir()) == ["feedface"]
-    assert {"config.json", "model.safetensors", "vocab.txt"} <= {p.name for p in (repo / "snapshots" / "feedface").iterdir()}
+    assert (repo / "refs" / "main").read_text() == COMMIT
+    assert sorted(p.name for p in (repo / "snapshots").iterdir()) == [COMMIT]
+    assert sorted(p.name for p in (repo / "snapshots" / COMMIT).iterdir()) == [
+        "config.json", "model.safetensors", "vocab.txt"]                       # not tf_model.h5
+    assert not any("tf_model.h5" in r for r in fake_hub.requests)
     n = len(fake_hub.requests)
-    assert n >= 3, "config, weights and vocab should have come from the fake Hub"
+    assert sum(r.startswith("GET /org/tiny/resolve/") for r in fake_hub.requests) == 3
     assert minbert.Tokenizer.from_pretrained("org/tiny").encode("hello") == [101, 7592, 102]
     minbert.load_pretrained("org/tiny")
     assert len(fake_hub.requests) == n, "the second load must come from the cache"
 
 
+def test_hub_falls_back_to_pytorch_model_bin(fake_hub: type[FakeHub], tiny_dir: Path, tmp_path: Path) -> None:
+    files = fake_hub.repos["org/tiny"]
+    state = load_file(tiny_dir / "model.safetensors")
+    path = tmp_path / "pytorch_model.bin"
+    torch.save(state, path)
+    fake_hub.repos["org/old"] = {"config.json": files["config.json"], "pytorch_model.bin": path.read_bytes(),
+                                 "vocab.txt": files["vocab.txt"]}
+    model = minbert.load_pretrained("org/old")
+    expected = minbert.load_pretrained(str(tiny_dir)).state_dict()
+    assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())
+    fake_hub.repos["org/empty"] = {"config.json": files["config.json"]}
+    assert "org/empty has neither of model.safetensors, pytorch_model.bin" in load_error("org/empty")
+
+
+def test_hub_sends_hf_token(fake_hub: type[FakeHub], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A private or gated model needs HF_TOKEN: huggingface_hub sends it as a bearer token."""
+    seen = []
+    monkeypatch.setattr(FakeHub, "route", lambda self: (seen.append(self.headers.get("Authorization")),
+                                                         (404, {"X-Error-Code": "GatedRepo"}, b"{}"))[1])
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    message = load_error("org/gated")
+    assert "org/gated is a gated model" in message and "HF_TOKEN" in message
+    assert seen and set(seen) == {"Bearer hf_secret"}
+
+
 def test_hub_missing_model(fake_hub: type[FakeHub]) -> None:
     message = load_error("org/does-not-exist")
-    assert "/org/does-not-exist/resolve/main/config.json: HTTP 404" in message and "downloading it" in message
+    assert "/org/does-not-exist: no such model, or a private or gated one (set HF_TOKEN" in message
+    assert "downloading it from the Hub failed" in message
 
 
 def test_hub_refused_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,8 +329,11 @@ def test_hub_refused_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    import huggingface_hub.constants
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     message = load_error("org/anything")
-    assert "downloading it from the Hub failed" in message and "refused" in message.lower()
+    assert "downloading it from the Hub failed" in message and "cannot reach http://127.0.0.1:9" in message
+    assert "refused" in message.lower()
 
 
 def test_transformers_reads_our_save(minilm: minbert.BertModel, tmp_path: Path) -> None:

@@ -1,0 +1,207 @@
+"""The fine-tuning recipe in the shared loop: warm-up and decay, clipping, accumulation, mixed precision, the flags."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import minbert
+from tasks.classifier import SentimentClassifier, build_parser, classification_loss
+from tasks.train import (
+    LOOP_DEFAULTS,
+    Interrupted,
+    LinearSchedule,
+    _check_config,
+    add_loop_arguments,
+    fit,
+    load_checkpoint,
+    loop_kwargs,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+CPU = torch.device("cpu")
+
+
+def classifier(tiny_config: minbert.BertConfig) -> SentimentClassifier:
+    """A tiny random BERT with a 5-way head, dropout off everywhere, from seed 0."""
+    tiny_config.hidden_dropout_prob = tiny_config.attention_probs_dropout_prob = 0.0
+    torch.manual_seed(0)
+    return SentimentClassifier(minbert.BertModel(tiny_config), 5, dropout=0.0)
+
+
+def random_batches(sizes: list[int], seed: int = 0) -> list[dict]:
+    """Batches of the given sizes over one stream of examples of 3..12 tokens, each padded to its longest."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for n in sizes:
+        lengths = torch.randint(3, 13, (n,), generator=g)
+        T = int(lengths.max())
+        mask = (torch.arange(T)[None] < lengths[:, None]).long()                   # (n, T)
+        ids = torch.randint(1000, 5000, (n, T), generator=g) * mask
+        out.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
+                    "labels": torch.randint(0, 5, (n,), generator=g)})
+    return out
+
+
+def merge(batches: list[dict]) -> dict:
+    """One batch holding the rows of several, padded to the longest."""
+    T = max(b["input_ids"].shape[1] for b in batches)
+    pad = [{k: nn.functional.pad(v, (0, T - v.shape[1])) if v.dim() == 2 else v for k, v in b.items()} for b in batches]
+    return {k: torch.cat([b[k] for b in pad]) for k in pad[0]}
+
+
+def quiet_fit(model: nn.Module, optimizer: torch.optim.Optimizer, epoch_batches, **kwargs):
+    return fit(model, optimizer, epoch_batches, classification_loss, lambda m: {"zero": 0.0}, metric="zero",
+               device=CPU, progress=False, log=lambda s: None, **kwargs)
+
+
+class RecordingSGD(torch.optim.SGD):
+    """SGD that records the learning rate of every step."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.lrs: list[float] = []
+
+    def step(self, closure=None):
+        self.lrs.append(self.param_groups[0]["lr"])
+        return super().step(closure)
+
+
+def test_warmup_then_linear_decay_by_hand_and_across_a_resume(tiny_config, tmp_path):
+    """2 epochs of 5 batches, 2 per step: 3 steps an epoch, 6 in all; ratio 0.3 -> ceil(1.8) = 2 warm-up steps."""
+    expected = [0.5 * 0.1, 1.0 * 0.1, 4 / 4 * 0.1, 3 / 4 * 0.1, 2 / 4 * 0.1, 1 / 4 * 0.1]  # (s+1)/2, then (6-s)/(6-2)
+    assert [LinearSchedule(2, 6).factor(s) * 0.1 for s in range(6)] == pytest.approx(expected, abs=0)
+    batches = random_batches([4] * 5)
+    model = classifier(tiny_config)
+    opt = RecordingSGD(model.parameters(), lr=0.1)
+    quiet_fit(model, opt, lambda epoch: batches, epochs=2, warmup_ratio=0.3, grad_accum=2,
+              checkpoint=tmp_path / "whole.pt")
+    assert opt.lrs == pytest.approx(expected, rel=1e-15)
+
+    def kill(epoch, record):
+        raise Interrupted
+    model = classifier(tiny_config)
+    with pytest.raises(Interrupted):
+        quiet_fit(model, RecordingSGD(model.parameters(), lr=0.1), lambda e: batches, epochs=2, warmup_ratio=0.3,
+                  grad_accum=2, checkpoint=tmp_path / "split.pt", on_epoch_end=kill)
+    model = classifier(tiny_config)
+    opt = RecordingSGD(model.parameters(), lr=0.1)
+    quiet_fit(model, opt, lambda e: batches, epochs=2, warmup_ratio=0.3, grad_accum=2,
+              checkpoint=tmp_path / "split.pt", resume=tmp_path / "split.pt")
+    assert opt.lrs == pytest.approx(expected[3:], rel=1e-15)          # the resumed run continues the schedule
+    a, b = load_checkpoint(tmp_path / "whole.pt"), load_checkpoint(tmp_path / "split.pt")
+    assert a["optimizer_steps"] == b["optimizer_steps"] == 6 and a["base_lrs"] == b["base_lrs"] == [0.1]
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+def test_accumulating_k_batches_equals_one_batch_k_times_the_size(tiny_config):
+    """4 + 4 + 3 rows accumulated = one batch of 11 rows, and again for the next step (tolerance 1e-6)."""
+    micro = random_batches([4, 4, 3, 4, 4, 3], seed=1)
+    whole = [merge(micro[:3]), merge(micro[3:])]
+    runs = []
+    for batches, k in ((micro, 3), (whole, 1)):
+        model = classifier(tiny_config)
+        quiet_fit(model, minbert.AdamW(model.parameters(), lr=1e-3), lambda e, b=batches: b, epochs=1,
+                  grad_accum=k)
+        runs.append(model.state_dict())
+    moved = 0
+    for key, value in runs[1].items():
+        torch.testing.assert_close(runs[0][key], value, rtol=0, atol=1e-6, msg=key)
+        moved += not torch.equal(value, classifier(tiny_config).state_dict()[key])
+    assert moved > 10                                                   # it did train
+
+
+def test_clipping_bounds_the_update(tiny_config):
+    """Plain SGD at lr 1: the parameters move by exactly the clipped gradient norm."""
+    batches = random_batches([8])
+    moves = {}
+    for clip in (None, 1e-3):
+        model = classifier(tiny_config)
+        before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+        quiet_fit(model, torch.optim.SGD(model.parameters(), lr=1.0), lambda e: batches, epochs=1, max_grad_norm=clip)
+        moves[clip] = (torch.cat([p.detach().flatten() for p in model.parameters()]) - before).norm().item()
+    assert moves[None] > 0.01
+    assert moves[1e-3] == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_bf16_autocast_stays_close_to_fp32(minilm, tokenizer):
+    """MiniLM under bf16 autocast: hidden states within 2% (relative norm) of fp32, every token's cosine > 0.999."""
+    batch = tokenizer(["A cat sat on the mat.", "The film is a charming, funny and moving portrait of a family.",
+                       "Bad."])
+    with torch.no_grad():
+        ref = minilm(**batch)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = minilm(**batch)
+    keep = batch.attention_mask.bool()
+    x, y = ref.last_hidden_state[keep], low.last_hidden_state[keep].float()     # (N, H)
+    assert not torch.equal(x, y)                                                 # bf16 did change the arithmetic
+    assert ((x - y).norm() / x.norm()).item() < 2e-2
+    assert torch.cosine_similarity(x, y, dim=-1).min().item() > 0.999
+
+
+def test_bf16_training_keeps_fp32_parameters_gradients_and_loss(tiny_config):
+    model = classifier(tiny_config)
+    before = model.head.weight.detach().clone()
+    grads: set[torch.dtype] = set()
+    quiet_fit(model, minbert.AdamW(model.parameters(), lr=1e-3), lambda e: random_batches([4, 4]), epochs=1,
+              precision="bf16", post_step=lambda m: grads.update(p.grad.dtype for p in m.parameters()
+                                                                  if p.grad is not None))
+    assert grads == {torch.float32} and all(p.dtype == torch.float32 for p in model.parameters())
+    assert not torch.equal(model.head.weight, before)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert classification_loss(model, random_batches([4])[0]).dtype == torch.float32  # losses stay fp32
+
+
+def test_fp16_needs_cuda(tiny_config):
+    model = classifier(tiny_config)
+    with pytest.raises(ValueError, match="fp16 trains on CUDA only"):
+        quiet_fit(model, minbert.AdamW(model.parameters()), lambda e: random_batches([4]), epochs=1, precision="fp16")
+
+
+def test_loop_flags_defaults_and_help():
+    parser = build_parser()
+    assert loop_kwargs(parser.parse_args([])) == LOOP_DEFAULTS            # a plain run: fp32, constant lr, no clip
+    args = parser.parse_args(["--precision", "bf16", "--warmup-ratio", "0.1", "--max-grad-norm", "1",
+                              "--grad-accum", "4"])
+    assert loop_kwargs(args) == {"precision": "bf16", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 4}
+    text = parser.format_help()
+    assert "--precision bf16 --warmup-ratio 0.1 --max-grad-norm 1.0" in text and "torchrun" in text
+    for bad in ("--warmup-ratio 1.5", "--grad-accum 0", "--max-grad-norm -1", "--precision fp8"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad.split())
+    import argparse
+    other = argparse.ArgumentParser()
+    add_loop_arguments(other)                                              # any CLI gets them with one call
+    assert loop_kwargs(other.parse_args([])) == LOOP_DEFAULTS
+
+
+def test_checkpoints_from_before_the_recipe_flags_still_resume():
+    old = {"lr": 1e-3, "task": "sst"}                                      # stored before the loop flags existed
+    _check_config("old.pt", old, old | LOOP_DEFAULTS)
+    with pytest.raises(ValueError, match="precision: checkpoint 'fp32', now 'bf16'"):
+        _check_config("old.pt", old, old | LOOP_DEFAULTS | {"precision": "bf16"})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 and its gradient scaler need CUDA")
+def test_fp16_on_cuda_resumes_exactly(tiny_config, tmp_path):
+    cuda = torch.device("cuda")
+    batches = random_batches([4] * 4)
+
+    def run(**kw):
+        model = classifier(tiny_config)
+        return fit(model, minbert.AdamW(model.parameters(), lr=1e-3), lambda e: batches, classification_loss,
+                   lambda m: {"zero": 0.0}, metric="zero", device=cuda, progress=False, log=lambda s: None,
+                   epochs=2, precision="fp16", max_grad_norm=1.0, **kw)
+    run(checkpoint=tmp_path / "whole.pt")
+
+    def kill(epoch, record):
+        raise Interrupted
+    with pytest.raises(Interrupted):
+        run(checkpoint=tmp_path / "split.pt", on_epoch_end=kill)
+    run(checkpoint=tmp_path / "split.pt", resume=tmp_path / "split.pt")
+    a, b = load_checkpoint(tmp_path / "whole.pt"), load_checkpoint(tmp_path / "split.pt")
+    assert a["scaler"] and a["scaler"]["scale"] == b["scaler"]["scale"] and math.isfinite(a["scaler"]["scale"])
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
