@@ -298,8 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit", choices=["entropy", "patience"], default=None,
                    help="exit rule: entropy below S (DeeBERT; default for classification) or the prediction "
                         "unchanged for P layers (PABEE; default for sts)")
-    p.add_argument("--thresholds", type=_floats, nargs="+", default=DEFAULT_THRESHOLDS,
-                   help=f"entropy thresholds S to sweep (default {' '.join(f'{t:g}' for t in DEFAULT_THRESHOLDS)})")
+    p.add_argument("--thresholds", type=_floats, nargs="+", default=None,
+                   help=f"entropy thresholds S to sweep (default: the paper's {' '.join(f'{t:g}' for t in DEFAULT_THRESHOLDS)}"
+                        " for two classes, times ln C / ln 2 for C classes, or / ln 2 with --normalize-entropy: "
+                        "from no exit to every sample leaving at layer 1)")
     p.add_argument("--normalize-entropy", action="store_true", help="divide the entropy by ln C (S then in [0, 1])")
     p.add_argument("--patience", type=int, nargs="+", default=None,
                    help="patience values P to sweep with --exit patience (default 1 .. L-2)")
@@ -344,6 +346,9 @@ def run(args: argparse.Namespace) -> dict:
     if args.exit == "entropy" and args.task == "sts":
         raise SystemExit("--exit entropy needs classes; sts is a regression: use --exit patience")
     args.ramp_epochs = args.epochs if args.ramp_epochs is None else args.ramp_epochs
+    if args.thresholds is None:
+        scale = 1.0 if args.normalize_entropy else math.log(max(NUM_LABELS[args.task], 2))
+        args.thresholds = [round(t * scale / math.log(2), 4) for t in DEFAULT_THRESHOLDS]
     device = pick_device(args.device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)

@@ -299,3 +299,14 @@ def test_cli_sts_exits_by_patience(tiny_dir, tmp_path):
     assert (tmp_path / "sts" / "predictions" / "sts-test-output.csv").is_file()
     with pytest.raises(SystemExit, match="use --exit patience"):
         cli.run(cli_args(tiny_dir, tmp_path, "sts", "sts2", "--exit", "entropy"))
+
+
+def test_every_flag_is_explained_and_the_default_thresholds_span_the_entropy_range():
+    parser = cli.build_parser()
+    assert all(action.help for action in parser._actions)
+    text = parser.format_help()
+    for flag in ("--task", "--model", "--epochs", "--lr", "--batch-size", "--max-train-examples", "--seed", "--device",
+                 "--train-file", "--dev-file", "--test-file", "--exit", "--thresholds", "--patience",
+                 "--eval-batch-size", "--out", "--resume", "--threshold"):
+        assert flag in text, flag
+    assert cli.DEFAULT_THRESHOLDS[0] == 0.0 and math.log(2) < cli.DEFAULT_THRESHOLDS[-1]   # no exit .. all at layer 1
