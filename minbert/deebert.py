@@ -64,11 +64,11 @@ class OffRamp(nn.Module):
 
     def forward(self, h: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """A layer's hidden states (B, T, H) and the 1/0 mask (B, T) -> logits (B, C)."""
-        if self.pooling == "mean":
+        if self.pooling == "cls":
+            v = h[:, 0]                                                    # (B, H): the [CLS] state
+        else:
             keep = attention_mask[..., None].to(h.dtype)                   # (B, T, 1)
             v = (h * keep).sum(1) / keep.sum(1).clamp(min=1.0)             # (B, H): real tokens only
-        else:
-            v = h[:, 0]                                                    # (B, H): the [CLS] state
         if self.pooler is not None:
             v = torch.tanh(F.linear(v, self.pooler.Wp, self.pooler.bp))    # (B, H)
         v = F.dropout(v, self.dropout.p, self.training)                    # functional calls: this runs after
