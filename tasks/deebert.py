@@ -1,0 +1,422 @@
+"""DeeBERT early exit (Xin et al., ACL 2020) on the CS224N tasks: two-stage fine-tuning, a sweep of exit
+thresholds timed against the model without exits, the paper's figures, and prediction files.
+
+    python -m tasks.deebert --task sst2 --out runs/deebert-sst2                      # batch 1, as the paper
+    python -m tasks.deebert --task sst2 --resume runs/deebert-sst2 --eval-batch-size 32 --out runs/deebert-sst2-b32
+    python -m tasks.deebert --task sts --exit patience --out runs/deebert-sts        # PABEE's rule, a regression
+
+sst2 is binary SST built as SST-2 was: labels 0-1 negative, 3-4 positive, 2 dropped (train and dev; the
+unlabelled test file is predicted whole). OUT gets stage1.pt and stage2.pt (fit checkpoints; --resume
+loads the trained model from stage2.pt), sweep.csv and sweep.json, curve.png (quality against time saved,
+Figure 2), exit_layers.png (Figure 6), per_layer.png (Figure 3), and predictions/{task}-{dev,test}-output.csv
+at the chosen setting (sst2's in the binary Predicted_Sentiment format of cfimdb).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import io
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+import minbert
+from minbert import deebert
+from minbert.deebert import DeeBert, DeeBertConfig, EntropyExit, PatienceExit
+
+from .classifier import Split
+from .data import TASKS, Collator, Records, batches, model_inputs, to_device, token_lengths
+from .evaluation import accuracy, pearson, write_predictions
+from .train import fit, load_checkpoint, pick_device, seed_everything
+
+NUM_LABELS = {"sst": 5, "sst2": 2, "cfimdb": 2, "sts": 1}
+SOURCE = {"sst": "sst", "sst2": "sst", "cfimdb": "cfimdb", "sts": "sts"}   # which files a task reads
+BOARD = {"sst": "sst", "sst2": "cfimdb", "cfimdb": "cfimdb", "sts": "sts"}  # prediction-file format
+DEFAULT_THRESHOLDS = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7]
+EVAL_BATCH = 64           # batch size of the dev evaluations during training and of the prediction files
+MODEL_KEYS = ("task", "model", "pooling", "ramp_pooler")   # what a resumed model must agree on
+
+
+def to_sst2(records: Records) -> tuple[Records, int]:
+    """Binary SST as SST-2 (Socher et al., 2013): 0-1 -> 0, 3-4 -> 1, neutral (2) dropped; (records, dropped)."""
+    if not records.labelled:
+        return records, 0
+    kept = [dataclasses.replace(e, label=int(e.label >= 3)) for e in records if e.label != 2]
+    return Records(kept, records.path, True, records.skipped), len(records) - len(kept)
+
+
+def load_split(name: str, path: str | Path, task: str, tokenizer: minbert.Tokenizer, limit: int | None = None,
+               seed: int = 0) -> Split:
+    """Read a split of a task (sst2 mapped from SST); with `limit`, a seeded random sample of that many rows."""
+    records = TASKS[SOURCE[task]].read(path)
+    print(records.summary(), file=sys.stderr)
+    if task == "sst2":
+        records, dropped = to_sst2(records)
+        if dropped:
+            print(f"{path}: sst2 leaves out {dropped} neutral rows (label 2)", file=sys.stderr)
+    if limit is not None and limit < len(records):
+        keep = sorted(random.Random(seed).sample(range(len(records)), limit))
+        records = Records([records[i] for i in keep], records.path, records.labelled, records.skipped)
+    if not records:
+        raise SystemExit(f"{path}: no examples to use")
+    return Split(name, records, token_lengths(records, tokenizer))
+
+
+def predictions(task: str, logits: torch.Tensor) -> list:
+    """Logits (N, C) -> the class of each row, or its similarity for sts."""
+    return logits[:, 0].tolist() if NUM_LABELS[task] == 1 else logits.argmax(-1).tolist()
+
+
+def quality(task: str, preds: list, labels: list) -> float:
+    """Pearson r for sts, accuracy otherwise."""
+    return pearson(preds, labels) if task == "sts" else accuracy(preds, labels)
+
+
+def stage1_loss(model: DeeBert, batch: dict) -> torch.Tensor:
+    """Stage 1: the ordinary fine-tuning loss of the last off-ramp."""
+    return deebert.ramp_loss(model(**model_inputs(batch)), batch["labels"])
+
+
+def stage2_loss(model: DeeBert, batch: dict) -> torch.Tensor:
+    """Stage 2: the sum of off-ramps 1..n-1's losses on the frozen backbone's hidden states."""
+    return deebert.offramp_loss(model.stage2_logits(**model_inputs(batch)), batch["labels"])
+
+
+@torch.no_grad()
+def layer_scores(model: DeeBert, task: str, split_batches: list[dict], device: torch.device) -> list[float]:
+    """Every off-ramp's dev quality when all samples are forced to leave there (the paper's Figure 3)."""
+    model.eval()
+    logits, labels = [], []
+    for b in split_batches:
+        logits.append(model.all_logits(**model_inputs(to_device(b, device))).cpu())    # (L, B, C)
+        labels += b["labels"].tolist()
+    z = torch.cat(logits, dim=1)                                                        # (L, N, C)
+    return [quality(task, predictions(task, z[l]), labels) for l in range(z.shape[0])]
+
+
+def train(args: argparse.Namespace, model: DeeBert, train_split: Split, dev_batches: list[dict], collate: Collator,
+          device: torch.device, out: Path, config: dict) -> dict:
+    """Both stages through tasks.train.fit, each keeping its best dev epoch (DeeBERT, sec. 3.1)."""
+    metric = "pearson" if args.task == "sts" else "accuracy"
+
+    def epoch_batches(epoch: int) -> list[dict]:
+        return batches(train_split.records, collate, args.batch_size, shuffle=True,
+                       seed=args.seed * 1_000_003 + epoch, bucket=True, lengths=train_split.lengths)
+
+    def last_ramp(m: DeeBert) -> dict[str, float]:
+        preds, labels = [], []
+        for b in dev_batches:
+            preds += predictions(args.task, m(**model_inputs(to_device(b, device))).cpu())
+            labels += b["labels"].tolist()
+        return {metric: quality(args.task, preds, labels)}
+
+    def ramps(m: DeeBert) -> dict[str, float]:
+        scores = layer_scores(m, args.task, dev_batches, device)
+        return {f"{metric}_ramps": statistics.mean(scores[:-1]), **{f"{metric}_layer{i + 1}": s
+                                                                     for i, s in enumerate(scores)}}
+
+    opt = minbert.AdamW(deebert.stage1_parameters(model), lr=args.lr, weight_decay=args.weight_decay)
+    first = fit(model, opt, epoch_batches, stage1_loss, last_ramp, metric=metric, epochs=args.epochs, device=device,
+                seed=args.seed, checkpoint=out / "stage1.pt", config=config | {"stage": 1}, progress=args.progress)
+    model.load_state_dict(first.best_state)
+    opt = minbert.AdamW(deebert.stage2_parameters(model), lr=args.ramp_lr, weight_decay=args.weight_decay)
+    second = fit(model, opt, epoch_batches, stage2_loss, ramps, metric=f"{metric}_ramps", epochs=args.ramp_epochs,
+                 device=device, seed=args.seed + 1, checkpoint=out / "stage2.pt", config=config | {"stage": 2},
+                 progress=args.progress)
+    model.load_state_dict(second.best_state)
+    return {"stage1": {"best_epoch": first.best_epoch, f"dev_{metric}": first.best_score, "history": first.history},
+            "stage2": {"best_epoch": second.best_epoch, f"dev_{metric}_ramps": second.best_score,
+                       "history": second.history}}
+
+
+def load_trained(model: DeeBert, path: str | Path, config: dict) -> Path:
+    """The best state of a finished run's stage 2 (its checkpoint, or the --out directory holding stage2.pt)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "stage2.pt"
+    state = load_checkpoint(path)
+    stored = state.get("config", {})
+    diffs = [f"{k}: {stored.get(k)!r} there, {config.get(k)!r} now" for k in MODEL_KEYS if stored.get(k) != config.get(k)]
+    if stored.get("stage") != 2 or diffs:
+        raise SystemExit(f"{path}: not a trained DeeBERT model for this run"
+                         + (f" ({'; '.join(diffs)})" if diffs else " (no stage-2 checkpoint)"))
+    model.load_state_dict(state["best_state"])
+    return path
+
+
+def exit_rules(args: argparse.Namespace, L: int) -> tuple[dict[str, deebert.ExitRule], deebert.ExitRule]:
+    """The swept rules by name, and one that evaluates every off-ramp but never exits (their own cost)."""
+    if args.exit == "entropy":
+        return ({f"S={s:g}": EntropyExit(s, args.normalize_entropy) for s in args.thresholds},
+                EntropyExit(-math.inf, args.normalize_entropy))
+    patience = args.patience or list(range(1, max(L - 1, 2)))
+    return {f"P={p}": PatienceExit(p, args.change_threshold) for p in patience}, PatienceExit(L, args.change_threshold)
+
+
+def setting_of(name: str) -> float | None:
+    return float(name.split("=", 1)[1]) if "=" in name else None
+
+
+def sweep_table(args: argparse.Namespace, model: DeeBert, split: Split, collate: Collator,
+                device: torch.device) -> dict:
+    """Quality, exit layers and measured time of each setting against the plain model, on one split."""
+    L = model.num_layers
+    split_batches = [to_device(b, device) for b in batches(split.records, collate, args.eval_batch_size,
+                                                           bucket=args.eval_batch_size > 1, lengths=split.lengths)]
+    ids = [i for b in split_batches for i in b["ids"]]
+    labels = [split.records[k].label for k in _positions(split.records, ids)]
+    rules, no_exit = exit_rules(args, L)
+    log = (lambda s: print(s, file=sys.stderr)) if args.progress else None
+    plain, runs = deebert.sweep(model, split_batches, {**rules, "no exit": no_exit}, rounds=args.rounds, log=log)
+    base_preds = predictions(args.task, plain.logits)
+    base = quality(args.task, base_preds, labels)
+    plain_work = plain.token_layers
+    rows = []
+    for run in [plain, *runs]:
+        preds = predictions(args.task, run.logits)
+        mean_layer = run.layers.float().mean().item()
+        rows.append({
+            "setting": run.name, "value": setting_of(run.name), "quality": quality(args.task, preds, labels),
+            "quality_drop": base - quality(args.task, preds, labels), "mean_exit_layer": mean_layer,
+            "layers_run": mean_layer / L, "layers_saved": 1 - mean_layer / L,
+            "tokens_run": run.token_layers / plain_work, "seconds": run.time, "seconds_all": run.seconds,
+            "time_saved": 1 - run.time / plain.time, "speedup": plain.time / run.time,
+            "same_as_plain": sum(abs(a - b) <= 1e-5 for a, b in zip(preds, base_preds)) / len(preds),
+            "exit_histogram": torch.bincount(run.layers, minlength=L + 1)[1:].tolist()})
+    return {"metric": "pearson" if args.task == "sts" else "accuracy", "examples": len(ids),
+            "eval_batch_size": args.eval_batch_size, "rounds": args.rounds, "num_layers": L,
+            "ramp_cost": rows[-1]["seconds"] / rows[0]["seconds"] - 1, "rows": rows}
+
+
+def _positions(records: Records, ids: list[str]) -> list[int]:
+    where = {e.id: k for k, e in enumerate(records)}
+    return [where[i] for i in ids]
+
+
+def choose(table: dict, max_drop: float) -> dict:
+    """The swept setting that runs the fewest layers with a quality drop of at most max_drop."""
+    swept = [r for r in table["rows"][1:-1] if r["quality_drop"] <= max_drop + 1e-12]
+    return min(swept, key=lambda r: (r["layers_run"], r["value"]), default=table["rows"][1])
+
+
+def format_table(table: dict) -> str:
+    """The sweep as a markdown table: one row per setting, the plain model and the ramps' own cost first."""
+    head = (f"| setting | {table['metric']} | drop | mean exit layer | layers run | tokens run | time (s) "
+            f"| time saved | speed-up | same as plain |\n|---|---|---|---|---|---|---|---|---|---|")
+    rows = table["rows"]
+    lines = [head] + [
+        f"| {r['setting']} | {r['quality']:.4f} | {r['quality_drop'] * 100:+.2f} | {r['mean_exit_layer']:.2f} "
+        f"| {r['layers_run']:.1%} | {r['tokens_run']:.1%} | {r['seconds']:.2f} | {r['time_saved']:.1%} "
+        f"| {r['speedup']:.2f}x | {r['same_as_plain']:.1%} |" for r in [rows[0], rows[-1], *rows[1:-1]]]
+    return "\n".join(lines) + (f"\n\n{table['examples']} examples, batch {table['eval_batch_size']}, median of "
+                               f"{table['rounds']} round(s); the off-ramps' own cost (every ramp evaluated, no exit): "
+                               f"{table['ramp_cost']:+.1%} time against the plain model.")
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write a text file atomically (temporary file in the same directory, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def write_outputs(out: Path, table: dict, summary: dict, hist_settings: int = 4) -> None:
+    """sweep.csv, sweep.json and the three figures."""
+    keys = [k for k in table["rows"][0] if k not in ("seconds_all", "exit_histogram")]
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(keys + [f"exit_layer_{l + 1}" for l in range(table["num_layers"])])
+    for r in table["rows"]:
+        w.writerow([r[k] for k in keys] + r["exit_histogram"])
+    write_text(out / "sweep.csv", buf.getvalue())
+    write_text(out / "sweep.json", json.dumps(summary, indent=2))
+    swept = table["rows"][1:-1]
+    title = f"{summary['task']}, batch {table['eval_batch_size']}"
+    deebert.plot_curve([{**r, "setting": r["value"]} for r in swept], out / "curve.png", table["metric"], title)
+    picks = sorted({round(i * (len(swept) - 1) / max(hist_settings - 1, 1)) for i in range(hist_settings)})
+    deebert.plot_exit_histograms({swept[i]["setting"]: swept[i]["exit_histogram"] for i in picks},
+                                 out / "exit_layers.png", title)
+    deebert.plot_per_layer(summary["per_layer"], out / "per_layer.png", table["metric"], f"{summary['task']}, dev")
+
+
+@torch.no_grad()
+def exit_predictions(model: DeeBert, task: str, split: Split, collate: Collator, rule: deebert.ExitRule,
+                     device: torch.device) -> tuple[list, list[int]]:
+    """Early-exit predictions and exit layers of a split, in the file's order (batched exit equals batch 1)."""
+    got: dict[str, tuple] = {}
+    for b in batches(split.records, collate, EVAL_BATCH, bucket=True, lengths=split.lengths):
+        x = to_device(model_inputs(b), device)
+        o = deebert.early_exit(model, x["input_ids"], x["attention_mask"], x["token_type_ids"], rule)
+        got.update(zip(b["ids"], zip(predictions(task, o.logits.cpu()), o.layers.tolist())))
+    return [got[e.id][0] for e in split.records], [got[e.id][1] for e in split.records]
+
+
+def _floats(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tasks.deebert", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", choices=sorted(NUM_LABELS), default="sst2",
+                   help="sst (5 classes), sst2 (binary SST: 0-1 negative, 3-4 positive, 2 dropped), cfimdb (binary), "
+                        "sts (similarity regression; exits by patience)")
+    p.add_argument("--model", default="minilm", help="checkpoint: 'minilm' (offline), a Hub name, or a directory")
+    p.add_argument("--pooling", choices=deebert.POOLINGS, default="mean",
+                   help="the off-ramps' input: the mean of a layer's real tokens (default, the offline MiniLM is a "
+                        "mean-pooling model) or the [CLS] state (the paper)")
+    p.add_argument("--no-ramp-pooler", dest="ramp_pooler", action="store_false",
+                   help="off-ramps without the copy of the pretrained pooler (dense + tanh): dropout + linear only")
+    p.add_argument("--dropout", type=float, default=None, help="dropout before each off-ramp's classifier "
+                                                               "(default: the model's, 0.1)")
+    p.add_argument("--epochs", type=int, default=3, help="stage 1 epochs: encoder and last off-ramp (default 3)")
+    p.add_argument("--ramp-epochs", type=int, default=None, help="stage 2 epochs: off-ramps 1..n-1 (default: --epochs)")
+    p.add_argument("--lr", type=float, default=3e-5, help="stage 1 learning rate (default 3e-5)")
+    p.add_argument("--ramp-lr", type=float, default=1e-3,
+                   help="stage 2 learning rate, off-ramps only on a frozen encoder (default 1e-3, as a frozen "
+                        "encoder's head)")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW's decoupled weight decay (default 0)")
+    p.add_argument("--batch-size", type=int, default=32, help="training batch size (default 32)")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="truncate inputs to this many tokens (default: the model's limit, 512; no cfimdb review "
+                        "is longer than 498 MiniLM tokens, 30%% are longer than 256)")
+    p.add_argument("--exit", choices=["entropy", "patience"], default=None,
+                   help="exit rule: entropy below S (DeeBERT; default for classification) or the prediction "
+                        "unchanged for P layers (PABEE; default for sts)")
+    p.add_argument("--thresholds", type=_floats, nargs="+", default=None,
+                   help=f"entropy thresholds S to sweep (default: the paper's {' '.join(f'{t:g}' for t in DEFAULT_THRESHOLDS)}"
+                        " for two classes, times ln C / ln 2 for C classes, or / ln 2 with --normalize-entropy: "
+                        "from no exit to every sample leaving at layer 1)")
+    p.add_argument("--normalize-entropy", action="store_true", help="divide the entropy by ln C (S then in [0, 1])")
+    p.add_argument("--patience", type=int, nargs="+", default=None,
+                   help="patience values P to sweep with --exit patience (default 1 .. L-2)")
+    p.add_argument("--change-threshold", type=float, default=0.1,
+                   help="patience on a regression: a change below this counts as unchanged (default 0.1, on 0-5)")
+    p.add_argument("--threshold", type=float, default=None,
+                   help="the setting (S, or P with --exit patience) of the prediction files (default: the swept "
+                        "setting with the fewest layers run whose dev quality drop is at most --max-drop)")
+    p.add_argument("--max-drop", type=float, default=0.005,
+                   help="largest dev quality drop against the plain model when choosing the setting (default 0.005)")
+    p.add_argument("--eval-batch-size", type=int, default=1,
+                   help="batch size of the timed sweep: 1 is the paper's setting; larger uses batched exit")
+    p.add_argument("--rounds", type=int, default=1, help="timing rounds of the sweep; the median is reported")
+    p.add_argument("--max-train-examples", type=int, default=None, help="train on a seeded random sample of N")
+    p.add_argument("--max-eval-examples", type=int, default=None,
+                   help="use a seeded random sample of N dev (and N test) examples (quick runs)")
+    p.add_argument("--seed", type=int, default=11711, help="random seed for initialisation, order and dropout")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto",
+                   help="auto picks cuda, then mps, then cpu")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    p.add_argument("--data-dir", default="data", help="where the default task files live (default: data)")
+    p.add_argument("--train-file", default=None, help="training file (default: DATA_DIR's file of the task)")
+    p.add_argument("--dev-file", default=None, help="dev file: model selection and the sweep")
+    p.add_argument("--test-file", default=None, help="test file to predict (scored too if labelled)")
+    p.add_argument("--out", default=None, help="output directory (default: runs/deebert-{task})")
+    p.add_argument("--resume", default=None, metavar="PATH",
+                   help="skip training: load the model trained by an earlier run (its --out directory or its "
+                        "stage2.pt); the task, model, pooling and pooler must be the same")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars or timing log")
+    return p
+
+
+RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "rounds", "resume", "out", "device", "threshold",
+                         "max_drop", "thresholds", "patience", "exit", "normalize_entropy", "change_threshold"}
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Train both stages (or load a trained model), sweep the exit setting on dev, write tables, figures, files."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.exit is None:
+        args.exit = "patience" if args.task == "sts" else "entropy"
+    if args.exit == "entropy" and args.task == "sts":
+        raise SystemExit("--exit entropy needs classes; sts is a regression: use --exit patience")
+    args.ramp_epochs = args.epochs if args.ramp_epochs is None else args.ramp_epochs
+    if args.thresholds is None:
+        scale = 1.0 if args.normalize_entropy else math.log(max(NUM_LABELS[args.task], 2))
+        args.thresholds = [round(t * scale / math.log(2), 4) for t in DEFAULT_THRESHOLDS]
+    device = pick_device(args.device)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out or f"runs/deebert-{args.task}")
+    files = TASKS[SOURCE[args.task]]
+    tokenizer = minbert.Tokenizer.from_pretrained(args.model, max_length=args.max_length)
+    dev = load_split("dev", args.dev_file or files.path(args.data_dir, "dev"), args.task, tokenizer,
+                     args.max_eval_examples, args.seed)
+    test = load_split("test", args.test_file or files.path(args.data_dir, "test"), args.task, tokenizer,
+                      args.max_eval_examples, args.seed)
+    if not dev.records.labelled:
+        raise SystemExit(f"{dev.records.path}: the dev file must have labels")
+    collate = Collator(tokenizer, float_labels=args.task == "sts")
+    config = {k: v for k, v in vars(args).items() if k not in RUN_SETTINGS_EXCLUDED and isinstance(
+        v, (str, int, float, bool, type(None), list, tuple))}
+
+    seed_everything(args.seed)
+    model = DeeBert(minbert.load_pretrained(args.model), DeeBertConfig(NUM_LABELS[args.task], args.pooling,
+                                                                       args.ramp_pooler, args.dropout))
+    model.to(device)
+    dev_batches = batches(dev.records, collate, EVAL_BATCH, bucket=True, lengths=dev.lengths)
+    summary: dict = {"task": args.task, "model": args.model, "exit": args.exit,
+                     "settings": {k: v for k, v in vars(args).items() if k != "thresholds" or args.exit == "entropy"}}
+    if args.resume:
+        summary["resumed_from"] = str(load_trained(model, args.resume, config))
+    else:
+        train_split = load_split("train", args.train_file or files.path(args.data_dir, "train"), args.task, tokenizer,
+                                 args.max_train_examples, args.seed)
+        if not train_split.records.labelled:
+            raise SystemExit(f"{train_split.records.path}: the training file must have labels")
+        print(f"{args.task}: {len(train_split.records)} train, {len(dev.records)} dev, {len(test.records)} test; "
+              f"{model.num_layers} off-ramps; device {device}", file=sys.stderr)
+        summary["training"] = train(args, model, train_split, dev_batches, collate, device, out, config)
+    model.eval()
+    summary["per_layer"] = layer_scores(model, args.task, dev_batches, device)
+    table = sweep_table(args, model, dev, collate, device)
+    summary.update(table)
+    print(format_table(table))
+    print("forced exit at each layer (dev " + table["metric"] + "): "
+          + ", ".join(f"{l + 1}: {s:.4f}" for l, s in enumerate(summary["per_layer"])))
+
+    L = model.num_layers
+    if args.threshold is not None:
+        value = args.threshold
+    else:
+        value = choose(table, args.max_drop)["value"]
+    rule = EntropyExit(value, args.normalize_entropy) if args.exit == "entropy" else \
+        PatienceExit(int(value), args.change_threshold)
+    summary["prediction_setting"] = value
+    for split in (dev, test):
+        preds, layers = exit_predictions(model, args.task, split, collate, rule, device)
+        path = write_predictions(out / "predictions" / f"{args.task}-{split.name}-output.csv", BOARD[args.task],
+                                 [e.id for e in split.records], preds)
+        line = f"wrote {path} ({len(preds)} rows) at {'S' if args.exit == 'entropy' else 'P'}={value:g}: " \
+               f"mean exit layer {statistics.mean(layers):.2f} of {L}"
+        if split.records.labelled:
+            summary[f"{split.name}_quality"] = quality(args.task, preds, [e.label for e in split.records])
+            line += f", {split.name} {table['metric']} {summary[f'{split.name}_quality']:.4f}"
+        print(line)
+    write_outputs(out, table, summary)
+    print(f"wrote {out}/sweep.csv, sweep.json, curve.png, exit_layers.png, per_layer.png")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    run(build_parser().parse_args(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
