@@ -26,7 +26,7 @@ import minbert
 from .data import TASKS, Collator, Records, batches, model_inputs, to_device, token_lengths
 from .evaluation import LEADERBOARD, accuracy, prediction_path, write_predictions
 from .finetune import add_mode_arguments, get_mode
-from .train import fit, pick_device, seed_everything
+from .train import add_loop_arguments, autocast, fit, is_main_process, loop_kwargs, pick_device, seed_everything
 
 NUM_LABELS = {"sst": 5, "cfimdb": 2}
 POOLINGS = ("mean", "cls", "pooler")
@@ -101,7 +101,8 @@ def load_split(name: str, path: str | Path, task: str, tokenizer: minbert.Tokeni
                seed: int = 0) -> Split:
     """Read a split; with `limit`, keep a seeded random sample of that many rows (files are often sorted by label)."""
     records = TASKS[task].read(path)
-    print(records.summary(), file=sys.stderr)
+    if is_main_process():
+        print(records.summary(), file=sys.stderr)
     if limit is not None and limit < len(records):
         keep = sorted(random.Random(seed).sample(range(len(records)), limit))  # file order, random rows
         records = Records([records[i] for i in keep], records.path, records.labelled, records.skipped)
@@ -152,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue the run saved in this checkpoint (written after each epoch: a run killed "
                         "mid-epoch repeats that epoch) to the same result as an uninterrupted run")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
+    add_loop_arguments(p)
     return p
 
 
@@ -182,9 +184,11 @@ def run(args: argparse.Namespace) -> dict:
     model.to(device)
     optimizer = minbert.AdamW(params, lr=lr, weight_decay=args.weight_decay)
     n_train = sum(p.numel() for p in params)
-    print(f"{args.task}: {len(train.records)} train, {len(dev.records)} dev, {len(test.records)} test examples; "
-          f"{args.fine_tune_mode} trains {n_train:,} of {sum(p.numel() for p in model.parameters()):,} parameters; "
-          f"lr {lr:g}; device {device}", file=sys.stderr)
+    main = is_main_process()
+    if main:
+        print(f"{args.task}: {len(train.records)} train, {len(dev.records)} dev, {len(test.records)} test examples; "
+              f"{args.fine_tune_mode} trains {n_train:,} of {sum(p.numel() for p in model.parameters()):,} "
+              f"parameters; lr {lr:g}; device {device}", file=sys.stderr)
 
     collate = Collator(tokenizer)
 
@@ -202,15 +206,18 @@ def run(args: argparse.Namespace) -> dict:
     post_step = (lambda m: mode.post_step(m, args)) if mode.post_step is not None else None
     result = fit(model, optimizer, epoch_batches, classification_loss, evaluate, metric="accuracy",
                  epochs=args.epochs, device=device, seed=args.seed, checkpoint=checkpoint, resume=args.resume,
-                 config=config, post_step=post_step, progress=args.progress)
+                 config=config, post_step=post_step, progress=args.progress, **loop_kwargs(args))
 
+    summary = {"task": args.task, "best_epoch": result.best_epoch, "dev_accuracy": result.best_score,
+               "history": result.history, "checkpoint": checkpoint}
+    if not main:  # under torchrun, rank 0 alone writes the files
+        return summary
     model.load_state_dict(result.best_state)
     if mode.after_fit is not None:
         mode.after_fit(model, args)
-    summary = {"task": args.task, "best_epoch": result.best_epoch, "dev_accuracy": result.best_score,
-               "history": result.history, "checkpoint": checkpoint}
     for split in (dev, test):
-        preds = predict(model, split.records, collate, args.eval_batch_size, split.lengths, device)
+        with autocast(device, args.precision):  # as fit() evaluated: the dev accuracy matches its best_score
+            preds = predict(model, split.records, collate, args.eval_batch_size, split.lengths, device)
         path = write_predictions(prediction_path(args.predictions_dir, args.task, split.name), args.task,
                                  [e.id for e in split.records], preds)
         line = f"wrote {path} ({LEADERBOARD[args.task].column}, {len(preds)} rows)"
