@@ -214,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help=f"{HELP_NAMES[t]} {split} file (default: DATA_DIR/{default}){extra}")
     p.add_argument("--predictions-dir", default="predictions",
                    help="where the six {sst,para,sts}-{dev,test}-output.csv files go (default: predictions)")
+    p.add_argument("--no-predictions", dest="predictions", action="store_false",
+                   help="write no prediction files and predict no test file: report the best epoch's dev scores "
+                        "(ablation runs)")
     p.add_argument("--checkpoint", default=None,
                    help="checkpoint written after every epoch (default: checkpoints/multitask-DESIGN-SCHEDULE-MODE.pt)")
     p.add_argument("--resume", default=None, metavar="PATH",
@@ -225,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "checkpoint", "resume", "predictions_dir",
-                         "device"}
+                         "device", "predictions"}
 
 
 def dev_table(scores: dict[str, float]) -> str:
@@ -255,7 +258,8 @@ def run(args: argparse.Namespace) -> dict:
 
     train = {t: load(t, "train", path(t, "train"), tokenizer, args.max_train_examples, args.seed) for t in tasks}
     dev = {t: load(t, "dev", path(t, "dev"), tokenizer) for t in tasks}
-    test = {t: load(t, "test", path(t, "test"), tokenizer) for t in tasks if path(t, "test").is_file()}
+    test = {t: load(t, "test", path(t, "test"), tokenizer) for t in tasks
+            if args.predictions and path(t, "test").is_file()}
     for t in tasks:
         if not (train[t].records.labelled and dev[t].records.labelled):
             raise SystemExit(f"{t}: the training and dev files must have labels "
@@ -305,8 +309,12 @@ def run(args: argparse.Namespace) -> dict:
     if mode.after_fit is not None:
         mode.after_fit(model, args)
     summary: dict = {"tasks": tasks, "best_epoch": result.best_epoch, f"dev_{metric}": result.best_score,
-                     "history": result.history, "checkpoint": checkpoint, "dev": {}, "test": {}}
-    for split, data in (("dev", dev), ("test", test)):
+                     "history": result.history, "checkpoint": checkpoint, "trainable": sum(p.numel() for p in params),
+                     "dev": {}, "test": {}}
+    if not args.predictions:  # the best epoch's own dev evaluation
+        best = result.history[result.best_epoch - 1]
+        summary["dev"] = {k[len("dev_"):]: v for k, v in best.items() if k.startswith("dev_")}
+    for split, data in (("dev", dev if args.predictions else {}), ("test", test)):
         for t, d in data.items():
             preds = predict(model, d, args.eval_batch_size, device, args.precision)
             out = write_predictions(prediction_path(args.predictions_dir, t, split), t,
@@ -316,13 +324,14 @@ def run(args: argparse.Namespace) -> dict:
                 summary[split][METRICS[t]] = score(t, preds, d.records)
                 line += f"; {split} {METRICS[t]} {summary[split][METRICS[t]]:.4f}"
             print(line)
-    if len(tasks) == 3:
+    if len(tasks) == 3 and args.predictions:
         d = summary["dev"]
         d["overall"] = overall_score(d["sst_accuracy"], d["para_accuracy"], d["sts_pearson"])
     print(f"best epoch {result.best_epoch}; dev {dev_table(summary['dev'])}")
-    Path(args.predictions_dir).mkdir(parents=True, exist_ok=True)
-    (Path(args.predictions_dir) / "multitask-summary.json").write_text(json.dumps(
-        {k: v for k, v in summary.items()} | {"settings": run_config}, indent=1))
+    if args.predictions:
+        Path(args.predictions_dir).mkdir(parents=True, exist_ok=True)
+        (Path(args.predictions_dir) / "multitask-summary.json").write_text(json.dumps(
+            {k: v for k, v in summary.items()} | {"settings": run_config}, indent=1))
     return summary
 
 
