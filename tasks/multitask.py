@@ -70,11 +70,14 @@ def load(task: str, split: str, path: str | Path, tokenizer: minbert.Tokenizer, 
     if not records:
         raise SystemExit(f"{path}: no examples to use")
     if isinstance(records[0], PairExample):
-        ids = [e.ids for e in tokenizer.backend.encode_batch([r.sentence1 for r in records])]
-        ids2 = [e.ids for e in tokenizer.backend.encode_batch([r.sentence2 for r in records])]
-        return Encoded(task, split, records, ids, ids2)
-    return Encoded(task, split, records, [e.ids for e in tokenizer.backend.encode_batch(
-        [r.sentence for r in records])], None)
+        return Encoded(task, split, records, token_ids(tokenizer, [r.sentence1 for r in records]),
+                       token_ids(tokenizer, [r.sentence2 for r in records]))
+    return Encoded(task, split, records, token_ids(tokenizer, [r.sentence for r in records]), None)
+
+
+def token_ids(tokenizer: minbert.Tokenizer, texts: list[str]) -> list[list[int]]:
+    """Each text's ids, [CLS] ... [SEP], truncated as the tokenizer truncates and without its padding."""
+    return [e.ids[:sum(e.attention_mask)] for e in tokenizer.backend.encode_batch(texts)]
 
 
 def _pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
