@@ -165,8 +165,7 @@ def test_the_momentum_copy_follows_its_update_rule(tiny_config, tokenizer):
     for step in range(3):
         one_step(model, "sst", batch, seed=step)
         params = dict(model.named_parameters())
-        for n in expected:
-            expected[n] = 0.1 * params[n].detach().double() + 0.9 * expected[n]
+        expected = {n: 0.1 * params[n].detach().double() + 0.9 * t for n, t in expected.items()}
     for n, t in smart.tilde().items():
         torch.testing.assert_close(t.double(), expected[n], rtol=0, atol=1e-6)
     for n in ("bert.layers.1.bm2", "head.sst.fc2.weight"):           # trained: theta~ lags between theta_0 and theta
