@@ -12,10 +12,10 @@ mu D_Breg(theta, theta~), D_Breg(theta, theta~) = 1/n sum_i l_s(f(x_i; theta), f
 a slowly moving copy of the parameters, theta~ <- (1 - beta) theta + beta theta~ after every step.
 
 Per training batch, as Algorithm 1 (x: the encoder's input embeddings h0, f: the task output as a function of them):
-  1. x~ = x + nu, nu ~ N(0, sigma^2 I)                                                          (line 6)
-  2. K times: g = grad_{x~} l_s(f(x~), f(x)) / ||grad||_inf;  x~ <- Proj_{||x~ - x||_inf <= eps}(x~ + eta g)  (7-9)
-  3. loss = task loss + lambda_s l_s(f(x~), f(x)) + mu l_s(f(x; theta), f(x; theta~))           (line 11)
-  4. after the optimiser step: theta~ <- (1 - beta) theta + beta theta~                            (line 14)
+  1. x~ = x + nu, nu ~ N(0, sigma^2 I)
+  2. K times: g = grad_{x~} l_s(f(x~), f(x)) / ||grad||_inf;  x~ <- Proj_{||x~ - x||_inf <= eps}(x~ + eta g)
+  3. loss = task loss + lambda_s l_s(f(x~), f(x)) + mu l_s(f(x; theta), f(x; theta~))
+  4. after the optimiser step: theta~ <- (1 - beta) theta + beta theta~
 
 Where minbert follows the paper and the public reference code (namisan/mt-dnn, mt_dnn/perturbation.py)
 differs: the reference normalises the gradient by each token's own infinity norm (plus epsilon) and steps
@@ -26,7 +26,7 @@ minbert normalises by the infinity norm of each example's whole gradient (every 
 for a bi-encoder pair both sentences: the example x_i of the paper), keeps the noise, projects, uses the
 symmetric l_s in the step, and lets the regulariser's gradient reach the embedding layer through x.
 
-The target f(x) is the clean output, detached (a fixed target, as in the step of line 8): the regulariser
+The target f(x) is the clean output, detached (a fixed target, as in the ascent step): the regulariser
 pulls f(x~) towards f(x), and f(x) gets its gradient from the task loss. So the regulariser costs one more
 forward and backward than the task loss (the adversarial pass) plus, per step K, a forward and a backward
 to the perturbation only (torch.autograd.grad: no parameter gradient is computed or accumulated). With the
@@ -111,7 +111,7 @@ def divergence(a: torch.Tensor, b: torch.Tensor, kind: str) -> torch.Tensor:
 # ------------------------------------------------------------------ R_s: the adversarial perturbation
 
 def ascent_step(delta: list[torch.Tensor], grad: list[torch.Tensor], eta: float, epsilon: float) -> list[torch.Tensor]:
-    """Algorithm 1, lines 8-9: delta + eta g / ||g||_inf, projected onto the ball ||delta||_inf <= epsilon.
+    """Algorithm 1's ascent step: delta + eta g / ||g||_inf, projected onto the ball ||delta||_inf <= epsilon.
 
     delta and grad are lists of (B, ...) tensors, one per encoder input of the example (two for a bi-encoder
     pair); ||g||_inf is per example, the largest |entry| of all its tensors. An example whose gradient is 0
@@ -128,7 +128,7 @@ def adversarial_perturbation(
     f: Callable[[list[torch.Tensor]], torch.Tensor], x: list[torch.Tensor], target: torch.Tensor, kind: str,
     config: SmartConfig,
 ) -> list[torch.Tensor]:
-    """Algorithm 1, lines 6-10: delta = x~ - x after K ascent steps on l_s(f(x + delta), target), detached.
+    """Algorithm 1's inner loop: delta = x~ - x after K ascent steps on l_s(f(x + delta), target), detached.
 
     f maps the encoder inputs (a list of (B, T, H)) to the task output; the gradient is taken with respect to
     delta alone (torch.autograd.grad), so no parameter gradient is computed or accumulated.
@@ -163,7 +163,7 @@ def smart_loss(task_loss: torch.Tensor, smoothness: torch.Tensor, bregman: torch
 
 @torch.no_grad()
 def momentum_update(tilde: torch.Tensor, theta: torch.Tensor, beta: float) -> None:
-    """theta~ <- (1 - beta) theta + beta theta~, in place (Algorithm 1, line 14)."""
+    """theta~ <- (1 - beta) theta + beta theta~, in place (sec. 3.2, Algorithm 1)."""
     tilde.mul_(beta).add_(theta.detach().to(tilde.dtype), alpha=1.0 - beta)
 
 

@@ -231,21 +231,22 @@ def add_smart_pals_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of SMART (minbert.smart) and PALs (minbert.pals)."""
     s = p.add_argument_group("SMART", "Smoothness-inducing adversarial regularisation and Bregman proximal point "
                              "optimisation (Jiang et al., 2020), on the encoder's input embeddings; defaults are the "
-                             "paper's. Each training step costs about 3 plain ones with --smart-steps 1")
+                             "paper's. With --smart-steps 1 a training step runs 3 encoder passes and 2 backward passes "
+                             "instead of 1 and 1 (benchmarks/smart_cost.py measures the time)")
     s.add_argument("--smart", action="store_true", help="add lambda_s R_s (and with --smart-bregman mu D_Breg) to "
                    "every training loss")
     s.add_argument("--smart-lambda", type=float, default=1.0, metavar="L", help="lambda_s, R_s's weight (default 1; "
                    "the paper tries 1, 3, 5; the CS224N report used 5)")
     s.add_argument("--smart-steps", type=int, default=1, metavar="K", help="ascent steps on the perturbation (default 1)")
-    s.add_argument("--smart-eta", type=float, default=1e-3, help="the perturbation's step size (default 1e-3)")
-    s.add_argument("--smart-epsilon", type=float, default=1e-5, help="radius of the perturbation's infinity-norm "
+    s.add_argument("--smart-eta", type=float, default=1e-3, metavar="ETA", help="the perturbation's step size (default 1e-3)")
+    s.add_argument("--smart-epsilon", type=float, default=1e-5, metavar="EPS", help="radius of the perturbation's infinity-norm "
                    "ball (default 1e-5; the report used 1e-6)")
-    s.add_argument("--smart-sigma", type=float, default=1e-5, help="std of the perturbation's starting noise "
+    s.add_argument("--smart-sigma", type=float, default=1e-5, metavar="SIGMA", help="std of the perturbation's starting noise "
                    "(default 1e-5)")
     s.add_argument("--smart-bregman", action="store_true", help="also the Bregman proximal point term with momentum, "
                    "mu l_s(f(x; theta), f(x; theta~)), theta~ a moving average of the trainable parameters")
-    s.add_argument("--smart-mu", type=float, default=1.0, help="mu, the Bregman term's weight (default 1)")
-    s.add_argument("--smart-beta", type=float, default=0.99, help="momentum: theta~ <- (1 - beta) theta + beta theta~ "
+    s.add_argument("--smart-mu", type=float, default=1.0, metavar="MU", help="mu, the Bregman term's weight (default 1)")
+    s.add_argument("--smart-beta", type=float, default=0.99, metavar="BETA", help="momentum: theta~ <- (1 - beta) theta + beta theta~ "
                    "after each step (default 0.99)")
     s.add_argument("--smart-dropout", choices=("on", "off"), default="on", help="off: the regulariser's clean, "
                    "perturbation and adversarial passes (and the Bregman copy's) run without dropout (default on)")
@@ -255,8 +256,8 @@ def add_smart_pals_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pals", choices=VARIANTS, default=None, help="standard: added inside each layer's last "
                    "LayerNorm (the paper); concat: beside the first self-attention, [h1; PAL(x)] projected to H "
                    "(the CS224N report's variant). Default: none")
-    g.add_argument("--pals-size", type=int, default=204, help="the PALs' projected width (default 204)")
-    g.add_argument("--pals-heads", type=int, default=6, help="attention heads in the projected space (default 6)")
+    g.add_argument("--pals-size", type=int, default=204, metavar="D", help="the PALs' projected width (default 204)")
+    g.add_argument("--pals-heads", type=int, default=6, metavar="N", help="attention heads in the projected space (default 6)")
 
 
 def add_smart_pals(model: MultitaskBert, args: argparse.Namespace, params: list[nn.Parameter]) -> list[nn.Parameter]:
