@@ -238,7 +238,7 @@ class MultitaskBert(nn.Module):
 
     def loss(self, task: str, batch: dict) -> torch.Tensor:
         """The task's loss on a labelled batch: cross-entropy, binary cross-entropy or mean-squared error;
-        with SMART, plus its regularisers (minbert.smart)."""
+        with SMART, in training mode, plus its regularisers (minbert.smart)."""
         inputs = self.inputs(task, batch)
         h = self.embed(inputs)
         y = self.predict_from_embeddings(task, h, inputs)
