@@ -20,7 +20,7 @@ import json
 import os
 import random
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +29,8 @@ from torch import nn
 
 import minbert
 from minbert.multitask import DESIGNS, POOLINGS, SCHEDULES, MultitaskBert, MultitaskConfig, TaskSchedule, num_batches_of
+from minbert.pals import VARIANTS, PalsConfig
+from minbert.smart import SmartConfig
 
 from .data import TASKS, PairExample, Records, batch_indices
 from .evaluation import accuracy, overall_score, pearson, prediction_path, write_predictions
@@ -227,7 +229,65 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeats that epoch) to the same result as an uninterrupted run")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
     add_loop_arguments(p)
+    add_smart_pals_arguments(p)
     return p
+
+
+def add_smart_pals_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of SMART (minbert.smart) and PALs (minbert.pals)."""
+    s = p.add_argument_group("SMART", "Smoothness-inducing adversarial regularisation and Bregman proximal point "
+                             "optimisation (Jiang et al., 2020), on the encoder's input embeddings; defaults are the "
+                             "paper's. With --smart-steps 1 a training step runs 3 encoder passes and 2 backward passes "
+                             "instead of 1 and 1 (benchmarks/smart_cost.py measures the time)")
+    s.add_argument("--smart", action="store_true", help="add lambda_s R_s (and with --smart-bregman mu D_Breg) to "
+                   "every training loss")
+    s.add_argument("--smart-lambda", type=float, default=1.0, metavar="L", help="lambda_s, R_s's weight (default 1; "
+                   "the paper tries 1, 3, 5; the CS224N report used 5)")
+    s.add_argument("--smart-steps", type=int, default=1, metavar="K", help="ascent steps on the perturbation (default 1)")
+    s.add_argument("--smart-eta", type=float, default=1e-3, metavar="ETA", help="the perturbation's step size (default 1e-3)")
+    s.add_argument("--smart-epsilon", type=float, default=1e-5, metavar="EPS", help="radius of the perturbation's infinity-norm "
+                   "ball (default 1e-5; the report used 1e-6)")
+    s.add_argument("--smart-sigma", type=float, default=1e-5, metavar="SIGMA", help="std of the perturbation's starting noise "
+                   "(default 1e-5)")
+    s.add_argument("--smart-bregman", action="store_true", help="also the Bregman proximal point term with momentum, "
+                   "mu l_s(f(x; theta), f(x; theta~)), theta~ a moving average of the trainable parameters")
+    s.add_argument("--smart-mu", type=float, default=1.0, metavar="MU", help="mu, the Bregman term's weight (default 1)")
+    s.add_argument("--smart-beta", type=float, default=0.99, metavar="BETA", help="momentum: theta~ <- (1 - beta) theta + beta theta~ "
+                   "after each step (default 0.99)")
+    s.add_argument("--smart-dropout", choices=("on", "off"), default="on", help="off: the regulariser's clean, "
+                   "perturbation and adversarial passes (and the Bregman copy's) run without dropout (default on)")
+    g = p.add_argument_group("PALs", "Projected attention layers (Stickland & Murray, 2019): task-specific "
+                             "attention beside every layer. PALs always train, in every --fine-tune-mode: they are "
+                             "task parameters, like the heads")
+    g.add_argument("--pals", choices=VARIANTS, default=None, help="standard: added inside each layer's last "
+                   "LayerNorm (the paper); concat: beside the first self-attention, [h1; PAL(x)] projected to H "
+                   "(the CS224N report's variant). Default: none")
+    g.add_argument("--pals-size", type=int, default=204, metavar="D", help="the PALs' projected width (default 204)")
+    g.add_argument("--pals-heads", type=int, default=6, metavar="N", help="attention heads in the projected space (default 6)")
+
+
+def add_smart_pals(model: MultitaskBert, args: argparse.Namespace, params: list[nn.Parameter]) -> list[nn.Parameter]:
+    """PALs (trained whatever the fine-tune mode) and SMART (after them: its copy follows every trained parameter)."""
+    try:
+        if args.pals is not None:
+            params = params + list(model.add_pals(PalsConfig(args.pals, args.pals_size, args.pals_heads)).parameters())
+        if args.smart:
+            model.add_smart(SmartConfig(args.smart_lambda, args.smart_steps, args.smart_eta, args.smart_epsilon,
+                                        args.smart_sigma, args.smart_bregman, args.smart_mu, args.smart_beta,
+                                        args.smart_dropout == "on"))
+    except ValueError as e:
+        raise SystemExit(f"python -m tasks.multitask: {e}") from None
+    return params
+
+
+def smart_post_step(post_step: Callable[[nn.Module], None] | None) -> Callable[[nn.Module], None] | None:
+    """The fine-tune mode's post_step, then SMART's momentum update of theta~ (when it keeps one)."""
+    def step(m: nn.Module) -> None:
+        if post_step is not None:
+            post_step(m)
+        if m.smart is not None and m.smart.names:
+            m.smart.update(m)
+    return step
 
 
 RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "checkpoint", "resume", "predictions_dir",
@@ -272,6 +332,7 @@ def run(args: argparse.Namespace) -> dict:
     config = MultitaskConfig(args.design, args.pooling, args.head_hidden, args.dropout)
     model = MultitaskBert(minbert.load_pretrained(args.model), config)
     params = mode.setup(model, args)
+    params = add_smart_pals(model, args, params)
     model.to(device)
     optimizer = minbert.AdamW(params, lr=lr, weight_decay=args.weight_decay)
     schedule = TaskSchedule(args.schedule, args.when_exhausted)
@@ -299,6 +360,7 @@ def run(args: argparse.Namespace) -> dict:
         v, (str, int, float, bool, type(None), list, tuple))} | {"lr": lr}
     checkpoint = args.checkpoint or f"checkpoints/multitask-{args.design}-{args.schedule}-{args.fine_tune_mode}.pt"
     post_step = (lambda m: mode.post_step(m, args)) if mode.post_step is not None else None
+    post_step = smart_post_step(post_step) if args.smart else post_step
     metric = "overall" if len(tasks) == 3 else METRICS[tasks[0]] if len(tasks) == 1 else None
     if metric is None:
         raise SystemExit("--tasks: give all three tasks (selected by overall score) or one")
