@@ -132,13 +132,22 @@ class Examples:
         return out
 
 
+def plan(examples: int, batch_size: int, epochs: int, eval_every: int) -> tuple[int, int]:
+    """(steps per round, rounds): rounds of equal length, min(eval_every, all steps), enough to cover `epochs`
+    passes (the last round may run up to eval_every - 1 steps into the next pass); equal rounds keep the
+    learning-rate schedule, which counts rounds times their length, exact."""
+    total = epochs * -(-examples // batch_size)
+    every = min(eval_every, total)
+    return every, -(-total // every)
+
+
 class Round(Sequence):
-    """Evaluation round k: global steps [k N, (k + 1) N) of a stream of passes over the examples, each pass shuffled
+    """Evaluation round k: steps [k N, (k + 1) N) of a stream of passes over the examples, each pass shuffled
     from (seed, pass) alone, so a run resumed at a round boundary goes on as an uninterrupted one."""
 
-    def __init__(self, data: Examples, batch_size: int, every: int, total: int, seed: int, k: int):
+    def __init__(self, data: Examples, batch_size: int, every: int, seed: int, k: int):
         self.data, self.batch_size, self.seed = data, batch_size, seed
-        self.first, self.last = k * every, min((k + 1) * every, total)
+        self.first, self.last = k * every, (k + 1) * every
         self.per_pass = -(-len(data) // batch_size)
         self._passes: dict[int, list[list[int]]] = {}
 
@@ -347,11 +356,11 @@ def run(args: argparse.Namespace) -> dict:
     model = SimCSE(minbert.load_pretrained(args.model), config).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = minbert.AdamW(params, lr=lr)
-    total = epochs * -(-len(data) // args.batch_size)
-    rounds = -(-total // args.eval_every)
+    every, rounds = plan(len(data), args.batch_size, epochs, args.eval_every)
     print(f"simcse {args.objective}: {what}; Quora {len(quora)} pairs, {len(stage)} for this stage, {len(rest)} left "
-          f"for multitask; {total} steps of {args.batch_size} ({epochs} epochs), STS dev evaluated every "
-          f"{args.eval_every} steps ({rounds} rounds), patience {args.patience}; lr {lr:g}; device {device}",
+          f"for multitask; {every * rounds} steps of {args.batch_size} ({epochs} epoch{'s' if epochs > 1 else ''} in "
+          f"{rounds} rounds of {every}), STS dev evaluated after each round, patience {args.patience}; lr {lr:g}; "
+          f"device {device}",
           file=sys.stderr)
 
     def evaluate(m: SimCSE) -> dict[str, float]:
@@ -363,15 +372,16 @@ def run(args: argparse.Namespace) -> dict:
     run_config = {k: v for k, v in vars(args).items() if k not in RUN_SETTINGS_EXCLUDED and isinstance(
         v, (str, int, float, bool, type(None)))} | {"lr": lr, "epochs": epochs}
     checkpoint = args.checkpoint or f"checkpoints/simcse-{out.name}.pt"
-    result = fit(model, optimizer, lambda k: Round(data, args.batch_size, args.eval_every, total, args.seed, k),
+    result = fit(model, optimizer, lambda k: Round(data, args.batch_size, every, args.seed, k),
                  lambda m, batch: m.loss(batch), evaluate, metric="sts_pearson", epochs=rounds, device=device,
                  seed=args.seed, checkpoint=checkpoint, resume=args.resume, config=run_config,
                  progress=args.progress, patience=args.patience, unit="round", **loop_kwargs(args))
     model.load_state_dict(result.best_state)
-    history = [h | {"step": min(h["epoch"] * args.eval_every, total)} for h in result.history]
+    history = [{"round": h["epoch"], "step": h["epoch"] * every}
+               | {k: v for k, v in h.items() if k != "epoch"} for h in result.history]
     summary = {"objective": args.objective, "model": args.model, "sts_dev_pearson_before": before,
                "sts_dev_pearson_best": result.best_score, "best_round": result.best_epoch,
-               "best_step": min(result.best_epoch * args.eval_every, total), "steps_planned": total,
+               "best_step": result.best_epoch * every, "steps_planned": every * rounds,
                "examples": what, "quora": {"file": str(quora.path), "pairs": len(quora), "stage": len(stage),
                                            "rest": len(rest), "stage_file": QUORA_STAGE, "rest_file": SIMCSE_QUORA_REST},
                "history": history, "checkpoint": checkpoint, "settings": run_config}

@@ -17,7 +17,7 @@ from minbert.checkpoint import name_table
 from minbert.simcse import SimCSE, SimCSEConfig, margin_loss, sup_simcse_loss, unsup_simcse_loss
 from tasks import multitask, simcse
 from tasks.data import TASKS
-from tasks.simcse import build_parser, mine_hard_negatives, run, split_quora, write_rows
+from tasks.simcse import Examples, Round, build_parser, mine_hard_negatives, plan, run, split_quora, write_rows
 from tasks.train import Interrupted, fit, load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -140,6 +140,20 @@ def test_the_quora_split_is_disjoint_complete_and_seeded():
     assert (stage, rest) == split_quora(1000, 0.15, seed=3)
     assert stage != split_quora(1000, 0.15, seed=4)[0]
     assert split_quora(5, 0.0, 0) == ([], [0, 1, 2, 3, 4])
+
+
+def test_rounds_cut_a_stream_of_shuffled_passes_into_equal_parts():
+    assert plan(24, 8, 2, 2) == (2, 3)        # 6 steps: 3 rounds of 2
+    assert plan(100, 8, 3, 10) == (10, 4)     # 39 steps: 4 rounds of 10, the last reaching 1 step into pass 4
+    assert plan(100, 8, 3, 125) == (39, 1)    # fewer steps than eval_every: one round of all of them
+    data = Examples([[[101, 7 + i, 102] for i in range(20)]])
+    every, rounds = plan(len(data), 8, 3, 4)   # 3 batches a pass, 9 steps: 3 rounds of 4 (12 steps)
+    stream = [b for k in range(rounds) for b in Round(data, 8, every, seed=5, k=k)]
+    assert len(stream) == 12 and all(len(Round(data, 8, every, 5, k)) == 4 for k in range(rounds))
+    passes = [[int(t) - 7 for b in stream[p:p + 3] for t in b["input_ids"][:, 1]] for p in (0, 3, 6)]
+    assert all(sorted(x) == list(range(20)) for x in passes) and passes[0] != passes[1]  # each a new shuffle
+    again = [b["input_ids"] for b in Round(data, 8, every, seed=5, k=1)]
+    assert all(torch.equal(a, b["input_ids"]) for a, b in zip(again, stream[4:8]))  # a round depends on (seed, k)
 
 
 def test_written_rows_read_back_as_the_same_pairs(tmp_path):
