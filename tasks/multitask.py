@@ -190,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="minilm",
                    help="checkpoint: 'minilm' (the offline default), a Hub name such as bert-base-uncased, or a "
                         "local directory (e.g. one written by python -m tasks.simcse)")
+    p.add_argument("--after-simcse", default=None, metavar="DIR",
+                   help="start from the encoder python -m tasks.simcse wrote to DIR and train Quora on the pairs "
+                        f"it left unused (DIR/{SIMCSE_QUORA_REST}): sets --model and --para-train")
     add_mode_arguments(p)
     p.add_argument("--epochs", type=int, default=3, help="training epochs (default 3)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: the fine-tune mode's own)")
@@ -300,9 +303,27 @@ def dev_table(scores: dict[str, float]) -> str:
     return "  ".join(f"{names[k]} {v:.4f}" for k, v in scores.items())
 
 
+SIMCSE_QUORA_REST = "quora-train-rest.csv"  # the Quora training pairs a tasks.simcse stage did not use
+
+
+def apply_after_simcse(args: argparse.Namespace) -> None:
+    """--after-simcse DIR: --model DIR and --para-train DIR/quora-train-rest.csv, checked to exist."""
+    if getattr(args, "after_simcse", None) is None:
+        return
+    d = Path(args.after_simcse)
+    missing = [name for name in ("config.json", SIMCSE_QUORA_REST) if not (d / name).is_file()]
+    if missing:
+        raise SystemExit(f"--after-simcse {d}: no {' or '.join(missing)} there; write the directory with "
+                         f"python -m tasks.simcse --out {d}")
+    if args.model != "minilm" or args.para_train:
+        raise SystemExit("--after-simcse sets --model and --para-train itself: give neither with it")
+    args.model, args.para_train = str(d), str(d / SIMCSE_QUORA_REST)
+
+
 def run(args: argparse.Namespace) -> dict:
     """Train the multitask model, select on dev, write the prediction files; returns the scores and history."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    apply_after_simcse(args)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASK_ORDER]
     if unknown or not tasks:
