@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             row_argv = ["--design", design, "--schedule", schedule, "--fine-tune-mode", mode,
-                        "--model", args.model, "--epochs", str(args.epochs), "--seed", str(args.seed),
+                        *(["--model", args.model] if args.model != "minilm" else []), "--epochs", str(args.epochs), "--seed", str(args.seed),
                         "--max-train-examples", str(args.max_train_examples), "--no-progress",
                         "--checkpoint", os.path.join(tmp, "run.pt"), "--no-predictions",
                         *(["--lr", str(args.full_lr)] if args.full_lr and mode == "full-model" else []), *extra]
