@@ -43,6 +43,28 @@ def tiny_config() -> minbert.BertConfig:
 
 
 @pytest.fixture
+def tiny_dir(tmp_path, tiny_config, minilm_dir) -> Path:
+    """The tiny random BERT saved as a checkpoint directory, with MiniLM's vocabulary (for CLI runs)."""
+    torch.manual_seed(0)
+    directory = tmp_path / "tiny"
+    minbert.save_pretrained(minbert.BertModel(tiny_config), directory)
+    (directory / "vocab.txt").write_bytes((minilm_dir / "vocab.txt").read_bytes())
+    return directory
+
+
+def killed_after_first_epoch(real_fit):
+    """fit() that raises Interrupted once its first epoch (or round) is checkpointed: a run killed there."""
+    from tasks.train import Interrupted
+
+    def fit(*args, **kwargs):
+        def kill(epoch, record):
+            if epoch == 1:
+                raise Interrupted("killed after epoch 1")
+        return real_fit(*args, **kwargs, on_epoch_end=kill)
+    return fit
+
+
+@pytest.fixture
 def one_thread():
     """Tiny tensors gain nothing from a second intra-op thread, and on a busy machine its hand-offs cost seconds."""
     before = torch.get_num_threads()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DATA
+from conftest import DATA, killed_after_first_epoch
 
 import minbert
 from minbert.multitask import (
@@ -157,15 +157,6 @@ def test_sampled_schedules_are_seeded_and_follow_their_probabilities(name):
 
 
 @pytest.fixture
-def tiny_dir(tmp_path, tiny_config, minilm_dir):
-    torch.manual_seed(0)
-    directory = tmp_path / "tiny"
-    minbert.save_pretrained(minbert.BertModel(tiny_config), directory)
-    (directory / "vocab.txt").write_bytes((minilm_dir / "vocab.txt").read_bytes())
-    return directory
-
-
-@pytest.fixture
 def files(tmp_path):
     """Small slices of the real files; the test slices keep their labels, so they are scored too."""
     def piece(name, start, stop):
@@ -192,13 +183,7 @@ def test_kill_and_resume_reproduces_an_uninterrupted_run_and_writes_six_files(ti
     whole = run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "whole", *extra)))
     real_fit = multitask.fit
 
-    def crash_after_first_epoch(*args, **kwargs):
-        def kill(epoch, record):
-            if epoch == 1:
-                raise Interrupted("killed after epoch 1")
-        return real_fit(*args, **kwargs, on_epoch_end=kill)
-
-    monkeypatch.setattr(multitask, "fit", crash_after_first_epoch)
+    monkeypatch.setattr(multitask, "fit", killed_after_first_epoch(real_fit))
     with pytest.raises(Interrupted):
         run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "split", *extra)))
     assert load_checkpoint(tmp_path / "split.pt")["epoch"] == 1

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from test_multitask import argv, files, pair_batch, tiny_dir  # noqa: F401  (fixtures)
+from test_multitask import argv, files, pair_batch  # noqa: F401  (fixtures)
 
 import minbert
 from minbert.model import layer_norm

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from conftest import DATA
+from conftest import DATA, killed_after_first_epoch
 from safetensors.torch import load_file
 from torch import nn
 
@@ -211,15 +211,6 @@ def test_fit_stops_after_patience_evaluations_without_improvement(tmp_path):
 
 
 @pytest.fixture
-def tiny_dir(tmp_path, tiny_config, minilm_dir):
-    torch.manual_seed(0)
-    directory = tmp_path / "tiny"
-    minbert.save_pretrained(minbert.BertModel(tiny_config), directory)
-    (directory / "vocab.txt").write_bytes((minilm_dir / "vocab.txt").read_bytes())
-    return directory
-
-
-@pytest.fixture
 def files(tmp_path):
     """Small slices of the real training files and of the STS dev file."""
     def piece(name, stop, start=0):
@@ -265,13 +256,7 @@ def test_the_stage_end_to_end_resumes_and_writes_a_loadable_encoder(tiny_dir, fi
 
     real_fit = simcse.fit
 
-    def crash_after_first_round(*args, **kwargs):
-        def kill(epoch, record):
-            if epoch == 1:
-                raise Interrupted("killed after round 1")
-        return real_fit(*args, **kwargs, on_epoch_end=kill)
-
-    monkeypatch.setattr(simcse, "fit", crash_after_first_round)
+    monkeypatch.setattr(simcse, "fit", killed_after_first_epoch(real_fit))
     with pytest.raises(Interrupted):
         run(build_parser().parse_args(stage_argv(tiny_dir, files, tmp_path, "split", *extra)))
     assert not (tmp_path / "split").exists()

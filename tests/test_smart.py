@@ -7,7 +7,8 @@ import math
 
 import pytest
 import torch
-from test_multitask import PAIRS, argv, files, pair_batch, tiny_dir  # noqa: F401  (fixtures)
+from conftest import killed_after_first_epoch
+from test_multitask import PAIRS, argv, files, pair_batch  # noqa: F401  (fixtures)
 
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
@@ -217,13 +218,7 @@ def test_smart_cli_cross_encoder_kill_and_resume_carries_the_momentum_copy(tiny_
     run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "whole", *extra)))
     real_fit = multitask.fit
 
-    def crash_after_first_epoch(*args, **kwargs):
-        def kill(epoch, record):
-            if epoch == 1:
-                raise Interrupted("killed after epoch 1")
-        return real_fit(*args, **kwargs, on_epoch_end=kill)
-
-    monkeypatch.setattr(multitask, "fit", crash_after_first_epoch)
+    monkeypatch.setattr(multitask, "fit", killed_after_first_epoch(real_fit))
     with pytest.raises(Interrupted):
         run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "split", *extra)))
     monkeypatch.setattr(multitask, "fit", real_fit)

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 import torch
-from conftest import DATA
+from conftest import DATA, killed_after_first_epoch
 
 import minbert
 from tasks import classifier, finetune
@@ -14,16 +14,6 @@ from tasks.classifier import SentimentClassifier, build_parser, run
 from tasks.train import Interrupted, load_checkpoint, pick_device, save_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture
-def tiny_dir(tmp_path, tiny_config, minilm_dir):
-    """A tiny random BERT saved as a checkpoint directory, with MiniLM's vocabulary."""
-    torch.manual_seed(0)
-    directory = tmp_path / "tiny"
-    minbert.save_pretrained(minbert.BertModel(tiny_config), directory)
-    (directory / "vocab.txt").write_bytes((minilm_dir / "vocab.txt").read_bytes())
-    return directory
 
 
 @pytest.fixture
@@ -50,13 +40,7 @@ def test_kill_and_resume_reproduces_an_uninterrupted_run(tiny_dir, files, tmp_pa
 
     real_fit = classifier.fit
 
-    def crash_after_first_epoch(*args, **kwargs):
-        def kill(epoch, record):
-            if epoch == 1:
-                raise Interrupted("killed after epoch 1")
-        return real_fit(*args, **kwargs, on_epoch_end=kill)
-
-    monkeypatch.setattr(classifier, "fit", crash_after_first_epoch)
+    monkeypatch.setattr(classifier, "fit", killed_after_first_epoch(real_fit))
     with pytest.raises(Interrupted):
         run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "split", "--epochs", "3")))
     assert load_checkpoint(tmp_path / "split.pt")["epoch"] == 1
