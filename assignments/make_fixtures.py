@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from .checks import FIXTURES, SEED, _tiny_config
+from .common import FIXTURES, SEED, _tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -151,6 +151,162 @@ def classifier_head_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
     return out
 
 
+# ---------------------------------------------------------------- part 2: the multitask model
+
+def _sentences(lengths: list[int], T: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded batches shaped like the tokenizer's: [CLS] (id 2) ... [SEP] (id 3), padding 0; (B, T) each."""
+    ids = torch.zeros(len(lengths), T, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        ids[b, :n] = torch.cat([torch.tensor([2]), torch.randint(5, 50, (n - 2,), generator=g), torch.tensor([3])])
+    return ids, (ids != 0).long()
+
+
+def multitask_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
+    from minbert.multitask import join_pairs
+
+    from .checks_multitask import KEY, multitask_model
+    ids1, mask1 = _sentences([7, 4, 5], 7, g)
+    ids2, mask2 = _sentences([6, 6, 3], 6, g)
+    out = {"input_ids_1": ids1, "attention_mask_1": mask1, "input_ids_2": ids2, "attention_mask_2": mask2}
+    bi = multitask_model("bi-encoder")
+    _randomize(bi, g)
+    cross = multitask_model("cross-encoder")
+    cross.bert.load_state_dict(bi.bert.state_dict())
+    cross.head["sst"].load_state_dict(bi.head["sst"].state_dict())
+    for task in ("para", "sts"):
+        _randomize(cross.head[task], g)
+    for design, model in (("bi-encoder", bi), ("cross-encoder", cross)):
+        out.update({f"param.{KEY[design]}.{k}": v.clone() for k, v in model.state_dict().items()})
+    with torch.no_grad():
+        for pooling in ("mean", "cls"):
+            for model in (bi, cross):
+                model.config.pooling = pooling
+            cross.eval()
+            out[f"sst_{pooling}"] = cross.predict_sentiment(ids1, mask1)
+            torch.manual_seed(SEED)
+            out[f"sst_{pooling}_train"] = cross.train().predict_sentiment(ids1, mask1)
+            bi.eval()
+            cross.eval()
+            # the bi-encoder: u, v and the common mistakes with them
+            u, v = bi.encode(ids1, mask1), bi.encode(ids2, mask2)                        # (B, H) each
+            key = f"bi_{pooling}"
+            out[key] = bi.pair_features(ids1, mask1, ids2, mask2)                         # (B, 3H)
+            out[f"{key}_no_abs"] = torch.cat([u, v, u - v], -1)
+            out[f"{key}_swapped"] = torch.cat([v, u, (u - v).abs()], -1)
+            out[f"{key}_diff_first"] = torch.cat([(u - v).abs(), u, v], -1)
+            out[f"{key}_diff_middle"] = torch.cat([u, (u - v).abs(), v], -1)
+            out[f"{key}_product"] = torch.cat([u, v, u * v], -1)
+            # the cross-encoder, and its common mistakes
+            key = f"cross_{pooling}"
+            out[key] = cross.pair_features(ids1, mask1, ids2, mask2)                      # (B, H)
+            ids, mask, _ = join_pairs(ids1, mask1, ids2, mask2, cross.bert.config.max_position_embeddings)
+            out[f"{key}_no_types"] = cross.encode(ids, mask)
+            out[f"{key}_concat"] = cross.encode(torch.cat([ids1, ids2], 1), torch.cat([mask1, mask2], 1))
+        for model in (bi, cross):
+            model.config.pooling = "mean"
+        hidden = cross.bert(ids1, mask1).last_hidden_state                                 # (B, T, H)
+        out["sst_hint_pooler"] = cross.head["sst"](cross.bert(ids1, mask1).pooler_output)
+        out["sst_hint_mean_padding"] = cross.head["sst"](hidden.mean(1))
+        for design, model in (("bi-encoder", bi), ("cross-encoder", cross)):
+            short, features = KEY[design], out[f"{KEY[design]}_mean"]
+            for task, other, predict in (("para", "sts", model.predict_paraphrase),
+                                         ("sts", "para", model.predict_similarity)):
+                out[f"{task}_{short}"] = predict(ids1, mask1, ids2, mask2)                # (B,)
+                out[f"{task}_{short}_other_head"] = model.head[other](features).squeeze(-1)
+                model.train()
+                torch.manual_seed(SEED)
+                out[f"{task}_{short}_train"] = predict(ids1, mask1, ids2, mask2)
+                model.eval()
+    return out
+
+
+def multitask_losses_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
+    from minbert.multitask import paraphrase_loss, sentiment_loss, similarity_loss
+    logits, labels = 2 * torch.randn(4, 5, generator=g), torch.tensor([4, 0, 2, 2])
+    logit, para = 2 * torch.randn(4, generator=g), torch.tensor([1.0, 0.0, 0.0, 1.0])
+    score, gold = 5 * torch.rand(4, generator=g), torch.tensor([0.0, 2.4, 5.0, 3.2])
+    logp = logits.log_softmax(-1)
+    return {
+        "sst_logits": logits, "sst_labels": labels, "sst_loss": sentiment_loss(logits, labels),
+        "sst_loss_softmax": F.cross_entropy(logits.softmax(-1), labels),
+        "sst_loss_sum": -logp[torch.arange(4), labels].sum(), "sst_loss_nll": F.nll_loss(logits, labels),
+        "para_logit": logit, "para_labels": para, "para_loss": paraphrase_loss(logit, para),
+        "para_loss_sum": F.binary_cross_entropy_with_logits(logit, para, reduction="sum"),
+        "para_loss_double_sigmoid": F.binary_cross_entropy_with_logits(logit.sigmoid(), para),
+        "para_loss_mse": F.mse_loss(logit.sigmoid(), para),
+        "sts_score": score, "sts_gold": gold, "sts_loss": similarity_loss(score, gold),
+        "sts_loss_l1": F.l1_loss(score, gold), "sts_loss_sum": F.mse_loss(score, gold, reduction="sum"),
+        "sts_loss_rmse": F.mse_loss(score, gold).sqrt(), "sts_loss_gold_scaled": F.mse_loss(score, gold / 5),
+        "sts_loss_huber": F.smooth_l1_loss(score, gold),
+    }
+
+
+# ---------------------------------------------------------------- the DeeBERT extension
+
+def deebert_entropy_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
+    from minbert.deebert import entropy
+    logits = 3 * torch.randn(2, 3, 5, generator=g)
+    return {"logits": logits, "entropy": entropy(logits), "entropy_normalized": entropy(logits, normalize=True)}
+
+
+def deebert_exit_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
+    """Exit rules whose samples leave at several layers; the expected values are each sample's run alone."""
+    ids, mask = _sentences([12, 3, 9, 5, 12, 2, 7, 10, 4], 12, g)
+    for _ in range(20):               # random models until every rule sends the samples to 3 layers or more
+        out = _deebert_exit_attempt(ids, mask, g)
+        if out is not None:
+            return out
+    raise SystemExit("deebert_exit fixture: no model among 20 spreads the exits over enough layers")
+
+
+def _deebert_exit_attempt(ids: torch.Tensor, mask: torch.Tensor, g: torch.Generator) -> dict[str, torch.Tensor] | None:
+    from minbert.deebert import early_exit, exit_from_logits
+
+    from .checks_deebert import ConfidenceExit, deebert_model, exit_rules
+    model = deebert_model()
+    _randomize(model, g)
+    with torch.no_grad():
+        for layer in model.bert.layers:
+            layer.W.mul_(3.0)                 # layers that change the representation, so that predictions change
+        for ramp in model.ramps:
+            ramp.classifier.weight.mul_(3.0)  # and off-ramps confident enough to leave early
+    params = {f"param.{k}": v.clone() for k, v in model.state_dict().items()}
+    lengths = mask.sum(1).tolist()
+    with torch.no_grad():
+        model.eval()
+        alone = torch.stack([model.all_logits(ids[b:b + 1, :n], mask[b:b + 1, :n])[:, 0]
+                             for b, n in enumerate(lengths)], 1)                              # (L, B, C)
+        conf = alone[:-1].softmax(-1).amax(-1).flatten().sort().values                       # the exits' decisions
+        cuts = [(a + b) / 2 for a, b in zip(conf[:-1].tolist(), conf[1:].tolist()) if b - a > 1e-3]
+        # two thresholds with different exits: the most layers used, then the most work saved by trimming
+        ranked, patterns = [], set()
+        for t in cuts:
+            layers = tuple(exit_from_logits(alone, ConfidenceExit(t))[1].tolist())
+            saved = (early_exit(model, ids, mask, None, ConfidenceExit(t), trim=False).token_layers
+                     - early_exit(model, ids, mask, None, ConfidenceExit(t), trim=True).token_layers)
+            ranked.append((len(set(layers)), saved, t, layers))
+        picked = []
+        for *_, t, layers in sorted(ranked, reverse=True):
+            if layers not in patterns and len(picked) < 2:
+                picked.append(t)
+                patterns.add(layers)
+        thresholds = torch.tensor(sorted(picked))
+        out = dict(params, input_ids=ids, attention_mask=mask, thresholds=thresholds)
+        trimmed_less = False
+        for i, (name, rule) in enumerate(exit_rules(thresholds)):
+            logits, layers = exit_from_logits(alone, rule)
+            if len(set(layers.tolist())) < 3:
+                return None
+            full = early_exit(model, ids, mask, None, rule, trim=False)
+            trimmed = early_exit(model, ids, mask, None, rule, trim=True)
+            for o in (full, trimmed):
+                assert torch.equal(o.layers, layers) and torch.allclose(o.logits, logits, atol=1e-6), name
+            trimmed_less |= trimmed.token_layers < full.token_layers
+            out.update({f"rule{i}_logits": logits, f"rule{i}_layers": layers,
+                        f"rule{i}_work_full": torch.tensor(full.token_layers),
+                        f"rule{i}_work_trim": torch.tensor(trimmed.token_layers)})
+    return out if trimmed_less else None
+
 def main() -> int:
     import minbert
     if Path(minbert.__file__).resolve().parents[1] != ROOT:
@@ -163,6 +319,10 @@ def main() -> int:
     _save("layer", layer_fixture(g))
     _save("model", model_fixture())
     _save("classifier_head", classifier_head_fixture(g))
+    _save("multitask", multitask_fixture(g))
+    _save("multitask_losses", multitask_losses_fixture(g))
+    _save("deebert_entropy", deebert_entropy_fixture(g))
+    _save("deebert_exit", deebert_exit_fixture(g))
     return 0
 
 

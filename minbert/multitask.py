@@ -104,17 +104,32 @@ def join_pairs(
 
 def sentiment_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Cross-entropy of the sentiment logits (B, C) against class labels (B,)."""
+    ### BEGIN SOLUTION
+    ### STUB: Cross-entropy, a scalar: the mean over the batch of -log softmax(logits_b)[labels_b].
+    ### STUB:   logits (B, C) are raw scores (no softmax of your own before the loss); labels (B,) are class
+    ### STUB:   indices, to be used as integers (labels.long()). F.cross_entropy computes exactly this.
     return F.cross_entropy(logits, labels.long())
+    ### END SOLUTION
 
 
 def paraphrase_loss(logit: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Binary cross-entropy of the paraphrase logit (B,) against 0/1 labels (B,)."""
+    ### BEGIN SOLUTION
+    ### STUB: Binary cross-entropy on one logit z per pair, a scalar: with y the 0/1 label,
+    ### STUB:   mean over the batch of -[y log sigmoid(z) + (1 - y) log(1 - sigmoid(z))]      z, y: (B,)
+    ### STUB:   The labels may arrive as integers (torch.long): convert them to the logit's dtype first.
+    ### STUB:   F.binary_cross_entropy_with_logits computes this stably (it applies the sigmoid itself).
     return F.binary_cross_entropy_with_logits(logit, labels.to(logit.dtype))
+    ### END SOLUTION
 
 
 def similarity_loss(score: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
     """Mean-squared error of the predicted similarity (B,) against the 0-5 gold scores (B,)."""
+    ### BEGIN SOLUTION
+    ### STUB: Mean-squared error, a scalar: the mean over the batch of (score - gold)^2, score and gold (B,),
+    ### STUB:   both on the 0-5 scale; convert gold to score's dtype (gold.to(score.dtype)). F.mse_loss does it.
     return F.mse_loss(score, gold.to(score.dtype))
+    ### END SOLUTION
 
 
 class MultitaskBert(nn.Module):
@@ -143,6 +158,16 @@ class MultitaskBert(nn.Module):
     def pair_features(self, input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor,
                       input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor) -> torch.Tensor:
         """The input of a pair head: [u, v, |u - v|] (B, 3H) for the bi-encoder, the joint vector (B, H) otherwise."""
+        ### BEGIN SOLUTION
+        ### STUB: The pair heads' input, from two separately tokenised batches, (B, T1) and (B, T2) each.
+        ### STUB: bi-encoder (self.config.design == "bi-encoder"; Sentence-BERT): encode each sentence alone,
+        ### STUB:   u = self.encode(input_ids_1, attention_mask_1)                 (B, H)
+        ### STUB:   v = self.encode(input_ids_2, attention_mask_2)                 (B, H)
+        ### STUB:   return the concatenation [u, v, |u - v|] along the last dimension, in that order, (B, 3H)
+        ### STUB: cross-encoder: one sequence [CLS] a [SEP] b [SEP] per pair, the sentences in segments 0 and 1,
+        ### STUB:   ids, mask, types = join_pairs(the four tensors, self.bert.config.max_position_embeddings)  (B, T) each
+        ### STUB:   return its sentence vector self.encode(ids, mask, types), (B, H); the segment ids (types)
+        ### STUB:   tell BERT which sentence each token comes from.
         if self.config.design == "bi-encoder":
             u = self.encode(input_ids_1, attention_mask_1)           # (B, H)
             v = self.encode(input_ids_2, attention_mask_2)           # (B, H)
@@ -150,22 +175,37 @@ class MultitaskBert(nn.Module):
         ids, mask, types = join_pairs(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2,
                                       self.bert.config.max_position_embeddings)
         return self.encode(ids, mask, types)                         # (B, H)
+        ### END SOLUTION
 
     def predict_sentiment(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Sentiment logits (B, 5) for single sentences."""
+        ### BEGIN SOLUTION
+        ### STUB: The sentence vector self.encode(input_ids, attention_mask), (B, H), pooled as self.config.pooling
+        ### STUB: says, through the sentiment head self.head["sst"]: logits (B, 5), returned as they are.
         return self.head["sst"](self.encode(input_ids, attention_mask))
+        ### END SOLUTION
 
     def predict_paraphrase(self, input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor,
                            input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor) -> torch.Tensor:
         """One paraphrase logit per pair, (B,); sigmoid > 0.5 means "paraphrase"."""
+        ### BEGIN SOLUTION
+        ### STUB: The pair features self.pair_features(...) of the four inputs, (B, 3H) or (B, H) by design, through
+        ### STUB: the paraphrase head self.head["para"], (B, 1), with the last dimension squeezed away: (B,).
+        ### STUB: Return the logit itself, no sigmoid: the loss and the predictions apply it.
         features = self.pair_features(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2)
         return self.head["para"](features).squeeze(-1)               # (B, 1) -> (B,)
+        ### END SOLUTION
 
     def predict_similarity(self, input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor,
                            input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor) -> torch.Tensor:
         """One similarity score per pair on the 0-5 scale of the gold labels, (B,)."""
+        ### BEGIN SOLUTION
+        ### STUB: The pair features self.pair_features(...), through the similarity head self.head["sts"], (B, 1),
+        ### STUB: with the last dimension squeezed away: (B,). The head's output is the score itself, on the
+        ### STUB: gold labels' 0-5 scale: no sigmoid and no rescaling.
         features = self.pair_features(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2)
         return self.head["sts"](features).squeeze(-1)                # (B, 1) -> (B,)
+        ### END SOLUTION
 
     def predict(self, task: str, batch: dict) -> torch.Tensor:
         """The task's output for a collated batch: sentiment logits (B, C), or one value per pair (B,)."""

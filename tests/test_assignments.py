@@ -11,12 +11,15 @@ from pathlib import Path
 import pytest
 
 from assignments import make
-from assignments.checks import PARTS
+from assignments.check import expand
+from assignments.checks import PARTS, parts_of
+from assignments.common import GROUPS
 from assignments.grade import grade
 from assignments.grade import main as grade_main
 from assignments.make import ROOT, STUDENT_DIR, RegionError, find_regions, generate, stubbed_files
 
 TOTAL = sum(p.points for p in PARTS.values())
+GROUP_TOTAL = {g: sum(p.points for p in PARTS.values() if p.group == g) for g in GROUPS}
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +76,19 @@ def test_regions_cover_the_assignment() -> None:
     assert {("minbert/model.py", "attention"), ("minbert/model.py", "BertEmbeddings.forward"),
             ("minbert/model.py", "BertLayer.forward"), ("minbert/optim.py", "AdamW.step"),
             ("tasks/classifier.py", "SentimentClassifier.forward")} <= owners
+    multitask = {"MultitaskBert.predict_sentiment", "MultitaskBert.pair_features", "MultitaskBert.predict_paraphrase",
+                 "MultitaskBert.predict_similarity", "sentiment_loss", "paraphrase_loss", "similarity_loss"}
+    assert {("minbert/multitask.py", f) for f in multitask} <= owners
+    assert {("minbert/deebert.py", "entropy"), ("minbert/deebert.py", "early_exit")} <= owners
+
+
+def test_parts_cover_every_stubbed_file_and_the_groups_keep_their_points() -> None:
+    assert {f for p in PARTS.values() for f in p.files} == {rel.as_posix() for rel in stubbed_files()}
+    assert all(p.group in GROUPS and p.files for p in PARTS.values())
+    assert GROUP_TOTAL["core"] == 100 and GROUP_TOTAL["multitask"] == 100      # part 1 and part 2, each out of 100
+    assert [p.points for p in PARTS.values() if p.group == "core"] == [25, 10, 25, 10, 20, 10]
+    assert expand(["deebert", "deebert_exit", "attention"]) == ["deebert_entropy", "deebert_exit", "attention"]
+    assert parts_of(["multitask"])[0] == "mt_sentiment" and len(parts_of(list(GROUPS))) == len(PARTS)
 
 
 def test_committed_stubs_equal_a_fresh_generation(student_tree: Path) -> None:
@@ -109,23 +125,35 @@ def test_student_tree_carries_no_solution_text(student_tree: Path) -> None:
 def test_student_tree_imports_and_scores_zero_not_started(student_tree: Path) -> None:
     # "not started" also says that the part imported the stubs from the student tree (the checker verifies where
     # minbert comes from, and an import error would show as ERROR)
-    res = grade(student_tree)
+    res = grade(student_tree, groups=list(GROUPS))
     assert res["score"] == 0
     for r in res["parts"]:
         assert r["status"] == "not started", r
         assert "raises NotImplementedError" in r["message"]
     assert [t["output"].split(":")[0] for t in res["tests"]] == ["not started"] * len(PARTS)
+    assert [(t["group"], t["score"], t["max_score"]) for t in res["groups"]] == [(g, 0, n) for g, n in GROUP_TOTAL.items()]
+    # the CLIs built on the stubbed files import; the stubs raise only when called
+    proc = subprocess.run([sys.executable, "-c", "import tasks.classifier, tasks.multitask, tasks.deebert"],
+                          cwd=student_tree, capture_output=True, text=True, check=False,
+                          env={"PYTHONPATH": str(student_tree), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
 
 
-def test_reference_scores_full_marks_and_writes_gradescope_results(tmp_path: Path) -> None:
+def test_reference_scores_full_marks_and_writes_gradescope_results(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "results" / "results.json"
-    assert grade_main([str(ROOT), "--out", str(out)]) == 0
+    assert grade_main([str(ROOT), "--out", str(out), "--groups", "all"]) == 0
     res = json.loads(out.read_text())
     assert res["score"] == TOTAL
     assert len(res["tests"]) == len(PARTS)
     for t in res["tests"]:
         assert set(t) >= {"name", "score", "max_score", "output"}
         assert t["score"] == t["max_score"] > 0 and t["output"] == "PASS", t
+    printed = capsys.readouterr().out
+    for group, label in GROUPS.items():              # each group totalled on its own
+        n = len(parts_of([group]))
+        line = f"{label}: {n}/{n} parts pass; {GROUP_TOTAL[group]}/{GROUP_TOTAL[group]} points"
+        assert line in printed and line in res["output"]
 
 
 NO_SCALE = """
@@ -147,17 +175,57 @@ PRE_LN = """
 """
 
 
+BI_NO_ABS = """
+    if self.config.design == "bi-encoder":
+        u = self.encode(input_ids_1, attention_mask_1)
+        v = self.encode(input_ids_2, attention_mask_2)
+        return torch.cat([u, v, u - v], dim=-1)
+    ids, mask, types = join_pairs(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2,
+                                  self.bert.config.max_position_embeddings)
+    return self.encode(ids, mask, types)
+"""
+NAIVE_ENTROPY = """
+    p = logits.float().softmax(dim=-1)
+    h = -(p * p.log()).sum(-1)
+    return h / math.log(logits.shape[-1]) if normalize and logits.shape[-1] > 1 else h
+"""
+EXIT_WITHOUT_TRIM = """
+    rows = torch.arange(B)
+    layers = torch.full((B,), L, dtype=torch.long)
+    state, out, work = rule.start(B, h.device), None, 0
+    for l, (layer, ramp) in enumerate(zip(model.bert.layers, model.ramps), 1):
+        h = layer(h, bias)
+        work += h.shape[0] * h.shape[1]
+        logits = ramp(h, mask)
+        out = logits.new_zeros(B, logits.shape[-1]) if out is None else out
+        if l == L:
+            out[rows] = logits
+            break
+        done, state = rule.step(logits, state)
+        out[rows[done]], layers[rows[done]] = logits[done], l
+        keep = ~done
+        if not keep.any():
+            break
+        rows, h, mask, bias = rows[keep], h[keep], mask[keep], bias[keep]
+        state = {k: v[keep] for k, v in state.items()}
+    return ExitOutput(out, layers, work)
+"""
+
+
 @pytest.mark.parametrize("func, body, lost, hint", [
     ("attention", NO_SCALE, {"attention", "model"}, "not divided by sqrt(hs)"),
     ("attention", NO_MASK, {"attention", "model"}, "the mask is not added"),
     ("BertLayer.forward", PRE_LN, {"layer", "model"}, "LayerNorm is applied before the residual add"),
-], ids=["attention-without-scaling", "mask-ignored", "layernorm-before-residual"])
+    ("MultitaskBert.pair_features", BI_NO_ABS, {"mt_bi_encoder"}, "[u, v, u - v], without the absolute value"),
+], ids=["attention-without-scaling", "mask-ignored", "layernorm-before-residual", "bi-encoder-without-abs"])
 def test_wrong_implementation_loses_exactly_the_affected_parts(
         tmp_path: Path, func: str, body: str, lost: set[str], hint: str) -> None:
-    res = grade(submission_with(tmp_path, {func: body}))
+    res = grade(submission_with(tmp_path, {func: body}), groups=list(GROUPS))   # every part of every group
     failed = {r["part"] for r in res["parts"] if r["status"] != "pass"}
     assert failed == lost, res["parts"]
     assert res["score"] == TOTAL - sum(PARTS[p].points for p in lost)
+    for t in res["groups"]:     # the other groups keep their full score
+        assert t["score"] == GROUP_TOTAL[t["group"]] - sum(PARTS[p].points for p in lost if PARTS[p].group == t["group"])
     for r in res["parts"]:
         if r["part"] in lost:
             assert r["status"] == "fail" and r["score"] == 0
@@ -165,6 +233,27 @@ def test_wrong_implementation_loses_exactly_the_affected_parts(
             assert "differs at index" in r["message"] and "max abs diff" in r["message"]
     own = next(r for r in res["parts"] if r["part"] in lost and r["part"] != "model")
     assert hint in own["message"]
+
+
+def test_each_wrong_function_of_part_2_and_the_extension_loses_its_own_part(tmp_path: Path) -> None:
+    # one submission with four independent mistakes: each costs its own part and says what it looks like
+    mistakes = {  # function: (its body, the part it loses, the status, what the message says)
+        "paraphrase_loss": ("return F.binary_cross_entropy_with_logits(logit, labels)", "mt_para_loss", "error",
+                            "convert them with labels.to(logit.dtype)"),
+        "similarity_loss": ("return F.l1_loss(score, gold.to(score.dtype))", "mt_sts_loss", "fail",
+                            "the absolute error (L1) is used"),
+        "entropy": (NAIVE_ENTROPY, "deebert_entropy", "fail", "got nan, expected 0"),
+        "early_exit": (EXIT_WITHOUT_TRIM, "deebert_exit", "fail", "With trim, drop the columns"),
+    }
+    res = grade(submission_with(tmp_path, {f: m[0] for f, m in mistakes.items()}), groups=list(GROUPS))
+    parts = {r["part"]: r for r in res["parts"]}
+    assert {p for p, r in parts.items() if r["status"] != "pass"} == {m[1] for m in mistakes.values()}, res["parts"]
+    for func, (_, part, status, says) in mistakes.items():
+        assert parts[part]["status"] == status and parts[part]["score"] == 0
+        assert f"{func}() (minbert/" in parts[part]["message"] or f"{func}() in minbert/" in parts[part]["message"]
+        assert says in parts[part]["message"], parts[part]["message"]
+    assert "take log p from F.log_softmax" in parts["deebert_entropy"]["message"]
+    assert [(t["group"], t["score"]) for t in res["groups"]] == [("core", 100), ("multitask", 80), ("deebert", 0)]
 
 
 def test_hang_and_exit_are_contained_by_the_time_limit(tmp_path: Path) -> None:
@@ -183,11 +272,14 @@ def test_hang_and_exit_are_contained_by_the_time_limit(tmp_path: Path) -> None:
     assert "sys.exit(0)" in parts["layer"]["message"] and "BertLayer.forward" in parts["layer"]["message"]
     assert f"within {timeout:g} s" in parts["adamw"]["message"]
     assert res["score"] == PARTS["embeddings"].points + PARTS["classifier_head"].points
+    # by default the grader grades part 1 alone, out of 100 as it always was, from part 1's files alone
+    assert [t["group"] for t in res["groups"]] == ["core"] and res["groups"][0]["max_score"] == 100
+    assert "multitask.py" not in res["output"] and "deebert.py" not in res["output"]
     assert res["execution_time"] < 4 * timeout   # the hanging part was stopped, not waited for
 
 
 def test_checker_cli_prints_a_line_per_part(student_tree: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "assignments.check", "attention", "adamw", "classifier_head"],
+    proc = subprocess.run([sys.executable, "-m", "assignments.check", "attention", "adamw", "classifier_head", "deebert"],
                           cwd=student_tree,
                           capture_output=True, text=True, env={"PYTHONPATH": str(student_tree), "PATH": "/usr/bin:/bin"},
                           check=False)
@@ -198,4 +290,7 @@ def test_checker_cli_prints_a_line_per_part(student_tree: Path) -> None:
     assert lines[1].split()[:3] == ["adamw", f"0/{b}", "not"] and "AdamW.step in minbert/optim.py" in lines[1]
     assert lines[2].split()[:3] == ["classifier_head", f"0/{c}", "not"]
     assert "SentimentClassifier.forward in tasks/classifier.py" in lines[2]
-    assert lines[3] == f"0/3 parts pass; 0/{a + b + c} points"
+    assert lines[3].startswith("deebert_entropy") and lines[4].startswith("deebert_exit")
+    assert "entropy() in minbert/deebert.py" in lines[3] and "not started" in lines[4]
+    assert lines[5] == f"part 1 (minBERT): 0/3 parts pass; 0/{a + b + c} points"
+    assert lines[6] == f"extension DeeBERT: 0/2 parts pass; 0/{GROUP_TOTAL['deebert']} points"
