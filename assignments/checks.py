@@ -99,6 +99,10 @@ def check_layer() -> None:
         layer.adapter = _FixedAdapter(f["adapter_A"])
         compare(f"{what} with an adapter set (self.adapter is not None)", layer(x, mask), f["out_adapter"],
                 hint="With an adapter, h3 = LN(h2 + self.adapter(x, mask) + x)")
+        layer.adapter, layer.parallel_adapter = None, _FixedAdapter(f["parallel_A"])
+        compare(f"{what} with a parallel adapter set (self.parallel_adapter is not None, so ts is not 0)",
+                layer(x, mask), f["out_parallel"], hints={"ts is left out of the last add-and-norm": f["out"]},
+                hint="With a parallel adapter, out = LN2(h5 + h3 + ts): ts (given) joins the last residual sum")
 
 
 def check_model() -> None:

@@ -16,6 +16,7 @@ The parameters carry exactly these names, so "train only bq and bm2" is a filter
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -136,9 +137,15 @@ class BertLayer(nn.Module):
         self.Wm2, self.bm2 = nn.Parameter(torch.empty(I, H)), nn.Parameter(torch.zeros(I))
         self.Wm3, self.bm3 = nn.Parameter(torch.empty(H, I)), nn.Parameter(torch.zeros(H))
         self.gLN2, self.bLN2 = nn.Parameter(torch.ones(H)), nn.Parameter(torch.zeros(H))
-        # Extension point: a module run in parallel on the layer's input, adapter(x, mask) -> (B, T, H), its
-        # output added before the first add-and-norm, h3 = LN(h2 + adapter(x) + x) (projected attention layers, PALs).
-        self.adapter: nn.Module | None = None
+        # Extension points: modules beside the layer (adapters such as PALs), each None or a callable of
+        # (B, T, H) inputs and the additive mask, so that no extension has to copy this layer:
+        #   adapter(x, mask)               added to the input of the first add-and-norm, h3 = LN1(h2 + x + adapter(x))
+        #   attention_adapter(h1, x, mask) replaces the merged heads h1, before Wm1 (the CS224N report's concat PALs)
+        #   parallel_adapter(x, mask)      added inside the last add-and-norm, out = LN2(h5 + h3 + ts) with
+        #                                  ts = parallel_adapter(x) (Stickland & Murray, 2019, sec. 3: PALs)
+        self.adapter: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+        self.attention_adapter: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+        self.parallel_adapter: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
@@ -151,6 +158,10 @@ class BertLayer(nn.Module):
         K = self.split_heads(F.linear(x, self.Wk, self.bk))
         V = self.split_heads(F.linear(x, self.Wv, self.bv))
         h1 = self.attend(Q, K, V, mask, self.p_attn, self.training)  # (B, T, H)
+        if self.attention_adapter is not None:  # beside the self-attention: h1 <- attention_adapter(h1, x)
+            h1 = self.attention_adapter(h1, x, mask)
+        # in parallel with the whole layer: ts joins h5 + h3 in the last add-and-norm (0 without an adapter)
+        ts = self.parallel_adapter(x, mask) if self.parallel_adapter is not None else 0.0  # (B, T, H)
         # Eqs. 2-5 act on each position alone, and attention never lets a padding position reach a real one,
         # so they run on the N real tokens only (a quarter to a half less work on typical padded batches).
         keep = (mask == 0).view(B, T)                                 # (B, T), True at real tokens
@@ -159,21 +170,24 @@ class BertLayer(nn.Module):
         packed = not bool(keep.all())                                 # no padding: nothing to skip
         if packed:
             x, h1 = x[keep], h1[keep]                                 # (B, T, H) -> (N, H)
+            ts = ts[keep] if isinstance(ts, torch.Tensor) else ts
         ### BEGIN SOLUTION
         ### STUB: The rest of the layer (BitFit eqs. 2-5), on the N real tokens: x (the layer's input, the
         ### STUB: adapter already added) and h1 (the merged heads) are both (N, H), or (B, T, H) when the batch
-        ### STUB: has no padding; every step acts on each token alone, so the code is the same. Compute `out`:
+        ### STUB: has no padding; every step acts on each token alone, so the code is the same. ts is what a
+        ### STUB: parallel adapter adds inside the last add-and-norm (PALs): (N, H) as well, or the number 0.0
+        ### STUB: when the layer has none. Compute `out`:
         ### STUB:   h2  = Dropout(Wm1 h1 + bm1)         (N, H)   F.linear(a, W, b) computes W a + b
         ### STUB:   h3  = gLN1 * norm(h2 + x) + bLN1    (N, H)   layer_norm(..., self.gLN1, self.bLN1, self.eps)
         ### STUB:   h4  = GELU(Wm2 h3 + bm2)            (N, I)   gelu(); I is the intermediate size
         ### STUB:   h5  = Dropout(Wm3 h4 + bm3)         (N, H)
-        ### STUB:   out = gLN2 * norm(h5 + h3) + bLN2   (N, H)   the line after this region scatters it back to (B, T, H)
+        ### STUB:   out = gLN2 * norm(h5 + h3 + ts) + bLN2   (N, H)   the line after this region scatters it back to (B, T, H)
         ### STUB: Dropout has rate self.p and is active only when self.training (F.dropout(a, self.p, self.training)).
         h2 = F.dropout(F.linear(h1, self.Wm1, self.bm1), self.p, self.training)
         h3 = layer_norm(h2 + x, self.gLN1, self.bLN1, self.eps)
         h4 = gelu(F.linear(h3, self.Wm2, self.bm2))                  # (N, I)
         h5 = F.dropout(F.linear(h4, self.Wm3, self.bm3), self.p, self.training)
-        out = layer_norm(h5 + h3, self.gLN2, self.bLN2, self.eps)     # (N, H)
+        out = layer_norm(h5 + h3 + ts, self.gLN2, self.bLN2, self.eps)  # (N, H)
         ### END SOLUTION
         return out.new_zeros(B, T, H).index_put((keep,), out) if packed else out  # (N, H) -> (B, T, H)
 

@@ -13,6 +13,10 @@ input_ids_1, attention_mask_1, input_ids_2, attention_mask_2); the cross-encoder
 
 The schedules (sec. 4.2 of the report; Stickland & Murray, 2019, sec. 4 for `annealed`) decide which
 task each training batch comes from; see TaskSchedule.
+
+Optional extensions the model composes: task-specific projected attention layers (add_pals, minbert.pals)
+and SMART regularisation of every training loss (add_smart, minbert.smart). For SMART the task output is a
+function of the encoder's input embeddings: predict() is inputs() -> embed() -> predict_from_embeddings().
 """
 
 from __future__ import annotations
@@ -20,12 +24,15 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .model import BertModel
+from .pals import PALs, PalsConfig
+from .smart import Smart, SmartConfig
 
 DESIGNS = ("bi-encoder", "cross-encoder")
 POOLINGS = ("mean", "cls", "pooler")
@@ -132,6 +139,14 @@ def similarity_loss(score: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
     ### END SOLUTION
 
 
+class EncoderInput(NamedTuple):
+    """The token inputs of one encoder pass, each (B, T); token_type_ids None means all segment 0."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    token_type_ids: torch.Tensor | None = None
+
+
 class MultitaskBert(nn.Module):
     """A shared BERT encoder with the sentiment, paraphrase and similarity heads of the CS224N default project."""
 
@@ -148,6 +163,20 @@ class MultitaskBert(nn.Module):
         })
         # The task whose batch runs now; task-specific extensions (PALs) read it.
         self.active_task: str | None = None
+        self.pals: PALs | None = None       # add_pals()
+        self.smart: Smart | None = None     # add_smart()
+
+    def add_pals(self, config: PalsConfig) -> PALs:
+        """Projected attention layers for every task (Stickland & Murray, 2019), set on the encoder's layers."""
+        self.pals = PALs(self.bert.config, TASK_NAMES, config)
+        self.pals.attach(self.bert)
+        return self.pals
+
+    def add_smart(self, config: SmartConfig) -> Smart:
+        """SMART (Jiang et al., 2020) on every loss(); call it once the trainable parameters are chosen (requires_grad
+        set): the Bregman momentum copy follows those."""
+        self.smart = Smart(config, {n: p for n, p in self.named_parameters() if p.requires_grad})
+        return self.smart
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                token_type_ids: torch.Tensor | None = None, embeddings: torch.Tensor | None = None) -> torch.Tensor:
@@ -155,72 +184,114 @@ class MultitaskBert(nn.Module):
         out = self.bert(input_ids, attention_mask, token_type_ids, embeddings=embeddings)
         return pool(out.last_hidden_state, attention_mask, out.pooler_output, self.config.pooling)
 
-    def pair_features(self, input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor,
-                      input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor) -> torch.Tensor:
-        """The input of a pair head: [u, v, |u - v|] (B, 3H) for the bi-encoder, the joint vector (B, H) otherwise."""
+    def pair_inputs(self, input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor,
+                    input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor) -> list[EncoderInput]:
+        """A pair's encoder passes: each sentence alone (bi-encoder), or the joined [CLS] s1 [SEP] s2 [SEP]."""
         ### BEGIN SOLUTION
-        ### STUB: The pair heads' input, from two separately tokenised batches, (B, T1) and (B, T2) each.
-        ### STUB: bi-encoder (self.config.design == "bi-encoder"; Sentence-BERT): encode each sentence alone,
-        ### STUB:   u = self.encode(input_ids_1, attention_mask_1)                 (B, H)
-        ### STUB:   v = self.encode(input_ids_2, attention_mask_2)                 (B, H)
-        ### STUB:   return the concatenation [u, v, |u - v|] along the last dimension, in that order, (B, 3H)
-        ### STUB: cross-encoder: one sequence [CLS] a [SEP] b [SEP] per pair, the sentences in segments 0 and 1,
-        ### STUB:   ids, mask, types = join_pairs(the four tensors, self.bert.config.max_position_embeddings)  (B, T) each
-        ### STUB:   return its sentence vector self.encode(ids, mask, types), (B, H); the segment ids (types)
-        ### STUB:   tell BERT which sentence each token comes from.
+        ### STUB: A list of the encoder passes a pair needs, each an EncoderInput(input_ids, attention_mask,
+        ### STUB: token_type_ids=None); the two sentences come tokenised separately, (B, T1) and (B, T2).
+        ### STUB: bi-encoder (self.config.design == "bi-encoder"; Sentence-BERT): each sentence alone, in order:
+        ### STUB:   [EncoderInput(input_ids_1, attention_mask_1), EncoderInput(input_ids_2, attention_mask_2)]
+        ### STUB: cross-encoder: one pass, the sequence [CLS] a [SEP] b [SEP] with a in segment 0 and b in segment 1:
+        ### STUB:   ids, mask, types = join_pairs(the four tensors, self.bert.config.max_position_embeddings)
+        ### STUB:   (B, T) each; return [EncoderInput(ids, mask, types)]: the segment ids tell BERT which
+        ### STUB:   sentence each token comes from, and max_length keeps a long pair within the position table.
         if self.config.design == "bi-encoder":
-            u = self.encode(input_ids_1, attention_mask_1)           # (B, H)
-            v = self.encode(input_ids_2, attention_mask_2)           # (B, H)
-            return torch.cat([u, v, (u - v).abs()], dim=-1)          # (B, 3H)
-        ids, mask, types = join_pairs(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2,
-                                      self.bert.config.max_position_embeddings)
-        return self.encode(ids, mask, types)                         # (B, H)
+            return [EncoderInput(input_ids_1, attention_mask_1), EncoderInput(input_ids_2, attention_mask_2)]
+        return [EncoderInput(*join_pairs(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2,
+                                         self.bert.config.max_position_embeddings))]
         ### END SOLUTION
 
-    def predict_sentiment(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Sentiment logits (B, 5) for single sentences."""
+    def inputs(self, task: str, batch: dict) -> list[EncoderInput]:
+        """The encoder passes a collated batch of `task` needs: one for a sentence or a joined pair, two otherwise."""
+        if task == "sst":
+            return [EncoderInput(batch["input_ids"], batch["attention_mask"])]
+        return self.pair_inputs(batch["input_ids_1"], batch["attention_mask_1"],
+                                batch["input_ids_2"], batch["attention_mask_2"])
+
+    def embed(self, inputs: list[EncoderInput]) -> list[torch.Tensor]:
+        """The encoder input h0 of each pass, (B, T, H) (SMART perturbs these)."""
+        return [self.bert.embed(x.input_ids, x.token_type_ids) for x in inputs]
+
+    def features(self, inputs: list[EncoderInput], embeddings: list[torch.Tensor]) -> torch.Tensor:
+        """A head's input from the passes' h0: the sentence or joint vector (B, H), or [u, v, |u - v|] (B, 3H)."""
         ### BEGIN SOLUTION
-        ### STUB: The sentence vector self.encode(input_ids, attention_mask), (B, H), pooled as self.config.pooling
-        ### STUB: says, through the sentiment head self.head["sst"]: logits (B, 5), returned as they are.
-        return self.head["sst"](self.encode(input_ids, attention_mask))
+        ### STUB: inputs are the encoder passes (EncoderInput: input_ids, attention_mask, token_type_ids), and
+        ### STUB: embeddings their encoder inputs h0, one (B, T, H) tensor per pass (SMART hands in perturbed ones).
+        ### STUB: The sentence vector of each pass, (B, H): self.encode(x.input_ids, x.attention_mask,
+        ### STUB:   x.token_type_ids, h), with h the pass's h0 from `embeddings` (do not embed the tokens again: a
+        ### STUB:   perturbation of h0 must reach the encoder), pooled as self.config.pooling says.
+        ### STUB: One pass (a sentence, or a cross-encoder's joined pair): return its vector, (B, H).
+        ### STUB: Two passes (the bi-encoder's sentences, vectors u and v): return [u, v, |u - v|], concatenated
+        ### STUB:   along the last dimension in that order, (B, 3H).
+        vectors = [self.encode(x.input_ids, x.attention_mask, x.token_type_ids, h) for x, h in zip(inputs, embeddings)]
+        if len(vectors) == 1:
+            return vectors[0]
+        u, v = vectors                                               # (B, H) each
+        return torch.cat([u, v, (u - v).abs()], dim=-1)              # (B, 3H)
         ### END SOLUTION
 
-    def predict_paraphrase(self, input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor,
-                           input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor) -> torch.Tensor:
-        """One paraphrase logit per pair, (B,); sigmoid > 0.5 means "paraphrase"."""
+    def predict_from_embeddings(self, task: str, embeddings: list[torch.Tensor],
+                                inputs: list[EncoderInput]) -> torch.Tensor:
+        """The task's output from the passes' h0 (possibly perturbed): logits (B, C), or one value per pair (B,)."""
+        self.active_task = task
+        if self.pals is not None:
+            self.pals.task = task                                    # the PALs of the batch's task run
         ### BEGIN SOLUTION
-        ### STUB: The pair features self.pair_features(...) of the four inputs, (B, 3H) or (B, H) by design, through
-        ### STUB: the paraphrase head self.head["para"], (B, 1), with the last dimension squeezed away: (B,).
-        ### STUB: Return the logit itself, no sigmoid: the loss and the predictions apply it.
-        features = self.pair_features(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2)
-        return self.head["para"](features).squeeze(-1)               # (B, 1) -> (B,)
-        ### END SOLUTION
-
-    def predict_similarity(self, input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor,
-                           input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor) -> torch.Tensor:
-        """One similarity score per pair on the 0-5 scale of the gold labels, (B,)."""
-        ### BEGIN SOLUTION
-        ### STUB: The pair features self.pair_features(...), through the similarity head self.head["sts"], (B, 1),
-        ### STUB: with the last dimension squeezed away: (B,). The head's output is the score itself, on the
-        ### STUB: gold labels' 0-5 scale: no sigmoid and no rescaling.
-        features = self.pair_features(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2)
-        return self.head["sts"](features).squeeze(-1)                # (B, 1) -> (B,)
+        ### STUB: The head's input self.features(inputs, embeddings) (pass the given embeddings on), through the
+        ### STUB: task's head self.head[task] ("sst", "para" or "sts"). Return it as the head gives it: no softmax,
+        ### STUB: no sigmoid, no rescaling (the losses and predictions apply those), the sentiment logits (B, 5)
+        ### STUB: as they are, and for the pair tasks the (B, 1) output with the last dimension squeezed, (B,):
+        ### STUB: the paraphrase logit, and the similarity score on the gold labels' 0-5 scale.
+        out = self.head[task](self.features(inputs, embeddings))
+        return out if task == "sst" else out.squeeze(-1)             # (B, 1) -> (B,) for the pair tasks
         ### END SOLUTION
 
     def predict(self, task: str, batch: dict) -> torch.Tensor:
         """The task's output for a collated batch: sentiment logits (B, C), or one value per pair (B,)."""
-        self.active_task = task
-        if task == "sst":
-            return self.predict_sentiment(batch["input_ids"], batch["attention_mask"])
-        pair = (batch["input_ids_1"], batch["attention_mask_1"], batch["input_ids_2"], batch["attention_mask_2"])
-        return self.predict_paraphrase(*pair) if task == "para" else self.predict_similarity(*pair)
+        inputs = self.inputs(task, batch)
+        return self.predict_from_embeddings(task, self.embed(inputs), inputs)
+
+    def forward(self, task: str, batch: dict) -> torch.Tensor:
+        """Same as predict(task, batch)."""
+        return self.predict(task, batch)
+
+    def pair_features(self, input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor,
+                      input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor) -> torch.Tensor:
+        """The input of a pair head: [u, v, |u - v|] (B, 3H) for the bi-encoder, the joint vector (B, H) otherwise."""
+        inputs = self.pair_inputs(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2)
+        return self.features(inputs, self.embed(inputs))
+
+    def predict_sentiment(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Sentiment logits (B, 5) for single sentences."""
+        return self.predict("sst", {"input_ids": input_ids, "attention_mask": attention_mask})
+
+    def predict_paraphrase(self, input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor,
+                           input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor) -> torch.Tensor:
+        """One paraphrase logit per pair, (B,); sigmoid > 0.5 means "paraphrase"."""
+        return self.predict("para", {"input_ids_1": input_ids_1, "attention_mask_1": attention_mask_1,
+                                     "input_ids_2": input_ids_2, "attention_mask_2": attention_mask_2})
+
+    def predict_similarity(self, input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor,
+                           input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor) -> torch.Tensor:
+        """One similarity score per pair on the 0-5 scale of the gold labels, (B,)."""
+        return self.predict("sts", {"input_ids_1": input_ids_1, "attention_mask_1": attention_mask_1,
+                                    "input_ids_2": input_ids_2, "attention_mask_2": attention_mask_2})
 
     def loss(self, task: str, batch: dict) -> torch.Tensor:
-        """The task's loss on a labelled batch: cross-entropy, binary cross-entropy or mean-squared error."""
-        return TASK_LOSSES[task](self.predict(task, batch), batch["labels"])
+        """The task's loss on a labelled batch: cross-entropy, binary cross-entropy or mean-squared error;
+        with SMART, in training mode, plus its regularisers (minbert.smart)."""
+        inputs = self.inputs(task, batch)
+        h = self.embed(inputs)
+        y = self.predict_from_embeddings(task, h, inputs)
+        loss = TASK_LOSSES[task](y, batch["labels"])
+        if self.smart is not None and self.training:
+            loss = self.smart(self, task, SMART_KINDS[task], batch, inputs, h, y, loss)
+        return loss
 
 
 TASK_LOSSES = {"sst": sentiment_loss, "para": paraphrase_loss, "sts": similarity_loss}
+SMART_KINDS = {"sst": "classification", "para": "binary", "sts": "regression"}   # which l_s each output takes
 
 
 # Task schedules. Each gives the order of one epoch's training batches as (task, j): the j-th batch of that

@@ -20,7 +20,7 @@ import json
 import os
 import random
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +29,8 @@ from torch import nn
 
 import minbert
 from minbert.multitask import DESIGNS, POOLINGS, SCHEDULES, MultitaskBert, MultitaskConfig, TaskSchedule, num_batches_of
+from minbert.pals import VARIANTS, PalsConfig
+from minbert.smart import SmartConfig
 
 from .data import TASKS, PairExample, Records, batch_indices
 from .evaluation import accuracy, overall_score, pearson, prediction_path, write_predictions
@@ -70,11 +72,14 @@ def load(task: str, split: str, path: str | Path, tokenizer: minbert.Tokenizer, 
     if not records:
         raise SystemExit(f"{path}: no examples to use")
     if isinstance(records[0], PairExample):
-        ids = [e.ids for e in tokenizer.backend.encode_batch([r.sentence1 for r in records])]
-        ids2 = [e.ids for e in tokenizer.backend.encode_batch([r.sentence2 for r in records])]
-        return Encoded(task, split, records, ids, ids2)
-    return Encoded(task, split, records, [e.ids for e in tokenizer.backend.encode_batch(
-        [r.sentence for r in records])], None)
+        return Encoded(task, split, records, token_ids(tokenizer, [r.sentence1 for r in records]),
+                       token_ids(tokenizer, [r.sentence2 for r in records]))
+    return Encoded(task, split, records, token_ids(tokenizer, [r.sentence for r in records]), None)
+
+
+def token_ids(tokenizer: minbert.Tokenizer, texts: list[str]) -> list[list[int]]:
+    """Each text's ids, [CLS] ... [SEP], truncated as the tokenizer truncates and without its padding."""
+    return [e.ids[:sum(e.attention_mask)] for e in tokenizer.backend.encode_batch(texts)]
 
 
 def _pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -185,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="minilm",
                    help="checkpoint: 'minilm' (the offline default), a Hub name such as bert-base-uncased, or a "
                         "local directory (e.g. one written by python -m tasks.simcse)")
+    p.add_argument("--after-simcse", default=None, metavar="DIR",
+                   help="start from the encoder python -m tasks.simcse wrote to DIR and train Quora on the pairs "
+                        f"it left unused (DIR/{SIMCSE_QUORA_REST}): sets --model and --para-train")
     add_mode_arguments(p)
     p.add_argument("--epochs", type=int, default=3, help="training epochs (default 3)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: the fine-tune mode's own)")
@@ -214,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help=f"{HELP_NAMES[t]} {split} file (default: DATA_DIR/{default}){extra}")
     p.add_argument("--predictions-dir", default="predictions",
                    help="where the six {sst,para,sts}-{dev,test}-output.csv files go (default: predictions)")
+    p.add_argument("--no-predictions", dest="predictions", action="store_false",
+                   help="write no prediction files and predict no test file: report the best epoch's dev scores "
+                        "(ablation runs)")
     p.add_argument("--checkpoint", default=None,
                    help="checkpoint written after every epoch (default: checkpoints/multitask-DESIGN-SCHEDULE-MODE.pt)")
     p.add_argument("--resume", default=None, metavar="PATH",
@@ -221,11 +232,69 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeats that epoch) to the same result as an uninterrupted run")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
     add_loop_arguments(p)
+    add_smart_pals_arguments(p)
     return p
 
 
+def add_smart_pals_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of SMART (minbert.smart) and PALs (minbert.pals)."""
+    s = p.add_argument_group("SMART", "Smoothness-inducing adversarial regularisation and Bregman proximal point "
+                             "optimisation (Jiang et al., 2020), on the encoder's input embeddings; defaults are the "
+                             "paper's. With --smart-steps 1 a training step runs 3 encoder passes and 2 backward passes "
+                             "instead of 1 and 1 (benchmarks/smart_cost.py measures the time)")
+    s.add_argument("--smart", action="store_true", help="add lambda_s R_s (and with --smart-bregman mu D_Breg) to "
+                   "every training loss")
+    s.add_argument("--smart-lambda", type=float, default=1.0, metavar="L", help="lambda_s, R_s's weight (default 1; "
+                   "the paper tries 1, 3, 5; the CS224N report used 5)")
+    s.add_argument("--smart-steps", type=int, default=1, metavar="K", help="ascent steps on the perturbation (default 1)")
+    s.add_argument("--smart-eta", type=float, default=1e-3, metavar="ETA", help="the perturbation's step size (default 1e-3)")
+    s.add_argument("--smart-epsilon", type=float, default=1e-5, metavar="EPS", help="radius of the perturbation's infinity-norm "
+                   "ball (default 1e-5; the report used 1e-6)")
+    s.add_argument("--smart-sigma", type=float, default=1e-5, metavar="SIGMA", help="std of the perturbation's starting noise "
+                   "(default 1e-5)")
+    s.add_argument("--smart-bregman", action="store_true", help="also the Bregman proximal point term with momentum, "
+                   "mu l_s(f(x; theta), f(x; theta~)), theta~ a moving average of the trainable parameters")
+    s.add_argument("--smart-mu", type=float, default=1.0, metavar="MU", help="mu, the Bregman term's weight (default 1)")
+    s.add_argument("--smart-beta", type=float, default=0.99, metavar="BETA", help="momentum: theta~ <- (1 - beta) theta + beta theta~ "
+                   "after each step (default 0.99)")
+    s.add_argument("--smart-dropout", choices=("on", "off"), default="on", help="off: the regulariser's clean, "
+                   "perturbation and adversarial passes (and the Bregman copy's) run without dropout (default on)")
+    g = p.add_argument_group("PALs", "Projected attention layers (Stickland & Murray, 2019): task-specific "
+                             "attention beside every layer. PALs always train, in every --fine-tune-mode: they are "
+                             "task parameters, like the heads")
+    g.add_argument("--pals", choices=VARIANTS, default=None, help="standard: added inside each layer's last "
+                   "LayerNorm (the paper); concat: beside the first self-attention, [h1; PAL(x)] projected to H "
+                   "(the CS224N report's variant). Default: none")
+    g.add_argument("--pals-size", type=int, default=204, metavar="D", help="the PALs' projected width (default 204)")
+    g.add_argument("--pals-heads", type=int, default=6, metavar="N", help="attention heads in the projected space (default 6)")
+
+
+def add_smart_pals(model: MultitaskBert, args: argparse.Namespace, params: list[nn.Parameter]) -> list[nn.Parameter]:
+    """PALs (trained whatever the fine-tune mode) and SMART (after them: its copy follows every trained parameter)."""
+    try:
+        if args.pals is not None:
+            params = params + list(model.add_pals(PalsConfig(args.pals, args.pals_size, args.pals_heads)).parameters())
+        if args.smart:
+            model.add_smart(SmartConfig(args.smart_lambda, args.smart_steps, args.smart_eta, args.smart_epsilon,
+                                        args.smart_sigma, args.smart_bregman, args.smart_mu, args.smart_beta,
+                                        args.smart_dropout == "on"))
+    except ValueError as e:
+        raise SystemExit(f"python -m tasks.multitask: {e}") from None
+    return params
+
+
+def smart_post_step(post_step: Callable[[nn.Module], None] | None) -> Callable[[nn.Module], None] | None:
+    """The fine-tune mode's post_step, then SMART's momentum update of theta~ (when it keeps one)."""
+    def step(m: nn.Module) -> None:
+        if post_step is not None:
+            post_step(m)
+        if m.smart is not None and m.smart.names:
+            m.smart.update(m)
+    return step
+
+
 RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "checkpoint", "resume", "predictions_dir",
-                         "device"}
+                         "device", "predictions"}
 
 
 def dev_table(scores: dict[str, float]) -> str:
@@ -234,9 +303,27 @@ def dev_table(scores: dict[str, float]) -> str:
     return "  ".join(f"{names[k]} {v:.4f}" for k, v in scores.items())
 
 
+SIMCSE_QUORA_REST = "quora-train-rest.csv"  # the Quora training pairs a tasks.simcse stage did not use
+
+
+def apply_after_simcse(args: argparse.Namespace) -> None:
+    """--after-simcse DIR: --model DIR and --para-train DIR/quora-train-rest.csv, checked to exist."""
+    if getattr(args, "after_simcse", None) is None:
+        return
+    d = Path(args.after_simcse)
+    missing = [name for name in ("config.json", SIMCSE_QUORA_REST) if not (d / name).is_file()]
+    if missing:
+        raise SystemExit(f"--after-simcse {d}: no {' or '.join(missing)} there; write the directory with "
+                         f"python -m tasks.simcse --out {d}")
+    if args.model != "minilm" or args.para_train:
+        raise SystemExit("--after-simcse sets --model and --para-train itself: give neither with it")
+    args.model, args.para_train = str(d), str(d / SIMCSE_QUORA_REST)
+
+
 def run(args: argparse.Namespace) -> dict:
     """Train the multitask model, select on dev, write the prediction files; returns the scores and history."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    apply_after_simcse(args)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASK_ORDER]
     if unknown or not tasks:
@@ -255,7 +342,8 @@ def run(args: argparse.Namespace) -> dict:
 
     train = {t: load(t, "train", path(t, "train"), tokenizer, args.max_train_examples, args.seed) for t in tasks}
     dev = {t: load(t, "dev", path(t, "dev"), tokenizer) for t in tasks}
-    test = {t: load(t, "test", path(t, "test"), tokenizer) for t in tasks if path(t, "test").is_file()}
+    test = {t: load(t, "test", path(t, "test"), tokenizer) for t in tasks
+            if args.predictions and path(t, "test").is_file()}
     for t in tasks:
         if not (train[t].records.labelled and dev[t].records.labelled):
             raise SystemExit(f"{t}: the training and dev files must have labels "
@@ -265,6 +353,7 @@ def run(args: argparse.Namespace) -> dict:
     config = MultitaskConfig(args.design, args.pooling, args.head_hidden, args.dropout)
     model = MultitaskBert(minbert.load_pretrained(args.model), config)
     params = mode.setup(model, args)
+    params = add_smart_pals(model, args, params)
     model.to(device)
     optimizer = minbert.AdamW(params, lr=lr, weight_decay=args.weight_decay)
     schedule = TaskSchedule(args.schedule, args.when_exhausted)
@@ -292,6 +381,7 @@ def run(args: argparse.Namespace) -> dict:
         v, (str, int, float, bool, type(None), list, tuple))} | {"lr": lr}
     checkpoint = args.checkpoint or f"checkpoints/multitask-{args.design}-{args.schedule}-{args.fine_tune_mode}.pt"
     post_step = (lambda m: mode.post_step(m, args)) if mode.post_step is not None else None
+    post_step = smart_post_step(post_step) if args.smart else post_step
     metric = "overall" if len(tasks) == 3 else METRICS[tasks[0]] if len(tasks) == 1 else None
     if metric is None:
         raise SystemExit("--tasks: give all three tasks (selected by overall score) or one")
@@ -305,8 +395,12 @@ def run(args: argparse.Namespace) -> dict:
     if mode.after_fit is not None:
         mode.after_fit(model, args)
     summary: dict = {"tasks": tasks, "best_epoch": result.best_epoch, f"dev_{metric}": result.best_score,
-                     "history": result.history, "checkpoint": checkpoint, "dev": {}, "test": {}}
-    for split, data in (("dev", dev), ("test", test)):
+                     "history": result.history, "checkpoint": checkpoint, "trainable": sum(p.numel() for p in params),
+                     "dev": {}, "test": {}}
+    if not args.predictions:  # the best epoch's own dev evaluation
+        best = result.history[result.best_epoch - 1]
+        summary["dev"] = {k[len("dev_"):]: v for k, v in best.items() if k.startswith("dev_")}
+    for split, data in (("dev", dev if args.predictions else {}), ("test", test)):
         for t, d in data.items():
             preds = predict(model, d, args.eval_batch_size, device, args.precision)
             out = write_predictions(prediction_path(args.predictions_dir, t, split), t,
@@ -316,13 +410,14 @@ def run(args: argparse.Namespace) -> dict:
                 summary[split][METRICS[t]] = score(t, preds, d.records)
                 line += f"; {split} {METRICS[t]} {summary[split][METRICS[t]]:.4f}"
             print(line)
-    if len(tasks) == 3:
+    if len(tasks) == 3 and args.predictions:
         d = summary["dev"]
         d["overall"] = overall_score(d["sst_accuracy"], d["para_accuracy"], d["sts_pearson"])
     print(f"best epoch {result.best_epoch}; dev {dev_table(summary['dev'])}")
-    Path(args.predictions_dir).mkdir(parents=True, exist_ok=True)
-    (Path(args.predictions_dir) / "multitask-summary.json").write_text(json.dumps(
-        {k: v for k, v in summary.items()} | {"settings": run_config}, indent=1))
+    if args.predictions:
+        Path(args.predictions_dir).mkdir(parents=True, exist_ok=True)
+        (Path(args.predictions_dir) / "multitask-summary.json").write_text(json.dumps(
+            {k: v for k, v in summary.items()} | {"settings": run_config}, indent=1))
     return summary
 
 

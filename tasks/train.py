@@ -219,6 +219,8 @@ def fit(
     warmup_ratio: float | None = None,
     max_grad_norm: float | None = None,
     grad_accum: int = 1,
+    patience: int | None = None,
+    unit: str = "epoch",
 ) -> FitResult:
     """Train for `epochs` epochs; after each, evaluate on dev, keep the best state by `metric`, checkpoint.
 
@@ -239,10 +241,16 @@ def fit(
     gradients (each loss weighted so that the step equals one process's on the whole batch), every
     process evaluates the whole dev set (the same numbers as one process), and rank 0 alone logs, shows
     the progress bar and writes the checkpoint, which holds every rank's RNG state for an exact resume.
+
+    Early stopping: patience P (None: run all `epochs`) ends the run once P evaluations in a row have not
+    improved on the best, resumed runs included. `unit` is the log's word for one call of epoch_batches: a CLI
+    that evaluates every N steps hands fit rounds of N batches as its "epochs" and calls them "round".
     """
     check_precision(device, precision)
     if grad_accum < 1:
         raise ValueError(f"grad_accum must be at least 1, not {grad_accum}")
+    if patience is not None and patience < 1:
+        raise ValueError(f"patience must be at least 1, not {patience}")
     if warmup_ratio is not None and not 0 <= warmup_ratio < 1:
         raise ValueError(f"warmup_ratio must be in [0, 1), not {warmup_ratio}")
     model.to(device)
@@ -279,6 +287,9 @@ def fit(
     params = [p for group in optimizer.param_groups for p in group["params"]]
     schedule = None
     for epoch in range(start, epochs):
+        if patience is not None and epoch - best.best_epoch >= patience:
+            say(f"stopping early: dev {metric} has not improved for {patience} {unit}s (best: {unit} {best.best_epoch})")
+            break
         model.train()
         t0, total, n, shown = time.perf_counter(), 0.0, 0, [0.0, 0]
         per_task: dict[str, list[float]] = {}  # task -> [loss sum, batches]
@@ -290,7 +301,7 @@ def fit(
             schedule = LinearSchedule.from_ratio(warmup_ratio, epochs * math.ceil(len(batches) / grad_accum))
             say(f"learning rate: linear warm-up over {schedule.warmup} of {schedule.total} optimiser steps, "
                 "then linear decay to 0")
-        bar = tqdm(desc=f"epoch {epoch + 1}/{epochs}", disable=not (progress and main), leave=False,
+        bar = tqdm(desc=f"{unit} {epoch + 1}/{epochs}", disable=not (progress and main), leave=False,
                    total=len(batches) if hasattr(batches, "__len__") else None)
         for group in _groups(batches, grad_accum):
             rows = sum(dp.batch_rows(b) for b in group)  # examples in this optimiser step, over every rank
@@ -343,7 +354,7 @@ def fit(
             best = FitResult(epoch + 1, scores[metric], cpu_state(model), history)
         task_losses = "".join(f", {k[len('train_loss_'):]} {v:.4f}" for k, v in record.items()
                               if k.startswith("train_loss_"))
-        say(f"epoch {epoch + 1}/{epochs}: train loss {record['train_loss']:.4f}{task_losses}, "
+        say(f"{unit} {epoch + 1}/{epochs}: train loss {record['train_loss']:.4f}{task_losses}, "
             f"dev {metric} {scores[metric]:.4f}"
             f"{' (best so far)' if improved else ''}, {train_time:.0f}s training + {record['eval_seconds']:.0f}s eval")
         if checkpoint is not None:

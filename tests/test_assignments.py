@@ -76,8 +76,8 @@ def test_regions_cover_the_assignment() -> None:
     assert {("minbert/model.py", "attention"), ("minbert/model.py", "BertEmbeddings.forward"),
             ("minbert/model.py", "BertLayer.forward"), ("minbert/optim.py", "AdamW.step"),
             ("tasks/classifier.py", "SentimentClassifier.forward")} <= owners
-    multitask = {"MultitaskBert.predict_sentiment", "MultitaskBert.pair_features", "MultitaskBert.predict_paraphrase",
-                 "MultitaskBert.predict_similarity", "sentiment_loss", "paraphrase_loss", "similarity_loss"}
+    multitask = {"MultitaskBert.pair_inputs", "MultitaskBert.features", "MultitaskBert.predict_from_embeddings",
+                 "sentiment_loss", "paraphrase_loss", "similarity_loss"}
     assert {("minbert/multitask.py", f) for f in multitask} <= owners
     assert {("minbert/deebert.py", "entropy"), ("minbert/deebert.py", "early_exit")} <= owners
 
@@ -88,7 +88,7 @@ def test_parts_cover_every_stubbed_file_and_the_groups_keep_their_points() -> No
     assert GROUP_TOTAL["core"] == 100 and GROUP_TOTAL["multitask"] == 100      # part 1 and part 2, each out of 100
     assert [p.points for p in PARTS.values() if p.group == "core"] == [25, 10, 25, 10, 20, 10]
     assert expand(["deebert", "deebert_exit", "attention"]) == ["deebert_entropy", "deebert_exit", "attention"]
-    assert parts_of(["multitask"])[0] == "mt_sentiment" and len(parts_of(list(GROUPS))) == len(PARTS)
+    assert parts_of(["multitask"])[0] == "mt_sentence" and len(parts_of(list(GROUPS))) == len(PARTS)
 
 
 def test_committed_stubs_equal_a_fresh_generation(student_tree: Path) -> None:
@@ -176,13 +176,24 @@ PRE_LN = """
 
 
 BI_NO_ABS = """
+    vectors = [self.encode(x.input_ids, x.attention_mask, x.token_type_ids, h) for x, h in zip(inputs, embeddings)]
+    if len(vectors) == 1:
+        return vectors[0]
+    u, v = vectors
+    return torch.cat([u, v, u - v], dim=-1)
+"""
+NO_TS = PRE_LN.replace("layer_norm(h2, self.gLN1, self.bLN1, self.eps) + x", "layer_norm(h2 + x, self.gLN1, self.bLN1, self.eps)") \
+    .replace("layer_norm(h5, self.gLN2, self.bLN2, self.eps) + h3", "layer_norm(h5 + h3, self.gLN2, self.bLN2, self.eps)")
+CROSS_WITHOUT_TYPES = """
     if self.config.design == "bi-encoder":
-        u = self.encode(input_ids_1, attention_mask_1)
-        v = self.encode(input_ids_2, attention_mask_2)
-        return torch.cat([u, v, u - v], dim=-1)
-    ids, mask, types = join_pairs(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2,
-                                  self.bert.config.max_position_embeddings)
-    return self.encode(ids, mask, types)
+        return [EncoderInput(input_ids_1, attention_mask_1), EncoderInput(input_ids_2, attention_mask_2)]
+    ids, mask, _ = join_pairs(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2,
+                              self.bert.config.max_position_embeddings)
+    return [EncoderInput(ids, mask)]
+"""
+HEADS_EMBED_AGAIN = """
+    out = self.head[task](self.features(inputs, self.embed(inputs)))
+    return out if task == "sst" else out.squeeze(-1)
 """
 NAIVE_ENTROPY = """
     p = logits.float().softmax(dim=-1)
@@ -216,7 +227,7 @@ EXIT_WITHOUT_TRIM = """
     ("attention", NO_SCALE, {"attention", "model"}, "not divided by sqrt(hs)"),
     ("attention", NO_MASK, {"attention", "model"}, "the mask is not added"),
     ("BertLayer.forward", PRE_LN, {"layer", "model"}, "LayerNorm is applied before the residual add"),
-    ("MultitaskBert.pair_features", BI_NO_ABS, {"mt_bi_encoder"}, "[u, v, u - v], without the absolute value"),
+    ("MultitaskBert.features", BI_NO_ABS, {"mt_bi_encoder"}, "[u, v, u - v], without the absolute value"),
 ], ids=["attention-without-scaling", "mask-ignored", "layernorm-before-residual", "bi-encoder-without-abs"])
 def test_wrong_implementation_loses_exactly_the_affected_parts(
         tmp_path: Path, func: str, body: str, lost: set[str], hint: str) -> None:
@@ -235,9 +246,14 @@ def test_wrong_implementation_loses_exactly_the_affected_parts(
     assert hint in own["message"]
 
 
-def test_each_wrong_function_of_part_2_and_the_extension_loses_its_own_part(tmp_path: Path) -> None:
-    # one submission with four independent mistakes: each costs its own part and says what it looks like
+def test_each_wrong_function_loses_its_own_part_in_every_group(tmp_path: Path) -> None:
+    # one submission with independent mistakes: each costs its own part and says what it looks like
     mistakes = {  # function: (its body, the part it loses, the status, what the message says)
+        "BertLayer.forward": (NO_TS, "layer", "fail", "ts is left out of the last add-and-norm"),
+        "MultitaskBert.pair_inputs": (CROSS_WITHOUT_TYPES, "mt_cross_encoder", "fail",
+                                      "token_type_ids are None: keep the segment ids"),
+        "MultitaskBert.predict_from_embeddings": (HEADS_EMBED_AGAIN, "mt_heads", "fail",
+                                                  "pass its `embeddings` argument on"),
         "paraphrase_loss": ("return F.binary_cross_entropy_with_logits(logit, labels)", "mt_para_loss", "error",
                             "convert them with labels.to(logit.dtype)"),
         "similarity_loss": ("return F.l1_loss(score, gold.to(score.dtype))", "mt_sts_loss", "fail",
@@ -250,10 +266,12 @@ def test_each_wrong_function_of_part_2_and_the_extension_loses_its_own_part(tmp_
     assert {p for p, r in parts.items() if r["status"] != "pass"} == {m[1] for m in mistakes.values()}, res["parts"]
     for func, (_, part, status, says) in mistakes.items():
         assert parts[part]["status"] == status and parts[part]["score"] == 0
-        assert f"{func}() (minbert/" in parts[part]["message"] or f"{func}() in minbert/" in parts[part]["message"]
+        name = func if "." in func else f"{func}()"      # the message names the function, then where it is
+        assert any(f"{name}{tail}" in parts[part]["message"] for tail in (" (minbert/", " in minbert/", '("para"')), \
+            parts[part]["message"]
         assert says in parts[part]["message"], parts[part]["message"]
     assert "take log p from F.log_softmax" in parts["deebert_entropy"]["message"]
-    assert [(t["group"], t["score"]) for t in res["groups"]] == [("core", 100), ("multitask", 80), ("deebert", 0)]
+    assert [(t["group"], t["score"]) for t in res["groups"]] == [("core", 75), ("multitask", 45), ("deebert", 0)]
 
 
 def test_hang_and_exit_are_contained_by_the_time_limit(tmp_path: Path) -> None:

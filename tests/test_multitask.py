@@ -259,3 +259,13 @@ def test_epoch_batches_follow_the_schedule_and_reproduce(tokenizer, files):
     batch = collate(train["sts"], [0, 1])
     assert batch["labels"].dtype == torch.float and set(batch) >= {"input_ids_1", "attention_mask_2"}
     copy.deepcopy(batch)
+
+
+def test_loaded_examples_carry_no_padding(tokenizer, files):
+    data = load("sts", "train", files["sts"][0], tokenizer)
+    for r, a, b in zip(data.records, data.ids, data.ids2):
+        assert a == tokenizer.encode(r.sentence1) and b == tokenizer.encode(r.sentence2)
+    assert len(set(data.lengths)) > 5
+    batch = collate(data, [0, 1, 2])
+    assert batch["attention_mask_1"].sum(1).tolist() == [len(data.ids[i]) for i in range(3)]
+    assert batch["input_ids_1"].shape[1] == max(len(data.ids[i]) for i in range(3))

@@ -1,0 +1,234 @@
+"""SMART (minbert.smart): the divergences, the perturbation step, the regularised step and the momentum copy."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from test_multitask import PAIRS, argv, files, pair_batch, tiny_dir  # noqa: F401  (fixtures)
+
+import minbert
+from minbert.multitask import MultitaskBert, MultitaskConfig
+from minbert.smart import (
+    SmartConfig,
+    adversarial_perturbation,
+    ascent_step,
+    divergence,
+    momentum_update,
+    symmetric_kl,
+)
+from tasks import multitask
+from tasks.multitask import build_parser, run
+from tasks.train import Interrupted, load_checkpoint
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+# ------------------------------------------------------------------ the divergences
+
+def test_symmetric_kl_equals_a_hand_computation_is_zero_for_equal_inputs_and_finite_at_100():
+    p_logits, q_logits = [1.0, 2.0, 0.0], [0.5, -1.0, 0.0]
+
+    def softmax(z):
+        e = [math.exp(v) for v in z]
+        return [v / sum(e) for v in e]
+
+    P, Q = softmax(p_logits), softmax(q_logits)
+    by_hand = sum(p * math.log(p / q) for p, q in zip(P, Q)) + sum(q * math.log(q / p) for p, q in zip(P, Q))
+    got = symmetric_kl(torch.tensor([p_logits, q_logits]), torch.tensor([q_logits, p_logits]))  # batch mean of both
+    assert got.item() == pytest.approx(by_hand, rel=1e-6)
+    z = torch.randn(4, 5) * 30
+    assert symmetric_kl(z, z).item() == 0.0
+    big = symmetric_kl(torch.tensor([[100.0, -100.0, 0.0]]), torch.tensor([[-100.0, 100.0, 0.0]]))
+    assert math.isfinite(big.item()) and big.item() == pytest.approx(400.0, rel=1e-6)  # (1 - 0)(0 + 200) + (0 - 1)(-200 - 0)
+
+
+def test_binary_divergence_is_the_bernoulli_symmetric_kl_and_regression_the_squared_error():
+    a, b = torch.tensor([0.3, -2.0]), torch.tensor([1.5, 100.0])
+
+    def ber(p, q):
+        return p * math.log(p / q) + (1 - p) * math.log((1 - p) / (1 - q))
+
+    sa, sb = 1 / (1 + math.exp(-0.3)), 1 / (1 + math.exp(-1.5))
+    assert divergence(a[:1], b[:1], "binary").item() == pytest.approx(ber(sa, sb) + ber(sb, sa), rel=1e-5)
+    assert math.isfinite(divergence(a, b, "binary").item())        # sigmoid(100) is 1 in floats: still finite
+    assert divergence(a, b, "regression").item() == pytest.approx(((0.3 - 1.5) ** 2 + 102.0 ** 2) / 2, rel=1e-6)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        divergence(a, b, "ranking")
+
+
+# ------------------------------------------------------------------ the perturbation
+
+def test_ascent_step_normalises_each_example_by_its_infinity_norm_over_all_inputs_and_projects():
+    g1 = torch.tensor([[[1.0, -4.0]], [[0.0, 0.0]]])               # (B=2, T=1, H=2): the first input
+    g2 = torch.tensor([[[2.0, 0.5], [0.0, 1.0]], [[0.0, 0.0], [0.0, 0.0]]])  # (2, 2, 2): the second input
+    zero = [torch.zeros_like(g1), torch.zeros_like(g2)]
+    d1, d2 = ascent_step(zero, [g1, g2], eta=1.0, epsilon=10.0)     # a large ball: no projection
+    assert torch.equal(d1[0], g1[0] / 4) and torch.equal(d2[0], g2[0] / 4)  # ||g||_inf of example 0 is 4 (in g1)
+    assert torch.equal(d1[1], torch.zeros(1, 2)) and torch.equal(d2[1], torch.zeros(2, 2))  # no gradient, no move
+    d1, d2 = ascent_step([torch.full_like(g1, 0.1), torch.zeros_like(g2)], [g1, g2], eta=1.0, epsilon=0.4)
+    torch.testing.assert_close(d1[0], torch.tensor([[0.35, -0.4]]))  # 0.1 + 0.25; 0.1 - 1 projected onto -0.4
+    torch.testing.assert_close(d2[0], (g2[0] / 4).clamp(-0.4, 0.4))
+    assert d1.abs().max() <= 0.4 and d2.abs().max() <= 0.4
+
+
+def test_one_perturbation_step_on_a_linear_model_equals_the_hand_computation():
+    torch.manual_seed(0)
+    w = torch.tensor([0.5, -2.0, 1.0])
+    x = [torch.randn(2, 1, 3)]
+
+    def f(xs):
+        return (xs[0] * w).sum((1, 2))                              # (B,), a regression output
+
+    config = SmartConfig(steps=1, sigma=1e-3, eta=1e-3, epsilon=5e-4)
+    torch.manual_seed(1)
+    (delta,) = adversarial_perturbation(f, x, f(x), "regression", config)
+    torch.manual_seed(1)
+    nu = 1e-3 * torch.randn(2, 1, 3)
+    # l_s = mean_i (nu_i . w)^2, so its gradient in example i is (2 / B)(nu_i . w) w; normalised: sign(nu_i . w) w / 2
+    direction = torch.sign((nu * w).sum((1, 2)))[:, None, None] * w / 2.0
+    torch.testing.assert_close(delta, (nu + 1e-3 * direction).clamp(-5e-4, 5e-4), rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("design", ["bi-encoder", "cross-encoder"])
+@pytest.mark.parametrize("steps", [1, 3])
+def test_after_k_steps_the_perturbation_is_inside_the_epsilon_ball_and_no_parameter_gets_a_gradient(
+        design, steps, tiny_config, tokenizer):
+    torch.manual_seed(0)
+    model = MultitaskBert(minbert.BertModel(tiny_config), MultitaskConfig(design=design, head_hidden=16))
+    batch = pair_batch(tokenizer)
+    inputs = model.inputs("para", batch)
+    x = model.embed(inputs)
+    y = model.predict_from_embeddings("para", x, inputs)
+    config = SmartConfig(steps=steps, sigma=1e-4, epsilon=1e-5)     # the noise starts outside the ball
+    delta = adversarial_perturbation(lambda e: model.predict_from_embeddings("para", e, inputs), x, y, "binary", config)
+    assert len(delta) == (2 if design == "bi-encoder" else 1)
+    for d, h in zip(delta, x):
+        assert d.shape == h.shape and not d.requires_grad
+        assert d.abs().max().item() <= 1e-5 and d.abs().max().item() > 0
+    assert all(p.grad is None for p in model.parameters())
+
+
+# ------------------------------------------------------------------ the SMART step
+
+def one_step(model: MultitaskBert, task: str, batch: dict, seed: int = 0) -> MultitaskBert:
+    """One optimiser step on one batch, as fit() takes it (post_step: the momentum update)."""
+    optimizer = minbert.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model.train()
+    torch.manual_seed(seed)
+    model.loss(task, batch).backward()
+    optimizer.step()
+    if model.smart is not None and model.smart.names:
+        model.smart.update(model)
+    return model
+
+
+def labelled(tokenizer, task: str) -> dict:
+    if task == "sst":
+        s = tokenizer(["a fine film", "dull and far too long , with nothing to say", "ok"])
+        return {"input_ids": s.input_ids, "attention_mask": s.attention_mask, "labels": torch.tensor([4, 0, 2])}
+    labels = torch.tensor([1.0, 1.0, 0.0]) if task == "para" else torch.tensor([4.2, 5.0, 0.4])
+    return pair_batch(tokenizer) | {"labels": labels}
+
+
+@pytest.mark.parametrize("design, task, dropout", [("cross-encoder", "sst", "on"), ("cross-encoder", "para", "off"),
+                                                    ("bi-encoder", "sts", "on"), ("bi-encoder", "para", "off")])
+def test_with_lambda_and_mu_zero_a_smart_step_equals_a_plain_step_exactly(design, task, dropout, tiny_config, tokenizer):
+    torch.manual_seed(0)
+    plain = MultitaskBert(minbert.BertModel(tiny_config), MultitaskConfig(design=design, head_hidden=16))
+    smart, control = copy.deepcopy(plain), copy.deepcopy(plain)
+    smart.add_smart(SmartConfig(lambda_s=0.0, mu=0.0, bregman=True, dropout=dropout == "on"))
+    control.add_smart(SmartConfig(lambda_s=1.0, mu=0.0, bregman=True, dropout=dropout == "on"))
+    batch = labelled(tokenizer, task)
+    for m in (plain, smart, control):
+        one_step(m, task, batch)
+    for (name, a), b, c in zip(plain.named_parameters(), smart.parameters(), control.parameters()):
+        assert torch.equal(a, b), name
+    assert any(not torch.equal(a, c) for a, c in zip(plain.parameters(), control.parameters()))  # lambda_s 1 counts
+
+
+def test_the_momentum_copy_follows_its_update_rule(tiny_config, tokenizer):
+    tilde, theta = torch.tensor([1.0, -2.0, 0.5]), torch.tensor([3.0, 2.0, -0.25])   # dyadic: every step is exact
+    momentum_update(tilde, theta, beta=0.75)
+    assert torch.equal(tilde, 0.25 * torch.tensor([3.0, 2.0, -0.25]) + 0.75 * torch.tensor([1.0, -2.0, 0.5]))
+    torch.manual_seed(0)
+    model = MultitaskBert(minbert.BertModel(tiny_config), MultitaskConfig(head_hidden=16))
+    model.bert.requires_grad_(False)
+    model.bert.layers[1].bm2.requires_grad_(True)                   # the copy follows the trainable parameters only
+    theta0 = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    smart = model.add_smart(SmartConfig(bregman=True, beta=0.9))
+    assert smart.names == list(theta0) and "bert.layers.1.bm2" in smart.names and "bert.layers.0.bm2" not in smart.names
+    batch = labelled(tokenizer, "sst")
+    expected = {n: t.double() for n, t in theta0.items()}           # theta~_1 = theta_0
+    for step in range(3):
+        one_step(model, "sst", batch, seed=step)
+        params = dict(model.named_parameters())
+        expected = {n: 0.1 * params[n].detach().double() + 0.9 * t for n, t in expected.items()}
+    for n, t in smart.tilde().items():
+        torch.testing.assert_close(t.double(), expected[n], rtol=0, atol=1e-6)
+    for n in ("bert.layers.1.bm2", "head.sst.fc2.weight"):           # trained: theta~ lags between theta_0 and theta
+        t = smart.tilde()[n]
+        assert not torch.equal(t, theta0[n]) and not torch.equal(t, dict(model.named_parameters())[n])
+    state = model.state_dict()                                      # the copy travels with the model's state
+    assert torch.equal(state["smart.momentum/bert/layers/1/bm2"], smart.tilde()["bert.layers.1.bm2"])
+
+
+def count_encoder_passes(model: MultitaskBert) -> list[int]:
+    calls = [0]
+    model.bert.register_forward_pre_hook(lambda module, args: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+@pytest.mark.parametrize("dropout, bregman, passes", [("on", False, 3), ("off", False, 4), ("on", True, 4)])
+def test_one_step_costs_the_task_pass_a_perturbation_pass_and_the_adversarial_pass(
+        dropout, bregman, passes, tiny_config, tokenizer):
+    torch.manual_seed(0)
+    model = MultitaskBert(minbert.BertModel(tiny_config), MultitaskConfig(head_hidden=16))
+    model.add_smart(SmartConfig(steps=1, bregman=bregman, dropout=dropout == "on"))
+    calls = count_encoder_passes(model)
+    model.train()
+    model.loss("sst", labelled(tokenizer, "sst")).backward()
+    # K = 1: the task pass, one perturbation pass, the adversarial pass; dropout off: a clean pass without a graph;
+    # Bregman: a pass with theta~ without a graph
+    assert calls[0] == passes
+    model.eval()
+    calls[0] = 0
+    model.loss("sst", labelled(tokenizer, "sst"))                   # no regulariser outside training
+    assert calls[0] == 1
+
+
+# ------------------------------------------------------------------ the CLI
+
+def test_smart_cli_bi_encoder_trains_with_bregman_and_without_dropout(tiny_dir, files, tmp_path):  # noqa: F811
+    out = run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "smart", "--epochs", "1", "--design",
+                                             "bi-encoder", "--smart", "--smart-lambda", "5", "--smart-epsilon", "1e-6",
+                                             "--smart-bregman", "--smart-dropout", "off")))
+    assert math.isfinite(out["history"][0]["train_loss"]) and set(out["dev"]) >= {"overall"}
+    state = load_checkpoint(tmp_path / "smart.pt")["model"]
+    assert any(k.startswith("smart.momentum/bert/") for k in state)
+    with pytest.raises(SystemExit, match="beta must be in"):
+        run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "bad", "--smart", "--smart-beta", "1")))
+
+
+def test_smart_cli_cross_encoder_kill_and_resume_carries_the_momentum_copy(tiny_dir, files, tmp_path, monkeypatch):  # noqa: F811
+    extra = ("--epochs", "2", "--max-train-examples", "16", "--smart", "--smart-bregman", "--smart-beta", "0.5")
+    run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "whole", *extra)))
+    real_fit = multitask.fit
+
+    def crash_after_first_epoch(*args, **kwargs):
+        def kill(epoch, record):
+            if epoch == 1:
+                raise Interrupted("killed after epoch 1")
+        return real_fit(*args, **kwargs, on_epoch_end=kill)
+
+    monkeypatch.setattr(multitask, "fit", crash_after_first_epoch)
+    with pytest.raises(Interrupted):
+        run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "split", *extra)))
+    monkeypatch.setattr(multitask, "fit", real_fit)
+    run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "split", *extra, "--resume", str(tmp_path / "split.pt"))))
+    a, b = load_checkpoint(tmp_path / "whole.pt")["model"], load_checkpoint(tmp_path / "split.pt")["model"]
+    assert set(a) == set(b) and any(k.startswith("smart.momentum/") for k in a)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
