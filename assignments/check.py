@@ -2,7 +2,7 @@
 
 Each part prints PASS, "not started" (your function still raises NotImplementedError), or what differs:
 the function, the first mismatching index, the two values there and the max abs diff. A group (core,
-multitask, deebert) stands for all its parts; each group's points are totalled on their own.
+multitask, deebert, smart, pals, simcse) stands for all its parts; each group's points are totalled on their own.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Expected values come from small tensor fixtures in assignments/fixtures/ (written from the reference code
 by assignments/make_fixtures.py) or, for AdamW, from torch.optim.AdamW run side by side. This file holds
 part 1's checks and the table of every part; part 2 (the multitask model) and the extensions have their own
-files, checks_multitask.py and checks_deebert.py.
+files: checks_multitask.py, checks_deebert.py, checks_smart.py, checks_pals.py and checks_simcse.py.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from torch import nn
 
 from .checks_deebert import DEEBERT_PARTS
 from .checks_multitask import MULTITASK_PARTS
+from .checks_pals import PALS_PARTS
+from .checks_simcse import SIMCSE_PARTS
+from .checks_smart import SMART_PARTS
 from .common import MODEL_ATOL, SEED, Fail, Part, _state, _tiny_config, compare, load_fixture
 
 # ---------------------------------------------------------------- the parts
@@ -201,7 +204,8 @@ CORE_PARTS = [
 ]
 
 # Every part, in the order they are run and printed; each group (GROUPS) is scored on its own.
-PARTS: dict[str, Part] = {p.name: p for p in [*CORE_PARTS, *MULTITASK_PARTS, *DEEBERT_PARTS]}
+PARTS: dict[str, Part] = {p.name: p for p in [*CORE_PARTS, *MULTITASK_PARTS, *DEEBERT_PARTS, *SMART_PARTS, *PALS_PARTS,
+                                              *SIMCSE_PARTS]}
 
 
 def parts_of(groups: list[str] | tuple[str, ...]) -> list[str]:

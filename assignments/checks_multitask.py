@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import SEED, Fail, Part, StandInBert, _state, _tiny_config, compare, load_fixture
+from .common import SEED, Fail, Part, StandInBert, _state, _tiny_config, compare, differentiable, load_fixture
 
 FILE = "minbert/multitask.py"
 KEY = {"bi-encoder": "bi", "cross-encoder": "cross"}   # the designs' short names in the fixtures' keys
@@ -197,12 +197,6 @@ def check_heads() -> None:
                         hint="The head applies its own dropout: add none, and call it once")
 
 
-def _differentiable(what: str, loss: object) -> None:
-    if isinstance(loss, torch.Tensor) and not loss.requires_grad:
-        raise Fail(f"{what} gives the right value but no gradient flows back from it: compute it with torch "
-                   "operations on the inputs (no .item(), numpy or torch.tensor(...) of a number)")
-
-
 def check_sst_loss() -> None:
     from minbert.multitask import sentiment_loss
     f = load_fixture("multitask_losses")
@@ -215,7 +209,7 @@ def check_sst_loss() -> None:
         "the loss is summed over the batch instead of averaged": f["sst_loss_sum"],
         "F.nll_loss is used on the raw logits, without log_softmax": f["sst_loss_nll"]},
         shape_hint="The loss is one number, the mean over the batch: a 0-d tensor")
-    _differentiable(what, loss)
+    differentiable(what, loss)
 
 
 def check_para_loss() -> None:
@@ -243,7 +237,7 @@ def check_para_loss() -> None:
             raise
         compare(f"{what} (logit (4,), 0/1 labels (4,) of dtype {str(dtype).replace('torch.', '')})", loss,
                 f["para_loss"], hints=hints, shape_hint="The loss is one number, the mean over the batch: a 0-d tensor")
-        _differentiable(what, loss)
+        differentiable(what, loss)
 
 
 def check_sts_loss() -> None:
@@ -259,7 +253,7 @@ def check_sts_loss() -> None:
         "the gold scores are divided by 5: both are on the 0-5 scale": f["sts_loss_gold_scaled"],
         "smooth L1 (Huber) is used instead of the squared error": f["sts_loss_huber"]},
         shape_hint="The loss is one number, the mean over the batch: a 0-d tensor")
-    _differentiable(what, loss)
+    differentiable(what, loss)
 
 
 MULTITASK_PARTS = [Part(*p, files=(FILE,), group="multitask") for p in [

@@ -17,7 +17,8 @@ RTOL, ATOL = 1e-4, 1e-5  # float32 results computed in a different order still a
 MODEL_ATOL = 1e-4        # six layers of MiniLM let rounding differences grow a little
 
 # The groups of parts, each scored on its own: part 1 (the core assignment), part 2, and optional extensions.
-GROUPS = {"core": "part 1 (minBERT)", "multitask": "part 2 (multitask)", "deebert": "extension DeeBERT"}
+GROUPS = {"core": "part 1 (minBERT)", "multitask": "part 2 (multitask)", "deebert": "extension DeeBERT",
+          "smart": "extension SMART", "pals": "extension PALs", "simcse": "extension SimCSE"}
 
 
 class Fail(Exception):
@@ -84,6 +85,13 @@ def compare(what: str, got: object, expected: torch.Tensor, *, rtol: float = RTO
         if hint:
             msg += f". {hint}"
     raise Fail(msg)
+
+
+def differentiable(what: str, loss: object) -> None:
+    """Raise Fail when a loss that has the right value carries no gradient back to its inputs."""
+    if isinstance(loss, torch.Tensor) and not loss.requires_grad:
+        raise Fail(f"{what} gives the right value but no gradient flows back from it: compute it with torch "
+                   "operations on the inputs (no .item(), numpy or torch.tensor(...) of a number)")
 
 
 def _tiny_config(**kw: object):

@@ -260,72 +260,6 @@ def multitask_losses_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
     }
 
 
-# ---------------------------------------------------------------- the DeeBERT extension
-
-def deebert_entropy_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
-    from minbert.deebert import entropy
-    logits = 3 * torch.randn(2, 3, 5, generator=g)
-    return {"logits": logits, "entropy": entropy(logits), "entropy_normalized": entropy(logits, normalize=True)}
-
-
-def deebert_exit_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
-    """Exit rules whose samples leave at several layers; the expected values are each sample's run alone."""
-    ids, mask = _sentences([12, 3, 9, 5, 12, 2, 7, 10, 4], 12, g)
-    for _ in range(20):               # random models until every rule sends the samples to 3 layers or more
-        out = _deebert_exit_attempt(ids, mask, g)
-        if out is not None:
-            return out
-    raise SystemExit("deebert_exit fixture: no model among 20 spreads the exits over enough layers")
-
-
-def _deebert_exit_attempt(ids: torch.Tensor, mask: torch.Tensor, g: torch.Generator) -> dict[str, torch.Tensor] | None:
-    from minbert.deebert import early_exit, exit_from_logits
-
-    from .checks_deebert import ConfidenceExit, deebert_model, exit_rules
-    model = deebert_model()
-    _randomize(model, g)
-    with torch.no_grad():
-        for layer in model.bert.layers:
-            layer.W.mul_(3.0)                 # layers that change the representation, so that predictions change
-        for ramp in model.ramps:
-            ramp.classifier.weight.mul_(3.0)  # and off-ramps confident enough to leave early
-    params = {f"param.{k}": v.clone() for k, v in model.state_dict().items()}
-    lengths = mask.sum(1).tolist()
-    with torch.no_grad():
-        model.eval()
-        alone = torch.stack([model.all_logits(ids[b:b + 1, :n], mask[b:b + 1, :n])[:, 0]
-                             for b, n in enumerate(lengths)], 1)                              # (L, B, C)
-        conf = alone[:-1].softmax(-1).amax(-1).flatten().sort().values                       # the exits' decisions
-        cuts = [(a + b) / 2 for a, b in zip(conf[:-1].tolist(), conf[1:].tolist()) if b - a > 1e-3]
-        # two thresholds with different exits: the most layers used, then the most work saved by trimming
-        ranked, patterns = [], set()
-        for t in cuts:
-            layers = tuple(exit_from_logits(alone, ConfidenceExit(t))[1].tolist())
-            saved = (early_exit(model, ids, mask, None, ConfidenceExit(t), trim=False).token_layers
-                     - early_exit(model, ids, mask, None, ConfidenceExit(t), trim=True).token_layers)
-            ranked.append((len(set(layers)), saved, t, layers))
-        picked = []
-        for *_, t, layers in sorted(ranked, reverse=True):
-            if layers not in patterns and len(picked) < 2:
-                picked.append(t)
-                patterns.add(layers)
-        thresholds = torch.tensor(sorted(picked))
-        out = dict(params, input_ids=ids, attention_mask=mask, thresholds=thresholds)
-        trimmed_less = False
-        for i, (name, rule) in enumerate(exit_rules(thresholds)):
-            logits, layers = exit_from_logits(alone, rule)
-            if len(set(layers.tolist())) < 3:
-                return None
-            full = early_exit(model, ids, mask, None, rule, trim=False)
-            trimmed = early_exit(model, ids, mask, None, rule, trim=True)
-            for o in (full, trimmed):
-                assert torch.equal(o.layers, layers) and torch.allclose(o.logits, logits, rtol=1e-5, atol=1e-5), name
-            trimmed_less |= trimmed.token_layers < full.token_layers
-            out.update({f"rule{i}_logits": logits, f"rule{i}_layers": layers,
-                        f"rule{i}_work_full": torch.tensor(full.token_layers),
-                        f"rule{i}_work_trim": torch.tensor(trimmed.token_layers)})
-    return out if trimmed_less else None
-
 def main() -> int:
     import minbert
     if Path(minbert.__file__).resolve().parents[1] != ROOT:
@@ -341,8 +275,9 @@ def main() -> int:
     # part 2 and the extensions draw from generators of their own, so that a change to one leaves the others be
     _save("multitask", multitask_fixture(torch.Generator().manual_seed(2)))
     _save("multitask_losses", multitask_losses_fixture(torch.Generator().manual_seed(3)))
-    _save("deebert_entropy", deebert_entropy_fixture(torch.Generator().manual_seed(4)))
-    _save("deebert_exit", deebert_exit_fixture(torch.Generator().manual_seed(5)))
+    from .make_fixtures_ext import EXTENSION_FIXTURES
+    for name, make in EXTENSION_FIXTURES.items():                      # generators 4, 5, ...
+        _save(name, make(torch.Generator().manual_seed(4 + list(EXTENSION_FIXTURES).index(name))))
     return 0
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from assignments import make
 from assignments.check import expand
@@ -80,6 +82,9 @@ def test_regions_cover_the_assignment() -> None:
                  "sentiment_loss", "paraphrase_loss", "similarity_loss"}
     assert {("minbert/multitask.py", f) for f in multitask} <= owners
     assert {("minbert/deebert.py", "entropy"), ("minbert/deebert.py", "early_exit")} <= owners
+    assert {("minbert/smart.py", "symmetric_kl"), ("minbert/smart.py", "ascent_step"),
+            ("minbert/pals.py", "ProjectedAttention.forward"), ("minbert/pals.py", "TaskPALs.forward"),
+            ("minbert/simcse.py", "unsup_simcse_loss"), ("minbert/simcse.py", "margin_loss")} <= owners
 
 
 def test_parts_cover_every_stubbed_file_and_the_groups_keep_their_points() -> None:
@@ -89,6 +94,9 @@ def test_parts_cover_every_stubbed_file_and_the_groups_keep_their_points() -> No
     assert [p.points for p in PARTS.values() if p.group == "core"] == [25, 10, 25, 10, 20, 10]
     assert expand(["deebert", "deebert_exit", "attention"]) == ["deebert_entropy", "deebert_exit", "attention"]
     assert parts_of(["multitask"])[0] == "mt_sentence" and len(parts_of(list(GROUPS))) == len(PARTS)
+    assert [parts_of([g]) for g in ("smart", "pals", "simcse")] == [["smart_kl", "smart_ascent"],
+                                                                   ["pals_attention", "pals_forward"],
+                                                                   ["simcse_unsup", "simcse_margin"]]
 
 
 def test_committed_stubs_equal_a_fresh_generation(student_tree: Path) -> None:
@@ -116,7 +124,8 @@ def test_student_tree_carries_no_solution_text(student_tree: Path) -> None:
         leaked = solution & {_code(s) for s in path.read_text().splitlines()}
         assert not leaked, f"{path.relative_to(student_tree)} carries solution lines: {sorted(leaked)[:3]}"
     shipped = {p.relative_to(student_tree).as_posix() for p in student_tree.rglob("*") if p.is_file()}
-    assert not {"assignments/make.py", "assignments/grade.py", "assignments/make_fixtures.py"} & shipped
+    assert not {"assignments/make.py", "assignments/grade.py", "assignments/make_fixtures.py",
+                "assignments/make_fixtures_ext.py"} & shipped
     assert not any(s.startswith(("assignments/student/", "tests/")) for s in shipped)
 
 
@@ -133,7 +142,7 @@ def test_student_tree_imports_and_scores_zero_not_started(student_tree: Path) ->
     assert [t["output"].split(":")[0] for t in res["tests"]] == ["not started"] * len(PARTS)
     assert [(t["group"], t["score"], t["max_score"]) for t in res["groups"]] == [(g, 0, n) for g, n in GROUP_TOTAL.items()]
     # the CLIs built on the stubbed files import; the stubs raise only when called
-    proc = subprocess.run([sys.executable, "-c", "import tasks.classifier, tasks.multitask, tasks.deebert"],
+    proc = subprocess.run([sys.executable, "-c", "import tasks.classifier, tasks.multitask, tasks.deebert, tasks.simcse"],
                           cwd=student_tree, capture_output=True, text=True, check=False,
                           env={"PYTHONPATH": str(student_tree), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
@@ -221,6 +230,15 @@ EXIT_WITHOUT_TRIM = """
         state = {k: v[keep] for k, v in state.items()}
     return ExitOutput(out, layers, work)
 """
+ONE_SIDED_KL = """
+    lp, lq = F.log_softmax(p_logits.float(), dim=-1), F.log_softmax(q_logits.float(), dim=-1)
+    return (lp.exp() * (lp - lq)).sum(-1).mean()
+"""
+MARGIN_SWAPPED = """
+    e1, e2, y = e1.float(), e2.float(), y.float()
+    d = 1.0 - F.cosine_similarity(e1, e2, dim=-1) if distance == "cosine" else (e1 - e2).norm(dim=-1)
+    return (0.5 * ((1 - y) * d ** 2 + y * (margin - d).clamp(min=0) ** 2)).mean()
+"""
 
 
 @pytest.mark.parametrize("func, body, lost, hint", [
@@ -260,6 +278,10 @@ def test_each_wrong_function_loses_its_own_part_in_every_group(tmp_path: Path) -
                             "the absolute error (L1) is used"),
         "entropy": (NAIVE_ENTROPY, "deebert_entropy", "fail", "got nan, expected 0"),
         "early_exit": (EXIT_WITHOUT_TRIM, "deebert_exit", "fail", "With trim, drop the columns"),
+        "symmetric_kl": (ONE_SIDED_KL, "smart_kl", "fail", "only KL(P || Q) is computed"),
+        "TaskPALs.forward": ("return self.decoder(self.attention[layer](self.encoder(x), mask))", "pals_forward",
+                             "fail", "no GELU follows the decoder"),
+        "margin_loss": (MARGIN_SWAPPED, "simcse_margin", "fail", "the branches are swapped"),
     }
     res = grade(submission_with(tmp_path, {f: m[0] for f, m in mistakes.items()}), groups=list(GROUPS))
     parts = {r["part"]: r for r in res["parts"]}
@@ -271,7 +293,8 @@ def test_each_wrong_function_loses_its_own_part_in_every_group(tmp_path: Path) -
             parts[part]["message"]
         assert says in parts[part]["message"], parts[part]["message"]
     assert "take log p from F.log_softmax" in parts["deebert_entropy"]["message"]
-    assert [(t["group"], t["score"]) for t in res["groups"]] == [("core", 75), ("multitask", 45), ("deebert", 0)]
+    assert [(t["group"], t["score"]) for t in res["groups"]] == [("core", 75), ("multitask", 45), ("deebert", 0),
+                                                                 ("smart", 15), ("pals", 10), ("simcse", 10)]
 
 
 def test_hang_and_exit_are_contained_by_the_time_limit(tmp_path: Path) -> None:
@@ -312,3 +335,66 @@ def test_checker_cli_prints_a_line_per_part(student_tree: Path) -> None:
     assert "entropy() in minbert/deebert.py" in lines[3] and "not started" in lines[4]
     assert lines[5] == f"part 1 (minBERT): 0/3 parts pass; 0/{a + b + c} points"
     assert lines[6] == f"extension DeeBERT: 0/2 parts pass; 0/{GROUP_TOTAL['deebert']} points"
+
+
+# ---------------------------------------------------------------- the extensions' hints, checked in this process
+
+def _kl_one_sided(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    lp, lq = p.float().log_softmax(-1), q.float().log_softmax(-1)
+    return (lp.exp() * (lp - lq)).sum(-1).mean()
+
+
+def _kl_from_softmax(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    P, Q = p.float().softmax(-1), q.float().softmax(-1)
+    return ((P - Q) * (P.log() - Q.log())).sum(-1).mean()
+
+
+def _ascent(delta: list, grad: list, eta: float, eps: float, l2: bool = False, project: bool = True) -> list:
+    B = delta[0].shape[0]
+    flat = torch.cat([g.reshape(B, -1) for g in grad], 1)                               # (B, N)
+    n = flat.norm(dim=1) if l2 else flat.abs().amax(1)
+    n = torch.where(n > 0, n, torch.ones_like(n))
+    out = [d + eta * g / n.view(B, *[1] * (g.dim() - 1)) for d, g in zip(delta, grad)]
+    return [x.clamp(-eps, eps) for x in out] if project else out
+
+
+def _unsup_without_temperature(z1: torch.Tensor, z2: torch.Tensor, temperature: float = 0.05) -> torch.Tensor:
+    from minbert.simcse import cosine_matrix
+    return torch.nn.functional.cross_entropy(cosine_matrix(z1, z2), torch.arange(z1.shape[0]))
+
+
+def _margin_swapped(e1: torch.Tensor, e2: torch.Tensor, y: torch.Tensor, margin: float = 0.5,
+                    distance: str = "cosine") -> torch.Tensor:
+    d = 1 - torch.nn.functional.cosine_similarity(e1, e2, dim=-1) if distance == "cosine" else (e1 - e2).norm(dim=-1)
+    y = y.float()
+    return (0.5 * ((1 - y) * d ** 2 + y * (margin - d).clamp(min=0) ** 2)).mean()
+
+
+def _one_head(self: torch.nn.Module, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    B, T, d = z.shape
+    q, k, v = (torch.nn.functional.linear(z, W, b).view(B, T, 1, d).transpose(1, 2)
+               for W, b in ((self.Wq, self.bq), (self.Wk, self.bk), (self.Wv, self.bv)))
+    return self.attend(q, k, v, mask, self.p, self.training)
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("module, name, wrong, check, says", [
+    ("smart", "symmetric_kl", _kl_one_sided, "check_kl", "only KL(P || Q) is computed"),
+    ("smart", "symmetric_kl", _kl_from_softmax, "check_kl", "take log P and log Q from F.log_softmax"),
+    ("smart", "ascent_step", lambda *a: _ascent(*a, l2=True), "check_ascent", "divided by its L2 norm"),
+    ("smart", "ascent_step", lambda *a: _ascent(*a, project=False), "check_ascent", "not projected onto the epsilon"),
+    ("pals", "ProjectedAttention.forward", _one_head, "check_attention", "one head of size d is used"),
+    ("simcse", "unsup_simcse_loss", _unsup_without_temperature, "check_unsup", "the temperature is not applied"),
+    ("simcse", "margin_loss", _margin_swapped, "check_margin", "the branches are swapped"),
+], ids=["kl-one-sided", "kl-from-softmax", "ascent-l2", "ascent-unprojected", "pals-one-head", "simcse-no-temperature",
+        "margin-swapped"])
+def test_extension_checks_name_the_typical_mistakes(monkeypatch: pytest.MonkeyPatch, module: str, name: str,
+                                                    wrong: object, check: str, says: str) -> None:
+    import importlib
+
+    from assignments.common import Fail
+    target = importlib.import_module(f"minbert.{module}")
+    owner, _, attr = name.rpartition(".")
+    monkeypatch.setattr(getattr(target, owner) if owner else target, attr, wrong)
+    with pytest.raises(Fail, match=re.escape(says)):
+        getattr(importlib.import_module(f"assignments.checks_{module}"), check)()
