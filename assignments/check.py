@@ -1,7 +1,8 @@
-"""Check your code against the reference: python -m assignments.check [PART ...]  (run from the tree's root).
+"""Check your code against the reference: python -m assignments.check [PART or GROUP ...]  (run from the tree's root).
 
 Each part prints PASS, "not started" (your function still raises NotImplementedError), or what differs:
-the function, the first mismatching index, the two values there and the max abs diff.
+the function, the first mismatching index, the two values there and the max abs diff. A group (core,
+multitask, deebert, smart, pals, simcse) stands for all its parts; each group's points are totalled on their own.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def _student_frame(tb: TracebackType | None) -> tuple[str, str, int] | None:
 
 def _describe_error(e: BaseException) -> tuple[str, str]:
     """(status, message) for an exception raised by a check."""
-    from .checks import Fail
+    from .common import Fail
     if isinstance(e, Fail):
         return "fail", str(e)
     where = _student_frame(e.__traceback__)
@@ -49,6 +50,9 @@ def _describe_error(e: BaseException) -> tuple[str, str]:
         return "error", f"{name}:{e.lineno}: does not parse: {e.msg}"
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     what = "raised " + (f"{type(e).__name__}: {text}" if text else type(e).__name__)
+    notes = " ".join(str(n) for n in getattr(e, "__notes__", ()))    # a check's hint about this error
+    if notes:
+        what += f". {notes}"
     if isinstance(e, SystemExit):
         what = f"called sys.exit({e.code!r})"
     if where is not None:
@@ -167,24 +171,58 @@ def format_result(r: dict) -> str:
     return f"{r['part']:<16}{r['score']:>3}/{r['max_score']:<3} {describe(r)}"
 
 
+def group_totals(results: list[dict]) -> list[dict]:
+    """Per group with parts among the results: {"group", "label", "passed", "parts", "score", "max_score"}."""
+    from .checks import PARTS
+    from .common import GROUPS
+    totals = []
+    for group, label in GROUPS.items():
+        rs = [r for r in results if PARTS[r["part"]].group == group]
+        if rs:
+            totals.append({"group": group, "label": label, "passed": sum(r["status"] == "pass" for r in rs),
+                           "parts": len(rs), "score": sum(r["score"] for r in rs),
+                           "max_score": sum(r["max_score"] for r in rs)})
+    return totals
+
+
+def format_total(t: dict) -> str:
+    """One line per group, e.g. "part 2 (multitask): 5/7 parts pass; 70/100 points"."""
+    return f"{t['label']}: {t['passed']}/{t['parts']} parts pass; {t['score']}/{t['max_score']} points"
+
+
+def expand(names: list[str]) -> list[str]:
+    """Part names, with each group name replaced by its parts; order kept, duplicates dropped."""
+    from .checks import PARTS, parts_of
+    from .common import GROUPS
+    out: list[str] = []
+    for name in names:
+        for part in parts_of([name]) if name in GROUPS else [name] if name in PARTS else []:
+            if part not in out:
+                out.append(part)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from .checks import PARTS
+    from .common import GROUPS
     ap = argparse.ArgumentParser(prog="python -m assignments.check", description=__doc__.split("\n")[0])
-    ap.add_argument("parts", nargs="*", metavar="PART", help=f"some of: {', '.join(PARTS)} (default: all)")
+    ap.add_argument("parts", nargs="*", metavar="PART", help=f"groups ({', '.join(GROUPS)}) or parts "
+                    f"({', '.join(PARTS)}); default: all")
     ap.add_argument("--result", metavar="FILE", help="also write the results as JSON (used by the grader)")
     ap.add_argument("--timeout", type=float, metavar="S",
                     help="run each part in its own process, stopped after S seconds (used by the grader)")
     ap.add_argument("--jobs", type=int, default=1, help="with --timeout: parts run at once (default 1)")
     args = ap.parse_args(argv)
-    unknown = [p for p in args.parts if p not in PARTS]
+    unknown = [p for p in args.parts if p not in PARTS and p not in GROUPS]
     if unknown:
-        ap.error(f"unknown part(s) {', '.join(unknown)}; the parts are {', '.join(PARTS)}")
+        ap.error(f"unknown part(s) {', '.join(unknown)}; the groups are {', '.join(GROUPS)}, "
+                 f"the parts {', '.join(PARTS)}")
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
     torch.set_num_threads(1)
-    names = args.parts or list(PARTS)
+    names = expand(args.parts) if args.parts else list(PARTS)
     if args.timeout is not None:
         with tempfile.TemporaryDirectory(prefix="minbert-check-") as tmp:
             results = run_isolated(names, args.timeout, max(1, args.jobs), Path(tmp))
@@ -197,8 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             print(format_result(results[-1]), flush=True)
     if args.result:
         Path(args.result).write_text(json.dumps(results))
-    score, total = sum(r["score"] for r in results), sum(r["max_score"] for r in results)
-    print(f"{sum(r['status'] == 'pass' for r in results)}/{len(results)} parts pass; {score}/{total} points")
+    for t in group_totals(results):
+        print(format_total(t))
     return 0 if all(r["status"] == "pass" for r in results) else 1
 
 

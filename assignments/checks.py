@@ -1,78 +1,22 @@
 """The reference checks, one function per part of the assignment; each raises Fail with a message or returns.
 
 Expected values come from small tensor fixtures in assignments/fixtures/ (written from the reference code
-by assignments/make_fixtures.py) or, for AdamW, from torch.optim.AdamW run side by side.
+by assignments/make_fixtures.py) or, for AdamW, from torch.optim.AdamW run side by side. This file holds
+part 1's checks and the table of every part; part 2 (the multitask model) and the extensions have their own
+files: checks_multitask.py, checks_deebert.py, checks_smart.py, checks_pals.py and checks_simcse.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-
 import torch
 from torch import nn
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-SEED = 1234              # torch.manual_seed before every training-mode forward, here and in make_fixtures.py
-RTOL, ATOL = 1e-4, 1e-5  # float32 results computed in a different order still agree to these
-MODEL_ATOL = 1e-4        # six layers of MiniLM let rounding differences grow a little
-
-
-class Fail(Exception):
-    """A check found a difference; the message says which function, where and by how much."""
-
-
-@dataclass
-class Part:
-    """One graded part: its name, points, the functions students write for it, and its check."""
-
-    name: str
-    points: int
-    functions: str
-    check: Callable[[], None]
-
-
-def load_fixture(name: str) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-    path = FIXTURES / f"{name}.safetensors"
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: the expected values are missing (instructors: python -m assignments.make_fixtures)")
-    return load_file(path)
-
-
-def _close(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
-    """Elementwise: True where got is off by more than atol + rtol * |expected| (NaN counts as off)."""
-    return ~((got - expected).abs() <= atol + rtol * expected.abs())
-
-
-def compare(what: str, got: object, expected: torch.Tensor, *, rtol: float = RTOL, atol: float = ATOL,
-            hints: dict[str, torch.Tensor] | None = None, hint: str = "") -> None:
-    """Raise Fail naming `what`, the first mismatching index, the values there and the max abs diff."""
-    if not isinstance(got, torch.Tensor):
-        raise Fail(f"{what} returned {type(got).__name__}, expected a tensor of shape {tuple(expected.shape)}")
-    if tuple(got.shape) != tuple(expected.shape):
-        raise Fail(f"{what} returned shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
-    if got.dtype != expected.dtype:
-        raise Fail(f"{what} returned dtype {got.dtype}, expected {expected.dtype}")
-    got = got.detach().cpu()
-    bad = _close(got, expected, rtol, atol)
-    if not bad.any():
-        return
-    idx = tuple(bad.nonzero()[0].tolist())
-    diff = (got - expected).abs()
-    maxdiff = diff.nan_to_num(float("inf")).max().item()
-    msg = (f"{what} differs at index {idx}: got {got[idx].item():.6g}, expected {expected[idx].item():.6g}; "
-           f"max abs diff {maxdiff:.3g} ({int(bad.sum())} of {bad.numel()} values off)")
-    for text, wrong in (hints or {}).items():
-        if tuple(wrong.shape) == tuple(got.shape) and not _close(got, wrong, rtol, atol).any():
-            msg += f". It matches what you get when {text}"
-            break
-    else:
-        if hint:
-            msg += f". {hint}"
-    raise Fail(msg)
-
+from .checks_deebert import DEEBERT_PARTS
+from .checks_multitask import MULTITASK_PARTS
+from .checks_pals import PALS_PARTS
+from .checks_simcse import SIMCSE_PARTS
+from .checks_smart import SMART_PARTS
+from .common import MODEL_ATOL, SEED, Fail, Part, _state, _tiny_config, compare, load_fixture
 
 # ---------------------------------------------------------------- the parts
 
@@ -103,16 +47,6 @@ def _check_attention() -> None:
     compare(f"{what} with training=True, dropout_p={p:g} (after torch.manual_seed({SEED}))",
             attention(q, k, v, mask, p, True), f["out_train"],
             hint="Apply F.dropout(probs, dropout_p, training) to the probabilities, once, before the weighted sum")
-
-
-def _tiny_config(**kw: object):
-    from minbert import BertConfig
-    return BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                      intermediate_size=64, max_position_embeddings=16, **kw)
-
-
-def _state(f: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    return {k[len(prefix):]: v for k, v in f.items() if k.startswith(prefix)}
 
 
 def check_embeddings() -> None:
@@ -168,6 +102,10 @@ def check_layer() -> None:
         layer.adapter = _FixedAdapter(f["adapter_A"])
         compare(f"{what} with an adapter set (self.adapter is not None)", layer(x, mask), f["out_adapter"],
                 hint="With an adapter, h3 = LN(h2 + self.adapter(x, mask) + x)")
+        layer.adapter, layer.parallel_adapter = None, _FixedAdapter(f["parallel_A"])
+        compare(f"{what} with a parallel adapter set (self.parallel_adapter is not None, so ts is not 0)",
+                layer(x, mask), f["out_parallel"], hints={"ts is left out of the last add-and-norm": f["out"]},
+                hint="With a parallel adapter, out = LN2(h5 + h3 + ts): ts (given) joins the last residual sum")
 
 
 def check_model() -> None:
@@ -254,11 +192,22 @@ def check_classifier_head() -> None:
                     hint="Apply self.dropout to h once, then self.head")
 
 
-PARTS: dict[str, Part] = {p.name: p for p in [
-    Part("attention", 25, "attention() in minbert/model.py", check_attention),
-    Part("embeddings", 10, "BertEmbeddings.forward in minbert/model.py", check_embeddings),
-    Part("layer", 25, "BertLayer.forward in minbert/model.py", check_layer),
-    Part("model", 10, "no new code: your attention(), embeddings and layer together, on MiniLM", check_model),
-    Part("adamw", 20, "AdamW.step in minbert/optim.py", check_adamw),
-    Part("classifier_head", 10, "SentimentClassifier.forward in tasks/classifier.py", check_classifier_head),
-]}
+CORE_PARTS = [
+    Part("attention", 25, "attention() in minbert/model.py", check_attention, ("minbert/model.py",)),
+    Part("embeddings", 10, "BertEmbeddings.forward in minbert/model.py", check_embeddings, ("minbert/model.py",)),
+    Part("layer", 25, "BertLayer.forward in minbert/model.py", check_layer, ("minbert/model.py",)),
+    Part("model", 10, "no new code: your attention(), embeddings and layer together, on MiniLM", check_model,
+         ("minbert/model.py",)),
+    Part("adamw", 20, "AdamW.step in minbert/optim.py", check_adamw, ("minbert/optim.py",)),
+    Part("classifier_head", 10, "SentimentClassifier.forward in tasks/classifier.py", check_classifier_head,
+         ("tasks/classifier.py",)),
+]
+
+# Every part, in the order they are run and printed; each group (GROUPS) is scored on its own.
+PARTS: dict[str, Part] = {p.name: p for p in [*CORE_PARTS, *MULTITASK_PARTS, *DEEBERT_PARTS, *SMART_PARTS, *PALS_PARTS,
+                                              *SIMCSE_PARTS]}
+
+
+def parts_of(groups: list[str] | tuple[str, ...]) -> list[str]:
+    """The names of the parts of these groups, in PARTS order."""
+    return [name for name, p in PARTS.items() if p.group in groups]

@@ -1,12 +1,14 @@
-"""Grade a submission: python -m assignments.grade SUBMISSION_DIR [--out results.json] [--timeout 20]
+"""Grade a submission: python -m assignments.grade SUBMISSION_DIR [--out results.json] [--groups core] [--timeout 20]
 
 The submission is a student tree (or a folder holding just the files students fill in, e.g. model.py and
-optim.py, as Gradescope uploads them). Only those files are taken from it: they are laid over a fresh
-student tree generated from this reference, so that the checks, fixtures and every other file are the
-instructor's. Each part then runs in its own Python process with a time limit, so that an infinite loop,
-a crash or an exit in one part costs that part alone. Prints a score table and writes results.json in
-Gradescope's autograder format: {"score", "execution_time", "tests": [{"name", "score", "max_score",
-"output", "status"}, ...]}.
+optim.py, as Gradescope uploads them). Only the files of the graded groups' parts are taken from it (part 1,
+"core", by default: model.py, optim.py, classifier.py; part 2, "multitask": multitask.py; an extension such
+as "deebert": its file): they are laid over a fresh student tree generated from this reference, so that the
+checks, fixtures and every other file are the instructor's. Each part then runs in its own Python process
+with a time limit, so that an infinite loop, a crash or an exit in one part costs that part alone. Prints a
+score table with each group's total and writes results.json in Gradescope's autograder format: {"score",
+"execution_time", "tests": [{"name", "score", "max_score", "output", "status"}, ...]}; the score is the sum
+over the graded groups.
 """
 
 from __future__ import annotations
@@ -23,18 +25,26 @@ import tempfile
 import time
 from pathlib import Path
 
-from .check import describe, format_result
-from .checks import PARTS
+from .check import describe, format_result, format_total, group_totals
+from .checks import PARTS, parts_of
+from .common import GROUPS
 from .make import ROOT, generate, stubbed_files
 
 DEFAULT_TIMEOUT = 20.0
 
 
-def stage(submission: Path, staging: Path) -> list[str]:
-    """A fresh student tree in staging with the submission's files laid over it; returns one note per file."""
+def stage(submission: Path, staging: Path, files: list[str] | None = None) -> list[str]:
+    """A fresh student tree in staging with the submission's files laid over it; returns one note per file.
+
+    files (relative to the root) are the ones taken from the submission, by default every file students fill in;
+    the others stay the unfilled stubs, which import.
+    """
     generate(staging, data=False)
     notes = []
+    wanted = None if files is None else set(files)
     for rel in stubbed_files(ROOT):
+        if wanted is not None and rel.as_posix() not in wanted:
+            continue
         found = next((c for c in (submission / rel, submission / rel.name) if c.is_file()), None)
         if found is None:
             notes.append(f"{rel}: not in the submission; graded as the unfilled stub")
@@ -71,16 +81,23 @@ def run_parts(staging: Path, names: list[str], timeout: float, jobs: int) -> lis
 
 
 def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[str] | None = None,
-          jobs: int | None = None) -> dict:
-    """Grade one submission; returns the Gradescope results dict (with the per-part results under 'parts')."""
+          jobs: int | None = None, groups: list[str] | tuple[str, ...] = ("core",)) -> dict:
+    """Grade one submission on the parts of `groups` (or the named parts); returns the Gradescope results dict.
+
+    Besides Gradescope's keys it holds the per-part results under 'parts' and each group's total under 'groups'.
+    """
     submission = Path(submission)
     if not submission.is_dir():
         raise FileNotFoundError(f"{submission}: no such directory")
+    unknown = [g for g in groups if g not in GROUPS]
+    if unknown:
+        raise ValueError(f"unknown group(s) {', '.join(unknown)}; the groups are {', '.join(GROUPS)}")
     t0 = time.perf_counter()
-    names = parts or list(PARTS)
+    names = parts or parts_of(groups)
+    files = sorted({f for n in names for f in PARTS[n].files})
     with tempfile.TemporaryDirectory(prefix="minbert-grade-") as tmp:
         staging = Path(tmp) / "tree"
-        notes = stage(submission, staging)
+        notes = stage(submission, staging, files)
         jobs = jobs or max(1, min(len(names), os.cpu_count() or 1))
         results = run_parts(staging, names, timeout, jobs)
     elapsed = round(time.perf_counter() - t0, 2)
@@ -88,19 +105,24 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
               "max_score": r["max_score"], "status": "passed" if r["status"] == "pass" else "failed",
               "output": describe(r) + (f"\n\nlast output:\n{r['log']}" if r["status"] in ("crash", "timeout")
                                        and r.get("log") else "")} for r in results]
+    totals = group_totals(results)
     return {"score": sum(r["score"] for r in results), "execution_time": elapsed,
-            "output": "\n".join(notes), "stdout_visibility": "visible", "tests": tests, "parts": results}
+            "output": "\n".join(notes + [format_total(t) for t in totals]), "stdout_visibility": "visible",
+            "tests": tests, "parts": results, "groups": totals}
 
 
 def print_table(res: dict) -> None:
-    print("\n".join(res["output"].splitlines()))
+    labels = {format_total(t) for t in res["groups"]}
+    print("\n".join(line for line in res["output"].splitlines() if line not in labels))
     print(f"{'part':<16}{'score':>7}  result")
     for r in res["parts"]:
         print(format_result(r))
         if r["status"] in ("crash", "timeout") and r.get("log", "").strip():
             print("    last output: " + r["log"].strip().splitlines()[-1][:200])
+    for t in res["groups"]:
+        print(format_total(t))
     total = sum(r["max_score"] for r in res["parts"])
-    print(f"{'total':<16}{res['score']:>3}/{total:<3}  (graded in {res['execution_time']:.1f} s)")
+    print(f"{'score':<16}{res['score']:>3}/{total:<3}  (results.json; graded in {res['execution_time']:.1f} s)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,10 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="results.json", help="where to write Gradescope's results.json")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds allowed per part")
     ap.add_argument("--jobs", type=int, default=None, help="parts graded at once (default: CPU count)")
+    ap.add_argument("--groups", nargs="+", choices=[*GROUPS, "all"], default=["core"],
+                    help="the groups graded, each totalled on its own; the score is their sum (default: core, "
+                         "part 1)")
     ap.add_argument("--parts", nargs="+", choices=list(PARTS), help="grade only these parts")
     args = ap.parse_args(argv)
+    groups = list(GROUPS) if "all" in args.groups else args.groups
     try:
-        res = grade(args.submission, args.timeout, args.parts, args.jobs)
+        res = grade(args.submission, args.timeout, args.parts, args.jobs, groups)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -120,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(json.dumps({k: v for k, v in res.items() if k != "parts"}, indent=2) + "\n")
+    tmp.write_text(json.dumps({k: v for k, v in res.items() if k not in ("parts", "groups")}, indent=2) + "\n")
     os.replace(tmp, out)
     print(f"wrote {out}")
     return 0

@@ -31,7 +31,8 @@ BEGIN, END, STUB = "### BEGIN SOLUTION", "### END SOLUTION", "### STUB:"
 # What the student tree holds: these packages (every .py file; regions stubbed), these files of
 # assignments/ (the checker and its fixtures, not the generator, the grader or the stubs), and data.
 PACKAGES = ("minbert", "tasks")
-ASSIGNMENT_FILES = ("__init__.py", "check.py", "checks.py", "README.md")
+ASSIGNMENT_FILES = ("__init__.py", "check.py", "checks.py", "checks_multitask.py", "checks_deebert.py",
+                    "checks_smart.py", "checks_pals.py", "checks_simcse.py", "common.py", "README.md")
 ASSIGNMENT_DIRS = ("fixtures",)
 TOP_FILES = ("requirements.txt",)
 STUDENT_DIR = ROOT / "assignments" / "student"

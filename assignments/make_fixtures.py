@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from .checks import FIXTURES, SEED, _tiny_config
+from .common import FIXTURES, SEED, _tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _save(name: str, tensors: dict[str, torch.Tensor]) -> None:
     FIXTURES.mkdir(parents=True, exist_ok=True)
     tmp = FIXTURES / f".{name}.safetensors.tmp"
-    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, tmp)
+    save_file({k: v.detach().clone().contiguous() for k, v in tensors.items()}, tmp)
     os.chmod(tmp, 0o644)
     os.replace(tmp, FIXTURES / f"{name}.safetensors")
     print(f"wrote {FIXTURES / name}.safetensors ({len(tensors)} tensors)")
@@ -111,8 +111,13 @@ def layer_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
         from .checks import _FixedAdapter
         layer.adapter = _FixedAdapter(A)
         out_adapter = layer(x, mask)
-    return dict(params, x=x, mask=mask, adapter_A=A, out=out, out_train=out_train, out_adapter=out_adapter,
-                out_pre_ln=out_pre_ln, out_no_residual=out_no_residual)
+        # a parallel adapter (PALs) adds ts inside the last add-and-norm; its own generator keeps the later fixtures
+        layer.adapter, layer.parallel_adapter = None, _FixedAdapter(0.3 * torch.randn(32, 32, generator=
+                                                                                      torch.Generator().manual_seed(1)))
+        out_parallel = layer(x, mask)
+    return dict(params, x=x, mask=mask, adapter_A=A, parallel_A=layer.parallel_adapter.A, out=out, out_train=out_train,
+                out_adapter=out_adapter, out_parallel=out_parallel, out_pre_ln=out_pre_ln,
+                out_no_residual=out_no_residual)
 
 
 def model_fixture() -> dict[str, torch.Tensor]:
@@ -151,6 +156,110 @@ def classifier_head_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
     return out
 
 
+# ---------------------------------------------------------------- part 2: the multitask model
+
+def _sentences(lengths: list[int], T: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded batches shaped like the tokenizer's: [CLS] (id 2) ... [SEP] (id 3), padding 0; (B, T) each."""
+    ids = torch.zeros(len(lengths), T, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        ids[b, :n] = torch.cat([torch.tensor([2]), torch.randint(5, 50, (n - 2,), generator=g), torch.tensor([3])])
+    return ids, (ids != 0).long()
+
+
+def multitask_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
+    from minbert.multitask import EncoderInput, join_pairs
+
+    from .checks_multitask import KEY, multitask_model
+    ids1, mask1 = _sentences([7, 4, 5], 7, g)
+    ids2, mask2 = _sentences([6, 6, 3], 6, g)
+    long1, lmask1 = _sentences([12, 5], 12, g)
+    long2, lmask2 = _sentences([9, 10], 10, g)                  # 12 + 9 - 1 and 5 + 10 - 1 tokens: 20 > 16, 14
+    out = {"input_ids_1": ids1, "attention_mask_1": mask1, "input_ids_2": ids2, "attention_mask_2": mask2,
+           "long_ids_1": long1, "long_mask_1": lmask1, "long_ids_2": long2, "long_mask_2": lmask2}
+    bi = multitask_model("bi-encoder")
+    _randomize(bi, g)
+    cross = multitask_model("cross-encoder")
+    cross.bert.load_state_dict(bi.bert.state_dict())
+    cross.head["sst"].load_state_dict(bi.head["sst"].state_dict())
+    for task in ("para", "sts"):
+        _randomize(cross.head[task], g)
+    for design, model in (("bi-encoder", bi), ("cross-encoder", cross)):
+        out.update({f"param.{KEY[design]}.{k}": v.clone() for k, v in model.state_dict().items()})
+    T = cross.bert.config.max_position_embeddings
+    for prefix, pair in (("joined", (ids1, mask1, ids2, mask2)), ("long_joined", (long1, lmask1, long2, lmask2))):
+        x = cross.pair_inputs(*pair)[0]
+        assert torch.equal(x.input_ids, join_pairs(*pair, T)[0]) and x.input_ids.shape[1] <= T
+        out.update({f"{prefix}_ids": x.input_ids, f"{prefix}_mask": x.attention_mask, f"{prefix}_types": x.token_type_ids})
+    assert out["long_joined_ids"].shape[1] == T < int(lmask1.sum(1).max() + lmask2.sum(1).max()) - 1
+    cross.eval()
+    bi.eval()
+    with torch.no_grad():
+        # one pass (the sentence vector), from a perturbed h0, and the common mistakes with it
+        for name, x in (("sentence", EncoderInput(ids1, mask1)),
+                        ("joined", EncoderInput(out["joined_ids"], out["joined_mask"], out["joined_types"]))):
+            h0 = cross.embed([x])[0] + 0.5 * torch.randn(*x.input_ids.shape, 32, generator=g)   # (B, T, H)
+            out[f"{name}_h0"] = h0
+            enc = cross.bert(x.input_ids, x.attention_mask, x.token_type_ids, embeddings=h0)
+            for pooling in ("mean", "cls"):
+                cross.config.pooling = pooling
+                key = f"{name}_{pooling}"
+                out[key] = cross.features([x], [h0])                                        # (B, H)
+                out[f"{key}_no_h0"] = cross.encode(x.input_ids, x.attention_mask, x.token_type_ids)
+                out[f"{key}_pooler"] = enc.pooler_output.clone()
+                out[f"{key}_mean_padding"] = enc.last_hidden_state.mean(1).clone()
+        for pooling in ("mean", "cls"):
+            # the bi-encoder: u, v and the common mistakes with them
+            bi.config.pooling = pooling
+            u, v = bi.encode(ids1, mask1), bi.encode(ids2, mask2)                        # (B, H) each
+            key = f"bi_{pooling}"
+            out[key] = bi.pair_features(ids1, mask1, ids2, mask2)                         # (B, 3H)
+            out[f"{key}_no_abs"] = torch.cat([u, v, u - v], -1)
+            out[f"{key}_swapped"] = torch.cat([v, u, (u - v).abs()], -1)
+            out[f"{key}_diff_first"] = torch.cat([(u - v).abs(), u, v], -1)
+            out[f"{key}_diff_middle"] = torch.cat([u, (u - v).abs(), v], -1)
+            out[f"{key}_product"] = torch.cat([u, v, u * v], -1)
+        for model in (bi, cross):
+            model.config.pooling = "mean"
+        # the heads, on fixed features (the check stands them in for features())
+        out["feat_sst"] = torch.randn(3, 32, generator=g)
+        out["feat_bi"], out["feat_cross"] = torch.randn(3, 96, generator=g), torch.randn(3, 32, generator=g)
+        for design, model in (("bi-encoder", bi), ("cross-encoder", cross)):
+            short = KEY[design]
+            for task in ("sst", "para", "sts"):
+                key = f"head_{task}" if task == "sst" else f"head_{task}_{short}"
+                features = out["feat_sst" if task == "sst" else f"feat_{short}"]
+                model.features = lambda inputs, embeddings, features=features: features.clone()
+                out[key] = model.eval().predict_from_embeddings(task, [], [])
+                torch.manual_seed(SEED)
+                out[f"{key}_train"] = model.train().predict_from_embeddings(task, [], [])
+                if task != "sst":
+                    other = "sts" if task == "para" else "para"
+                    out[f"{key}_other_head"] = model.eval().head[other](features).squeeze(-1)
+            del model.features
+    return out
+
+
+def multitask_losses_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
+    from minbert.multitask import paraphrase_loss, sentiment_loss, similarity_loss
+    logits, labels = 2 * torch.randn(4, 5, generator=g), torch.tensor([4, 0, 2, 2])
+    logit, para = 2 * torch.randn(4, generator=g), torch.tensor([1.0, 0.0, 0.0, 1.0])
+    score, gold = 5 * torch.rand(4, generator=g), torch.tensor([0.0, 2.4, 5.0, 3.2])
+    logp = logits.log_softmax(-1)
+    return {
+        "sst_logits": logits, "sst_labels": labels, "sst_loss": sentiment_loss(logits, labels),
+        "sst_loss_softmax": F.cross_entropy(logits.softmax(-1), labels),
+        "sst_loss_sum": -logp[torch.arange(4), labels].sum(), "sst_loss_nll": F.nll_loss(logits, labels),
+        "para_logit": logit, "para_labels": para, "para_loss": paraphrase_loss(logit, para),
+        "para_loss_sum": F.binary_cross_entropy_with_logits(logit, para, reduction="sum"),
+        "para_loss_double_sigmoid": F.binary_cross_entropy_with_logits(logit.sigmoid(), para),
+        "para_loss_mse": F.mse_loss(logit.sigmoid(), para),
+        "sts_score": score, "sts_gold": gold, "sts_loss": similarity_loss(score, gold),
+        "sts_loss_l1": F.l1_loss(score, gold), "sts_loss_sum": F.mse_loss(score, gold, reduction="sum"),
+        "sts_loss_rmse": F.mse_loss(score, gold).sqrt(), "sts_loss_gold_scaled": F.mse_loss(score, gold / 5),
+        "sts_loss_huber": F.smooth_l1_loss(score, gold),
+    }
+
+
 def main() -> int:
     import minbert
     if Path(minbert.__file__).resolve().parents[1] != ROOT:
@@ -163,6 +272,12 @@ def main() -> int:
     _save("layer", layer_fixture(g))
     _save("model", model_fixture())
     _save("classifier_head", classifier_head_fixture(g))
+    # part 2 and the extensions draw from generators of their own, so that a change to one leaves the others be
+    _save("multitask", multitask_fixture(torch.Generator().manual_seed(2)))
+    _save("multitask_losses", multitask_losses_fixture(torch.Generator().manual_seed(3)))
+    from .make_fixtures_ext import EXTENSION_FIXTURES
+    for name, make in EXTENSION_FIXTURES.items():                      # generators 4, 5, ...
+        _save(name, make(torch.Generator().manual_seed(4 + list(EXTENSION_FIXTURES).index(name))))
     return 0
 
 

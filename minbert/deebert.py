@@ -155,10 +155,17 @@ def entropy(logits: torch.Tensor, normalize: bool = False) -> torch.Tensor:
 
     logits (..., C) -> (...); normalize divides by ln C, so that H lies in [0, 1].
     """
+    ### BEGIN SOLUTION
+    ### STUB: H = -sum_c p_c log p_c over the last dimension, p = softmax(logits): (..., C) -> (...), in float32.
+    ### STUB:   log p = F.log_softmax(logits.float(), dim=-1), and p = exp(log p). (Taking softmax first and then
+    ### STUB:   its log fails at large logits: p underflows to 0, log 0 = -inf, and 0 * -inf = nan.) Where a logit
+    ### STUB:   is -inf, log p is -inf too: clamp log p to the dtype's finite minimum so that 0 log 0 counts as 0.
+    ### STUB:   With normalize (and C > 1), return H / ln C, which lies in [0, 1]; else H.
     logp = F.log_softmax(logits.float(), dim=-1)                          # (..., C), in [-inf, 0]
     p = logp.exp()
     h = -(p * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(-1)       # 0 log 0 = 0, also for -inf logits
     return h / math.log(logits.shape[-1]) if normalize and logits.shape[-1] > 1 else h
+    ### END SOLUTION
 
 
 class ExitRule(Protocol):
@@ -236,6 +243,18 @@ def early_exit(model: DeeBert, input_ids: torch.Tensor, attention_mask: torch.Te
     h = model.bert.embed(input_ids, token_type_ids)                        # (B, T, H)
     mask = attention_mask
     bias = model.bert.attention_bias(mask, h)                              # (B, 1, 1, T)
+    ### BEGIN SOLUTION
+    ### STUB: Algorithm 1 for the batch; h (B, T, H), mask (B, T), bias (B, 1, 1, T) hold the running samples.
+    ### STUB: Start with rows = torch.arange(B) (each running sample's output row), layers = L for all (B,), long,
+    ### STUB: state = rule.start(B, h.device) and work = 0. For l = 1..L (model.bert.layers, model.ramps):
+    ### STUB:   h = layer(h, bias); work += h.shape[0] * h.shape[1]     (b, T', H): b samples left, T' columns
+    ### STUB:   logits = ramp(h, mask), (b, C); at l = 1 make the output out = logits.new_zeros(B, C)
+    ### STUB:   at l = L everyone left returns (out[rows] = logits) and the loop ends; before that
+    ### STUB:   done, state = rule.step(logits, state), done (b,) bool; those leave: out[rows[done]] = their
+    ### STUB:   logits, layers[rows[done]] = l (1-based); keep the others (~done) in rows, h, mask, bias and each
+    ### STUB:   tensor of state (stop if none is left); with trim, drop the columns none of them needs any more,
+    ### STUB:   cols = mask.bool().any(0) (T',), from h, mask (dim 1) and bias (last dim).
+    ### STUB: Return ExitOutput(out, layers, work).
     rows = torch.arange(B, device=h.device)                                # original row of each running sample
     layers = torch.full((B,), L, dtype=torch.long, device=h.device)
     state = rule.start(B, h.device)
@@ -263,6 +282,7 @@ def early_exit(model: DeeBert, input_ids: torch.Tensor, attention_mask: torch.Te
             if not cols.all():
                 h, mask, bias = h[:, cols], mask[:, cols], bias[..., cols]
     return ExitOutput(out, layers, work)
+    ### END SOLUTION
 
 
 def exit_from_logits(all_logits: torch.Tensor, rule: ExitRule) -> tuple[torch.Tensor, torch.Tensor]:

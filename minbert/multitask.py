@@ -111,17 +111,32 @@ def join_pairs(
 
 def sentiment_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Cross-entropy of the sentiment logits (B, C) against class labels (B,)."""
+    ### BEGIN SOLUTION
+    ### STUB: Cross-entropy, a scalar: the mean over the batch of -log softmax(logits_b)[labels_b].
+    ### STUB:   logits (B, C) are raw scores (no softmax of your own before the loss); labels (B,) are class
+    ### STUB:   indices, to be used as integers (labels.long()). F.cross_entropy computes exactly this.
     return F.cross_entropy(logits, labels.long())
+    ### END SOLUTION
 
 
 def paraphrase_loss(logit: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Binary cross-entropy of the paraphrase logit (B,) against 0/1 labels (B,)."""
+    ### BEGIN SOLUTION
+    ### STUB: Binary cross-entropy on one logit z per pair, a scalar: with y the 0/1 label,
+    ### STUB:   mean over the batch of -[y log sigmoid(z) + (1 - y) log(1 - sigmoid(z))]      z, y: (B,)
+    ### STUB:   The labels may arrive as integers (torch.long): convert them to the logit's dtype first.
+    ### STUB:   F.binary_cross_entropy_with_logits computes this stably (it applies the sigmoid itself).
     return F.binary_cross_entropy_with_logits(logit, labels.to(logit.dtype))
+    ### END SOLUTION
 
 
 def similarity_loss(score: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
     """Mean-squared error of the predicted similarity (B,) against the 0-5 gold scores (B,)."""
+    ### BEGIN SOLUTION
+    ### STUB: Mean-squared error, a scalar: the mean over the batch of (score - gold)^2, score and gold (B,),
+    ### STUB:   both on the 0-5 scale; convert gold to score's dtype (gold.to(score.dtype)). F.mse_loss does it.
     return F.mse_loss(score, gold.to(score.dtype))
+    ### END SOLUTION
 
 
 class EncoderInput(NamedTuple):
@@ -172,10 +187,20 @@ class MultitaskBert(nn.Module):
     def pair_inputs(self, input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor,
                     input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor) -> list[EncoderInput]:
         """A pair's encoder passes: each sentence alone (bi-encoder), or the joined [CLS] s1 [SEP] s2 [SEP]."""
+        ### BEGIN SOLUTION
+        ### STUB: A list of the encoder passes a pair needs, each an EncoderInput(input_ids, attention_mask,
+        ### STUB: token_type_ids=None); the two sentences come tokenised separately, (B, T1) and (B, T2).
+        ### STUB: bi-encoder (self.config.design == "bi-encoder"; Sentence-BERT): each sentence alone, in order:
+        ### STUB:   [EncoderInput(input_ids_1, attention_mask_1), EncoderInput(input_ids_2, attention_mask_2)]
+        ### STUB: cross-encoder: one pass, the sequence [CLS] a [SEP] b [SEP] with a in segment 0 and b in segment 1:
+        ### STUB:   ids, mask, types = join_pairs(the four tensors, self.bert.config.max_position_embeddings)
+        ### STUB:   (B, T) each; return [EncoderInput(ids, mask, types)]: the segment ids tell BERT which
+        ### STUB:   sentence each token comes from, and max_length keeps a long pair within the position table.
         if self.config.design == "bi-encoder":
             return [EncoderInput(input_ids_1, attention_mask_1), EncoderInput(input_ids_2, attention_mask_2)]
         return [EncoderInput(*join_pairs(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2,
                                          self.bert.config.max_position_embeddings))]
+        ### END SOLUTION
 
     def inputs(self, task: str, batch: dict) -> list[EncoderInput]:
         """The encoder passes a collated batch of `task` needs: one for a sentence or a joined pair, two otherwise."""
@@ -190,11 +215,21 @@ class MultitaskBert(nn.Module):
 
     def features(self, inputs: list[EncoderInput], embeddings: list[torch.Tensor]) -> torch.Tensor:
         """A head's input from the passes' h0: the sentence or joint vector (B, H), or [u, v, |u - v|] (B, 3H)."""
+        ### BEGIN SOLUTION
+        ### STUB: inputs are the encoder passes (EncoderInput: input_ids, attention_mask, token_type_ids), and
+        ### STUB: embeddings their encoder inputs h0, one (B, T, H) tensor per pass (SMART hands in perturbed ones).
+        ### STUB: The sentence vector of each pass, (B, H): self.encode(x.input_ids, x.attention_mask,
+        ### STUB:   x.token_type_ids, h), with h the pass's h0 from `embeddings` (do not embed the tokens again: a
+        ### STUB:   perturbation of h0 must reach the encoder), pooled as self.config.pooling says.
+        ### STUB: One pass (a sentence, or a cross-encoder's joined pair): return its vector, (B, H).
+        ### STUB: Two passes (the bi-encoder's sentences, vectors u and v): return [u, v, |u - v|], concatenated
+        ### STUB:   along the last dimension in that order, (B, 3H).
         vectors = [self.encode(x.input_ids, x.attention_mask, x.token_type_ids, h) for x, h in zip(inputs, embeddings)]
         if len(vectors) == 1:
             return vectors[0]
         u, v = vectors                                               # (B, H) each
         return torch.cat([u, v, (u - v).abs()], dim=-1)              # (B, 3H)
+        ### END SOLUTION
 
     def predict_from_embeddings(self, task: str, embeddings: list[torch.Tensor],
                                 inputs: list[EncoderInput]) -> torch.Tensor:
@@ -202,8 +237,15 @@ class MultitaskBert(nn.Module):
         self.active_task = task
         if self.pals is not None:
             self.pals.task = task                                    # the PALs of the batch's task run
+        ### BEGIN SOLUTION
+        ### STUB: The head's input self.features(inputs, embeddings) (pass the given embeddings on), through the
+        ### STUB: task's head self.head[task] ("sst", "para" or "sts"). Return it as the head gives it: no softmax,
+        ### STUB: no sigmoid, no rescaling (the losses and predictions apply those), the sentiment logits (B, 5)
+        ### STUB: as they are, and for the pair tasks the (B, 1) output with the last dimension squeezed, (B,):
+        ### STUB: the paraphrase logit, and the similarity score on the gold labels' 0-5 scale.
         out = self.head[task](self.features(inputs, embeddings))
         return out if task == "sst" else out.squeeze(-1)             # (B, 1) -> (B,) for the pair tasks
+        ### END SOLUTION
 
     def predict(self, task: str, batch: dict) -> torch.Tensor:
         """The task's output for a collated batch: sentiment logits (B, C), or one value per pair (B,)."""

@@ -67,9 +67,16 @@ class ProjectedAttention(nn.Module):
         return z.view(B, T, self.nh, self.hs).transpose(1, 2)  # (B, T, d) -> (B, nh, T, hs)
 
     def forward(self, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        ### BEGIN SOLUTION
+        ### STUB: Multi-head self-attention in the projected space; z (B, T, d), mask the additive (B, 1, 1, T).
+        ### STUB:   q, k, v = Wq z + bq, Wk z + bk, Wv z + bv (F.linear with self.Wq, self.bq, ...), (B, T, d) each,
+        ### STUB:   each split into self.nh heads of size self.hs = d / nh by self.split_heads: (B, nh, T, hs)
+        ### STUB:   return self.attend(q, k, v, mask, self.p, self.training): the heads merged, (B, T, d).
+        ### STUB:   No output projection here: the PAL's decoder V^D follows.
         q, k, v = (self.split_heads(F.linear(z, W, b)) for W, b in
                    ((self.Wq, self.bq), (self.Wk, self.bk), (self.Wv, self.bv)))
         return self.attend(q, k, v, mask, self.p, self.training)  # (B, T, d)
+        ### END SOLUTION
 
 
 class TaskPALs(nn.Module):
@@ -94,7 +101,14 @@ class TaskPALs(nn.Module):
 
     def forward(self, layer: int, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """PAL_l(x) = GELU(V^D SA_l(V^E x)), (B, T, H) -> (B, T, H)."""
+        ### BEGIN SOLUTION
+        ### STUB: The PAL beside layer `layer` (0-based); x (B, T, H), mask the additive (B, 1, 1, T):
+        ### STUB:   V^E x = self.encoder(x): down into the small space, (B, T, d), shared by every layer
+        ### STUB:   SA_l(V^E x) = self.attention[layer](that, mask): this layer's own attention, (B, T, d)
+        ### STUB:   back up with the decoder V^D, self.decoder, (B, T, H), then F.gelu of that (the paper writes
+        ### STUB:   V^D SA(V^E x); its authors' code, and minbert, apply a GELU after the decoder). Return it.
         return F.gelu(self.decoder(self.attention[layer](self.encoder(x), mask)))
+        ### END SOLUTION
 
 
 class PALs(nn.Module):

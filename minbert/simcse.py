@@ -42,8 +42,15 @@ def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def unsup_simcse_loss(z1: torch.Tensor, z2: torch.Tensor, temperature: float = 0.05) -> torch.Tensor:
     """Unsupervised SimCSE (Gao et al., 2021, sec. 3, eq. 4): InfoNCE over cos / t, targets arange(B)."""
+    ### BEGIN SOLUTION
+    ### STUB: InfoNCE with in-batch negatives, a scalar; z1, z2 (B, H) are two views (dropout masks) of B sentences.
+    ### STUB:   logits_ij = cos(z1_i, z2_j) / temperature, (B, B): cosine_matrix(z1, z2) (given, in float32)
+    ### STUB:   divided by the temperature; sentence i's positive is z2_i, on the diagonal, the other z2_j its negatives
+    ### STUB:   loss = mean_i -log softmax(logits_i)[i]: F.cross_entropy with targets 0..B-1
+    ### STUB:   (torch.arange(B, device=logits.device)); one direction only, z1 -> z2.
     logits = cosine_matrix(z1, z2) / temperature                            # (B, B) positives on the diagonal
     return F.cross_entropy(logits, torch.arange(logits.shape[0], device=logits.device))
+    ### END SOLUTION
 
 
 def sup_simcse_loss(anchor: torch.Tensor, positive: torch.Tensor, hard_negative: torch.Tensor | None = None,
@@ -71,12 +78,20 @@ def margin_loss(e1: torch.Tensor, e2: torch.Tensor, y: torch.Tensor, margin: flo
     if distance not in DISTANCES:
         raise ValueError(f"distance must be one of {DISTANCES}, not {distance!r}")
     with torch.autocast(e1.device.type, enabled=False):                   # fp32, as cosine_matrix
+        ### BEGIN SOLUTION
+        ### STUB: The margin loss, a scalar; e1, e2 (B, H) the pair's sentence embeddings, y (B,) 1 for a paraphrase
+        ### STUB: and 0 otherwise (perhaps integers). Compute in float32: e1, e2, y = e1.float(), e2.float(), y.float().
+        ### STUB:   d = 1 - cos(e1_b, e2_b) with distance "cosine" (F.cosine_similarity over the last dimension), or
+        ### STUB:       d = ||e1_b - e2_b|| with "euclidean" (the raw vectors, not normalised), (B,)
+        ### STUB:   loss = mean_b 0.5 * (y_b d_b^2 + (1 - y_b) max(0, margin - d_b)^2): a paraphrase is pulled
+        ### STUB:   together (d -> 0), any other pair pushed apart until it is `margin` away, and then left alone.
         e1, e2, y = e1.float(), e2.float(), y.float()
         if distance == "cosine":
             d = 1.0 - F.cosine_similarity(e1, e2, dim=-1)                  # (B,)
         else:
             d = (e1 - e2).norm(dim=-1)                                      # (B,)
         return (0.5 * (y * d ** 2 + (1 - y) * (margin - d).clamp(min=0) ** 2)).mean()
+        ### END SOLUTION
 
 
 @dataclass

@@ -83,8 +83,15 @@ def symmetric_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor
 
     From log-softmax, in fp32: finite and exact for confident logits (a softmax of logits ~100 underflows).
     """
+    ### BEGIN SOLUTION
+    ### STUB: The symmetric KL divergence of P = softmax(p_logits) and Q = softmax(q_logits), logits (B, C), over
+    ### STUB: the classes (the last dimension), then the mean over the batch: a scalar, in float32.
+    ### STUB:   KL(P || Q) + KL(Q || P) = sum_c (P_c - Q_c)(log P_c - log Q_c)      (both directions, not one)
+    ### STUB:   log P = F.log_softmax(p_logits.float(), dim=-1), P = exp(log P), the same for Q. Taking the softmax
+    ### STUB:   first and then its log fails at confident logits (~100): P underflows to 0, log 0 = -inf, 0 * -inf = nan.
     lp, lq = F.log_softmax(p_logits.float(), dim=-1), F.log_softmax(q_logits.float(), dim=-1)  # (B, C)
     return ((lp.exp() - lq.exp()) * (lp - lq)).sum(-1).mean()
+    ### END SOLUTION
 
 
 def two_class(logit: torch.Tensor) -> torch.Tensor:
@@ -117,11 +124,20 @@ def ascent_step(delta: list[torch.Tensor], grad: list[torch.Tensor], eta: float,
     pair); ||g||_inf is per example, the largest |entry| of all its tensors. An example whose gradient is 0
     does not move. Projecting x~ = x + delta onto ||x~ - x||_inf <= epsilon clamps each entry of delta.
     """
+    ### BEGIN SOLUTION
+    ### STUB: delta and grad are lists of (B, ...) tensors, the same shapes (one per encoder pass: two for a
+    ### STUB: bi-encoder pair); example b is row b of every tensor of the list. Return the new delta, a list alike:
+    ### STUB:   n_b = ||g_b||_inf = the largest |entry| of example b's gradient over all the tensors of the list, (B,)
+    ### STUB:       (computed from grad detached; not the L2 norm, not one norm per token or per tensor, not one
+    ### STUB:       for the whole batch); where n_b is 0 use 1 instead, so that such an example stays where it is
+    ### STUB:   delta_b + eta * g_b / n_b, each tensor's rows scaled by their n_b (view it as (B, 1, 1) for (B, T, H))
+    ### STUB:   then the projection onto the ball ||delta_b||_inf <= epsilon: clamp every entry to [-epsilon, epsilon]
     B = delta[0].shape[0]
     norm = torch.stack([g.detach().abs().reshape(B, -1).amax(1) for g in grad]).amax(0)  # (B,)
     norm = torch.where(norm > 0, norm, torch.ones_like(norm))
     return [(d + eta * g / norm.view(B, *[1] * (g.dim() - 1))).clamp(-epsilon, epsilon)  # (B, T, H) each
             for d, g in zip(delta, grad)]
+    ### END SOLUTION
 
 
 def adversarial_perturbation(

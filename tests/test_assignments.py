@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from assignments import make
-from assignments.checks import PARTS
+from assignments.check import expand
+from assignments.checks import PARTS, parts_of
+from assignments.common import GROUPS
 from assignments.grade import grade
 from assignments.grade import main as grade_main
 from assignments.make import ROOT, STUDENT_DIR, RegionError, find_regions, generate, stubbed_files
 
 TOTAL = sum(p.points for p in PARTS.values())
+GROUP_TOTAL = {g: sum(p.points for p in PARTS.values() if p.group == g) for g in GROUPS}
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +78,25 @@ def test_regions_cover_the_assignment() -> None:
     assert {("minbert/model.py", "attention"), ("minbert/model.py", "BertEmbeddings.forward"),
             ("minbert/model.py", "BertLayer.forward"), ("minbert/optim.py", "AdamW.step"),
             ("tasks/classifier.py", "SentimentClassifier.forward")} <= owners
+    multitask = {"MultitaskBert.pair_inputs", "MultitaskBert.features", "MultitaskBert.predict_from_embeddings",
+                 "sentiment_loss", "paraphrase_loss", "similarity_loss"}
+    assert {("minbert/multitask.py", f) for f in multitask} <= owners
+    assert {("minbert/deebert.py", "entropy"), ("minbert/deebert.py", "early_exit")} <= owners
+    assert {("minbert/smart.py", "symmetric_kl"), ("minbert/smart.py", "ascent_step"),
+            ("minbert/pals.py", "ProjectedAttention.forward"), ("minbert/pals.py", "TaskPALs.forward"),
+            ("minbert/simcse.py", "unsup_simcse_loss"), ("minbert/simcse.py", "margin_loss")} <= owners
+
+
+def test_parts_cover_every_stubbed_file_and_the_groups_keep_their_points() -> None:
+    assert {f for p in PARTS.values() for f in p.files} == {rel.as_posix() for rel in stubbed_files()}
+    assert all(p.group in GROUPS and p.files for p in PARTS.values())
+    assert GROUP_TOTAL["core"] == 100 and GROUP_TOTAL["multitask"] == 100      # part 1 and part 2, each out of 100
+    assert [p.points for p in PARTS.values() if p.group == "core"] == [25, 10, 25, 10, 20, 10]
+    assert expand(["deebert", "deebert_exit", "attention"]) == ["deebert_entropy", "deebert_exit", "attention"]
+    assert parts_of(["multitask"])[0] == "mt_sentence" and len(parts_of(list(GROUPS))) == len(PARTS)
+    assert [parts_of([g]) for g in ("smart", "pals", "simcse")] == [["smart_kl", "smart_ascent"],
+                                                                   ["pals_attention", "pals_forward"],
+                                                                   ["simcse_unsup", "simcse_margin"]]
 
 
 def test_committed_stubs_equal_a_fresh_generation(student_tree: Path) -> None:
@@ -100,7 +124,8 @@ def test_student_tree_carries_no_solution_text(student_tree: Path) -> None:
         leaked = solution & {_code(s) for s in path.read_text().splitlines()}
         assert not leaked, f"{path.relative_to(student_tree)} carries solution lines: {sorted(leaked)[:3]}"
     shipped = {p.relative_to(student_tree).as_posix() for p in student_tree.rglob("*") if p.is_file()}
-    assert not {"assignments/make.py", "assignments/grade.py", "assignments/make_fixtures.py"} & shipped
+    assert not {"assignments/make.py", "assignments/grade.py", "assignments/make_fixtures.py",
+                "assignments/make_fixtures_ext.py"} & shipped
     assert not any(s.startswith(("assignments/student/", "tests/")) for s in shipped)
 
 
@@ -109,23 +134,35 @@ def test_student_tree_carries_no_solution_text(student_tree: Path) -> None:
 def test_student_tree_imports_and_scores_zero_not_started(student_tree: Path) -> None:
     # "not started" also says that the part imported the stubs from the student tree (the checker verifies where
     # minbert comes from, and an import error would show as ERROR)
-    res = grade(student_tree)
+    res = grade(student_tree, groups=list(GROUPS))
     assert res["score"] == 0
     for r in res["parts"]:
         assert r["status"] == "not started", r
         assert "raises NotImplementedError" in r["message"]
     assert [t["output"].split(":")[0] for t in res["tests"]] == ["not started"] * len(PARTS)
+    assert [(t["group"], t["score"], t["max_score"]) for t in res["groups"]] == [(g, 0, n) for g, n in GROUP_TOTAL.items()]
+    # the CLIs built on the stubbed files import; the stubs raise only when called
+    proc = subprocess.run([sys.executable, "-c", "import tasks.classifier, tasks.multitask, tasks.deebert, tasks.simcse"],
+                          cwd=student_tree, capture_output=True, text=True, check=False,
+                          env={"PYTHONPATH": str(student_tree), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
 
 
-def test_reference_scores_full_marks_and_writes_gradescope_results(tmp_path: Path) -> None:
+def test_reference_scores_full_marks_and_writes_gradescope_results(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "results" / "results.json"
-    assert grade_main([str(ROOT), "--out", str(out)]) == 0
+    assert grade_main([str(ROOT), "--out", str(out), "--groups", "all"]) == 0
     res = json.loads(out.read_text())
     assert res["score"] == TOTAL
     assert len(res["tests"]) == len(PARTS)
     for t in res["tests"]:
         assert set(t) >= {"name", "score", "max_score", "output"}
         assert t["score"] == t["max_score"] > 0 and t["output"] == "PASS", t
+    printed = capsys.readouterr().out
+    for group, label in GROUPS.items():              # each group totalled on its own
+        n = len(parts_of([group]))
+        line = f"{label}: {n}/{n} parts pass; {GROUP_TOTAL[group]}/{GROUP_TOTAL[group]} points"
+        assert line in printed and line in res["output"]
 
 
 NO_SCALE = """
@@ -147,17 +184,77 @@ PRE_LN = """
 """
 
 
+BI_NO_ABS = """
+    vectors = [self.encode(x.input_ids, x.attention_mask, x.token_type_ids, h) for x, h in zip(inputs, embeddings)]
+    if len(vectors) == 1:
+        return vectors[0]
+    u, v = vectors
+    return torch.cat([u, v, u - v], dim=-1)
+"""
+NO_TS = PRE_LN.replace("layer_norm(h2, self.gLN1, self.bLN1, self.eps) + x", "layer_norm(h2 + x, self.gLN1, self.bLN1, self.eps)") \
+    .replace("layer_norm(h5, self.gLN2, self.bLN2, self.eps) + h3", "layer_norm(h5 + h3, self.gLN2, self.bLN2, self.eps)")
+CROSS_WITHOUT_TYPES = """
+    if self.config.design == "bi-encoder":
+        return [EncoderInput(input_ids_1, attention_mask_1), EncoderInput(input_ids_2, attention_mask_2)]
+    ids, mask, _ = join_pairs(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2,
+                              self.bert.config.max_position_embeddings)
+    return [EncoderInput(ids, mask)]
+"""
+HEADS_EMBED_AGAIN = """
+    out = self.head[task](self.features(inputs, self.embed(inputs)))
+    return out if task == "sst" else out.squeeze(-1)
+"""
+NAIVE_ENTROPY = """
+    p = logits.float().softmax(dim=-1)
+    h = -(p * p.log()).sum(-1)
+    return h / math.log(logits.shape[-1]) if normalize and logits.shape[-1] > 1 else h
+"""
+EXIT_WITHOUT_TRIM = """
+    rows = torch.arange(B)
+    layers = torch.full((B,), L, dtype=torch.long)
+    state, out, work = rule.start(B, h.device), None, 0
+    for l, (layer, ramp) in enumerate(zip(model.bert.layers, model.ramps), 1):
+        h = layer(h, bias)
+        work += h.shape[0] * h.shape[1]
+        logits = ramp(h, mask)
+        out = logits.new_zeros(B, logits.shape[-1]) if out is None else out
+        if l == L:
+            out[rows] = logits
+            break
+        done, state = rule.step(logits, state)
+        out[rows[done]], layers[rows[done]] = logits[done], l
+        keep = ~done
+        if not keep.any():
+            break
+        rows, h, mask, bias = rows[keep], h[keep], mask[keep], bias[keep]
+        state = {k: v[keep] for k, v in state.items()}
+    return ExitOutput(out, layers, work)
+"""
+ONE_SIDED_KL = """
+    lp, lq = F.log_softmax(p_logits.float(), dim=-1), F.log_softmax(q_logits.float(), dim=-1)
+    return (lp.exp() * (lp - lq)).sum(-1).mean()
+"""
+MARGIN_SWAPPED = """
+    e1, e2, y = e1.float(), e2.float(), y.float()
+    d = 1.0 - F.cosine_similarity(e1, e2, dim=-1) if distance == "cosine" else (e1 - e2).norm(dim=-1)
+    return (0.5 * ((1 - y) * d ** 2 + y * (margin - d).clamp(min=0) ** 2)).mean()
+"""
+
+
 @pytest.mark.parametrize("func, body, lost, hint", [
     ("attention", NO_SCALE, {"attention", "model"}, "not divided by sqrt(hs)"),
     ("attention", NO_MASK, {"attention", "model"}, "the mask is not added"),
     ("BertLayer.forward", PRE_LN, {"layer", "model"}, "LayerNorm is applied before the residual add"),
-], ids=["attention-without-scaling", "mask-ignored", "layernorm-before-residual"])
+    ("MultitaskBert.features", BI_NO_ABS, {"mt_bi_encoder"}, "[u, v, u - v], without the absolute value"),
+], ids=["attention-without-scaling", "mask-ignored", "layernorm-before-residual", "bi-encoder-without-abs"])
 def test_wrong_implementation_loses_exactly_the_affected_parts(
         tmp_path: Path, func: str, body: str, lost: set[str], hint: str) -> None:
-    res = grade(submission_with(tmp_path, {func: body}))
+    res = grade(submission_with(tmp_path, {func: body}), groups=list(GROUPS))   # every part of every group
     failed = {r["part"] for r in res["parts"] if r["status"] != "pass"}
     assert failed == lost, res["parts"]
     assert res["score"] == TOTAL - sum(PARTS[p].points for p in lost)
+    for t in res["groups"]:     # the other groups keep their full score
+        assert t["score"] == GROUP_TOTAL[t["group"]] - sum(PARTS[p].points for p in lost if PARTS[p].group == t["group"])
     for r in res["parts"]:
         if r["part"] in lost:
             assert r["status"] == "fail" and r["score"] == 0
@@ -165,6 +262,39 @@ def test_wrong_implementation_loses_exactly_the_affected_parts(
             assert "differs at index" in r["message"] and "max abs diff" in r["message"]
     own = next(r for r in res["parts"] if r["part"] in lost and r["part"] != "model")
     assert hint in own["message"]
+
+
+def test_each_wrong_function_loses_its_own_part_in_every_group(tmp_path: Path) -> None:
+    # one submission with independent mistakes: each costs its own part and says what it looks like
+    mistakes = {  # function: (its body, the part it loses, the status, what the message says)
+        "BertLayer.forward": (NO_TS, "layer", "fail", "ts is left out of the last add-and-norm"),
+        "MultitaskBert.pair_inputs": (CROSS_WITHOUT_TYPES, "mt_cross_encoder", "fail",
+                                      "token_type_ids are None: keep the segment ids"),
+        "MultitaskBert.predict_from_embeddings": (HEADS_EMBED_AGAIN, "mt_heads", "fail",
+                                                  "pass its `embeddings` argument on"),
+        "paraphrase_loss": ("return F.binary_cross_entropy_with_logits(logit, labels)", "mt_para_loss", "error",
+                            "convert them with labels.to(logit.dtype)"),
+        "similarity_loss": ("return F.l1_loss(score, gold.to(score.dtype))", "mt_sts_loss", "fail",
+                            "the absolute error (L1) is used"),
+        "entropy": (NAIVE_ENTROPY, "deebert_entropy", "fail", "got nan, expected 0"),
+        "early_exit": (EXIT_WITHOUT_TRIM, "deebert_exit", "fail", "With trim, drop the columns"),
+        "symmetric_kl": (ONE_SIDED_KL, "smart_kl", "fail", "only KL(P || Q) is computed"),
+        "TaskPALs.forward": ("return self.decoder(self.attention[layer](self.encoder(x), mask))", "pals_forward",
+                             "fail", "no GELU follows the decoder"),
+        "margin_loss": (MARGIN_SWAPPED, "simcse_margin", "fail", "the branches are swapped"),
+    }
+    res = grade(submission_with(tmp_path, {f: m[0] for f, m in mistakes.items()}), groups=list(GROUPS))
+    parts = {r["part"]: r for r in res["parts"]}
+    assert {p for p, r in parts.items() if r["status"] != "pass"} == {m[1] for m in mistakes.values()}, res["parts"]
+    for func, (_, part, status, says) in mistakes.items():
+        assert parts[part]["status"] == status and parts[part]["score"] == 0
+        name = func if "." in func else f"{func}()"      # the message names the function, then where it is
+        assert any(f"{name}{tail}" in parts[part]["message"] for tail in (" (minbert/", " in minbert/", '("para"')), \
+            parts[part]["message"]
+        assert says in parts[part]["message"], parts[part]["message"]
+    assert "take log p from F.log_softmax" in parts["deebert_entropy"]["message"]
+    assert [(t["group"], t["score"]) for t in res["groups"]] == [("core", 75), ("multitask", 45), ("deebert", 0),
+                                                                 ("smart", 15), ("pals", 10), ("simcse", 10)]
 
 
 def test_hang_and_exit_are_contained_by_the_time_limit(tmp_path: Path) -> None:
@@ -183,11 +313,14 @@ def test_hang_and_exit_are_contained_by_the_time_limit(tmp_path: Path) -> None:
     assert "sys.exit(0)" in parts["layer"]["message"] and "BertLayer.forward" in parts["layer"]["message"]
     assert f"within {timeout:g} s" in parts["adamw"]["message"]
     assert res["score"] == PARTS["embeddings"].points + PARTS["classifier_head"].points
+    # by default the grader grades part 1 alone, out of 100 as it always was, from part 1's files alone
+    assert [t["group"] for t in res["groups"]] == ["core"] and res["groups"][0]["max_score"] == 100
+    assert "multitask.py" not in res["output"] and "deebert.py" not in res["output"]
     assert res["execution_time"] < 4 * timeout   # the hanging part was stopped, not waited for
 
 
 def test_checker_cli_prints_a_line_per_part(student_tree: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "assignments.check", "attention", "adamw", "classifier_head"],
+    proc = subprocess.run([sys.executable, "-m", "assignments.check", "attention", "adamw", "classifier_head", "deebert"],
                           cwd=student_tree,
                           capture_output=True, text=True, env={"PYTHONPATH": str(student_tree), "PATH": "/usr/bin:/bin"},
                           check=False)
@@ -198,4 +331,70 @@ def test_checker_cli_prints_a_line_per_part(student_tree: Path) -> None:
     assert lines[1].split()[:3] == ["adamw", f"0/{b}", "not"] and "AdamW.step in minbert/optim.py" in lines[1]
     assert lines[2].split()[:3] == ["classifier_head", f"0/{c}", "not"]
     assert "SentimentClassifier.forward in tasks/classifier.py" in lines[2]
-    assert lines[3] == f"0/3 parts pass; 0/{a + b + c} points"
+    assert lines[3].startswith("deebert_entropy") and lines[4].startswith("deebert_exit")
+    assert "entropy() in minbert/deebert.py" in lines[3] and "not started" in lines[4]
+    assert lines[5] == f"part 1 (minBERT): 0/3 parts pass; 0/{a + b + c} points"
+    assert lines[6] == f"extension DeeBERT: 0/2 parts pass; 0/{GROUP_TOTAL['deebert']} points"
+
+
+# ---------------------------------------------------------------- the extensions' hints, checked in this process
+
+def _kl_one_sided(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    lp, lq = p.float().log_softmax(-1), q.float().log_softmax(-1)
+    return (lp.exp() * (lp - lq)).sum(-1).mean()
+
+
+def _kl_from_softmax(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    P, Q = p.float().softmax(-1), q.float().softmax(-1)
+    return ((P - Q) * (P.log() - Q.log())).sum(-1).mean()
+
+
+def _ascent(delta: list, grad: list, eta: float, eps: float, l2: bool = False, project: bool = True) -> list:
+    B = delta[0].shape[0]
+    flat = torch.cat([g.reshape(B, -1) for g in grad], 1)                               # (B, N)
+    n = flat.norm(dim=1) if l2 else flat.abs().amax(1)
+    n = torch.where(n > 0, n, torch.ones_like(n))
+    out = [d + eta * g / n.view(B, *[1] * (g.dim() - 1)) for d, g in zip(delta, grad)]
+    return [x.clamp(-eps, eps) for x in out] if project else out
+
+
+def _unsup_without_temperature(z1: torch.Tensor, z2: torch.Tensor, temperature: float = 0.05) -> torch.Tensor:
+    from minbert.simcse import cosine_matrix
+    return torch.nn.functional.cross_entropy(cosine_matrix(z1, z2), torch.arange(z1.shape[0]))
+
+
+def _margin_swapped(e1: torch.Tensor, e2: torch.Tensor, y: torch.Tensor, margin: float = 0.5,
+                    distance: str = "cosine") -> torch.Tensor:
+    d = 1 - torch.nn.functional.cosine_similarity(e1, e2, dim=-1) if distance == "cosine" else (e1 - e2).norm(dim=-1)
+    y = y.float()
+    return (0.5 * ((1 - y) * d ** 2 + y * (margin - d).clamp(min=0) ** 2)).mean()
+
+
+def _one_head(self: torch.nn.Module, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    B, T, d = z.shape
+    q, k, v = (torch.nn.functional.linear(z, W, b).view(B, T, 1, d).transpose(1, 2)
+               for W, b in ((self.Wq, self.bq), (self.Wk, self.bk), (self.Wv, self.bv)))
+    return self.attend(q, k, v, mask, self.p, self.training)
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("module, name, wrong, check, says", [
+    ("smart", "symmetric_kl", _kl_one_sided, "check_kl", "only KL(P || Q) is computed"),
+    ("smart", "symmetric_kl", _kl_from_softmax, "check_kl", "take log P and log Q from F.log_softmax"),
+    ("smart", "ascent_step", lambda *a: _ascent(*a, l2=True), "check_ascent", "divided by its L2 norm"),
+    ("smart", "ascent_step", lambda *a: _ascent(*a, project=False), "check_ascent", "not projected onto the epsilon"),
+    ("pals", "ProjectedAttention.forward", _one_head, "check_attention", "one head of size d is used"),
+    ("simcse", "unsup_simcse_loss", _unsup_without_temperature, "check_unsup", "the temperature is not applied"),
+    ("simcse", "margin_loss", _margin_swapped, "check_margin", "the branches are swapped"),
+], ids=["kl-one-sided", "kl-from-softmax", "ascent-l2", "ascent-unprojected", "pals-one-head", "simcse-no-temperature",
+        "margin-swapped"])
+def test_extension_checks_name_the_typical_mistakes(monkeypatch: pytest.MonkeyPatch, module: str, name: str,
+                                                    wrong: object, check: str, says: str) -> None:
+    import importlib
+
+    from assignments.common import Fail
+    target = importlib.import_module(f"minbert.{module}")
+    owner, _, attr = name.rpartition(".")
+    monkeypatch.setattr(getattr(target, owner) if owner else target, attr, wrong)
+    with pytest.raises(Fail, match=re.escape(says)):
+        getattr(importlib.import_module(f"assignments.checks_{module}"), check)()

@@ -1,0 +1,159 @@
+"""What every check shares: the Part table entry, the groups, fixtures, compare(), and a stand-in for BERT."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SEED = 1234              # torch.manual_seed before every training-mode forward, here and in make_fixtures.py
+RTOL, ATOL = 1e-4, 1e-5  # float32 results computed in a different order still agree to these
+MODEL_ATOL = 1e-4        # six layers of MiniLM let rounding differences grow a little
+
+# The groups of parts, each scored on its own: part 1 (the core assignment), part 2, and optional extensions.
+GROUPS = {"core": "part 1 (minBERT)", "multitask": "part 2 (multitask)", "deebert": "extension DeeBERT",
+          "smart": "extension SMART", "pals": "extension PALs", "simcse": "extension SimCSE"}
+
+
+class Fail(Exception):
+    """A check found a difference; the message says which function, where and by how much."""
+
+
+@dataclass
+class Part:
+    """One graded part: its name, points, the functions students write for it, and its check.
+
+    files are the files (relative to the tree's root) whose code the part grades; group is a key of GROUPS.
+    """
+
+    name: str
+    points: int
+    functions: str
+    check: Callable[[], None]
+    files: tuple[str, ...] = ()
+    group: str = "core"
+
+
+def load_fixture(name: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+    path = FIXTURES / f"{name}.safetensors"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: the expected values are missing (instructors: python -m assignments.make_fixtures)")
+    return load_file(path)
+
+
+def _close(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
+    """Elementwise: True where got is off by more than atol + rtol * |expected| (NaN counts as off)."""
+    return ~((got - expected).abs() <= atol + rtol * expected.abs())
+
+
+def compare(what: str, got: object, expected: torch.Tensor, *, rtol: float = RTOL, atol: float = ATOL,
+            hints: dict[str, torch.Tensor] | None = None, hint: str = "", shape_hint: str = "") -> None:
+    """Raise Fail naming `what`, the first mismatching index, the values there and the max abs diff.
+
+    hints maps a description of a common mistake to what that mistake computes; the first one that got
+    matches is named. hint is said when none matches, shape_hint when the shape is wrong.
+    """
+    if not isinstance(got, torch.Tensor):
+        raise Fail(f"{what} returned {type(got).__name__}, expected a tensor of shape {tuple(expected.shape)}")
+    if tuple(got.shape) != tuple(expected.shape):
+        raise Fail(f"{what} returned shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
+                   + (f". {shape_hint}" if shape_hint else ""))
+    if got.dtype != expected.dtype:
+        raise Fail(f"{what} returned dtype {got.dtype}, expected {expected.dtype}")
+    got = got.detach().cpu()
+    bad = _close(got, expected, rtol, atol)
+    if not bad.any():
+        return
+    idx = tuple(bad.nonzero()[0].tolist())
+    diff = (got - expected).abs()
+    maxdiff = diff.nan_to_num(float("inf")).max().item()
+    where = f" at index {idx}" if idx else ""    # a 0-d tensor (a loss) has no index
+    msg = (f"{what} differs{where}: got {got[idx].item():.6g}, expected {expected[idx].item():.6g}; "
+           f"max abs diff {maxdiff:.3g} ({int(bad.sum())} of {bad.numel()} values off)")
+    for text, wrong in (hints or {}).items():
+        if tuple(wrong.shape) == tuple(got.shape) and not _close(got, wrong.to(got.dtype), rtol, atol).any():
+            msg += f". It matches what you get when {text}"
+            break
+    else:
+        if hint:
+            msg += f". {hint}"
+    raise Fail(msg)
+
+
+def differentiable(what: str, loss: object) -> None:
+    """Raise Fail when a loss that has the right value carries no gradient back to its inputs."""
+    if isinstance(loss, torch.Tensor) and not loss.requires_grad:
+        raise Fail(f"{what} gives the right value but no gradient flows back from it: compute it with torch "
+                   "operations on the inputs (no .item(), numpy or torch.tensor(...) of a number)")
+
+
+def _tiny_config(**kw: object):
+    from minbert import BertConfig
+    return BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=16, **kw)
+
+
+def _state(f: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {k[len(prefix):]: v for k, v in f.items() if k.startswith(prefix)}
+
+
+# ---------------------------------------------------------------- a stand-in for BERT
+
+class MixLayer(nn.Module):
+    """A stand-in layer: h + tanh(W softmax(h h^T / sqrt(H) + bias) h + b), masked like attention, (B, T, H)."""
+
+    def __init__(self, H: int):
+        super().__init__()
+        self.W, self.b = nn.Parameter(torch.zeros(H, H)), nn.Parameter(torch.zeros(H))
+
+    def forward(self, h: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        scores = h @ h.transpose(-2, -1) / math.sqrt(h.shape[-1]) + bias[:, 0]   # (B, T, T); bias (B, 1, 1, T)
+        return h + torch.tanh(F.linear(scores.softmax(-1) @ h, self.W, self.b))
+
+
+class StandInBert(nn.Module):
+    """Stands in for BertModel in the checks of part 2 and the extensions, so that they do not run part 1's code.
+
+    It has BertModel's interface (config, embed, attention_bias, layers, pooler, forward) and mixes the tokens
+    of a sequence (masking padding as attention does), but it is not BERT: word + position + segment
+    embeddings, then MixLayers, then the pooler tanh(Wp h_[CLS] + bp).
+    """
+
+    def __init__(self, config: object, num_layers: int = 1):
+        super().__init__()
+        from minbert.model import BertPooler
+        H = config.hidden_size
+        self.config = config
+        self.word = nn.Embedding(config.vocab_size, H)
+        self.position = nn.Embedding(config.max_position_embeddings, H)
+        self.token_type = nn.Embedding(config.type_vocab_size, H)
+        self.layers = nn.ModuleList(MixLayer(H) for _ in range(num_layers))
+        self.pooler = BertPooler(config)
+
+    def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        return self.word(input_ids) + self.position(positions)[None] + self.token_type(token_type_ids)  # (B, T, H)
+
+    def attention_bias(self, attention_mask: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        from minbert.model import mask_to_bias
+        return mask_to_bias(attention_mask, h.dtype)                                      # (B, 1, 1, T)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, embeddings: torch.Tensor | None = None) -> object:
+        from minbert.model import BertOutput
+        h = self.embed(input_ids, token_type_ids) if embeddings is None else embeddings
+        if attention_mask is None:
+            attention_mask = torch.ones(h.shape[:2], dtype=torch.long)
+        bias = self.attention_bias(attention_mask, h)
+        for layer in self.layers:
+            h = layer(h, bias)
+        return BertOutput(h, self.pooler(h))

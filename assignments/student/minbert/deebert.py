@@ -1,0 +1,400 @@
+"""DeeBERT (Xin, Tang, Lee, Yu & Lin, ACL 2020): an off-ramp after every layer, two-stage fine-tuning, and
+early exit when an off-ramp's prediction is confident; PABEE's patience rule (Zhou et al., NeurIPS 2020) too.
+
+Off-ramp l reads layer l's hidden states: a copy of the pretrained pooler (tanh(Wp v + bp), v the [CLS]
+state or the mean over real tokens), dropout, a linear classifier. The last off-ramp is the task's
+ordinary classifier. Training (sec. 3.1): stage 1 fine-tunes the encoder and the last off-ramp as usual;
+stage 2 freezes all of that and trains off-ramps 1..n-1 on the sum of their losses.
+
+Inference (sec. 3.2, Algorithm 1): after layer l, off-ramp l predicts; if the entropy of its distribution is
+below S the sample leaves with that prediction, else it goes on to layer l + 1; the last layer always returns.
+early_exit() runs a whole batch this way: the samples that leave are written to their own rows of the
+output and dropped from the running batch (with the padding columns no remaining sample needs), so every
+sample gets what it would get alone; at batch size 1 the loop is Algorithm 1.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .model import BertModel
+
+POOLINGS = ("cls", "mean")
+
+
+@dataclass
+class DeeBertConfig:
+    """The off-ramps' shape (DeeBERT, sec. 3.1): classes (1 for a regression), pooled vector, pooler, dropout."""
+
+    num_labels: int
+    pooling: str = "cls"          # "cls": the [CLS] state, as the paper; "mean": the mean over real tokens
+    ramp_pooler: bool = True      # a copy of the pretrained pooler (dense + tanh) before the classifier
+    dropout: float | None = None  # before the classifier; None: the encoder's hidden dropout
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, not {self.pooling!r}")
+        if self.num_labels < 1:
+            raise ValueError(f"num_labels must be at least 1, not {self.num_labels}")
+
+
+class OffRamp(nn.Module):
+    """One off-ramp: pooled vector -> copy of the pretrained pooler -> dropout -> linear (DeeBERT, sec. 3.1)."""
+
+    def __init__(self, bert: BertModel, config: DeeBertConfig):
+        super().__init__()
+        H = bert.config.hidden_size
+        self.pooling = config.pooling
+        self.pooler = copy.deepcopy(bert.pooler) if config.ramp_pooler else None   # Wp (H, H), bp (H,)
+        p = bert.config.hidden_dropout_prob if config.dropout is None else config.dropout
+        self.dropout = nn.Dropout(p)
+        self.classifier = nn.Linear(H, config.num_labels)                           # (C, H), (C,)
+
+    def forward(self, h: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """A layer's hidden states (B, T, H) and the 1/0 mask (B, T) -> logits (B, C)."""
+        if self.pooling == "cls":
+            v = h[:, 0]                                                    # (B, H): the [CLS] state
+        else:
+            keep = attention_mask[..., None].to(h.dtype)                   # (B, T, 1)
+            v = (h * keep).sum(1) / keep.sum(1).clamp(min=1.0)             # (B, H): real tokens only
+        if self.pooler is not None:
+            v = torch.tanh(F.linear(v, self.pooler.Wp, self.pooler.bp))    # (B, H)
+        v = F.dropout(v, self.dropout.p, self.training)                    # functional calls: this runs after
+        return F.linear(v, self.classifier.weight, self.classifier.bias)   # every layer at batch 1; (B, C)
+
+
+class DeeBert(nn.Module):
+    """A BERT encoder with an off-ramp after every layer; forward() is the ordinary model (the last off-ramp)."""
+
+    def __init__(self, bert: BertModel, config: DeeBertConfig):
+        super().__init__()
+        self.bert, self.config = bert, config
+        self.ramps = nn.ModuleList(OffRamp(bert, config) for _ in bert.layers)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.bert.layers)
+
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      token_type_ids: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Every layer's output, L tensors of (B, T, H)."""
+        h = self.bert.embed(input_ids, token_type_ids)                     # (B, T, H)
+        bias = self.bert.attention_bias(attention_mask, h)                 # (B, 1, 1, T)
+        out = []
+        for layer in self.bert.layers:
+            h = layer(h, bias)
+            out.append(h)
+        return out
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """All layers, then the last off-ramp: the plain fine-tuned model, logits (B, C)."""
+        return self.ramps[-1](self.hidden_states(input_ids, attention_mask, token_type_ids)[-1], attention_mask)
+
+    def all_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Every off-ramp's logits, (L, B, C): forced exit at each layer (the paper's Figure 3)."""
+        hidden = self.hidden_states(input_ids, attention_mask, token_type_ids)
+        return torch.stack([ramp(h, attention_mask) for ramp, h in zip(self.ramps, hidden)])
+
+    def stage2_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      token_type_ids: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Off-ramps 1..n-1 on hidden states computed without autograd, so no frozen parameter gets a gradient."""
+        with torch.no_grad():
+            hidden = self.hidden_states(input_ids, attention_mask, token_type_ids)[:-1]
+        return [ramp(h, attention_mask) for ramp, h in zip(self.ramps[:-1], hidden)]
+
+
+def _trainable(model: nn.Module) -> list[nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def stage1_parameters(model: DeeBert) -> list[nn.Parameter]:
+    """Stage 1 (sec. 3.1): embeddings, every layer and the last off-ramp train; the rest is frozen."""
+    model.requires_grad_(False)
+    model.bert.requires_grad_(True)
+    model.bert.pooler.requires_grad_(False)   # unused: each off-ramp has its own copy
+    model.ramps[-1].requires_grad_(True)
+    return _trainable(model)
+
+
+def stage2_parameters(model: DeeBert) -> list[nn.Parameter]:
+    """Stage 2 (sec. 3.1): everything stage 1 trained is frozen; off-ramps 1..n-1 train."""
+    model.requires_grad_(False)
+    for ramp in model.ramps[:-1]:
+        ramp.requires_grad_(True)
+    return _trainable(model)
+
+
+def ramp_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """One off-ramp's loss: cross-entropy of (B, C) logits, or squared error when C = 1 (a regression)."""
+    if logits.shape[-1] == 1:
+        return F.mse_loss(logits.squeeze(-1).float(), labels.float())
+    return F.cross_entropy(logits, labels)
+
+
+def offramp_loss(logits: Sequence[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+    """Stage 2's objective, the sum of the off-ramps' losses, L = sum_{i<n} L_i (DeeBERT, sec. 3.1)."""
+    return torch.stack([ramp_loss(z, labels) for z in logits]).sum()
+
+
+def entropy(logits: torch.Tensor, normalize: bool = False) -> torch.Tensor:
+    """H = -sum_c p_c log p_c of softmax(logits) (DeeBERT, sec. 3.2), from log_softmax: finite for any finite logits.
+
+    logits (..., C) -> (...); normalize divides by ln C, so that H lies in [0, 1].
+    """
+    # YOUR CODE HERE
+    # H = -sum_c p_c log p_c over the last dimension, p = softmax(logits): (..., C) -> (...), in float32.
+    #   log p = F.log_softmax(logits.float(), dim=-1), and p = exp(log p). (Taking softmax first and then
+    #   its log fails at large logits: p underflows to 0, log 0 = -inf, and 0 * -inf = nan.) Where a logit
+    #   is -inf, log p is -inf too: clamp log p to the dtype's finite minimum so that 0 log 0 counts as 0.
+    #   With normalize (and C > 1), return H / ln C, which lies in [0, 1]; else H.
+    raise NotImplementedError
+
+
+class ExitRule(Protocol):
+    """When a sample leaves: start() gives per-sample state (B rows), step() the exit mask (B,) and the new state."""
+
+    def start(self, batch_size: int, device: torch.device) -> dict[str, torch.Tensor]: ...
+
+    def step(self, logits: torch.Tensor, state: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]: ...
+
+
+@dataclass(frozen=True)
+class EntropyExit:
+    """DeeBERT's rule (sec. 3.2): leave at the first off-ramp whose entropy is below the threshold S."""
+
+    threshold: float
+    normalize: bool = False
+
+    def start(self, batch_size: int, device: torch.device) -> dict[str, torch.Tensor]:
+        return {}
+
+    def step(self, logits: torch.Tensor, state: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        if logits.shape[-1] < 2:
+            raise ValueError("entropy needs a class distribution; a regression exits by patience (PatienceExit)")
+        return entropy(logits, self.normalize) < self.threshold, state
+
+
+@dataclass(frozen=True)
+class PatienceExit:
+    """PABEE (Zhou et al., 2020, sec. 3.2): leave once the prediction has not changed for P consecutive layers.
+
+    Unchanged means the same argmax for classes; for a regression (C = 1), a change smaller than `change`.
+    """
+
+    patience: int
+    change: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.patience < 1:
+            raise ValueError(f"patience must be at least 1, not {self.patience}")
+
+    def start(self, batch_size: int, device: torch.device) -> dict[str, torch.Tensor]:
+        return {"previous": torch.full((batch_size,), math.nan, device=device),
+                "count": torch.zeros(batch_size, dtype=torch.long, device=device)}
+
+    def step(self, logits: torch.Tensor, state: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        if logits.shape[-1] == 1:
+            value = logits[:, 0].float()                                   # (B,)
+            same = (value - state["previous"]).abs() < self.change         # NaN at layer 1: never the same
+        else:
+            value = logits.argmax(-1).float()                              # (B,)
+            same = value == state["previous"]
+        count = torch.where(same, state["count"] + 1, torch.zeros_like(state["count"]))
+        return count >= self.patience, {"previous": value, "count": count}
+
+
+@dataclass
+class ExitOutput:
+    """Each sample's logits at its exit layer (B, C), its exit layer (B,), 1-based, and the work done."""
+
+    logits: torch.Tensor
+    layers: torch.Tensor
+    token_layers: int = 0     # sum over the layers run of (rows x columns) in the running batch, padding included
+
+
+@torch.no_grad()
+def early_exit(model: DeeBert, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               token_type_ids: torch.Tensor | None, rule: ExitRule, trim: bool = True) -> ExitOutput:
+    """Algorithm 1 of DeeBERT (sec. 3.2) for a whole batch: each sample leaves at its own layer.
+
+    After layer l every running sample's off-ramp l and exit rule are computed; the samples that leave are
+    written to their rows and removed from the batch, the rest go on. trim also drops the columns that only
+    the samples gone had needed.
+    """
+    B, L = input_ids.shape[0], model.num_layers
+    h = model.bert.embed(input_ids, token_type_ids)                        # (B, T, H)
+    mask = attention_mask
+    bias = model.bert.attention_bias(mask, h)                              # (B, 1, 1, T)
+    # YOUR CODE HERE
+    # Algorithm 1 for the batch; h (B, T, H), mask (B, T), bias (B, 1, 1, T) hold the running samples.
+    # Start with rows = torch.arange(B) (each running sample's output row), layers = L for all (B,), long,
+    # state = rule.start(B, h.device) and work = 0. For l = 1..L (model.bert.layers, model.ramps):
+    #   h = layer(h, bias); work += h.shape[0] * h.shape[1]     (b, T', H): b samples left, T' columns
+    #   logits = ramp(h, mask), (b, C); at l = 1 make the output out = logits.new_zeros(B, C)
+    #   at l = L everyone left returns (out[rows] = logits) and the loop ends; before that
+    #   done, state = rule.step(logits, state), done (b,) bool; those leave: out[rows[done]] = their
+    #   logits, layers[rows[done]] = l (1-based); keep the others (~done) in rows, h, mask, bias and each
+    #   tensor of state (stop if none is left); with trim, drop the columns none of them needs any more,
+    #   cols = mask.bool().any(0) (T',), from h, mask (dim 1) and bias (last dim).
+    # Return ExitOutput(out, layers, work).
+    raise NotImplementedError
+
+
+def exit_from_logits(all_logits: torch.Tensor, rule: ExitRule) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exit rule applied to precomputed per-layer logits (L, B, C): (logits (B, C), exit layers (B,))."""
+    L, B, _ = all_logits.shape
+    state, layers = rule.start(B, all_logits.device), torch.full((B,), L, dtype=torch.long, device=all_logits.device)
+    gone = torch.zeros(B, dtype=torch.bool, device=all_logits.device)
+    for l in range(1, L):
+        done, state = rule.step(all_logits[l - 1], state)
+        layers[done & ~gone] = l
+        gone |= done
+    return all_logits[layers - 1, torch.arange(B)], layers
+
+
+@dataclass
+class Timed:
+    """One configuration over a split: logits (N, C) and exit layers (N,) in batch order, seconds per round."""
+
+    name: str
+    logits: torch.Tensor
+    layers: torch.Tensor
+    seconds: list[float] = field(default_factory=list)
+    token_layers: int = 0
+
+    @property
+    def time(self) -> float:
+        return statistics.median(self.seconds)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.no_grad()
+def timed_run(model: DeeBert, batches: Sequence[dict], rule: ExitRule | None,
+              trim: bool = True) -> tuple[torch.Tensor, torch.Tensor, float, int]:
+    """Run every batch (dicts of input_ids, attention_mask, token_type_ids); (logits, layers, seconds, work).
+
+    rule None: the plain model (all layers, the last off-ramp only), the baseline of every timing.
+    """
+    device = next(model.parameters()).device
+    logits, layers, work = [], [], 0
+    _sync(device)
+    t0 = time.perf_counter()
+    for b in batches:
+        if rule is None:
+            z = model(b["input_ids"], b["attention_mask"], b.get("token_type_ids"))
+            logits.append(z)
+            layers.append(torch.full((z.shape[0],), model.num_layers, dtype=torch.long, device=z.device))
+            work += model.num_layers * b["input_ids"].numel()
+        else:
+            o = early_exit(model, b["input_ids"], b["attention_mask"], b.get("token_type_ids"), rule, trim)
+            logits.append(o.logits)
+            layers.append(o.layers)
+            work += o.token_layers
+    _sync(device)
+    seconds = time.perf_counter() - t0
+    return torch.cat(logits).cpu(), torch.cat(layers).cpu(), seconds, work
+
+
+def sweep(model: DeeBert, batches: Sequence[dict], rules: dict[str, ExitRule], rounds: int = 1,
+          warmup: int = 8, log: Callable[[str], None] | None = None) -> tuple[Timed, list[Timed]]:
+    """Time the plain model and each exit rule over the same batches, interleaved in rounds (DeeBERT, sec. 4).
+
+    Every round runs the plain model, then the rules (in reverse order every other round), so that a change
+    of load on the machine hits all alike; the time reported is the median over rounds. `warmup` batches
+    run untimed first. Returns (plain, one Timed per rule).
+    """
+    model.eval()
+    timed_run(model, batches[:warmup], None)
+    for rule in rules.values():
+        timed_run(model, batches[:warmup], rule)
+    runs = {name: Timed(name, torch.empty(0), torch.empty(0)) for name in ["plain", *rules]}
+    for r in range(rounds):
+        order = list(rules) if r % 2 == 0 else list(reversed(rules))
+        for name in ["plain", *order]:
+            run = runs[name]
+            run.logits, run.layers, seconds, run.token_layers = timed_run(model, batches, rules.get(name))
+            run.seconds.append(seconds)
+            if log is not None:
+                log(f"round {r + 1}/{rounds}: {name} {seconds:.2f}s")
+    return runs["plain"], [runs[name] for name in rules]
+
+
+def plot_curve(points: Sequence[dict], path: str | Path, quality: str, title: str = "") -> None:
+    """The paper's Figure 2: quality against measured time saved (%), and against layers saved, as a PNG."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    ax.plot([p["time_saved"] * 100 for p in points], [p["quality"] for p in points], "o-", label="measured time saved")
+    ax.plot([p["layers_saved"] * 100 for p in points], [p["quality"] for p in points], "s--", alpha=0.6,
+            label="layers saved")
+    for p in points:
+        ax.annotate(f"{p['setting']:g}", (p["time_saved"] * 100, p["quality"]), fontsize=7,
+                    textcoords="offset points", xytext=(3, 3))
+    ax.set_xlabel("saving (%) against the model without exits")
+    ax.set_ylabel(quality)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    _save(fig, plt, path)
+
+
+def plot_exit_histograms(histograms: dict[str, Sequence[int]], path: str | Path, title: str = "") -> None:
+    """The paper's Figure 6: how many samples leave at each layer, one panel per setting, as a PNG."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(histograms), figsize=(2.6 * len(histograms) + 0.6, 2.8), sharey=True,
+                             squeeze=False)
+    for ax, (name, counts) in zip(axes[0], histograms.items()):
+        ax.bar(range(1, len(counts) + 1), counts)
+        ax.set_xticks(range(1, len(counts) + 1))
+        ax.set_xlabel("exit layer")
+        ax.set_title(name, fontsize=9)
+    axes[0][0].set_ylabel("samples")
+    fig.suptitle(title, fontsize=10)
+    _save(fig, plt, path)
+
+
+def plot_per_layer(values: Sequence[float], path: str | Path, quality: str, title: str = "") -> None:
+    """The paper's Figure 3: each off-ramp's quality when every sample is forced to leave there, as a PNG."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    ax.plot(range(1, len(values) + 1), values, "o-")
+    ax.set_xticks(range(1, len(values) + 1))
+    ax.set_xlabel("exit layer")
+    ax.set_ylabel(quality)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    _save(fig, plt, path)
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, plt, path: str | Path) -> None:
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)

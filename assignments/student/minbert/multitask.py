@@ -1,0 +1,368 @@
+"""Multitask BERT: one shared encoder, three heads (sentiment, paraphrase, similarity), and task schedules.
+
+The two designs of the CS224N report "Less is More: Exploring BERT and Beyond for Multitask Learning"
+(Qian & Yang), sec. 4.1, for the sentence-pair tasks:
+
+    bi-encoder     u = pool(BERT(s1)), v = pool(BERT(s2)),  head([u, v, |u - v|])     (Sentence-BERT)
+    cross-encoder  w = pool(BERT([CLS] s1 [SEP] s2 [SEP], segments 0...0 1...1)),  head(w)
+
+Sentiment is always head(pool(BERT(s))). Each head is the report's MLP: dropout, Linear(in, 512), GELU,
+Linear(512, out). Both designs take the same inputs, each sentence tokenised alone (the starter code's
+input_ids_1, attention_mask_1, input_ids_2, attention_mask_2); the cross-encoder joins them itself
+(join_pairs), so one data pipeline serves both.
+
+The schedules (sec. 4.2 of the report; Stickland & Murray, 2019, sec. 4 for `annealed`) decide which
+task each training batch comes from; see TaskSchedule.
+
+Optional extensions the model composes: task-specific projected attention layers (add_pals, minbert.pals)
+and SMART regularisation of every training loss (add_smart, minbert.smart). For SMART the task output is a
+function of the encoder's input embeddings: predict() is inputs() -> embed() -> predict_from_embeddings().
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .model import BertModel
+from .pals import PALs, PalsConfig
+from .smart import Smart, SmartConfig
+
+DESIGNS = ("bi-encoder", "cross-encoder")
+POOLINGS = ("mean", "cls", "pooler")
+TASK_NAMES = ("sst", "para", "sts")
+
+
+@dataclass
+class MultitaskConfig:
+    """The multitask model's settings; the encoder's own sizes stay in its BertConfig."""
+
+    design: str = "cross-encoder"       # "bi-encoder" (design 1) or "cross-encoder" (design 2)
+    pooling: str = "mean"               # sentence vector: "mean" of real tokens, "cls" state, or "pooler" output
+    head_hidden: int = 512              # the hidden width of each task head's MLP
+    dropout: float | None = None        # dropout before each head (None: the encoder's hidden dropout)
+    num_sentiment_classes: int = 5
+
+    def __post_init__(self) -> None:
+        if self.design not in DESIGNS:
+            raise ValueError(f"design must be one of {DESIGNS}, not {self.design!r}")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, not {self.pooling!r}")
+
+
+class Head(nn.Module):
+    """The report's task head (Qian & Yang, sec. 4.1): dropout, Linear(in, hidden), GELU, Linear(hidden, out)."""
+
+    def __init__(self, d_in: int, d_hidden: int, d_out: int, dropout: float):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.fc1, self.fc2 = nn.Linear(d_in, d_hidden), nn.Linear(d_hidden, d_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(self.dropout(x))))  # (B, d_in) -> (B, d_out)
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooler_output: torch.Tensor, how: str) -> torch.Tensor:
+    """A sentence vector (B, H) from the final hidden states (B, T, H): mean of real tokens, [CLS], or the pooler."""
+    if how == "mean":
+        keep = attention_mask[..., None].to(hidden.dtype)                # (B, T, 1)
+        return (hidden * keep).sum(1) / keep.sum(1).clamp(min=1.0)       # (B, H)
+    if how == "cls":
+        return hidden[:, 0]                                              # (B, H)
+    return pooler_output
+
+
+def join_pairs(
+    input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor, input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor,
+    max_length: int = 512,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Two separately tokenised batches ([CLS] a [SEP], [CLS] b [SEP]) -> one [CLS] a [SEP] b [SEP] batch.
+
+    Returns input_ids, attention_mask and token_type_ids (0 for [CLS] a [SEP], 1 for b [SEP]), each (B, T),
+    right-padded with 0, the same as tokenising the pairs together. Pairs longer than max_length lose the end
+    of b (its last [SEP] is kept).
+    """
+    B = input_ids_1.shape[0]
+    n1 = attention_mask_1.sum(1)                                  # (B,) tokens of [CLS] a [SEP]
+    n2 = attention_mask_2.sum(1) - 1                              # (B,) tokens of b [SEP], without b's [CLS]
+    total = (n1 + n2).clamp(max=max_length)                       # (B,)
+    T = int(total.max())
+    pos = torch.arange(T, device=input_ids_1.device)[None, :]    # (1, T)
+    in_first = pos < n1[:, None]                                  # (B, T) positions taken by [CLS] a [SEP]
+    real = pos < total[:, None]                                   # (B, T)
+    i1 = pos.clamp(max=input_ids_1.shape[1] - 1).expand(B, T)
+    i2 = (pos - n1[:, None] + 1).clamp(min=0, max=input_ids_2.shape[1] - 1)  # b's token j sits at n1 + j - 1
+    ids = torch.where(in_first, input_ids_1.gather(1, i1), input_ids_2.gather(1, i2))
+    if bool((n1 + n2 > max_length).any()):                        # truncated pairs end in b's [SEP] all the same
+        last = (total - 1)[:, None]                                # (B, 1)
+        sep = input_ids_2.gather(1, (attention_mask_2.sum(1) - 1)[:, None])  # (B, 1) b's final [SEP]
+        ids = ids.scatter(1, last, torch.where((n1 + n2 > max_length)[:, None], sep, ids.gather(1, last)))
+    mask = real.to(attention_mask_1.dtype)
+    ids = ids * mask
+    types = (~in_first & real).to(input_ids_1.dtype)
+    return ids, mask, types
+
+
+def sentiment_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of the sentiment logits (B, C) against class labels (B,)."""
+    # YOUR CODE HERE
+    # Cross-entropy, a scalar: the mean over the batch of -log softmax(logits_b)[labels_b].
+    #   logits (B, C) are raw scores (no softmax of your own before the loss); labels (B,) are class
+    #   indices, to be used as integers (labels.long()). F.cross_entropy computes exactly this.
+    raise NotImplementedError
+
+
+def paraphrase_loss(logit: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy of the paraphrase logit (B,) against 0/1 labels (B,)."""
+    # YOUR CODE HERE
+    # Binary cross-entropy on one logit z per pair, a scalar: with y the 0/1 label,
+    #   mean over the batch of -[y log sigmoid(z) + (1 - y) log(1 - sigmoid(z))]      z, y: (B,)
+    #   The labels may arrive as integers (torch.long): convert them to the logit's dtype first.
+    #   F.binary_cross_entropy_with_logits computes this stably (it applies the sigmoid itself).
+    raise NotImplementedError
+
+
+def similarity_loss(score: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    """Mean-squared error of the predicted similarity (B,) against the 0-5 gold scores (B,)."""
+    # YOUR CODE HERE
+    # Mean-squared error, a scalar: the mean over the batch of (score - gold)^2, score and gold (B,),
+    #   both on the 0-5 scale; convert gold to score's dtype (gold.to(score.dtype)). F.mse_loss does it.
+    raise NotImplementedError
+
+
+class EncoderInput(NamedTuple):
+    """The token inputs of one encoder pass, each (B, T); token_type_ids None means all segment 0."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    token_type_ids: torch.Tensor | None = None
+
+
+class MultitaskBert(nn.Module):
+    """A shared BERT encoder with the sentiment, paraphrase and similarity heads of the CS224N default project."""
+
+    def __init__(self, bert: BertModel, config: MultitaskConfig | None = None):
+        super().__init__()
+        self.bert, self.config = bert, config or MultitaskConfig()
+        c, H = self.config, bert.config.hidden_size
+        p = bert.config.hidden_dropout_prob if c.dropout is None else c.dropout
+        pair_in = 3 * H if c.design == "bi-encoder" else H        # [u, v, |u - v|] or the joint vector
+        self.head = nn.ModuleDict({
+            "sst": Head(H, c.head_hidden, c.num_sentiment_classes, p),
+            "para": Head(pair_in, c.head_hidden, 1, p),
+            "sts": Head(pair_in, c.head_hidden, 1, p),
+        })
+        # The task whose batch runs now; task-specific extensions (PALs) read it.
+        self.active_task: str | None = None
+        self.pals: PALs | None = None       # add_pals()
+        self.smart: Smart | None = None     # add_smart()
+
+    def add_pals(self, config: PalsConfig) -> PALs:
+        """Projected attention layers for every task (Stickland & Murray, 2019), set on the encoder's layers."""
+        self.pals = PALs(self.bert.config, TASK_NAMES, config)
+        self.pals.attach(self.bert)
+        return self.pals
+
+    def add_smart(self, config: SmartConfig) -> Smart:
+        """SMART (Jiang et al., 2020) on every loss(); call it once the trainable parameters are chosen (requires_grad
+        set): the Bregman momentum copy follows those."""
+        self.smart = Smart(config, {n: p for n, p in self.named_parameters() if p.requires_grad})
+        return self.smart
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               token_type_ids: torch.Tensor | None = None, embeddings: torch.Tensor | None = None) -> torch.Tensor:
+        """The sentence vector of each input, (B, H); `embeddings` (from bert.embed) replaces the embedding step."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, embeddings=embeddings)
+        return pool(out.last_hidden_state, attention_mask, out.pooler_output, self.config.pooling)
+
+    def pair_inputs(self, input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor,
+                    input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor) -> list[EncoderInput]:
+        """A pair's encoder passes: each sentence alone (bi-encoder), or the joined [CLS] s1 [SEP] s2 [SEP]."""
+        # YOUR CODE HERE
+        # A list of the encoder passes a pair needs, each an EncoderInput(input_ids, attention_mask,
+        # token_type_ids=None); the two sentences come tokenised separately, (B, T1) and (B, T2).
+        # bi-encoder (self.config.design == "bi-encoder"; Sentence-BERT): each sentence alone, in order:
+        #   [EncoderInput(input_ids_1, attention_mask_1), EncoderInput(input_ids_2, attention_mask_2)]
+        # cross-encoder: one pass, the sequence [CLS] a [SEP] b [SEP] with a in segment 0 and b in segment 1:
+        #   ids, mask, types = join_pairs(the four tensors, self.bert.config.max_position_embeddings)
+        #   (B, T) each; return [EncoderInput(ids, mask, types)]: the segment ids tell BERT which
+        #   sentence each token comes from, and max_length keeps a long pair within the position table.
+        raise NotImplementedError
+
+    def inputs(self, task: str, batch: dict) -> list[EncoderInput]:
+        """The encoder passes a collated batch of `task` needs: one for a sentence or a joined pair, two otherwise."""
+        if task == "sst":
+            return [EncoderInput(batch["input_ids"], batch["attention_mask"])]
+        return self.pair_inputs(batch["input_ids_1"], batch["attention_mask_1"],
+                                batch["input_ids_2"], batch["attention_mask_2"])
+
+    def embed(self, inputs: list[EncoderInput]) -> list[torch.Tensor]:
+        """The encoder input h0 of each pass, (B, T, H) (SMART perturbs these)."""
+        return [self.bert.embed(x.input_ids, x.token_type_ids) for x in inputs]
+
+    def features(self, inputs: list[EncoderInput], embeddings: list[torch.Tensor]) -> torch.Tensor:
+        """A head's input from the passes' h0: the sentence or joint vector (B, H), or [u, v, |u - v|] (B, 3H)."""
+        # YOUR CODE HERE
+        # inputs are the encoder passes (EncoderInput: input_ids, attention_mask, token_type_ids), and
+        # embeddings their encoder inputs h0, one (B, T, H) tensor per pass (SMART hands in perturbed ones).
+        # The sentence vector of each pass, (B, H): self.encode(x.input_ids, x.attention_mask,
+        #   x.token_type_ids, h), with h the pass's h0 from `embeddings` (do not embed the tokens again: a
+        #   perturbation of h0 must reach the encoder), pooled as self.config.pooling says.
+        # One pass (a sentence, or a cross-encoder's joined pair): return its vector, (B, H).
+        # Two passes (the bi-encoder's sentences, vectors u and v): return [u, v, |u - v|], concatenated
+        #   along the last dimension in that order, (B, 3H).
+        raise NotImplementedError
+
+    def predict_from_embeddings(self, task: str, embeddings: list[torch.Tensor],
+                                inputs: list[EncoderInput]) -> torch.Tensor:
+        """The task's output from the passes' h0 (possibly perturbed): logits (B, C), or one value per pair (B,)."""
+        self.active_task = task
+        if self.pals is not None:
+            self.pals.task = task                                    # the PALs of the batch's task run
+        # YOUR CODE HERE
+        # The head's input self.features(inputs, embeddings) (pass the given embeddings on), through the
+        # task's head self.head[task] ("sst", "para" or "sts"). Return it as the head gives it: no softmax,
+        # no sigmoid, no rescaling (the losses and predictions apply those), the sentiment logits (B, 5)
+        # as they are, and for the pair tasks the (B, 1) output with the last dimension squeezed, (B,):
+        # the paraphrase logit, and the similarity score on the gold labels' 0-5 scale.
+        raise NotImplementedError
+
+    def predict(self, task: str, batch: dict) -> torch.Tensor:
+        """The task's output for a collated batch: sentiment logits (B, C), or one value per pair (B,)."""
+        inputs = self.inputs(task, batch)
+        return self.predict_from_embeddings(task, self.embed(inputs), inputs)
+
+    def forward(self, task: str, batch: dict) -> torch.Tensor:
+        """Same as predict(task, batch)."""
+        return self.predict(task, batch)
+
+    def pair_features(self, input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor,
+                      input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor) -> torch.Tensor:
+        """The input of a pair head: [u, v, |u - v|] (B, 3H) for the bi-encoder, the joint vector (B, H) otherwise."""
+        inputs = self.pair_inputs(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2)
+        return self.features(inputs, self.embed(inputs))
+
+    def predict_sentiment(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Sentiment logits (B, 5) for single sentences."""
+        return self.predict("sst", {"input_ids": input_ids, "attention_mask": attention_mask})
+
+    def predict_paraphrase(self, input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor,
+                           input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor) -> torch.Tensor:
+        """One paraphrase logit per pair, (B,); sigmoid > 0.5 means "paraphrase"."""
+        return self.predict("para", {"input_ids_1": input_ids_1, "attention_mask_1": attention_mask_1,
+                                     "input_ids_2": input_ids_2, "attention_mask_2": attention_mask_2})
+
+    def predict_similarity(self, input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor,
+                           input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor) -> torch.Tensor:
+        """One similarity score per pair on the 0-5 scale of the gold labels, (B,)."""
+        return self.predict("sts", {"input_ids_1": input_ids_1, "attention_mask_1": attention_mask_1,
+                                    "input_ids_2": input_ids_2, "attention_mask_2": attention_mask_2})
+
+    def loss(self, task: str, batch: dict) -> torch.Tensor:
+        """The task's loss on a labelled batch: cross-entropy, binary cross-entropy or mean-squared error;
+        with SMART, in training mode, plus its regularisers (minbert.smart)."""
+        inputs = self.inputs(task, batch)
+        h = self.embed(inputs)
+        y = self.predict_from_embeddings(task, h, inputs)
+        loss = TASK_LOSSES[task](y, batch["labels"])
+        if self.smart is not None and self.training:
+            loss = self.smart(self, task, SMART_KINDS[task], batch, inputs, h, y, loss)
+        return loss
+
+
+TASK_LOSSES = {"sst": sentiment_loss, "para": paraphrase_loss, "sts": similarity_loss}
+SMART_KINDS = {"sst": "classification", "para": "binary", "sts": "regression"}   # which l_s each output takes
+
+
+# Task schedules. Each gives the order of one epoch's training batches as (task, j): the j-th batch of that
+# task's stream for the epoch. A task's stream is its shuffled batches, and, should a schedule ask for more
+# batches than the task has, further passes over it, each shuffled anew (the caller builds them; see
+# tasks.multitask). The order depends on (seed, epoch) alone, so a run resumed at an epoch boundary goes on
+# exactly as an uninterrupted run would.
+
+def annealed_alpha(epoch: int, epochs: int) -> float:
+    """Stickland & Murray (2019, sec. 4): alpha = 1 - 0.8 (e - 1) / (E - 1) at epoch e = 1..E (1 when E = 1)."""
+    return 1.0 if epochs <= 1 else 1.0 - 0.8 * (epoch - 1) / (epochs - 1)
+
+
+def task_probabilities(sizes: dict[str, int], alpha: float = 1.0) -> dict[str, float]:
+    """p_i proportional to N_i ** alpha over the tasks' training-set sizes N_i."""
+    weights = {t: n ** alpha for t, n in sizes.items()}
+    total = sum(weights.values())
+    return {t: w / total for t, w in weights.items()}
+
+
+@dataclass
+class TaskSchedule:
+    """Which task each batch of an epoch comes from.
+
+    sequential     every batch of the first task, then of the second, ...; an epoch is one pass over every task.
+    round-robin    one batch of each task in turn (the report's sec. 4.2). when_exhausted="drop" (default): a
+                   task whose batches have run out leaves the rotation and the others go on, so an epoch is
+                   still one pass over every task, each example seen once; "cycle": smaller tasks start
+                   another pass until the largest has been seen once, so an epoch is max_i(n_i) batches
+                   of each task (the small tasks are oversampled).
+    proportional   each batch's task drawn with probability n_i / sum n over the tasks' sizes (in batches);
+                   an epoch is sum n batches, the tasks' streams cycling if drawn more often than they have batches.
+    annealed       as proportional, with probabilities proportional to n_i ** alpha, alpha falling from 1 at the
+                   first epoch to 0.2 at the last (Stickland & Murray, 2019, sec. 4): the tasks are drawn more
+                   evenly as training goes on. An epoch is sum n batches.
+    """
+
+    name: str
+    when_exhausted: str = "drop"
+
+    def __post_init__(self) -> None:
+        if self.name not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, not {self.name!r}")
+        if self.when_exhausted not in ("drop", "cycle"):
+            raise ValueError(f"when_exhausted must be 'drop' or 'cycle', not {self.when_exhausted!r}")
+
+    def probabilities(self, num_batches: dict[str, int], epoch: int, epochs: int) -> dict[str, float] | None:
+        """The task-drawing probabilities at epoch (0-based) of epochs; None for the deterministic schedules."""
+        if self.name == "proportional":
+            return task_probabilities(num_batches)
+        if self.name == "annealed":
+            return task_probabilities(num_batches, annealed_alpha(epoch + 1, epochs))
+        return None
+
+    def order(self, num_batches: dict[str, int], epoch: int, epochs: int, seed: int) -> list[tuple[str, int]]:
+        """The epoch's batches as (task, index into that task's stream), for tasks with num_batches[t] batches."""
+        tasks = [t for t, n in num_batches.items() if n > 0]
+        if self.name == "sequential":
+            return [(t, j) for t in tasks for j in range(num_batches[t])]
+        if self.name == "round-robin":
+            rounds = max(num_batches[t] for t in tasks)
+            return [(t, j) for j in range(rounds) for t in tasks
+                    if self.when_exhausted == "cycle" or j < num_batches[t]]
+        probs = self.probabilities({t: num_batches[t] for t in tasks}, epoch, epochs)
+        rng = random.Random(seed * 1_000_003 + epoch)
+        drawn = rng.choices(tasks, weights=[probs[t] for t in tasks], k=sum(num_batches[t] for t in tasks))
+        seen = dict.fromkeys(tasks, 0)
+        out = []
+        for t in drawn:
+            out.append((t, seen[t]))
+            seen[t] += 1
+        return out
+
+
+SCHEDULES = ("sequential", "round-robin", "proportional", "annealed")
+
+
+def passes_needed(order: list[tuple[str, int]], num_batches: dict[str, int]) -> dict[str, int]:
+    """How many shuffled passes over each task an epoch's order reaches into."""
+    need = dict.fromkeys(num_batches, 0)
+    for t, j in order:
+        need[t] = max(need[t], j // num_batches[t] + 1)
+    return need
+
+
+def num_batches_of(sizes: dict[str, int], batch_size: int) -> dict[str, int]:
+    """ceil(N_i / batch_size) batches for each task of N_i examples."""
+    return {t: math.ceil(n / batch_size) for t, n in sizes.items()}

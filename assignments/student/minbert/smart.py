@@ -1,0 +1,243 @@
+"""SMART (Jiang et al., 2020, "SMART: Robust and Efficient Fine-Tuning for Pre-trained Natural Language Models
+through Principled Regularized Optimization", arXiv:1911.03437), sec. 3 and Algorithm 1, on the input embeddings.
+
+Fine-tuning minimises F(theta) = L(theta) + lambda_s R_s(theta) (sec. 3.1), with the smoothness-inducing
+adversarial regulariser
+
+    R_s(theta) = 1/n sum_i  max_{||x~_i - x_i||_inf <= epsilon}  l_s(f(x~_i; theta), f(x_i; theta)),
+
+l_s the symmetric KL divergence of the output distributions (classification) or the squared error
+(regression), and takes Bregman proximal point steps with momentum (sec. 3.2): each step also minimises
+mu D_Breg(theta, theta~), D_Breg(theta, theta~) = 1/n sum_i l_s(f(x_i; theta), f(x_i; theta~)), where theta~ is
+a slowly moving copy of the parameters, theta~ <- (1 - beta) theta + beta theta~ after every step.
+
+Per training batch, as Algorithm 1 (x: the encoder's input embeddings h0, f: the task output as a function of them):
+  1. x~ = x + nu, nu ~ N(0, sigma^2 I)
+  2. K times: g = grad_{x~} l_s(f(x~), f(x)) / ||grad||_inf;  x~ <- Proj_{||x~ - x||_inf <= eps}(x~ + eta g)
+  3. loss = task loss + lambda_s l_s(f(x~), f(x)) + mu l_s(f(x; theta), f(x; theta~))
+  4. after the optimiser step: theta~ <- (1 - beta) theta + beta theta~
+
+Where minbert follows the paper and the public reference code (namisan/mt-dnn, mt_dnn/perturbation.py)
+differs: the reference normalises the gradient by each token's own infinity norm (plus epsilon) and steps
+x + eta g without the starting noise, never projecting onto the epsilon ball (epsilon only guards the
+division); it takes the step's gradient from the one-sided KL(f(x) || f(x~)); it detaches the embeddings, so
+the regulariser does not train the embedding layer; and it never released the Bregman proximal point part.
+minbert normalises by the infinity norm of each example's whole gradient (every token and hidden unit, and
+for a bi-encoder pair both sentences: the example x_i of the paper), keeps the noise, projects, uses the
+symmetric l_s in the step, and lets the regulariser's gradient reach the embedding layer through x.
+
+The target f(x) is the clean output, detached (a fixed target, as in the ascent step): the regulariser
+pulls f(x~) towards f(x), and f(x) gets its gradient from the task loss. So the regulariser costs one more
+forward and backward than the task loss (the adversarial pass) plus, per step K, a forward and a backward
+to the perturbation only (torch.autograd.grad: no parameter gradient is computed or accumulated). With the
+passes' dropout on, f(x) is the task forward's own output (no extra pass); with it off (`dropout=False`),
+the clean target is one more forward without dropout and without a graph, and the perturbation and
+adversarial passes run without dropout too. The Bregman term's f(x; theta) is the task forward's output
+(with its graph); f(x; theta~) is a forward through torch.func.functional_call with theta~, without a graph.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+KINDS = ("classification", "binary", "regression")
+
+
+@dataclass
+class SmartConfig:
+    """SMART's settings; the defaults are the paper's (sec. 5: lambda_s in {1, 3, 5}, mu 1, beta 0.99)."""
+
+    lambda_s: float = 1.0       # weight of the smoothness-inducing regulariser R_s
+    steps: int = 1              # K, ascent steps on the perturbation
+    eta: float = 1e-3           # the perturbation's step size
+    epsilon: float = 1e-5       # radius of the infinity-norm ball around x
+    sigma: float = 1e-5         # standard deviation of the starting noise nu
+    bregman: bool = False       # the Bregman proximal point term with momentum
+    mu: float = 1.0             # its weight
+    beta: float = 0.99          # its momentum: theta~ <- (1 - beta) theta + beta theta~
+    dropout: bool = True        # False: the regulariser's clean, perturbation and adversarial passes run without dropout
+
+    def __post_init__(self) -> None:
+        for name in ("lambda_s", "sigma", "mu"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"SMART {name} must be >= 0, not {getattr(self, name)}")
+        for name in ("eta", "epsilon"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"SMART {name} must be > 0, not {getattr(self, name)}")
+        if self.steps < 0:
+            raise ValueError(f"SMART steps must be >= 0, not {self.steps}")
+        if not 0 <= self.beta < 1:
+            raise ValueError(f"SMART beta must be in [0, 1), not {self.beta}")
+
+
+# ------------------------------------------------------------------ l_s, the divergences (sec. 3.1)
+
+def symmetric_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    """KL(P || Q) + KL(Q || P) = sum_c (P_c - Q_c)(log P_c - log Q_c), P = softmax(p_logits), batch mean.
+
+    From log-softmax, in fp32: finite and exact for confident logits (a softmax of logits ~100 underflows).
+    """
+    # YOUR CODE HERE
+    # The symmetric KL divergence of P = softmax(p_logits) and Q = softmax(q_logits), logits (B, C), over
+    # the classes (the last dimension), then the mean over the batch: a scalar, in float32.
+    #   KL(P || Q) + KL(Q || P) = sum_c (P_c - Q_c)(log P_c - log Q_c)      (both directions, not one)
+    #   log P = F.log_softmax(p_logits.float(), dim=-1), P = exp(log P), the same for Q. Taking the softmax
+    #   first and then its log fails at confident logits (~100): P underflows to 0, log 0 = -inf, 0 * -inf = nan.
+    raise NotImplementedError
+
+
+def two_class(logit: torch.Tensor) -> torch.Tensor:
+    """A binary logit z (B,) as the logits [0, z] (B, 2) of the distribution [1 - sigmoid(z), sigmoid(z)]."""
+    return torch.stack([torch.zeros_like(logit), logit], dim=-1)
+
+
+def squared_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(a - b)^2, batch mean: l_s for regression."""
+    return (a.float() - b.float()).pow(2).mean()
+
+
+def divergence(a: torch.Tensor, b: torch.Tensor, kind: str) -> torch.Tensor:
+    """l_s(a, b) for outputs of one kind: class logits (B, C), one binary logit (B,), or one real value (B,)."""
+    if kind == "classification":
+        return symmetric_kl(a, b)
+    if kind == "binary":
+        return symmetric_kl(two_class(a), two_class(b))
+    if kind == "regression":
+        return squared_error(a, b)
+    raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+
+
+# ------------------------------------------------------------------ R_s: the adversarial perturbation
+
+def ascent_step(delta: list[torch.Tensor], grad: list[torch.Tensor], eta: float, epsilon: float) -> list[torch.Tensor]:
+    """Algorithm 1's ascent step: delta + eta g / ||g||_inf, projected onto the ball ||delta||_inf <= epsilon.
+
+    delta and grad are lists of (B, ...) tensors, one per encoder input of the example (two for a bi-encoder
+    pair); ||g||_inf is per example, the largest |entry| of all its tensors. An example whose gradient is 0
+    does not move. Projecting x~ = x + delta onto ||x~ - x||_inf <= epsilon clamps each entry of delta.
+    """
+    # YOUR CODE HERE
+    # delta and grad are lists of (B, ...) tensors, the same shapes (one per encoder pass: two for a
+    # bi-encoder pair); example b is row b of every tensor of the list. Return the new delta, a list alike:
+    #   n_b = ||g_b||_inf = the largest |entry| of example b's gradient over all the tensors of the list, (B,)
+    #       (computed from grad detached; not the L2 norm, not one norm per token or per tensor, not one
+    #       for the whole batch); where n_b is 0 use 1 instead, so that such an example stays where it is
+    #   delta_b + eta * g_b / n_b, each tensor's rows scaled by their n_b (view it as (B, 1, 1) for (B, T, H))
+    #   then the projection onto the ball ||delta_b||_inf <= epsilon: clamp every entry to [-epsilon, epsilon]
+    raise NotImplementedError
+
+
+def adversarial_perturbation(
+    f: Callable[[list[torch.Tensor]], torch.Tensor], x: list[torch.Tensor], target: torch.Tensor, kind: str,
+    config: SmartConfig,
+) -> list[torch.Tensor]:
+    """Algorithm 1's inner loop: delta = x~ - x after K ascent steps on l_s(f(x + delta), target), detached.
+
+    f maps the encoder inputs (a list of (B, T, H)) to the task output; the gradient is taken with respect to
+    delta alone (torch.autograd.grad), so no parameter gradient is computed or accumulated.
+    """
+    x, target = [h.detach() for h in x], target.detach()
+    delta = [config.sigma * torch.randn_like(h) for h in x]          # nu ~ N(0, sigma^2 I)
+    with torch.enable_grad():
+        for _ in range(config.steps):
+            delta = [d.requires_grad_() for d in delta]
+            loss = divergence(f([h + d for h, d in zip(x, delta)]), target, kind)
+            grad = torch.autograd.grad(loss, delta)
+            delta = ascent_step([d.detach() for d in delta], list(grad), config.eta, config.epsilon)
+    return delta
+
+
+def smoothness_loss(
+    f: Callable[[list[torch.Tensor]], torch.Tensor], x: list[torch.Tensor], target: torch.Tensor, kind: str,
+    config: SmartConfig,
+) -> torch.Tensor:
+    """R_s on a batch (sec. 3.1): l_s(f(x~), f(x)) at the perturbation found by K ascent steps; target = f(x)."""
+    delta = adversarial_perturbation(f, x, target, kind, config)
+    return divergence(f([h + d for h, d in zip(x, delta)]), target.detach(), kind)
+
+
+def smart_loss(task_loss: torch.Tensor, smoothness: torch.Tensor, bregman: torch.Tensor | float,
+               config: SmartConfig) -> torch.Tensor:
+    """The SMART objective on a batch: L + lambda_s R_s + mu D_Breg (sec. 3.1-3.2)."""
+    return task_loss + config.lambda_s * smoothness + config.mu * bregman
+
+
+# ------------------------------------------------------------------ D_Breg: the momentum copy theta~ (sec. 3.2)
+
+@torch.no_grad()
+def momentum_update(tilde: torch.Tensor, theta: torch.Tensor, beta: float) -> None:
+    """theta~ <- (1 - beta) theta + beta theta~, in place (sec. 3.2, Algorithm 1)."""
+    tilde.mul_(beta).add_(theta.detach().to(tilde.dtype), alpha=1.0 - beta)
+
+
+@contextlib.contextmanager
+def without_dropout(model: nn.Module, off: bool = True) -> Iterator[None]:
+    """Run a block in eval mode (no dropout anywhere in the model) when `off`, then restore the mode."""
+    was = model.training
+    if off:
+        model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
+
+
+class Smart(nn.Module):
+    """SMART for a model that gives its task output as a function of the encoder's input embeddings.
+
+    The model provides inputs(task, batch) (the encoder passes' token inputs), embed(inputs) (their h0, a
+    list of (B, T, H)), predict_from_embeddings(task, embeddings, inputs), and forward(task, batch) (the
+    task output). With `bregman`, theta~ is held here as buffers, one per trainable parameter at creation, so
+    that the model's state_dict (and a checkpoint) carries it and a resumed run continues exactly.
+    """
+
+    def __init__(self, config: SmartConfig, params: dict[str, nn.Parameter]):
+        super().__init__()
+        self.config = config
+        self.names = list(params) if config.bregman else []
+        for name in self.names:
+            self.register_buffer(self.buffer_name(name), params[name].detach().clone())  # theta~_1 = theta_0
+
+    @staticmethod
+    def buffer_name(name: str) -> str:
+        return "momentum/" + name.replace(".", "/")                 # buffer names may not hold dots
+
+    def tilde(self) -> dict[str, torch.Tensor]:
+        """theta~ by the model's parameter names (for torch.func.functional_call)."""
+        return {name: getattr(self, self.buffer_name(name)) for name in self.names}
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        """After an optimiser step: theta~ <- (1 - beta) theta + beta theta~ for every tracked parameter."""
+        params = dict(model.named_parameters())
+        for name, tilde in self.tilde().items():
+            momentum_update(tilde, params[name], self.config.beta)
+
+    def forward(self, model: nn.Module, task: str, kind: str, batch: dict, inputs: list, h: list[torch.Tensor],
+                y: torch.Tensor, task_loss: torch.Tensor) -> torch.Tensor:
+        """The SMART loss of a batch, given the task forward: its embeddings h, output y = f(h) and loss."""
+        c = self.config
+
+        def f(embeddings: list[torch.Tensor]) -> torch.Tensor:
+            return model.predict_from_embeddings(task, embeddings, inputs)
+
+        with without_dropout(model, off=not c.dropout):
+            if c.dropout:
+                x, target = h, y.detach()                           # the task forward's own f(x)
+            else:
+                x = model.embed(inputs)                             # h0 without dropout
+                with torch.no_grad():
+                    target = f(x)
+            smoothness = smoothness_loss(f, x, target, kind, c)
+            bregman: torch.Tensor | float = 0.0
+            if self.names:
+                with torch.no_grad():
+                    y_tilde = torch.func.functional_call(model, self.tilde(), (task, batch))
+                bregman = divergence(y, y_tilde, kind)
+        return smart_loss(task_loss, smoothness, bregman, c)
