@@ -48,6 +48,7 @@ class MultitaskConfig:
     head_hidden: int = 512              # the hidden width of each task head's MLP
     dropout: float | None = None        # dropout before each head (None: the encoder's hidden dropout)
     num_sentiment_classes: int = 5
+    similarity_bias: float = 0.0        # the STS head's initial output bias; 2.5 starts it mid-scale (see MultitaskBert)
 
     def __post_init__(self) -> None:
         if self.design not in DESIGNS:
@@ -161,6 +162,9 @@ class MultitaskBert(nn.Module):
             "para": Head(pair_in, c.head_hidden, 1, p),
             "sts": Head(pair_in, c.head_hidden, 1, p),
         })
+        # A freshly initialised head outputs about 0 while STS gold scores average about 2.5: with a short budget the
+        # first steps of mean-squared error go into the mean, not the similarity. similarity_bias=2.5 starts mid-scale.
+        nn.init.constant_(self.head["sts"].fc2.bias, c.similarity_bias)
         # The task whose batch runs now; task-specific extensions (PALs) read it.
         self.active_task: str | None = None
         self.pals: PALs | None = None       # add_pals()

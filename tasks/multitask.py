@@ -204,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "trained with it), the [CLS] state, or the pooler output")
     p.add_argument("--head-hidden", type=int, default=512, help="hidden width of each task head's MLP (default 512)")
     p.add_argument("--dropout", type=float, default=None, help="dropout before each head (default: the model's)")
+    p.add_argument("--sts-head-bias", type=float, default=0.0,
+                   help="initial output bias of the STS head (default 0; 2.5, the middle of the 0-5 scale, lets short "
+                        "runs learn the similarity instead of first fitting its mean)")
     p.add_argument("--max-length", type=int, default=None, help="truncate each sentence to this many tokens")
     p.add_argument("--no-bucket", dest="bucket", action="store_false",
                    help="batch training examples in random order instead of by similar length")
@@ -350,7 +353,8 @@ def run(args: argparse.Namespace) -> dict:
                              f"({train[t].records.path}, {dev[t].records.path})")
 
     seed_everything(args.seed)
-    config = MultitaskConfig(args.design, args.pooling, args.head_hidden, args.dropout)
+    config = MultitaskConfig(args.design, args.pooling, args.head_hidden, args.dropout,
+                             similarity_bias=args.sts_head_bias)
     model = MultitaskBert(minbert.load_pretrained(args.model), config)
     params = mode.setup(model, args)
     params = add_smart_pals(model, args, params)

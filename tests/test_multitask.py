@@ -254,3 +254,15 @@ def test_loaded_examples_carry_no_padding(tokenizer, files):
     batch = collate(data, [0, 1, 2])
     assert batch["attention_mask_1"].sum(1).tolist() == [len(data.ids[i]) for i in range(3)]
     assert batch["input_ids_1"].shape[1] == max(len(data.ids[i]) for i in range(3))
+
+
+def test_the_sts_head_can_start_mid_scale(tiny_config, tokenizer):
+    torch.manual_seed(0)
+    plain = MultitaskBert(minbert.BertModel(tiny_config), MultitaskConfig()).eval()
+    torch.manual_seed(0)
+    mid = MultitaskBert(minbert.BertModel(tiny_config), MultitaskConfig(similarity_bias=2.5)).eval()
+    batch = pair_batch(tokenizer)
+    with torch.no_grad():
+        torch.testing.assert_close(mid.predict_similarity(*batch.values()),
+                                   plain.predict_similarity(*batch.values()) + 2.5)
+        torch.testing.assert_close(mid.predict_paraphrase(*batch.values()), plain.predict_paraphrase(*batch.values()))
