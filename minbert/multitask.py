@@ -373,14 +373,6 @@ class TaskSchedule:
 SCHEDULES = ("sequential", "round-robin", "proportional", "annealed")
 
 
-def passes_needed(order: list[tuple[str, int]], num_batches: dict[str, int]) -> dict[str, int]:
-    """How many shuffled passes over each task an epoch's order reaches into."""
-    need = dict.fromkeys(num_batches, 0)
-    for t, j in order:
-        need[t] = max(need[t], j // num_batches[t] + 1)
-    return need
-
-
 def num_batches_of(sizes: dict[str, int], batch_size: int) -> dict[str, int]:
     """ceil(N_i / batch_size) batches for each task of N_i examples."""
     return {t: math.ceil(n / batch_size) for t, n in sizes.items()}

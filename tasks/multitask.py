@@ -32,7 +32,7 @@ from minbert.multitask import DESIGNS, POOLINGS, SCHEDULES, MultitaskBert, Multi
 from minbert.pals import VARIANTS, PalsConfig
 from minbert.smart import SmartConfig
 
-from .data import TASKS, PairExample, Records, batch_indices
+from .data import TASKS, PairExample, Records, batch_indices, to_device
 from .evaluation import accuracy, overall_score, pearson, prediction_path, write_predictions
 from .finetune import add_mode_arguments, get_mode
 from .train import add_loop_arguments, autocast, fit, is_main_process, loop_kwargs, pick_device, seed_everything
@@ -151,7 +151,7 @@ def predict(model: MultitaskBert, data: Encoded, batch_size: int, device: torch.
     model.eval()
     out: dict[int, float | int] = {}
     for index in batch_indices(data.lengths, batch_size, shuffle=False, bucket=True):
-        batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in collate(data, index).items()}
+        batch = to_device(collate(data, index), device)
         with autocast(device, precision):
             y = model.predict(data.task, batch).float()
         if data.task == "sst":
@@ -421,7 +421,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.predictions:
         Path(args.predictions_dir).mkdir(parents=True, exist_ok=True)
         (Path(args.predictions_dir) / "multitask-summary.json").write_text(json.dumps(
-            {k: v for k, v in summary.items()} | {"settings": run_config}, indent=1))
+            summary | {"settings": run_config}, indent=1))
     return summary
 
 
