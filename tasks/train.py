@@ -1,6 +1,7 @@
 """The training loop every task CLI shares: devices, seeding, epochs with a progress bar, dev selection,
 and atomic checkpoints that a killed run resumes from to the same result as an uninterrupted one; the
-recipe (mixed precision, warm-up and decay, clipping, accumulation) and data parallelism through torchrun.
+recipe (mixed precision, warm-up and decay, clipping, accumulation; its pieces and flags in tasks/recipe.py)
+and data parallelism through torchrun (tasks/distributed.py).
 
 A checkpoint (written after every epoch) holds the model's state (encoder and head), the
 optimiser's state, the number of finished epochs, the best dev score so far with that epoch's
@@ -10,12 +11,12 @@ exactly where an uninterrupted run would be; the checkpoint also holds the optim
 base learning rates and the fp16 gradient scaler, and under torchrun every rank's RNG states.
 
 Every CLI takes the loop's flags with one call, add_loop_arguments(parser), and passes them on with
-fit(..., **loop_kwargs(args)); under torchrun it writes its files only where is_main_process().
+fit(..., **loop_kwargs(args)); under torchrun it writes its files only where is_main_process(). Both come
+from tasks/recipe.py and are importable from here too.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import random
@@ -34,6 +35,14 @@ from tqdm import tqdm
 from . import distributed as dp
 from .data import to_device
 from .distributed import is_main_process, rank, world_size
+from .recipe import (
+    LinearSchedule,
+    add_loop_arguments,  # noqa: F401 - re-exported: the CLIs import the loop's flags from here
+    autocast,
+    check_precision,
+    cpu_has_bf16,
+    loop_kwargs,  # noqa: F401 - re-exported
+)
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -110,60 +119,6 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dic
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such checkpoint")
     return torch.load(path, map_location=device, weights_only=True)
-
-
-PRECISIONS = ("fp32", "bf16", "fp16")
-
-
-def check_precision(device: torch.device, precision: str) -> None:
-    """A clear error for a precision the device cannot train in: fp16 needs CUDA, bf16 a CPU, MPS or a bf16 GPU."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
-    if precision == "fp16" and device.type != "cuda":
-        raise ValueError(f"--precision fp16 trains on CUDA only (with a gradient scaler), not on {device.type}: "
-                         "use bf16 there (the same range as fp32, no scaler needed) or fp32")
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ValueError(f"--precision bf16: {torch.cuda.get_device_name(device)} has no bf16 support; use fp16")
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (avx512_bf16 or AMX); without, bf16 autocast is slower than fp32."""
-    probes = [getattr(torch.cpu, f, None) for f in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    return any(probe is not None and probe() for probe in probes)
-
-
-def autocast(device: torch.device, precision: str) -> torch.autocast:
-    """The autocast context for a precision: matrix products in bf16 or fp16, fp32 where torch's autocast keeps it.
-
-    fp32 is autocast switched off. Under autocast torch keeps losses (cross_entropy, mse_loss, ...) in fp32,
-    and LayerNorm and softmax accumulate their statistics in fp32; parameters, gradients, the optimiser
-    state and the update stay fp32 (Micikevicius et al., 2018, sec. 3).
-    """
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
-    dtype = torch.float16 if precision == "fp16" else torch.bfloat16
-    return torch.autocast(device.type, dtype=dtype, enabled=precision != "fp32")
-
-
-@dataclass(frozen=True)
-class LinearSchedule:
-    """Linear warm-up over `warmup` optimiser steps, then linear decay to 0 at `total` (Devlin et al., 2019, A.2).
-
-    factor(s) multiplies the base learning rate of update s (0-based): (s + 1) / warmup during the
-    warm-up, then (total - s) / (total - warmup), so no update is taken at a learning rate of 0.
-    """
-
-    warmup: int
-    total: int
-
-    @classmethod
-    def from_ratio(cls, ratio: float, total: int) -> LinearSchedule:
-        return cls(math.ceil(ratio * total), total)
-
-    def factor(self, step: int) -> float:
-        if step < self.warmup:
-            return (step + 1) / self.warmup
-        return max(0.0, (self.total - step) / max(1, self.total - self.warmup))
 
 
 def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -385,54 +340,3 @@ def _check_config(path: str | Path, stored: dict, current: dict) -> None:
              for k in sorted((set(stored) | set(current)) - IGNORED_ON_RESUME) if stored.get(k) != current.get(k)]
     if diffs:
         raise ValueError(f"{path}: cannot resume a different run; settings differ: " + "; ".join(diffs))
-
-
-def _positive(kind: type) -> Callable[[str], float | int]:
-    def parse(text: str) -> float | int:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a {kind.__name__}: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
-        return value
-    return parse
-
-
-def _ratio(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), not {text}")
-    return value
-
-
-def add_loop_arguments(parser: argparse.ArgumentParser) -> None:
-    """The shared loop's flags: --precision, --warmup-ratio, --max-grad-norm, --grad-accum (read by loop_kwargs)."""
-    group = parser.add_argument_group(
-        "training recipe and scale",
-        "The defaults train as plain fp32 with a constant learning rate. The recommended recipe is "
-        "--precision bf16 --warmup-ratio 0.1 --max-grad-norm 1.0. On several processes or machines, start the "
-        "same command with torchrun (torchrun --nproc-per-node N -m tasks.NAME ...): --batch-size stays the "
-        "global batch, each process takes its share, and only rank 0 writes files.")
-    group.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                       help="fp32 (default); bf16: autocast matrix products to bfloat16, recommended on CPUs with "
-                            "avx512_bf16 or AMX and on GPUs from Ampere on; fp16: float16 with a gradient scaler, "
-                            "CUDA only (older GPUs). Parameters and the optimiser stay fp32")
-    group.add_argument("--warmup-ratio", type=_ratio, default=None, metavar="R",
-                       help="linear warm-up of the learning rate over this fraction of all optimiser steps, then "
-                            "linear decay to 0 (recommended: 0.1, BERT's fine-tuning recipe; default: a constant "
-                            "learning rate)")
-    group.add_argument("--max-grad-norm", type=_positive(float), default=None, metavar="N",
-                       help="clip the gradients' total norm to N before each step (recommended: 1.0; "
-                            "default: no clipping)")
-    group.add_argument("--grad-accum", type=_positive(int), default=1, metavar="K",
-                       help="one optimiser step per K batches, as one batch of K x --batch-size (default 1)")
-
-
-def loop_kwargs(args: argparse.Namespace) -> dict:
-    """fit()'s keyword arguments from the flags of add_loop_arguments."""
-    return {"precision": args.precision, "warmup_ratio": args.warmup_ratio, "max_grad_norm": args.max_grad_norm,
-            "grad_accum": args.grad_accum}
