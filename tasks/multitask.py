@@ -2,10 +2,11 @@
 
     python -m tasks.multitask --design cross-encoder --schedule round-robin --fine-tune-mode full-model
 
-One encoder, three heads (minbert.multitask). After every epoch it prints each task's training loss and
-the dev table: SST accuracy, Quora accuracy, STS Pearson r and the overall score
-(SST + Quora + (r + 1) / 2) / 3; the best epoch by overall score is kept, and its predictions are written
-as predictions/{sst,para,sts}-{dev,test}-output.csv, the six files of the course leaderboard
+One encoder, three heads (minbert.multitask); the files, batches and epochs in the task schedule's order
+come from tasks/multitask_data.py. After every epoch it prints each task's training loss and the dev
+table: SST accuracy, Quora accuracy, STS Pearson r and the overall score (SST + Quora + (r + 1) / 2) / 3;
+the best epoch by overall score is kept, and its predictions are written as
+predictions/{sst,para,sts}-{dev,test}-output.csv, the six files of the course leaderboard
 (python -m tasks.score and python -m tasks.submit read them). A checkpoint is written after every
 epoch; --resume on it continues a killed run to the same result as an uninterrupted one.
 
@@ -18,129 +19,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import nn
 
 import minbert
-from minbert.multitask import DESIGNS, POOLINGS, SCHEDULES, MultitaskBert, MultitaskConfig, TaskSchedule, num_batches_of
+from minbert.multitask import DESIGNS, POOLINGS, SCHEDULES, MultitaskBert, MultitaskConfig, TaskSchedule
 from minbert.pals import VARIANTS, PalsConfig
 from minbert.smart import SmartConfig
 
-from .data import TASKS, PairExample, Records, batch_indices, to_device
+from .data import TASKS, Records, batch_indices, to_device
 from .evaluation import accuracy, overall_score, pearson, prediction_path, write_predictions
 from .finetune import add_mode_arguments, get_mode
+from .multitask_data import TASK_ORDER, Encoded, EpochBatches, collate, load
 from .train import add_loop_arguments, autocast, fit, is_main_process, loop_kwargs, pick_device, seed_everything
 
-TASK_ORDER = ("sst", "para", "sts")
 METRICS = {"sst": "sst_accuracy", "para": "para_accuracy", "sts": "sts_pearson"}
 DEFAULT_FILES = {"sst": "ids-sst", "para": "quora", "sts": "sts"}
 HELP_NAMES = {"sst": "SST sentiment", "para": "Quora paraphrase", "sts": "STS similarity"}
-
-
-@dataclass
-class Encoded:
-    """One loaded file, tokenised once: records, and per record its token ids (one list, or two for pairs)."""
-
-    task: str
-    split: str
-    records: Records
-    ids: list[list[int]]
-    ids2: list[list[int]] | None
-
-    @property
-    def lengths(self) -> list[int]:
-        """Tokens per example: the sentence, or the joined pair [CLS] a [SEP] b [SEP] (for bucketing)."""
-        if self.ids2 is None:
-            return [len(a) for a in self.ids]
-        return [len(a) + len(b) - 1 for a, b in zip(self.ids, self.ids2)]
-
-
-def load(task: str, split: str, path: str | Path, tokenizer: minbert.Tokenizer, limit: int | None = None,
-         seed: int = 0) -> Encoded:
-    """Read and tokenise a file, reporting skipped rows; `limit` keeps a seeded random sample of that many rows."""
-    records = TASKS[task].read(path)
-    print(records.summary(), file=sys.stderr)
-    if limit is not None and limit < len(records):
-        keep = sorted(random.Random(f"{seed}-{task}").sample(range(len(records)), limit))  # file order, random rows
-        records = Records([records[i] for i in keep], records.path, records.labelled, records.skipped)
-    if not records:
-        raise SystemExit(f"{path}: no examples to use")
-    if isinstance(records[0], PairExample):
-        return Encoded(task, split, records, token_ids(tokenizer, [r.sentence1 for r in records]),
-                       token_ids(tokenizer, [r.sentence2 for r in records]))
-    return Encoded(task, split, records, token_ids(tokenizer, [r.sentence for r in records]), None)
-
-
-def token_ids(tokenizer: minbert.Tokenizer, texts: list[str]) -> list[list[int]]:
-    """Each text's ids, [CLS] ... [SEP], truncated as the tokenizer truncates and without its padding."""
-    return [e.ids[:sum(e.attention_mask)] for e in tokenizer.backend.encode_batch(texts)]
-
-
-def _pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    T = max(len(s) for s in seqs)
-    ids = torch.zeros(len(seqs), T, dtype=torch.long)
-    mask = torch.zeros(len(seqs), T, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(s)
-        mask[i, :len(s)] = 1
-    return ids, mask                                            # (B, T) each, right-padded with 0
-
-
-def collate(data: Encoded, index: Sequence[int]) -> dict:
-    """A batch of a task: input_ids/attention_mask (or the _1/_2 pair), labels when known, ids, and the task."""
-    out: dict = {"task": data.task, "ids": [data.records[i].id for i in index]}
-    if data.ids2 is None:
-        out["input_ids"], out["attention_mask"] = _pad([data.ids[i] for i in index])
-        out["token_type_ids"] = torch.zeros_like(out["input_ids"])
-    else:
-        out["input_ids_1"], out["attention_mask_1"] = _pad([data.ids[i] for i in index])
-        out["input_ids_2"], out["attention_mask_2"] = _pad([data.ids2[i] for i in index])
-    if data.records.labelled:
-        dtype = torch.long if data.task == "sst" else torch.float
-        out["labels"] = torch.tensor([data.records[i].label for i in index], dtype=dtype)  # (B,)
-    return out
-
-
-class EpochBatches(Sequence):
-    """The batches of one epoch in the schedule's order, collated when asked for (fit() iterates it)."""
-
-    def __init__(self, train: dict[str, Encoded], schedule: TaskSchedule, batch_size: int, epoch: int,
-                 epochs: int, seed: int, bucket: bool = True):
-        self.train, self.batch_size, self.bucket = train, batch_size, bucket
-        self.seed, self.epoch = seed, epoch
-        self.num_batches = num_batches_of({t: len(d.records) for t, d in train.items()}, batch_size)
-        self.order = schedule.order(self.num_batches, epoch, epochs, seed)
-        self._passes: dict[tuple[str, int], list[list[int]]] = {}
-
-    def task_pass(self, task: str, k: int) -> list[list[int]]:
-        """The k-th shuffled pass over a task's training examples this epoch, as batches of indices."""
-        if (task, k) not in self._passes:
-            seed = hash_seed(self.seed, self.epoch, TASK_ORDER.index(task), k)
-            self._passes[(task, k)] = batch_indices(self.train[task].lengths, self.batch_size, shuffle=True,
-                                                    seed=seed, bucket=self.bucket)
-        return self._passes[(task, k)]
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def __getitem__(self, i: int) -> dict:
-        task, j = self.order[i]
-        n = self.num_batches[task]
-        return collate(self.train[task], self.task_pass(task, j // n)[j % n])
-
-
-def hash_seed(*parts: int) -> int:
-    """One integer seed from several (deterministic across runs and machines, unlike hash())."""
-    seed = 0
-    for p in parts:
-        seed = (seed * 1_000_003 + p) % (2 ** 61 - 1)
-    return seed
 
 
 @torch.no_grad()

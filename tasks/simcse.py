@@ -47,7 +47,8 @@ from minbert.simcse import DISTANCES, OBJECTIVES, POOLINGS, SimCSE, SimCSEConfig
 from .data import TASKS, _rows, batch_indices
 from .distributed import world_size
 from .evaluation import pearson
-from .multitask import SIMCSE_QUORA_REST, _pad, hash_seed
+from .multitask import SIMCSE_QUORA_REST
+from .multitask_data import _pad, hash_seed
 from .train import add_loop_arguments, autocast, fit, loop_kwargs, pick_device, seed_everything
 
 DEFAULTS = {"unsup": {"epochs": 1, "lr": 3e-5}, "sup": {"epochs": 3, "lr": 5e-5}, "margin": {"epochs": 3, "lr": 5e-5}}

@@ -1,0 +1,122 @@
+"""The multitask CLI's data: each task's file (train, dev or test) read and tokenised once (Encoded), batches collated
+from token ids, and one epoch's batches in a task schedule's order (EpochBatches), each task's passes shuffled
+from (seed, epoch, task, pass) alone, so that a resumed run draws the same batches as an uninterrupted one.
+tasks.multitask trains on it; tasks.simcse reuses its padding and seeding.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import minbert
+from minbert.multitask import TaskSchedule, num_batches_of
+
+from .data import TASKS, PairExample, Records, batch_indices
+
+TASK_ORDER = ("sst", "para", "sts")
+
+
+@dataclass
+class Encoded:
+    """One loaded file, tokenised once: records, and per record its token ids (one list, or two for pairs)."""
+
+    task: str
+    split: str
+    records: Records
+    ids: list[list[int]]
+    ids2: list[list[int]] | None
+
+    @property
+    def lengths(self) -> list[int]:
+        """Tokens per example: the sentence, or the joined pair [CLS] a [SEP] b [SEP] (for bucketing)."""
+        if self.ids2 is None:
+            return [len(a) for a in self.ids]
+        return [len(a) + len(b) - 1 for a, b in zip(self.ids, self.ids2)]
+
+
+def load(task: str, split: str, path: str | Path, tokenizer: minbert.Tokenizer, limit: int | None = None,
+         seed: int = 0) -> Encoded:
+    """Read and tokenise a file, reporting skipped rows; `limit` keeps a seeded random sample of that many rows."""
+    records = TASKS[task].read(path)
+    print(records.summary(), file=sys.stderr)
+    if limit is not None and limit < len(records):
+        keep = sorted(random.Random(f"{seed}-{task}").sample(range(len(records)), limit))  # file order, random rows
+        records = Records([records[i] for i in keep], records.path, records.labelled, records.skipped)
+    if not records:
+        raise SystemExit(f"{path}: no examples to use")
+    if isinstance(records[0], PairExample):
+        return Encoded(task, split, records, token_ids(tokenizer, [r.sentence1 for r in records]),
+                       token_ids(tokenizer, [r.sentence2 for r in records]))
+    return Encoded(task, split, records, token_ids(tokenizer, [r.sentence for r in records]), None)
+
+
+def token_ids(tokenizer: minbert.Tokenizer, texts: list[str]) -> list[list[int]]:
+    """Each text's ids, [CLS] ... [SEP], truncated as the tokenizer truncates and without its padding."""
+    return [e.ids[:sum(e.attention_mask)] for e in tokenizer.backend.encode_batch(texts)]
+
+
+def _pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    T = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), T, dtype=torch.long)
+    mask = torch.zeros(len(seqs), T, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s)
+        mask[i, :len(s)] = 1
+    return ids, mask                                            # (B, T) each, right-padded with 0
+
+
+def collate(data: Encoded, index: Sequence[int]) -> dict:
+    """A batch of a task: input_ids/attention_mask (or the _1/_2 pair), labels when known, ids, and the task."""
+    out: dict = {"task": data.task, "ids": [data.records[i].id for i in index]}
+    if data.ids2 is None:
+        out["input_ids"], out["attention_mask"] = _pad([data.ids[i] for i in index])
+        out["token_type_ids"] = torch.zeros_like(out["input_ids"])
+    else:
+        out["input_ids_1"], out["attention_mask_1"] = _pad([data.ids[i] for i in index])
+        out["input_ids_2"], out["attention_mask_2"] = _pad([data.ids2[i] for i in index])
+    if data.records.labelled:
+        dtype = torch.long if data.task == "sst" else torch.float
+        out["labels"] = torch.tensor([data.records[i].label for i in index], dtype=dtype)  # (B,)
+    return out
+
+
+class EpochBatches(Sequence):
+    """The batches of one epoch in the schedule's order, collated when asked for (fit() iterates it)."""
+
+    def __init__(self, train: dict[str, Encoded], schedule: TaskSchedule, batch_size: int, epoch: int,
+                 epochs: int, seed: int, bucket: bool = True):
+        self.train, self.batch_size, self.bucket = train, batch_size, bucket
+        self.seed, self.epoch = seed, epoch
+        self.num_batches = num_batches_of({t: len(d.records) for t, d in train.items()}, batch_size)
+        self.order = schedule.order(self.num_batches, epoch, epochs, seed)
+        self._passes: dict[tuple[str, int], list[list[int]]] = {}
+
+    def task_pass(self, task: str, k: int) -> list[list[int]]:
+        """The k-th shuffled pass over a task's training examples this epoch, as batches of indices."""
+        if (task, k) not in self._passes:
+            seed = hash_seed(self.seed, self.epoch, TASK_ORDER.index(task), k)
+            self._passes[(task, k)] = batch_indices(self.train[task].lengths, self.batch_size, shuffle=True,
+                                                    seed=seed, bucket=self.bucket)
+        return self._passes[(task, k)]
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, i: int) -> dict:
+        task, j = self.order[i]
+        n = self.num_batches[task]
+        return collate(self.train[task], self.task_pass(task, j // n)[j % n])
+
+
+def hash_seed(*parts: int) -> int:
+    """One integer seed from several (deterministic across runs and machines, unlike hash())."""
+    seed = 0
+    for p in parts:
+        seed = (seed * 1_000_003 + p) % (2 ** 61 - 1)
+    return seed
