@@ -9,29 +9,27 @@ the training files of the three tasks: SST, STS and the stage's Quora pairs, ded
 Quora duplicates as anchor/positive pairs; --hard-negatives adds for each pair a lexically close sentence
 from the stage's non-duplicate pairs), margin (the report's loss on all the stage's Quora pairs).
 
-The Quora split: a seeded --quora-fraction (default 0.15) of the labelled Quora training pairs belongs to
-this stage, the rest to the multitask stage, for every objective (unsup takes only the stage's pairs'
-sentences), so the multitask stage never sees a pair this stage used. The stage evaluates zero-shot STS
-(Pearson r of the cosine between the two sentences' embeddings on the STS dev file, no STS training) before
-training and every --eval-every steps, keeps the best, and stops after --patience evaluations without
-improvement. OUT is written at the end, atomically (a temporary directory renamed into place): config.json
-and model.safetensors (the plain encoder, Hugging Face names; the training MLP is not part of it), the
-tokenizer files of --model, quora-train-stage.csv (the stage's share) and quora-train-rest.csv (the rest,
-which tasks.multitask --after-simcse trains on) in the format of data/quora-train.csv, and simcse-summary.json.
+The Quora split (tasks/simcse_quora.py): a seeded --quora-fraction (default 0.15) of the labelled Quora
+training pairs belongs to this stage, the rest to the multitask stage, for every objective (unsup takes only
+the stage's pairs' sentences), so the multitask stage never sees a pair this stage used. The stage evaluates
+zero-shot STS (Pearson r of the cosine between the two sentences' embeddings on the STS dev file, no STS
+training) before training and every --eval-every steps, keeps the best, and stops after --patience evaluations
+without improvement. OUT is written at the end, atomically (a temporary directory renamed into place):
+config.json and model.safetensors (the plain encoder, Hugging Face names; the training MLP is not part of it),
+the tokenizer files of --model, quora-train-stage.csv (the stage's share) and quora-train-rest.csv (the rest,
+which tasks.multitask --after-simcse trains on) in the format of data/quora-train.csv, and
+simcse-summary.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import random
-import re
 import shutil
 import sys
 import tempfile
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,61 +42,17 @@ from minbert.checkpoint import resolve
 from minbert.hub import OPTIONAL as TOKENIZER_FILES
 from minbert.simcse import DISTANCES, OBJECTIVES, POOLINGS, SimCSE, SimCSEConfig
 
-from .data import TASKS, _rows, batch_indices
+from .data import TASKS, batch_indices
 from .distributed import world_size
 from .evaluation import pearson
 from .multitask import SIMCSE_QUORA_REST
 from .multitask_data import _pad, hash_seed
+from .simcse_quora import mine_hard_negatives, split_quora, write_rows
 from .train import add_loop_arguments, autocast, fit, loop_kwargs, pick_device, seed_everything
 
 DEFAULTS = {"unsup": {"epochs": 1, "lr": 3e-5}, "sup": {"epochs": 3, "lr": 5e-5}, "margin": {"epochs": 3, "lr": 5e-5}}
 QUORA_STAGE = "quora-train-stage.csv"
 SUMMARY = "simcse-summary.json"
-
-
-def split_quora(n: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    """A seeded split of n pairs: round(fraction n) indices for this stage, the rest for the next; each sorted."""
-    order = list(range(n))
-    random.Random(f"{seed}-quora-split").shuffle(order)
-    k = round(fraction * n)
-    return sorted(order[:k]), sorted(order[k:])
-
-
-def write_rows(source: str | Path, lines: set[int], path: Path) -> None:
-    """The header and the rows of `source` starting on the given lines, cells as read (tasks.data reads them back)."""
-    rows = _rows(Path(source))
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        out = csv.writer(f, delimiter="\t", lineterminator="\n")
-        out.writerow(next(rows)[1])
-        out.writerows(cells for line, cells in rows if line in lines)
-
-
-def _words(text: str) -> set[str]:
-    return set(re.findall(r"\w+", text.lower()))
-
-
-def mine_hard_negatives(anchors: Sequence[str], positives: Sequence[str], candidates: Sequence[str]) -> list[int]:
-    """For each anchor, the candidate with the highest word overlap (Jaccard of lowercase word sets; ties: the
-    earliest), never the anchor or its positive itself; the candidates are the non-duplicate pairs' sentences."""
-    cand_words = [_words(c) for c in candidates]
-    index: dict[str, list[int]] = {}
-    for j, ws in enumerate(cand_words):
-        for w in ws:
-            index.setdefault(w, []).append(j)
-    picks = []
-    for anchor, positive in zip(anchors, positives):
-        a = _words(anchor)
-        shared = Counter(j for w in a for j in index.get(w, ()))
-        best = next((j for j, c in enumerate(candidates) if c not in (anchor, positive)), None)
-        best_score = 0.0
-        for j, k in sorted(shared.items()):
-            score = k / (len(a) + len(cand_words[j]) - k)
-            if score > best_score and candidates[j] not in (anchor, positive):
-                best, best_score = j, score
-        if best is None:
-            raise SystemExit(f"--hard-negatives: no candidate sentence differs from the pair {anchor!r} / {positive!r}")
-        picks.append(best)
-    return picks
 
 
 def encode(tokenizer: minbert.Tokenizer, texts: Sequence[str]) -> list[list[int]]:
