@@ -9,22 +9,19 @@ sst2 is binary SST built as SST-2 was: labels 0-1 negative, 3-4 positive, 2 drop
 unlabelled test file is predicted whole). OUT gets stage1.pt and stage2.pt (fit checkpoints; --resume
 loads the trained model from stage2.pt), sweep.csv and sweep.json, curve.png (quality against time saved,
 Figure 2), exit_layers.png (Figure 6), per_layer.png (Figure 3), and predictions/{task}-{dev,test}-output.csv
-at the chosen setting (sst2's in the binary Predicted_Sentiment format of cfimdb).
+at the chosen setting (sst2's in the binary Predicted_Sentiment format of cfimdb). The table and the
+sweep's files and figures are written by tasks/deebert_report.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
-import io
-import json
 import math
 import os
 import random
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -35,6 +32,7 @@ from minbert.deebert import DeeBert, DeeBertConfig, EntropyExit, PatienceExit
 
 from .classifier import Split
 from .data import TASKS, Collator, Records, batches, model_inputs, to_device, token_lengths
+from .deebert_report import format_table, write_outputs, write_text  # noqa: F401 - write_text re-exported
 from .evaluation import accuracy, pearson, write_predictions
 from .train import fit, load_checkpoint, pick_device, seed_everything
 
@@ -206,49 +204,6 @@ def choose(table: dict, max_drop: float) -> dict:
     """The swept setting that runs the fewest layers with a quality drop of at most max_drop."""
     swept = [r for r in table["rows"][1:-1] if r["quality_drop"] <= max_drop + 1e-12]
     return min(swept, key=lambda r: (r["layers_run"], r["value"]), default=table["rows"][1])
-
-
-def format_table(table: dict) -> str:
-    """The sweep as a markdown table: one row per setting, the plain model and the ramps' own cost first."""
-    head = (f"| setting | {table['metric']} | drop | mean exit layer | layers run | tokens run | time (s) "
-            f"| time saved | speed-up | same as plain |\n|---|---|---|---|---|---|---|---|---|---|")
-    rows = table["rows"]
-    lines = [head] + [
-        f"| {r['setting']} | {r['quality']:.4f} | {r['quality_drop'] * 100:+.2f} | {r['mean_exit_layer']:.2f} "
-        f"| {r['layers_run']:.1%} | {r['tokens_run']:.1%} | {r['seconds']:.2f} | {r['time_saved']:.1%} "
-        f"| {r['speedup']:.2f}x | {r['same_as_plain']:.1%} |" for r in [rows[0], rows[-1], *rows[1:-1]]]
-    return "\n".join(lines) + (f"\n\n{table['examples']} examples, batch {table['eval_batch_size']}, median of "
-                               f"{table['rounds']} round(s); the off-ramps' own cost (every ramp evaluated, no exit): "
-                               f"{table['ramp_cost']:+.1%} time against the plain model.")
-
-
-def write_text(path: Path, text: str) -> Path:
-    """Write a text file atomically (temporary file in the same directory, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-    return path
-
-
-def write_outputs(out: Path, table: dict, summary: dict, hist_settings: int = 4) -> None:
-    """sweep.csv, sweep.json and the three figures."""
-    keys = [k for k in table["rows"][0] if k not in ("seconds_all", "exit_histogram")]
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(keys + [f"exit_layer_{l + 1}" for l in range(table["num_layers"])])
-    for r in table["rows"]:
-        w.writerow([r[k] for k in keys] + r["exit_histogram"])
-    write_text(out / "sweep.csv", buf.getvalue())
-    write_text(out / "sweep.json", json.dumps(summary, indent=2))
-    swept = table["rows"][1:-1]
-    title = f"{summary['task']}, batch {table['eval_batch_size']}"
-    deebert.plot_curve([{**r, "setting": r["value"]} for r in swept], out / "curve.png", table["metric"], title)
-    picks = sorted({round(i * (len(swept) - 1) / max(hist_settings - 1, 1)) for i in range(hist_settings)})
-    deebert.plot_exit_histograms({swept[i]["setting"]: swept[i]["exit_histogram"] for i in picks},
-                                 out / "exit_layers.png", title)
-    deebert.plot_per_layer(summary["per_layer"], out / "per_layer.png", table["metric"], f"{summary['task']}, dev")
 
 
 @torch.no_grad()

@@ -1,0 +1,60 @@
+"""The DeeBERT sweep's report (Xin et al., ACL 2020, sec. 4): the markdown table printed by python -m
+tasks.deebert, and the files it writes into OUT: sweep.csv and sweep.json (one row per exit setting: quality,
+exit layers, measured time against the model without exits), curve.png (quality against time saved, the
+paper's Figure 2), exit_layers.png (exits per layer, Figure 6) and per_layer.png (each off-ramp's quality,
+Figure 3), every file written atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from minbert import deebert
+
+
+def format_table(table: dict) -> str:
+    """The sweep as a markdown table: one row per setting, the plain model and the ramps' own cost first."""
+    head = (f"| setting | {table['metric']} | drop | mean exit layer | layers run | tokens run | time (s) "
+            f"| time saved | speed-up | same as plain |\n|---|---|---|---|---|---|---|---|---|---|")
+    rows = table["rows"]
+    lines = [head] + [
+        f"| {r['setting']} | {r['quality']:.4f} | {r['quality_drop'] * 100:+.2f} | {r['mean_exit_layer']:.2f} "
+        f"| {r['layers_run']:.1%} | {r['tokens_run']:.1%} | {r['seconds']:.2f} | {r['time_saved']:.1%} "
+        f"| {r['speedup']:.2f}x | {r['same_as_plain']:.1%} |" for r in [rows[0], rows[-1], *rows[1:-1]]]
+    return "\n".join(lines) + (f"\n\n{table['examples']} examples, batch {table['eval_batch_size']}, median of "
+                               f"{table['rounds']} round(s); the off-ramps' own cost (every ramp evaluated, no exit): "
+                               f"{table['ramp_cost']:+.1%} time against the plain model.")
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write a text file atomically (temporary file in the same directory, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def write_outputs(out: Path, table: dict, summary: dict, hist_settings: int = 4) -> None:
+    """sweep.csv, sweep.json and the three figures."""
+    keys = [k for k in table["rows"][0] if k not in ("seconds_all", "exit_histogram")]
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(keys + [f"exit_layer_{l + 1}" for l in range(table["num_layers"])])
+    for r in table["rows"]:
+        w.writerow([r[k] for k in keys] + r["exit_histogram"])
+    write_text(out / "sweep.csv", buf.getvalue())
+    write_text(out / "sweep.json", json.dumps(summary, indent=2))
+    swept = table["rows"][1:-1]
+    title = f"{summary['task']}, batch {table['eval_batch_size']}"
+    deebert.plot_curve([{**r, "setting": r["value"]} for r in swept], out / "curve.png", table["metric"], title)
+    picks = sorted({round(i * (len(swept) - 1) / max(hist_settings - 1, 1)) for i in range(hist_settings)})
+    deebert.plot_exit_histograms({swept[i]["setting"]: swept[i]["exit_histogram"] for i in picks},
+                                 out / "exit_layers.png", title)
+    deebert.plot_per_layer(summary["per_layer"], out / "per_layer.png", table["metric"], f"{summary['task']}, dev")
