@@ -12,9 +12,8 @@ import io
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-
-from minbert import deebert
 
 
 def format_table(table: dict) -> str:
@@ -53,8 +52,71 @@ def write_outputs(out: Path, table: dict, summary: dict, hist_settings: int = 4)
     write_text(out / "sweep.json", json.dumps(summary, indent=2))
     swept = table["rows"][1:-1]
     title = f"{summary['task']}, batch {table['eval_batch_size']}"
-    deebert.plot_curve([{**r, "setting": r["value"]} for r in swept], out / "curve.png", table["metric"], title)
+    plot_curve([{**r, "setting": r["value"]} for r in swept], out / "curve.png", table["metric"], title)
     picks = sorted({round(i * (len(swept) - 1) / max(hist_settings - 1, 1)) for i in range(hist_settings)})
-    deebert.plot_exit_histograms({swept[i]["setting"]: swept[i]["exit_histogram"] for i in picks},
-                                 out / "exit_layers.png", title)
-    deebert.plot_per_layer(summary["per_layer"], out / "per_layer.png", table["metric"], f"{summary['task']}, dev")
+    plot_exit_histograms({swept[i]["setting"]: swept[i]["exit_histogram"] for i in picks},
+                         out / "exit_layers.png", title)
+    plot_per_layer(summary["per_layer"], out / "per_layer.png", table["metric"], f"{summary['task']}, dev")
+
+
+def plot_curve(points: Sequence[dict], path: str | Path, quality: str, title: str = "") -> None:
+    """The paper's Figure 2: quality against measured time saved (%), and against layers saved, as a PNG."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    ax.plot([p["time_saved"] * 100 for p in points], [p["quality"] for p in points], "o-", label="measured time saved")
+    ax.plot([p["layers_saved"] * 100 for p in points], [p["quality"] for p in points], "s--", alpha=0.6,
+            label="layers saved")
+    for p in points:
+        ax.annotate(f"{p['setting']:g}", (p["time_saved"] * 100, p["quality"]), fontsize=7,
+                    textcoords="offset points", xytext=(3, 3))
+    ax.set_xlabel("saving (%) against the model without exits")
+    ax.set_ylabel(quality)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    _save(fig, plt, path)
+
+
+def plot_exit_histograms(histograms: dict[str, Sequence[int]], path: str | Path, title: str = "") -> None:
+    """The paper's Figure 6: how many samples leave at each layer, one panel per setting, as a PNG."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(histograms), figsize=(2.6 * len(histograms) + 0.6, 2.8), sharey=True,
+                             squeeze=False)
+    for ax, (name, counts) in zip(axes[0], histograms.items()):
+        ax.bar(range(1, len(counts) + 1), counts)
+        ax.set_xticks(range(1, len(counts) + 1))
+        ax.set_xlabel("exit layer")
+        ax.set_title(name, fontsize=9)
+    axes[0][0].set_ylabel("samples")
+    fig.suptitle(title, fontsize=10)
+    _save(fig, plt, path)
+
+
+def plot_per_layer(values: Sequence[float], path: str | Path, quality: str, title: str = "") -> None:
+    """The paper's Figure 3: each off-ramp's quality when every sample is forced to leave there, as a PNG."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    ax.plot(range(1, len(values) + 1), values, "o-")
+    ax.set_xticks(range(1, len(values) + 1))
+    ax.set_xlabel("exit layer")
+    ax.set_ylabel(quality)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    _save(fig, plt, path)
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, plt, path: str | Path) -> None:
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -335,66 +333,3 @@ def sweep(model: DeeBert, batches: Sequence[dict], rules: dict[str, ExitRule], r
             if log is not None:
                 log(f"round {r + 1}/{rounds}: {name} {seconds:.2f}s")
     return runs["plain"], [runs[name] for name in rules]
-
-
-def plot_curve(points: Sequence[dict], path: str | Path, quality: str, title: str = "") -> None:
-    """The paper's Figure 2: quality against measured time saved (%), and against layers saved, as a PNG."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    ax.plot([p["time_saved"] * 100 for p in points], [p["quality"] for p in points], "o-", label="measured time saved")
-    ax.plot([p["layers_saved"] * 100 for p in points], [p["quality"] for p in points], "s--", alpha=0.6,
-            label="layers saved")
-    for p in points:
-        ax.annotate(f"{p['setting']:g}", (p["time_saved"] * 100, p["quality"]), fontsize=7,
-                    textcoords="offset points", xytext=(3, 3))
-    ax.set_xlabel("saving (%) against the model without exits")
-    ax.set_ylabel(quality)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    _save(fig, plt, path)
-
-
-def plot_exit_histograms(histograms: dict[str, Sequence[int]], path: str | Path, title: str = "") -> None:
-    """The paper's Figure 6: how many samples leave at each layer, one panel per setting, as a PNG."""
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, len(histograms), figsize=(2.6 * len(histograms) + 0.6, 2.8), sharey=True,
-                             squeeze=False)
-    for ax, (name, counts) in zip(axes[0], histograms.items()):
-        ax.bar(range(1, len(counts) + 1), counts)
-        ax.set_xticks(range(1, len(counts) + 1))
-        ax.set_xlabel("exit layer")
-        ax.set_title(name, fontsize=9)
-    axes[0][0].set_ylabel("samples")
-    fig.suptitle(title, fontsize=10)
-    _save(fig, plt, path)
-
-
-def plot_per_layer(values: Sequence[float], path: str | Path, quality: str, title: str = "") -> None:
-    """The paper's Figure 3: each off-ramp's quality when every sample is forced to leave there, as a PNG."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(4.5, 3.2))
-    ax.plot(range(1, len(values) + 1), values, "o-")
-    ax.set_xticks(range(1, len(values) + 1))
-    ax.set_xlabel("exit layer")
-    ax.set_ylabel(quality)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    _save(fig, plt, path)
-
-
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def _save(fig, plt, path: str | Path) -> None:
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
