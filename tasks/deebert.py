@@ -9,8 +9,7 @@ sst2 is binary SST built as SST-2 was: labels 0-1 negative, 3-4 positive, 2 drop
 unlabelled test file is predicted whole). OUT gets stage1.pt and stage2.pt (fit checkpoints; --resume
 loads the trained model from stage2.pt), sweep.csv and sweep.json, curve.png (quality against time saved,
 Figure 2), exit_layers.png (Figure 6), per_layer.png (Figure 3), and predictions/{task}-{dev,test}-output.csv
-at the chosen setting (sst2's in the binary Predicted_Sentiment format of cfimdb). The table and the
-sweep's files and figures are written by tasks/deebert_report.py.
+at the chosen setting (sst2's in the binary Predicted_Sentiment format of cfimdb).
 """
 
 from __future__ import annotations

@@ -2,11 +2,10 @@
 
     python -m tasks.multitask --design cross-encoder --schedule round-robin --fine-tune-mode full-model
 
-One encoder, three heads (minbert.multitask); the files, batches and epochs in the task schedule's order
-come from tasks/multitask_data.py. After every epoch it prints each task's training loss and the dev
-table: SST accuracy, Quora accuracy, STS Pearson r and the overall score (SST + Quora + (r + 1) / 2) / 3;
-the best epoch by overall score is kept, and its predictions are written as
-predictions/{sst,para,sts}-{dev,test}-output.csv, the six files of the course leaderboard
+One encoder, three heads (minbert.multitask). After every epoch it prints each task's training loss and
+the dev table: SST accuracy, Quora accuracy, STS Pearson r and the overall score
+(SST + Quora + (r + 1) / 2) / 3; the best epoch by overall score is kept, and its predictions are written
+as predictions/{sst,para,sts}-{dev,test}-output.csv, the six files of the course leaderboard
 (python -m tasks.score and python -m tasks.submit read them). A checkpoint is written after every
 epoch; --resume on it continues a killed run to the same result as an uninterrupted one.
 

@@ -9,16 +9,15 @@ the training files of the three tasks: SST, STS and the stage's Quora pairs, ded
 Quora duplicates as anchor/positive pairs; --hard-negatives adds for each pair a lexically close sentence
 from the stage's non-duplicate pairs), margin (the report's loss on all the stage's Quora pairs).
 
-The Quora split (tasks/simcse_quora.py): a seeded --quora-fraction (default 0.15) of the labelled Quora
-training pairs belongs to this stage, the rest to the multitask stage, for every objective (unsup takes only
-the stage's pairs' sentences), so the multitask stage never sees a pair this stage used. The stage evaluates
-zero-shot STS (Pearson r of the cosine between the two sentences' embeddings on the STS dev file, no STS
-training) before training and every --eval-every steps, keeps the best, and stops after --patience evaluations
-without improvement. OUT is written at the end, atomically (a temporary directory renamed into place):
-config.json and model.safetensors (the plain encoder, Hugging Face names; the training MLP is not part of it),
-the tokenizer files of --model, quora-train-stage.csv (the stage's share) and quora-train-rest.csv (the rest,
-which tasks.multitask --after-simcse trains on) in the format of data/quora-train.csv, and
-simcse-summary.json.
+The Quora split: a seeded --quora-fraction (default 0.15) of the labelled Quora training pairs belongs to
+this stage, the rest to the multitask stage, for every objective (unsup takes only the stage's pairs'
+sentences), so the multitask stage never sees a pair this stage used. The stage evaluates zero-shot STS
+(Pearson r of the cosine between the two sentences' embeddings on the STS dev file, no STS training) before
+training and every --eval-every steps, keeps the best, and stops after --patience evaluations without
+improvement. OUT is written at the end, atomically (a temporary directory renamed into place): config.json
+and model.safetensors (the plain encoder, Hugging Face names; the training MLP is not part of it), the
+tokenizer files of --model, quora-train-stage.csv (the stage's share) and quora-train-rest.csv (the rest,
+which tasks.multitask --after-simcse trains on) in the format of data/quora-train.csv, and simcse-summary.json.
 """
 
 from __future__ import annotations
