@@ -105,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sts-head-bias", type=float, default=0.0,
                    help="initial output bias of the STS head (default 0; 2.5, the middle of the 0-5 scale, lets short "
                         "runs learn the similarity instead of first fitting its mean)")
+    p.add_argument("--swap-pairs", action="store_true",
+                   help="train on each Quora/STS pair in a random order, (s1, s2) or (s2, s1), drawn anew every epoch "
+                        "(both tasks are symmetric; the designs' inputs are not)")
+    p.add_argument("--symmetric-pairs", action="store_true",
+                   help="predict each Quora/STS pair (dev and test) as the mean of the outputs for (s1, s2) and "
+                        "(s2, s1); the pair tasks' prediction then takes two passes")
     p.add_argument("--max-length", type=int, default=None, help="truncate each sentence to this many tokens")
     p.add_argument("--no-bucket", dest="bucket", action="store_false",
                    help="batch training examples in random order instead of by similar length")
@@ -252,7 +258,7 @@ def run(args: argparse.Namespace) -> dict:
 
     seed_everything(args.seed)
     config = MultitaskConfig(args.design, args.pooling, args.head_hidden, args.dropout,
-                             similarity_bias=args.sts_head_bias)
+                             similarity_bias=args.sts_head_bias, symmetric_pairs=args.symmetric_pairs)
     model = MultitaskBert(minbert.load_pretrained(args.model), config)
     params = mode.setup(model, args)
     params = add_smart_pals(model, args, params)
@@ -265,7 +271,8 @@ def run(args: argparse.Namespace) -> dict:
           f"lr {lr:g}; device {device}; {args.precision}", file=sys.stderr)
 
     def epoch_batches(epoch: int) -> EpochBatches:
-        return EpochBatches(train, schedule, args.batch_size, epoch, args.epochs, args.seed, args.bucket)
+        return EpochBatches(train, schedule, args.batch_size, epoch, args.epochs, args.seed, args.bucket,
+                            args.swap_pairs)
 
     def evaluate(m: nn.Module) -> dict[str, float]:
         scores = {METRICS[t]: score(t, predict(m, dev[t], args.eval_batch_size, device, args.precision),

@@ -71,15 +71,19 @@ def _pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask                                            # (B, T) each, right-padded with 0
 
 
-def collate(data: Encoded, index: Sequence[int]) -> dict:
-    """A batch of a task: input_ids/attention_mask (or the _1/_2 pair), labels when known, ids, and the task."""
+def collate(data: Encoded, index: Sequence[int], swap: Sequence[bool] | None = None) -> dict:
+    """A batch of a task: input_ids/attention_mask (or the _1/_2 pair), labels when known, ids, and the task;
+    swap[k] true puts the k-th pair's sentences in the other order."""
     out: dict = {"task": data.task, "ids": [data.records[i].id for i in index]}
     if data.ids2 is None:
         out["input_ids"], out["attention_mask"] = _pad([data.ids[i] for i in index])
         out["token_type_ids"] = torch.zeros_like(out["input_ids"])
     else:
-        out["input_ids_1"], out["attention_mask_1"] = _pad([data.ids[i] for i in index])
-        out["input_ids_2"], out["attention_mask_2"] = _pad([data.ids2[i] for i in index])
+        swap = swap or [False] * len(index)
+        first = [data.ids2[i] if s else data.ids[i] for i, s in zip(index, swap)]
+        second = [data.ids[i] if s else data.ids2[i] for i, s in zip(index, swap)]
+        out["input_ids_1"], out["attention_mask_1"] = _pad(first)
+        out["input_ids_2"], out["attention_mask_2"] = _pad(second)
     if data.records.labelled:
         dtype = torch.long if data.task == "sst" else torch.float
         out["labels"] = torch.tensor([data.records[i].label for i in index], dtype=dtype)  # (B,)
@@ -87,11 +91,12 @@ def collate(data: Encoded, index: Sequence[int]) -> dict:
 
 
 class EpochBatches(Sequence):
-    """The batches of one epoch in the schedule's order, collated when asked for (fit() iterates it)."""
+    """The batches of one epoch in the schedule's order, collated when asked for (fit() iterates it);
+    swap_pairs=True gives each pair a random order, drawn anew every epoch from (seed, epoch, batch)."""
 
     def __init__(self, train: dict[str, Encoded], schedule: TaskSchedule, batch_size: int, epoch: int,
-                 epochs: int, seed: int, bucket: bool = True):
-        self.train, self.batch_size, self.bucket = train, batch_size, bucket
+                 epochs: int, seed: int, bucket: bool = True, swap_pairs: bool = False):
+        self.train, self.batch_size, self.bucket, self.swap_pairs = train, batch_size, bucket, swap_pairs
         self.seed, self.epoch = seed, epoch
         self.num_batches = num_batches_of({t: len(d.records) for t, d in train.items()}, batch_size)
         self.order = schedule.order(self.num_batches, epoch, epochs, seed)
@@ -111,7 +116,12 @@ class EpochBatches(Sequence):
     def __getitem__(self, i: int) -> dict:
         task, j = self.order[i]
         n = self.num_batches[task]
-        return collate(self.train[task], self.task_pass(task, j // n)[j % n])
+        index = self.task_pass(task, j // n)[j % n]
+        swap = None
+        if self.swap_pairs and self.train[task].ids2 is not None:
+            rng = random.Random(hash_seed(self.seed, self.epoch, TASK_ORDER.index(task), j, 1))
+            swap = [rng.random() < 0.5 for _ in index]
+        return collate(self.train[task], index, swap)
 
 
 def hash_seed(*parts: int) -> int:

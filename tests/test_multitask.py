@@ -264,3 +264,59 @@ def test_the_sts_head_can_start_mid_scale(tiny_config, tokenizer):
         torch.testing.assert_close(mid.predict_similarity(*batch.values()),
                                    plain.predict_similarity(*batch.values()) + 2.5)
         torch.testing.assert_close(mid.predict_paraphrase(*batch.values()), plain.predict_paraphrase(*batch.values()))
+
+
+@pytest.mark.parametrize("design", ["bi-encoder", "cross-encoder"])
+def test_symmetric_pairs_predict_the_mean_of_both_orders_in_eval_mode_only(design, tiny_config, tokenizer):
+    torch.manual_seed(0)
+    model = MultitaskBert(minbert.BertModel(tiny_config), MultitaskConfig(design=design, symmetric_pairs=True))
+    batch = pair_batch(tokenizer)
+    flipped = pair_batch(tokenizer, [(b, a) for a, b in PAIRS])
+    model.eval()
+    with torch.no_grad():
+        for predict in (model.predict_paraphrase, model.predict_similarity):
+            y, y_flipped = predict(*batch.values()), predict(*flipped.values())
+            model.config.symmetric_pairs = False
+            one, other = predict(*batch.values()), predict(*flipped.values())
+            model.config.symmetric_pairs = True
+            assert not torch.allclose(one, other)                   # the designs are not symmetric by themselves
+            torch.testing.assert_close(y, (one + other) / 2)
+            torch.testing.assert_close(y, y_flipped)                # the mean is the same either way round
+        sst = {"input_ids": batch["input_ids_1"], "attention_mask": batch["attention_mask_1"]}
+        logits = model.predict("sst", sst)
+        model.config.symmetric_pairs = False
+        torch.testing.assert_close(logits, model.predict("sst", sst))
+    model.train()                                                   # training mode: one pass, as given
+    with torch.no_grad():
+        model.config.symmetric_pairs = True
+        torch.manual_seed(1)
+        y = model.predict_similarity(*batch.values())
+        model.config.symmetric_pairs = False
+        torch.manual_seed(1)
+        assert torch.equal(y, model.predict_similarity(*batch.values()))
+
+
+def test_swap_pairs_flips_about_half_the_pairs_anew_each_epoch_and_reproduces(tokenizer, files):
+    train = {t: load(t, "train", files[t][0], tokenizer) for t in ("sst", "para", "sts")}
+    schedule = TaskSchedule("round-robin")
+
+    def orders(epoch, seed=1, swap=True):
+        flips = {}
+        for batch in EpochBatches(train, schedule, 8, epoch, 2, seed, swap_pairs=swap):
+            if batch["task"] == "sst":
+                continue
+            data = train[batch["task"]]
+            for k, i in enumerate(batch["ids"]):
+                j = [r.id for r in data.records].index(i)
+                first = batch["input_ids_1"][k][batch["attention_mask_1"][k].bool()].tolist()
+                assert first in (data.ids[j], data.ids2[j])
+                second = batch["input_ids_2"][k][batch["attention_mask_2"][k].bool()].tolist()
+                assert sorted([first, second]) == sorted([data.ids[j], data.ids2[j]])  # the same pair
+                flips[i] = first == data.ids2[j] and data.ids[j] != data.ids2[j]
+        return flips
+
+    a = orders(0)
+    assert len(a) == 48 + 32 and 0.3 < sum(a.values()) / len(a) < 0.7
+    assert a == orders(0)                                           # the same seed and epoch: the same orders
+    assert a != orders(1) and a != orders(0, seed=2)                # drawn anew each epoch and seed
+    assert not any(orders(0, swap=False).values())                  # off: the file's order

@@ -49,6 +49,7 @@ class MultitaskConfig:
     dropout: float | None = None        # dropout before each head (None: the encoder's hidden dropout)
     num_sentiment_classes: int = 5
     similarity_bias: float = 0.0        # the STS head's initial output bias; 2.5 starts it mid-scale (see MultitaskBert)
+    symmetric_pairs: bool = False       # in eval mode, a pair's output is the mean over (s1, s2) and (s2, s1)
 
     def __post_init__(self) -> None:
         if self.design not in DESIGNS:
@@ -108,6 +109,14 @@ def join_pairs(
     ids = ids * mask
     types = (~in_first & real).to(input_ids_1.dtype)
     return ids, mask, types
+
+
+def swap_pairs(batch: dict) -> dict:
+    """The batch with each pair's sentences in the other order: (s1, s2) becomes (s2, s1)."""
+    out = dict(batch)
+    for a, b in (("input_ids_1", "input_ids_2"), ("attention_mask_1", "attention_mask_2")):
+        out[a], out[b] = batch[b], batch[a]
+    return out
 
 
 def sentiment_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -238,9 +247,14 @@ class MultitaskBert(nn.Module):
         raise NotImplementedError
 
     def predict(self, task: str, batch: dict) -> torch.Tensor:
-        """The task's output for a collated batch: sentiment logits (B, C), or one value per pair (B,)."""
+        """The task's output for a collated batch: sentiment logits (B, C), or one value per pair (B,); with
+        config.symmetric_pairs, in eval mode, a pair's output is the mean over its two orders (swap_pairs)."""
         inputs = self.inputs(task, batch)
-        return self.predict_from_embeddings(task, self.embed(inputs), inputs)
+        y = self.predict_from_embeddings(task, self.embed(inputs), inputs)
+        if task != "sst" and self.config.symmetric_pairs and not self.training:
+            swapped = self.inputs(task, swap_pairs(batch))
+            y = (y + self.predict_from_embeddings(task, self.embed(swapped), swapped)) / 2
+        return y
 
     def forward(self, task: str, batch: dict) -> torch.Tensor:
         """Same as predict(task, batch)."""
