@@ -22,23 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import minbert
-from minbert.multitask import MultitaskBert, MultitaskConfig, swap_pairs
-from tasks.data import TASKS, batch_indices
+from minbert.multitask import MultitaskBert, MultitaskConfig
+from tasks.data import TASKS
 from tasks.evaluation import accuracy, overall_score, pearson
-from tasks.multitask_data import collate, load
+from tasks.multitask import outputs
+from tasks.multitask_data import Encoded, load
 from tasks.train import load_checkpoint
-
-
-@torch.no_grad()
-def outputs(model: MultitaskBert, data, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The raw pair outputs (logit or score) per record in file order: as given, and swapped."""
-    given, swapped = {}, {}
-    for index in batch_indices(data.lengths, batch_size, shuffle=False, bucket=True):
-        batch = collate(data, index)
-        given.update(zip(index, model.predict(data.task, batch).tolist()))
-        swapped.update(zip(index, model.predict(data.task, swap_pairs(batch)).tolist()))
-    n = len(data.records)
-    return torch.tensor([given[i] for i in range(n)]), torch.tensor([swapped[i] for i in range(n)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     for task in ("para", "sts"):
         data = load(task, "dev", TASKS[task].path(args.data_dir, "dev"), tokenizer)
         labels = [r.label for r in data.records]
-        given, swapped = outputs(model, data, args.batch_size)
+        given = outputs(model, data, args.batch_size, torch.device("cpu"))
+        swapped = outputs(model, Encoded(task, "dev", data.records, data.ids2, data.ids), args.batch_size,
+                          torch.device("cpu"))                     # each pair's sentences in the other order
         for name, y in (("given", given), ("swapped", swapped), ("mean", (given + swapped) / 2)):
             s = accuracy((y > 0).long().tolist(), labels) if task == "para" else pearson(y.tolist(), labels)
             result[f"{task}_{name}"] = s

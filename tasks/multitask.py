@@ -42,25 +42,29 @@ HELP_NAMES = {"sst": "SST sentiment", "para": "Quora paraphrase", "sts": "STS si
 
 
 @torch.no_grad()
-def predict(model: MultitaskBert, data: Encoded, batch_size: int, device: torch.device,
-            precision: str = "fp32") -> list[float | int]:
-    """Predictions for every record in file order: the SST class, the Quora 0/1, or the STS score."""
+def outputs(model: MultitaskBert, data: Encoded, batch_size: int, device: torch.device,
+            precision: str = "fp32") -> torch.Tensor:
+    """The model's raw output for every record in file order: SST logits (N, C), or one value per pair (N,)."""
     was_training = model.training
     model.eval()
-    out: dict[int, float | int] = {}
+    out: dict[int, torch.Tensor] = {}
     for index in batch_indices(data.lengths, batch_size, shuffle=False, bucket=True):
         batch = to_device(collate(data, index), device)
         with autocast(device, precision):
-            y = model.predict(data.task, batch).float()
-        if data.task == "sst":
-            values = y.argmax(-1).tolist()                      # (B, 5) -> class
-        elif data.task == "para":
-            values = (y > 0).long().tolist()                    # logit > 0 <=> sigmoid > 0.5
-        else:
-            values = y.tolist()                                 # the 0-5 similarity score
-        out.update(zip(index, values))
+            out.update(zip(index, model.predict(data.task, batch).float().cpu()))
     model.train(was_training)
-    return [out[i] for i in range(len(data.records))]
+    return torch.stack([out[i] for i in range(len(data.records))])
+
+
+def predict(model: MultitaskBert, data: Encoded, batch_size: int, device: torch.device,
+            precision: str = "fp32") -> list[float | int]:
+    """Predictions for every record in file order: the SST class, the Quora 0/1, or the STS score."""
+    y = outputs(model, data, batch_size, device, precision)
+    if data.task == "sst":
+        return y.argmax(-1).tolist()                            # (N, 5) -> class
+    if data.task == "para":
+        return (y > 0).long().tolist()                          # logit > 0 <=> sigmoid > 0.5
+    return y.tolist()                                           # the 0-5 similarity score
 
 
 def score(task: str, preds: list, records: Records) -> float:
