@@ -26,6 +26,7 @@ import minbert
 from .data import TASKS, Collator, Records, batches, model_inputs, to_device, token_lengths
 from .evaluation import LEADERBOARD, accuracy, prediction_path, write_predictions
 from .finetune import add_mode_arguments, get_mode
+from .recipe import make_optimizer
 from .train import add_loop_arguments, autocast, fit, is_main_process, loop_kwargs, pick_device, seed_everything
 
 NUM_LABELS = {"sst": 5, "cfimdb": 2}
@@ -190,7 +191,7 @@ def run(args: argparse.Namespace) -> dict:
                                 args.pooling)
     params = mode.setup(model, args)
     model.to(device)
-    optimizer = minbert.AdamW(params, lr=lr, weight_decay=args.weight_decay)
+    optimizer = make_optimizer(params, lr, args.weight_decay, args.optimizer)
     n_train = sum(p.numel() for p in params)
     main = is_main_process()
     if main:

@@ -34,6 +34,7 @@ from .data import TASKS, Records, batch_indices, to_device
 from .evaluation import accuracy, overall_score, pearson, prediction_path, write_predictions
 from .finetune import add_mode_arguments, get_mode
 from .multitask_data import TASK_ORDER, Encoded, EpochBatches, collate, load
+from .recipe import make_optimizer
 from .train import add_loop_arguments, autocast, fit, is_main_process, loop_kwargs, pick_device, seed_everything
 
 METRICS = {"sst": "sst_accuracy", "para": "para_accuracy", "sts": "sts_pearson"}
@@ -267,7 +268,7 @@ def run(args: argparse.Namespace) -> dict:
     params = mode.setup(model, args)
     params = add_smart_pals(model, args, params)
     model.to(device)
-    optimizer = minbert.AdamW(params, lr=lr, weight_decay=args.weight_decay)
+    optimizer = make_optimizer(params, lr, args.weight_decay, args.optimizer)
     schedule = TaskSchedule(args.schedule, args.when_exhausted)
     sizes = ", ".join(f"{t} {len(train[t].records)}/{len(dev[t].records)}" for t in tasks)
     print(f"multitask {args.design}, {args.schedule}: train/dev examples {sizes}; {args.fine_tune_mode} trains "
@@ -278,9 +279,11 @@ def run(args: argparse.Namespace) -> dict:
         return EpochBatches(train, schedule, args.batch_size, epoch, args.epochs, args.seed, args.bucket,
                             args.swap_pairs)
 
+    evaluated: list[dict[str, list]] = []  # the dev predictions of each epoch this process evaluated, in order
+
     def evaluate(m: nn.Module) -> dict[str, float]:
-        scores = {METRICS[t]: score(t, predict(m, dev[t], args.eval_batch_size, device, args.precision),
-                                    dev[t].records) for t in tasks}
+        evaluated.append({t: predict(m, dev[t], args.eval_batch_size, device, args.precision) for t in tasks})
+        scores = {METRICS[t]: score(t, evaluated[-1][t], dev[t].records) for t in tasks}
         if len(tasks) == 3:
             scores["overall"] = overall_score(scores["sst_accuracy"], scores["para_accuracy"], scores["sts_pearson"])
         if is_main_process():
@@ -313,9 +316,13 @@ def run(args: argparse.Namespace) -> dict:
     if not args.predictions:  # the best epoch's own dev evaluation
         best = result.history[result.best_epoch - 1]
         summary["dev"] = {k[len("dev_"):]: v for k, v in best.items() if k.startswith("dev_")}
+    # The best epoch's dev predictions, made with the weights just loaded, unless it was evaluated before a resume.
+    k = result.best_epoch - 1 - (len(result.history) - len(evaluated))
+    best_dev = evaluated[k] if 0 <= k < len(evaluated) else {}
     for split, data in (("dev", dev if args.predictions else {}), ("test", test)):
         for t, d in data.items():
-            preds = predict(model, d, args.eval_batch_size, device, args.precision)
+            preds = best_dev[t] if split == "dev" and t in best_dev else predict(
+                model, d, args.eval_batch_size, device, args.precision)
             out = write_predictions(prediction_path(args.predictions_dir, t, split), t,
                                     [e.id for e in d.records], preds)
             line = f"wrote {out} ({len(preds)} rows)"

@@ -46,6 +46,7 @@ from .distributed import world_size
 from .evaluation import pearson
 from .multitask import SIMCSE_QUORA_REST
 from .multitask_data import _pad, hash_seed
+from .recipe import make_optimizer
 from .simcse_quora import mine_hard_negatives, split_quora, write_rows
 from .train import add_loop_arguments, autocast, fit, loop_kwargs, pick_device, seed_everything
 
@@ -309,7 +310,7 @@ def run(args: argparse.Namespace) -> dict:
                           args.distance)
     model = SimCSE(minbert.load_pretrained(args.model), config).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = minbert.AdamW(params, lr=lr)
+    optimizer = make_optimizer(params, lr, 0.01, args.optimizer)
     every, rounds = plan(len(data), args.batch_size, epochs, args.eval_every)
     print(f"simcse {args.objective}: {what}; Quora {len(quora)} pairs, {len(stage)} for this stage, {len(rest)} left "
           f"for multitask; {every * rounds} steps of {args.batch_size} ({epochs} epoch{'s' if epochs > 1 else ''} in "

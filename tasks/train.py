@@ -331,11 +331,13 @@ def fit(
 
 IGNORED_ON_RESUME = {"epochs", "checkpoint", "resume", "out_dir", "device", "predictions_dir"}
 LOOP_DEFAULTS = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1}
+RECIPE_DEFAULTS = LOOP_DEFAULTS | {"optimizer": "minbert"}  # every flag of add_loop_arguments, at its default
 
 
 def _check_config(path: str | Path, stored: dict, current: dict) -> None:
-    """The settings must match; a loop flag absent from an older checkpoint counts as its default."""
-    stored = LOOP_DEFAULTS | stored if set(LOOP_DEFAULTS) & set(current) else stored
+    """The settings must match; a recipe flag absent from an older checkpoint counts as its default."""
+    if set(RECIPE_DEFAULTS) & set(current):
+        stored, current = RECIPE_DEFAULTS | stored, RECIPE_DEFAULTS | current
     diffs = [f"{k}: checkpoint {stored.get(k)!r}, now {current.get(k)!r}"
              for k in sorted((set(stored) | set(current)) - IGNORED_ON_RESUME) if stored.get(k) != current.get(k)]
     if diffs:

@@ -178,7 +178,7 @@ def argv(tiny_dir, files, tmp_path, name, *extra):
 
 
 def test_kill_and_resume_reproduces_an_uninterrupted_run_and_writes_six_files(tiny_dir, files, tmp_path, monkeypatch):
-    extra = ("--epochs", "2", "--schedule", "annealed", "--design", "bi-encoder")
+    extra = ("--epochs", "2", "--schedule", "annealed", "--design", "bi-encoder", "--optimizer", "fused")
     whole = run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "whole", *extra)))
     real_fit = multitask.fit
 
@@ -191,6 +191,7 @@ def test_kill_and_resume_reproduces_an_uninterrupted_run_and_writes_six_files(ti
         argv(tiny_dir, files, tmp_path, "split", *extra, "--resume", str(tmp_path / "split.pt"))))
     a, b = load_checkpoint(tmp_path / "whole.pt"), load_checkpoint(tmp_path / "split.pt")
     assert a["epoch"] == b["epoch"] == 2
+    assert a["optimizer"]["param_groups"][0]["fused"] is True          # --optimizer reached the optimiser
     for key in a["model"]:
         assert torch.equal(a["model"][key], b["model"][key]), key
     strip = [{k: v for k, v in h.items() if not k.endswith("seconds")} for h in whole["history"]]
@@ -203,6 +204,28 @@ def test_kill_and_resume_reproduces_an_uninterrupted_run_and_writes_six_files(ti
     assert set(whole["test"]) == {"sst_accuracy", "sts_pearson"}  # the labelled test slices are scored
     initial = minbert.load_pretrained(str(tiny_dir)).state_dict()
     assert any(not torch.equal(initial[k], a["model"]["bert." + k]) for k in initial)  # it did train
+
+
+def test_the_dev_files_hold_the_best_epochs_own_predictions(tiny_dir, files, tmp_path, monkeypatch):
+    """Dev is predicted once an epoch and not again at the end; the files equal a fresh prediction of the best
+    weights (a resume of the finished run, which trains nothing and predicts everything)."""
+    dev_files = {files[t][1] for t in files}
+    calls: list[str] = []
+    real = multitask.predict
+
+    def counting(m, data, *args):
+        calls.append(str(data.records.path))
+        return real(m, data, *args)
+    monkeypatch.setattr(multitask, "predict", counting)
+    first = run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "reuse", "--epochs", "2")))
+    assert sum(c in dev_files for c in calls) == 3 * 2 and len(calls) == 3 * 2 + 3  # then the three test files
+    calls.clear()
+    again = run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "again", "--epochs", "2",
+                                               "--resume", str(tmp_path / "reuse.pt"))))
+    assert sum(c in dev_files for c in calls) == 3 and first["dev"] == again["dev"]
+    for t in ("sst", "para", "sts"):
+        assert (tmp_path / "reuse" / f"{t}-dev-output.csv").read_text() == \
+            (tmp_path / "again" / f"{t}-dev-output.csv").read_text()
 
 
 def test_the_six_files_pass_score_and_submit(tiny_dir, files, tmp_path):

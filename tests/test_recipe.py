@@ -1,4 +1,5 @@
-"""The fine-tuning recipe in the shared loop: warm-up and decay, clipping, accumulation, mixed precision, the flags."""
+"""The fine-tuning recipe in the shared loop: warm-up and decay, clipping, accumulation, mixed precision, the
+optimiser, the flags."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from torch import nn
 
 import minbert
 from tasks.classifier import SentimentClassifier, build_parser, classification_loss
+from tasks.recipe import make_optimizer
 from tasks.train import (
     LOOP_DEFAULTS,
     Interrupted,
@@ -181,8 +183,53 @@ def test_loop_flags_defaults_and_help():
 def test_checkpoints_from_before_the_recipe_flags_still_resume():
     old = {"lr": 1e-3, "task": "sst"}                                      # stored before the loop flags existed
     _check_config("old.pt", old, old | LOOP_DEFAULTS)
+    _check_config("old.pt", old, old | LOOP_DEFAULTS | {"optimizer": "minbert"})
     with pytest.raises(ValueError, match="precision: checkpoint 'fp32', now 'bf16'"):
         _check_config("old.pt", old, old | LOOP_DEFAULTS | {"precision": "bf16"})
+    with pytest.raises(ValueError, match="optimizer: checkpoint 'minbert', now 'fused'"):  # its state is another kind
+        _check_config("old.pt", old, old | LOOP_DEFAULTS | {"optimizer": "fused"})
+
+
+def test_the_optimizer_flag_picks_minbert_adamw_or_torch_fused_adamw(tiny_config):
+    parser = build_parser()
+    assert parser.parse_args([]).optimizer == "minbert" and parser.parse_args(["--optimizer", "fused"]).optimizer == "fused"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--optimizer", "sgd"])
+    model = classifier(tiny_config)
+    ours, fused = (make_optimizer(model.parameters(), 2e-5, 0.01, kind) for kind in ("minbert", "fused"))
+    assert type(ours) is minbert.AdamW and type(fused) is torch.optim.AdamW and fused.defaults["fused"]
+    for a, b in zip(ours.param_groups, fused.param_groups):
+        assert {k: a[k] for k in ("lr", "betas", "eps", "weight_decay")} == \
+            {k: b[k] for k in ("lr", "betas", "eps", "weight_decay")}
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        make_optimizer(model.parameters(), 2e-5, 0.01, "adam")
+
+
+def test_fused_adamw_trains_as_minbert_adamw_and_resumes_exactly(tiny_config, tmp_path):
+    """Two epochs with warm-up, decay, clipping and weight decay: the same parameters to rounding; a kill after
+    epoch 1 and a resume give the fused run bit for bit."""
+    batches = random_batches([4, 4, 3, 4])
+    kw = {"epochs": 2, "warmup_ratio": 0.25, "max_grad_norm": 1.0}
+
+    def train(kind, **more):
+        model = classifier(tiny_config)
+        quiet_fit(model, make_optimizer(model.parameters(), 1e-3, 0.01, kind), lambda e: batches, **kw, **more)
+        return model.state_dict()
+    ours, fused = train("minbert"), train("fused")
+    start = classifier(tiny_config).state_dict()
+    moved = 0
+    for key, value in fused.items():
+        torch.testing.assert_close(ours[key], value, rtol=0, atol=1e-6, msg=key)
+        moved += not torch.equal(value, start[key])
+    assert moved > 10                                                   # it did train
+
+    def kill(epoch, record):
+        raise Interrupted
+    with pytest.raises(Interrupted):
+        train("fused", checkpoint=tmp_path / "split.pt", on_epoch_end=kill)
+    assert load_checkpoint(tmp_path / "split.pt")["optimizer"]["param_groups"][0]["fused"] is True
+    resumed = train("fused", checkpoint=tmp_path / "split.pt", resume=tmp_path / "split.pt")
+    assert all(torch.equal(fused[k], resumed[k]) for k in fused)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 and its gradient scaler need CUDA")
