@@ -3,6 +3,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
+# `make train PRECISION=bf16`: bf16 autocast, for CPUs with native bf16 (avx512_bf16 or AMX) and recent GPUs.
+PRECISION ?= fp32
 
 .PHONY: install test train train-sst lint bench clean
 
@@ -21,7 +23,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 train: install
 	$(PY) -m tasks.multitask --design cross-encoder --schedule round-robin --fine-tune-mode full-model --model minilm \
 		--lr 5e-5 --batch-size 16 --warmup-ratio 0.1 --max-grad-norm 1.0 --sts-head-bias 2.5 --epochs 2 \
-		--symmetric-pairs --optimizer fused --predictions-dir predictions
+		--symmetric-pairs --optimizer fused --precision $(PRECISION) --predictions-dir predictions
 	$(PY) -m tasks.submit --pred-dir predictions --out submission.zip
 
 # The first exercise: the SST sentiment classifier alone.
