@@ -1,0 +1,64 @@
+"""Paired-seed rows of the multitask CLI, one (row, seed) at a time, appended to a results JSON as each ends.
+
+    python benchmarks/paired_runs.py --out benchmarks/results/power.json --row baseline --seeds 1,2,3 -- \
+        --epochs 1 --lr 5e-5 --batch-size 16 --warmup-ratio 0.1 --max-grad-norm 1.0 --sts-head-bias 2.5
+
+Every row is `python -m tasks.multitask` with the flags after `--`, run once per seed with --seed S; a
+(row, seed) already in --out is skipped, so a killed table resumes where it stopped. Rows that share a seed
+share the data sample, the initial heads and the data order: their difference is a paired comparison
+(benchmarks/stats.py computes the mean, sd and 95% interval of it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tasks import multitask  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="results JSON (a list of rows; appended to, atomically)")
+    p.add_argument("--row", required=True, help="the row's name in the table, e.g. baseline or smart-vat")
+    p.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        results = json.loads(out.read_text()) if out.is_file() else []
+        if any(r["row"] == args.row and r["seed"] == seed for r in results):
+            print(f"== {args.row} seed {seed}: already in {out}", flush=True)
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            row_argv = [*extra, "--seed", str(seed), "--no-progress", "--no-predictions",
+                        "--checkpoint", os.path.join(tmp, "run.pt")]
+            print(f"== {args.row} seed {seed}: python -m tasks.multitask {' '.join(extra)}", flush=True)
+            t0 = time.perf_counter()
+            summary = multitask.run(multitask.build_parser().parse_args(row_argv))
+            minutes = (time.perf_counter() - t0) / 60
+        results = json.loads(out.read_text()) if out.is_file() else []
+        results.append({"row": args.row, "seed": seed, "flags": extra, "dev": summary["dev"],
+                        "best_epoch": summary["best_epoch"], "minutes": minutes, "history": summary["history"]})
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp_out = out.with_suffix(".tmp")
+        tmp_out.write_text(json.dumps(results, indent=1))
+        os.replace(tmp_out, out)
+        d = summary["dev"]
+        print(f"== {args.row} seed {seed}: overall {d['overall']:.4f} (SST {d['sst_accuracy']:.4f}, Quora "
+              f"{d['para_accuracy']:.4f}, STS r {d['sts_pearson']:.4f}), {minutes:.1f} min", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
