@@ -247,8 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW's decoupled weight decay (default 0)")
     p.add_argument("--batch-size", type=int, default=32, help="training batch size (default 32)")
     p.add_argument("--max-length", type=int, default=None,
-                   help="truncate inputs to this many tokens (default: the model's limit, 512; no cfimdb review "
-                        "is longer than 498 MiniLM tokens, 30%% are longer than 256)")
+                   help="truncate inputs to this many tokens (default: the model's limit, 512)")
     p.add_argument("--exit", choices=["entropy", "patience"], default=None,
                    help="exit rule: entropy below S (DeeBERT; default for classification) or the prediction "
                         "unchanged for P layers (PABEE; default for sts)")

@@ -133,9 +133,8 @@ def add_loop_arguments(parser: argparse.ArgumentParser) -> None:
                        help="one optimiser step per K batches, as one batch of K x --batch-size (default 1)")
     group.add_argument("--optimizer", choices=OPTIMIZERS, default="minbert",
                        help="minbert (default): minbert.AdamW, the update written out in minbert/optim.py; fused: "
-                            "torch.optim.AdamW(fused=True), the same update in one kernel, several times faster "
-                            "per step (on MiniLM on a 2-core CPU the step drops from about 130 to 17 ms: "
-                            "benchmarks/optimizer.py); the two differ in rounding only")
+                            "torch.optim.AdamW(fused=True), the same update in one kernel, faster per step "
+                            "(benchmarks/optimizer.py measures both); the two differ in rounding only")
 
 
 def loop_kwargs(args: argparse.Namespace) -> dict:
