@@ -33,8 +33,10 @@ class BertConfig:
                 f"hidden_size {self.hidden_size} is not a multiple of "
                 f"num_attention_heads {self.num_attention_heads}"
             )
-        if self.hidden_act not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
-            raise ValueError(f"hidden_act {self.hidden_act!r} is not supported (use 'gelu')")
+        from .model import ACTIVATIONS  # here, not at the top: model.py imports this module
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"hidden_act {self.hidden_act!r} is not supported; minbert computes "
+                             f"{', '.join(sorted(ACTIVATIONS))} as Hugging Face does")
         if self.attn_implementation not in ("sdpa", "eager"):
             raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', not {self.attn_implementation!r}")
 
