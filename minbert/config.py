@@ -51,6 +51,9 @@ class BertConfig:
         kept = {k: v for k, v in d.items() if k in known}
         if "model_type" in d and d["model_type"] not in ("bert", "minbert"):
             raise ValueError(f"model_type {d['model_type']!r} is not a BERT model")
+        if d.get("is_decoder") or d.get("add_cross_attention"):
+            raise ValueError("is_decoder / add_cross_attention: a causal (decoder) BERT such as BertLMHeadModel; "
+                             "minbert's encoder attends in both directions and would compute something else")
         if d.get("position_embedding_type", "absolute") != "absolute":
             raise ValueError(f"position_embedding_type {d['position_embedding_type']!r} is not supported")
         return cls(**kept)

@@ -54,14 +54,15 @@ def test_legacy_names_and_heads(minilm: minbert.BertModel, tmp_path: Path) -> No
     torch.save(legacy, tmp_path / "pytorch_model.bin")
 
     with pytest.raises(CheckpointError) as err:
-        minbert.load_pretrained(str(tmp_path))
+        minbert.load_pretrained(str(tmp_path), ignore_heads=False)   # strict: exactly a BertModel checkpoint
     message = str(err.value)
     assert "2 unexpected tensor(s)" in message and "cls.predictions.bias" in message
     assert "classifier.weight" in message and "ignore_heads=True" in message
 
-    model = minbert.load_pretrained(str(tmp_path), ignore_heads=True)
-    ours = minilm.state_dict()
-    assert all(torch.equal(v, ours[k]) for k, v in model.state_dict().items())
+    for kwargs in ({}, {"ignore_heads": True}):   # the default drops the heads
+        model = minbert.load_pretrained(str(tmp_path), **kwargs)
+        ours = minilm.state_dict()
+        assert all(torch.equal(v, ours[k]) for k, v in model.state_dict().items())
 
 
 # ---------------------------------------------------------------- failures: one readable CheckpointError each
