@@ -135,3 +135,42 @@ def test_decoder_configs_are_refused(tmp_path: Path) -> None:
     shutil.copy(LAYOUTS / "BertForMaskedLM" / "model.safetensors", tmp_path)
     with pytest.raises(CheckpointError, match="a causal \\(decoder\\) BERT such as BertLMHeadModel"):
         minbert.load_pretrained(str(tmp_path))
+
+
+# ---------------------------------------------------------------- save_pretrained after every fine-tune mode
+
+@pytest.mark.parametrize("how", ["rand_uniform", "rand_row_col"])
+def test_save_after_a_random_control_round_trips(how: str, tiny_config: minbert.BertConfig, tmp_path: Path) -> None:
+    """The random controls' W = W0 + scatter(delta) is saved merged; minbert and transformers load it back."""
+    from minbert import bitfit
+    torch.manual_seed(0)
+    model = minbert.BertModel(tiny_config).eval()
+    bitfit.freeze_random(model, how, seed=0)
+    merged = {}  # by hand: the frozen original with the trained entries added at their flat indices
+    for name, module in model.named_modules():
+        for attr, plist in getattr(module, "parametrizations", {}).items():
+            with torch.no_grad():
+                plist[0].delta.copy_(torch.randn_like(plist[0].delta))
+            flat = plist.original.detach().flatten().clone()
+            flat[plist[0].index] += plist[0].delta.detach()
+            merged[f"{name}.{attr}"] = flat.view_as(plist.original)
+    assert merged, "the control should re-parametrize some tensors"
+    ids = torch.randint(1, 1000, (2, 6))
+    mask = torch.tensor([[1] * 6, [1] * 3 + [0] * 3])
+    with torch.no_grad():
+        before = model(ids, mask)
+    model.save_pretrained(str(tmp_path))
+    assert any(bitfit.parametrize.is_parametrized(m) for m in model.modules()), "saving must leave the model as it was (training goes on)"
+    reloaded = minbert.load_pretrained(str(tmp_path))
+    state = reloaded.state_dict()
+    for name, tensor in merged.items():
+        assert torch.equal(state[name], tensor), name
+    with torch.no_grad():
+        after = reloaded(ids, mask)
+    torch.testing.assert_close(after.last_hidden_state, before.last_hidden_state, atol=1e-6, rtol=0)
+    transformers = pytest.importorskip("transformers")
+    theirs = transformers.BertModel.from_pretrained(str(tmp_path)).eval()
+    with torch.no_grad():
+        hf = theirs(input_ids=ids, attention_mask=mask)
+    keep = mask.bool()
+    assert (hf.last_hidden_state[keep] - before.last_hidden_state[keep]).abs().max() <= TOL
