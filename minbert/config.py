@@ -33,8 +33,10 @@ class BertConfig:
                 f"hidden_size {self.hidden_size} is not a multiple of "
                 f"num_attention_heads {self.num_attention_heads}"
             )
-        if self.hidden_act not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
-            raise ValueError(f"hidden_act {self.hidden_act!r} is not supported (use 'gelu')")
+        from .model import ACTIVATIONS  # here, not at the top: model.py imports this module
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"hidden_act {self.hidden_act!r} is not supported; minbert computes "
+                             f"{', '.join(sorted(ACTIVATIONS))} as Hugging Face does")
         if self.attn_implementation not in ("sdpa", "eager"):
             raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', not {self.attn_implementation!r}")
 
@@ -49,6 +51,9 @@ class BertConfig:
         kept = {k: v for k, v in d.items() if k in known}
         if "model_type" in d and d["model_type"] not in ("bert", "minbert"):
             raise ValueError(f"model_type {d['model_type']!r} is not a BERT model")
+        if d.get("is_decoder") or d.get("add_cross_attention"):
+            raise ValueError("is_decoder / add_cross_attention: a causal (decoder) BERT such as BertLMHeadModel; "
+                             "minbert's encoder attends in both directions and would compute something else")
         if d.get("position_embedding_type", "absolute") != "absolute":
             raise ValueError(f"position_embedding_type {d['position_embedding_type']!r} is not supported")
         return cls(**kept)

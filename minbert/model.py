@@ -31,6 +31,25 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x)  # approximate="none": 0.5 * x * (1 + erf(x / sqrt(2)))
 
 
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Hendrycks & Gimpel, 2016, sec. 2)."""
+    return F.gelu(x, approximate="tanh")
+
+
+# config.hidden_act -> the function, each what Hugging Face's ACT2FN computes for that name (tests/test_model.py
+# compares them all); names Hugging Face maps to a module with weights of its own (prelu, xielu) are refused.
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": gelu, "gelu_python": gelu,                                    # exact, erf
+    "gelu_new": gelu_tanh, "gelu_fast": gelu_tanh, "gelu_accurate": gelu_tanh,  # the tanh approximation
+    "gelu_pytorch_tanh": gelu_tanh, "gelu_python_tanh": gelu_tanh,
+    "gelu_10": lambda x: F.gelu(x).clamp(-10.0, 10.0),
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),
+    "relu": F.relu, "relu2": lambda x: F.relu(x).square(), "relu6": F.relu6, "leaky_relu": F.leaky_relu,
+    "silu": F.silu, "swish": F.silu, "mish": F.mish, "hardswish": F.hardswish,
+    "tanh": torch.tanh, "sigmoid": torch.sigmoid, "linear": lambda x: x,
+}
+
+
 def layer_norm(x: torch.Tensor, gain: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
     """gain * (x - mean) / sqrt(var + eps) + bias over the last dimension (Ba et al., 2016, sec. 3)."""
     return F.layer_norm(x, x.shape[-1:], gain, bias, eps)
@@ -126,6 +145,7 @@ class BertLayer(nn.Module):
         self.nh, self.hs = config.num_attention_heads, config.head_size
         self.eps, self.p, self.p_attn = config.layer_norm_eps, config.hidden_dropout_prob, config.attention_probs_dropout_prob
         self.attend = attention if config.attn_implementation == "eager" else fused_attention
+        self.act = ACTIVATIONS[config.hidden_act]  # GELU for BERT (config.hidden_act)
         # eq. 1: the query, key and value projections
         self.Wq, self.bq = nn.Parameter(torch.empty(H, H)), nn.Parameter(torch.zeros(H))
         self.Wk, self.bk = nn.Parameter(torch.empty(H, H)), nn.Parameter(torch.zeros(H))
@@ -179,13 +199,14 @@ class BertLayer(nn.Module):
         ### STUB: when the layer has none. Compute `out`:
         ### STUB:   h2  = Dropout(Wm1 h1 + bm1)         (N, H)   F.linear(a, W, b) computes W a + b
         ### STUB:   h3  = gLN1 * norm(h2 + x) + bLN1    (N, H)   layer_norm(..., self.gLN1, self.bLN1, self.eps)
-        ### STUB:   h4  = GELU(Wm2 h3 + bm2)            (N, I)   gelu(); I is the intermediate size
+        ### STUB:   h4  = GELU(Wm2 h3 + bm2)            (N, I)   self.act(): the config's hidden_act, GELU for BERT;
+        ### STUB:                                                I is the intermediate size
         ### STUB:   h5  = Dropout(Wm3 h4 + bm3)         (N, H)
         ### STUB:   out = gLN2 * norm(h5 + h3 + ts) + bLN2   (N, H)   the line after this region scatters it back to (B, T, H)
         ### STUB: Dropout has rate self.p and is active only when self.training (F.dropout(a, self.p, self.training)).
         h2 = F.dropout(F.linear(h1, self.Wm1, self.bm1), self.p, self.training)
         h3 = layer_norm(h2 + x, self.gLN1, self.bLN1, self.eps)
-        h4 = gelu(F.linear(h3, self.Wm2, self.bm2))                  # (N, I)
+        h4 = self.act(F.linear(h3, self.Wm2, self.bm2))              # (N, I)
         h5 = F.dropout(F.linear(h4, self.Wm3, self.bm3), self.p, self.training)
         out = layer_norm(h5 + h3 + ts, self.gLN2, self.bLN2, self.eps)  # (N, H)
         ### END SOLUTION

@@ -8,19 +8,43 @@ from collections.abc import Callable, Iterable
 import torch
 from torch.optim import Optimizer
 
+VARIANTS = ("course", "torch")
+DEFAULT_EPS = {"course": 1e-6, "torch": 1e-8}
+
 
 class AdamW(Optimizer):
-    """AdamW (Loshchilov & Hutter, 2019, alg. 2); the same update and defaults as torch.optim.AdamW."""
+    """AdamW (Loshchilov & Hutter, 2019, alg. 2), in one of two variants that differ only in rounding-size details.
+
+    variant="course" (the default, and the assignment): the CS224N course's reference, which is Hugging Face's
+    pre-4.x `transformers.AdamW`; the course's optimizer_test.py passes against it. At step t, for gradient g:
+        m <- b1 m + (1 - b1) g;   v <- b2 v + (1 - b2) g^2
+        step_size = lr * sqrt(1 - b2^t) / (1 - b1^t)   (lr when correct_bias=False)
+        p <- p - step_size * m / (sqrt(v) + eps)       eps (default 1e-6) added to sqrt(v), not sqrt(v_hat)
+        p <- p - lr * weight_decay * p                 decoupled decay, applied after the Adam update
+    variant="torch": exactly torch.optim.AdamW: p <- p (1 - lr * weight_decay) first, then
+        p <- p - lr * m_hat / (sqrt(v_hat) + eps) with m_hat = m / (1 - b1^t), v_hat = v / (1 - b2^t), eps default
+        1e-8; it always corrects the bias (correct_bias=False is refused). tasks/ trains with this variant.
+    weight_decay defaults to 0 in both (torch.optim.AdamW's default is 0.01: pass it to match torch's defaults).
+    """
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.01):
+                 eps: float | None = None, weight_decay: float = 0.0, correct_bias: bool = True,
+                 variant: str = "course"):
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown variant {variant!r}: use 'course' (the course's reference) or 'torch' "
+                             "(torch.optim.AdamW's update)")
+        if variant == "torch" and not correct_bias:
+            raise ValueError("variant='torch' always corrects the bias, as torch.optim.AdamW does; "
+                             "correct_bias=False needs variant='course'")
+        eps = DEFAULT_EPS[variant] if eps is None else eps
         if lr < 0.0:
             raise ValueError(f"invalid learning rate {lr}")
         if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
             raise ValueError(f"invalid betas {betas}: each must be in [0, 1)")
         if eps < 0.0:
             raise ValueError(f"invalid eps {eps}")
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
+                                  "correct_bias": correct_bias, "variant": variant})
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
@@ -31,6 +55,7 @@ class AdamW(Optimizer):
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+            correct_bias = group["correct_bias"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -42,22 +67,39 @@ class AdamW(Optimizer):
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 g, m, v = p.grad, state["exp_avg"], state["exp_avg_sq"]
+                if group["variant"] == "torch":
+                    _torch_update(p, g, m, v, state, lr, beta1, beta2, eps, wd)
+                    continue
                 ### BEGIN SOLUTION
-                ### STUB: One AdamW update of p (Loshchilov & Hutter, 2019, alg. 2); g, m, v and p all have p's shape.
+                ### STUB: One AdamW update of p, the course's variant (Hugging Face's AdamW before transformers 4;
+                ### STUB: Loshchilov & Hutter, 2019, alg. 2); g, m, v and p all have p's shape.
                 ### STUB:   count the step: state["step"] goes up by one; call the new count t
-                ### STUB:   p <- p - lr * wd * p                    decoupled weight decay, on p before the Adam step
                 ### STUB:   m <- beta1 * m + (1 - beta1) * g        first moment, m is state["exp_avg"]
                 ### STUB:   v <- beta2 * v + (1 - beta2) * g^2      second moment, v is state["exp_avg_sq"]
-                ### STUB:   m_hat = m / (1 - beta1^t),  v_hat = v / (1 - beta2^t)    bias corrections
-                ### STUB:   p <- p - lr * m_hat / (sqrt(v_hat) + eps)
+                ### STUB:   step_size = lr * sqrt(1 - beta2^t) / (1 - beta1^t)   the bias corrections, folded into
+                ### STUB:               the step size; step_size = lr when correct_bias is False
+                ### STUB:   p <- p - step_size * m / (sqrt(v) + eps)            eps is added to sqrt(v) itself
+                ### STUB:   p <- p - lr * wd * p                    decoupled weight decay, AFTER the Adam step
                 ### STUB: Update p, m and v in place (mul_, add_, addcmul_, addcdiv_): the optimizer keeps these tensors.
                 state["step"] += 1
                 t = state["step"]
-                p.mul_(1 - lr * wd)                          # decoupled weight decay: theta -= lr * lambda * theta
-                m.mul_(beta1).add_(g, alpha=1 - beta1)       # m_t = b1 m + (1 - b1) g
+                m.mul_(beta1).add_(g, alpha=1 - beta1)         # m_t = b1 m + (1 - b1) g
                 v.mul_(beta2).addcmul_(g, g, value=1 - beta2)  # v_t = b2 v + (1 - b2) g^2
-                step_size = lr / (1 - beta1 ** t)            # bias correction of m_t
-                denom = (v.sqrt() / math.sqrt(1 - beta2 ** t)).add_(eps)  # sqrt(v_hat) + eps
-                p.addcdiv_(m, denom, value=-step_size)       # theta -= lr m_hat / (sqrt(v_hat) + eps)
+                step_size = lr * math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t) if correct_bias else lr
+                p.addcdiv_(m, v.sqrt().add_(eps), value=-step_size)  # theta -= step_size m / (sqrt(v) + eps)
+                p.add_(p, alpha=-lr * wd)                      # decoupled weight decay: theta -= lr * lambda * theta
                 ### END SOLUTION
         return loss
+
+
+def _torch_update(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, state: dict, lr: float,
+                  beta1: float, beta2: float, eps: float, wd: float) -> None:
+    """torch.optim.AdamW's update of p, in place: decay first, eps added to sqrt(v_hat)."""
+    state["step"] += 1
+    t = state["step"]
+    p.mul_(1 - lr * wd)                                # decoupled weight decay: theta -= lr * lambda * theta
+    m.mul_(beta1).add_(g, alpha=1 - beta1)             # m_t = b1 m + (1 - b1) g
+    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)      # v_t = b2 v + (1 - b2) g^2
+    step_size = lr / (1 - beta1 ** t)                  # bias correction of m_t
+    denom = (v.sqrt() / math.sqrt(1 - beta2 ** t)).add_(eps)  # sqrt(v_hat) + eps
+    p.addcdiv_(m, denom, value=-step_size)             # theta -= lr m_hat / (sqrt(v_hat) + eps)

@@ -121,11 +121,12 @@ def train(args: argparse.Namespace, model: DeeBert, train_split: Split, dev_batc
         return {f"{metric}_ramps": statistics.mean(scores[:-1]), **{f"{metric}_layer{i + 1}": s
                                                                      for i, s in enumerate(scores)}}
 
-    opt = minbert.AdamW(deebert.stage1_parameters(model), lr=args.lr, weight_decay=args.weight_decay)
+    opt = minbert.AdamW(deebert.stage1_parameters(model), lr=args.lr, weight_decay=args.weight_decay, variant="torch")
     first = fit(model, opt, epoch_batches, stage1_loss, last_ramp, metric=metric, epochs=args.epochs, device=device,
                 seed=args.seed, checkpoint=out / "stage1.pt", config=config | {"stage": 1}, progress=args.progress)
     model.load_state_dict(first.best_state)
-    opt = minbert.AdamW(deebert.stage2_parameters(model), lr=args.ramp_lr, weight_decay=args.weight_decay)
+    opt = minbert.AdamW(deebert.stage2_parameters(model), lr=args.ramp_lr, weight_decay=args.weight_decay,
+                        variant="torch")
     second = fit(model, opt, epoch_batches, stage2_loss, ramps, metric=f"{metric}_ramps", epochs=args.ramp_epochs,
                  device=device, seed=args.seed + 1, checkpoint=out / "stage2.pt", config=config | {"stage": 2},
                  progress=args.progress)

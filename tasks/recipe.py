@@ -80,7 +80,7 @@ def make_optimizer(params, lr: float, weight_decay: float, kind: str = "minbert"
     a CPU is most of the difference (benchmarks/optimizer.py).
     """
     if kind == "minbert":
-        return minbert.AdamW(params, lr=lr, weight_decay=weight_decay)
+        return minbert.AdamW(params, lr=lr, weight_decay=weight_decay, variant="torch")
     if kind == "fused":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
     raise ValueError(f"optimizer must be one of {OPTIMIZERS}, not {kind!r}")

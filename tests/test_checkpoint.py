@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
-import http.server
 import json
-import re
 import shutil
-import threading
-import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 import torch
+from fakehub import COMMIT, FakeHub, serve
 from safetensors.torch import load_file, save_file
 
 import minbert
@@ -54,14 +49,15 @@ def test_legacy_names_and_heads(minilm: minbert.BertModel, tmp_path: Path) -> No
     torch.save(legacy, tmp_path / "pytorch_model.bin")
 
     with pytest.raises(CheckpointError) as err:
-        minbert.load_pretrained(str(tmp_path))
+        minbert.load_pretrained(str(tmp_path), ignore_heads=False)   # strict: exactly a BertModel checkpoint
     message = str(err.value)
     assert "2 unexpected tensor(s)" in message and "cls.predictions.bias" in message
     assert "classifier.weight" in message and "ignore_heads=True" in message
 
-    model = minbert.load_pretrained(str(tmp_path), ignore_heads=True)
-    ours = minilm.state_dict()
-    assert all(torch.equal(v, ours[k]) for k, v in model.state_dict().items())
+    for kwargs in ({}, {"ignore_heads": True}):   # the default drops the heads
+        model = minbert.load_pretrained(str(tmp_path), **kwargs)
+        ours = minilm.state_dict()
+        assert all(torch.equal(v, ours[k]) for k, v in model.state_dict().items())
 
 
 # ---------------------------------------------------------------- failures: one readable CheckpointError each
@@ -197,62 +193,6 @@ def test_offline_hub_name_fails_clearly(tmp_path: Path, monkeypatch: pytest.Monk
     assert not any(tmp_path.iterdir()), "nothing should be written offline"
 
 
-COMMIT = "feedface" * 5  # the Hub names a snapshot by its 40-digit commit
-
-
-class FakeHub(http.server.BaseHTTPRequestHandler):
-    """The routes huggingface_hub's snapshot_download calls, for the repositories in `repos` ({name: {file: bytes}}):
-
-    GET  /api/models/{name}/revision/{rev}    the commit and the file list (repo_info)
-    GET  /api/models/{name}/tree/{rev}        path, size and id of every file (list_repo_tree)
-    HEAD /{name}/resolve/{rev}/{file}         the commit, ETag and size (the file's metadata)
-    GET  /{name}/resolve/{rev}/{file}         the bytes
-    An unknown repository answers 404 RepoNotFound, an unknown file 404 EntryNotFound, as the Hub does.
-    """
-
-    repos: ClassVar[dict[str, dict[str, bytes]]] = {}
-    requests: ClassVar[list[str]] = []
-
-    def route(self) -> tuple[int, dict[str, str], bytes]:
-        path = urllib.parse.urlparse(self.path).path
-        api = re.fullmatch(r"/api/models/([^/]+/[^/]+)/(revision|tree)/[^/]+", path)
-        resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/[^/]+/(.+)", path)
-        name = api.group(1) if api else resolve.group(1) if resolve else None
-        if name not in self.repos:
-            return 404, {"X-Error-Code": "RepoNotFound"}, b"{}"
-        files = self.repos[name]
-        if api and api.group(2) == "revision":
-            info = {"id": name, "sha": COMMIT, "siblings": [{"rfilename": f} for f in files]}
-            return 200, {"Content-Type": "application/json"}, json.dumps(info).encode()
-        if api:
-            tree = [{"type": "file", "path": f, "size": len(b), "oid": hashlib.sha1(b).hexdigest()} for f, b in files.items()]
-            return 200, {"Content-Type": "application/json"}, json.dumps(tree).encode()
-        body = files.get(resolve.group(2))
-        if body is None:
-            return 404, {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": COMMIT}, b""
-        return 200, {"X-Repo-Commit": COMMIT, "ETag": f'"{hashlib.sha256(body).hexdigest()}"'}, body
-
-    def answer(self, with_body: bool) -> None:
-        self.requests.append(f"{self.command} {self.path}")
-        status, headers, body = self.route()
-        self.send_response(status)
-        for key, value in headers.items():
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if with_body:
-            self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        self.answer(with_body=True)
-
-    def do_HEAD(self) -> None:
-        self.answer(with_body=False)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
 @pytest.fixture
 def fake_hub(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[type[FakeHub]]:
     """A local http.server standing in for the Hub (HF_ENDPOINT), serving the tiny model as org/tiny."""
@@ -260,20 +200,8 @@ def fake_hub(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     FakeHub.repos["org/tiny"]["vocab.txt"] = (MINILM_DIR / "vocab.txt").read_bytes()
     FakeHub.repos["org/tiny"]["tf_model.h5"] = b"not read by minbert"          # must not be downloaded
     FakeHub.requests = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    import huggingface_hub.constants  # it reads HF_HUB_OFFLINE once, at import: an earlier test may have set it
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    yield FakeHub
-    server.shutdown()
-    server.server_close()
+    with serve(monkeypatch, tmp_path / "cache"):
+        yield FakeHub
 
 
 def test_hub_download_into_the_cache(fake_hub: type[FakeHub], tiny_dir: Path, tmp_path: Path) -> None:

@@ -184,3 +184,50 @@ def test_gradients_reach_every_named_parameter(tiny_config: minbert.BertConfig) 
     assert {"layers.0.Wq", "layers.0.bq", "layers.1.bm2", "embeddings.gLN", "pooler.Wp"} <= names
     for name, p in model.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, f"{name} got no gradient"
+
+
+# ---------------------------------------------------------------- hidden_act: what Hugging Face computes, or refused
+
+def test_every_activation_matches_hugging_face() -> None:
+    """Each hidden_act minbert accepts computes Hugging Face's ACT2FN[name] (float64, x in [-12, 12])."""
+    activations = pytest.importorskip("transformers.activations")
+    from minbert.model import ACTIVATIONS
+    x = torch.linspace(-12, 12, 2001, dtype=torch.float64)
+    for name, ours in ACTIVATIONS.items():
+        torch.testing.assert_close(ours(x), activations.ACT2FN[name](x), atol=1e-12, rtol=1e-12, msg=name)
+    tanh_gelu = ACTIVATIONS["gelu_new"](x)
+    assert (tanh_gelu - ACTIVATIONS["gelu"](x)).abs().max() > 1e-4, "the tanh approximation is not the erf GELU"
+
+
+@pytest.mark.parametrize("act", ["gelu_new", "gelu_pytorch_tanh", "relu"])
+def test_tanh_gelu_model_matches_transformers(act: str, tmp_path: Path) -> None:
+    """A transformers BertModel with hidden_act=act, saved and loaded into minbert: the same outputs to 1e-5."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=16, hidden_act=act)
+    theirs = transformers.BertModel(config).eval()
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.add_(0.5 * torch.randn_like(p))  # larger than BERT's init, so the two GELUs differ in the outputs
+    theirs.save_pretrained(tmp_path)
+    ours = minbert.load_pretrained(str(tmp_path))
+    assert ours.config.hidden_act == act
+    ids = torch.randint(1, 100, (2, 7))
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3])
+    with torch.no_grad():
+        a, b = ours(ids, mask), theirs(input_ids=ids, attention_mask=mask)
+        ours.config.hidden_act = "gelu"
+        erf = minbert.BertModel(ours.config).eval()
+        erf.load_state_dict(ours.state_dict())
+        c = erf(ids, mask)
+    keep = mask.bool()
+    assert (a.last_hidden_state[keep] - b.last_hidden_state[keep]).abs().max() <= 1e-5
+    assert (a.pooler_output - b.pooler_output).abs().max() <= 1e-5
+    assert (c.last_hidden_state[keep] - b.last_hidden_state[keep]).abs().max() > 1e-4, "erf GELU must differ"
+
+
+def test_unsupported_activation_is_refused() -> None:
+    for name in ("prelu", "xielu", "GELU", "gelu_tanh"):  # weights of their own, or not a Hugging Face name
+        with pytest.raises(ValueError, match=rf"hidden_act '{name}' is not supported; minbert computes .*gelu_new"):
+            minbert.BertConfig(hidden_act=name)
