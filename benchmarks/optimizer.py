@@ -37,7 +37,7 @@ from minbert.multitask import MultitaskBert, MultitaskConfig
 from tasks.multitask import collate, load
 from tasks.recipe import make_optimizer
 
-KINDS = {"minbert": lambda ps: minbert.AdamW(ps, lr=5e-5, weight_decay=0.01),
+KINDS = {"minbert": lambda ps: minbert.AdamW(ps, lr=5e-5, weight_decay=0.01, variant="torch"),
          "torch single-tensor": lambda ps: torch.optim.AdamW(ps, lr=5e-5, weight_decay=0.01, foreach=False),
          "torch foreach": lambda ps: torch.optim.AdamW(ps, lr=5e-5, weight_decay=0.01, foreach=True),
          "torch fused": lambda ps: torch.optim.AdamW(ps, lr=5e-5, weight_decay=0.01, fused=True)}
