@@ -28,6 +28,25 @@ def test_pcgrad_leaves_non_conflicting_gradients_unchanged():
     assert torch.equal(p1, g1) and torch.equal(p2, g2)
 
 
+def test_pcgrad_on_three_tasks_equals_algorithm_1_written_on_vectors():
+    torch.manual_seed(0)
+    grads = [torch.randn(50, dtype=torch.float64) for _ in range(3)]
+    grads[1] = -grads[0] + 0.3 * grads[1]                            # make some pairs conflict
+    want = []
+    order = random.Random(7)
+    for i, g in enumerate(grads):                                    # Yu et al. (2020), Alg. 1, literally
+        g = g.clone()
+        others = [j for j in range(3) if j != i]
+        order.shuffle(others)
+        for j in others:
+            if g @ grads[j] < 0:
+                g = g - (g @ grads[j]) / (grads[j] @ grads[j]) * grads[j]
+        want.append(g)
+    got = pcgrad_project(grads, random.Random(7))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+
+
 def test_surgery_loss_projects_shared_parameters_and_keeps_each_heads_own():
     # shared w (2-D); task losses w . a + h1 and w . b + 2 h2: dL1/dw = a, dL2/dw = b, the heads get 1 and 2.
     w, h1, h2 = nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(1)), nn.Parameter(torch.zeros(1))
