@@ -29,12 +29,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import minbert  # noqa: E402
-from minbert.multitask import MultitaskBert, MultitaskConfig  # noqa: E402
-from tasks.multitask import collate, load  # noqa: E402
-from tasks.recipe import make_optimizer  # noqa: E402
-from tasks.toolkit import TOOLKIT_DEFAULTS, toolkit_loss  # noqa: E402
-from tasks.train import autocast, pick_device  # noqa: E402
+import minbert
+from minbert.multitask import MultitaskBert, MultitaskConfig
+from tasks.multitask import collate, load
+from tasks.recipe import make_optimizer
+from tasks.toolkit import TOOLKIT_DEFAULTS, toolkit_loss
+from tasks.train import autocast, pick_device
 
 FILES = {"sst": "ids-sst-train.csv", "para": "quora-train.csv", "sts": "sts-train.csv"}
 
@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0
 
-    for t in batch:
-        batch[t]["task"] = t
+    for t, b in batch.items():
+        b["task"] = t
     times: dict[str, list[float]] = {k: [] for k in kinds}
     per_round = {}
     for r in range(args.warmup + args.steps):
