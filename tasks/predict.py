@@ -27,7 +27,7 @@ import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from minbert.pals import PalsConfig
 
-from .data import TASKS, Collator, batches, model_inputs, to_device
+from .data import TASKS, Collator
 from .evaluation import prediction_path, write_predictions
 from .toolkit import raw_path, write_raw
 from .train import autocast, load_checkpoint, pick_device
@@ -132,9 +132,8 @@ def single_files(args: argparse.Namespace, settings: dict, task: str, split: str
     return Path(given) if given else TASKS[task].path(args.data_dir or settings.get("data_dir", "data"), split)
 
 
-@torch.no_grad()
 def predict_classifier(args: argparse.Namespace, settings: dict, state: dict, device: torch.device) -> list[Path]:
-    from .classifier import NUM_LABELS, SentimentClassifier, load_split
+    from .classifier import NUM_LABELS, SentimentClassifier, load_split, logits_of
     task = settings["task"]
     model = SentimentClassifier(minbert.load_pretrained(settings.get("model", "minilm")), NUM_LABELS[task],
                                 settings.get("dropout"), settings.get("pooling", "mean"))
@@ -144,12 +143,9 @@ def predict_classifier(args: argparse.Namespace, settings: dict, state: dict, de
     collate, written = Collator(tokenizer), []
     for split in args.splits:
         s = load_split(split, single_files(args, settings, task, split), task, tokenizer)
-        got: dict[str, torch.Tensor] = {}
-        for b in batches(s.records, collate, args.eval_batch_size, bucket=True, lengths=s.lengths):
-            with autocast(device, settings.get("precision", "fp32")):
-                got.update(zip(b["ids"], model(**model_inputs(to_device(b, device))).float().cpu()))  # (B, C)
+        with autocast(device, settings.get("precision", "fp32")):
+            logits = logits_of(model, s.records, collate, args.eval_batch_size, s.lengths, device)   # (N, C)
         ids = [e.id for e in s.records]
-        logits = torch.stack([got[i] for i in ids])                                                   # (N, C)
         written.append(write_predictions(prediction_path(args.out, task, split), task, ids, logits.argmax(-1).tolist()))
         if args.raw_outputs:
             written.append(write_raw(raw_path(args.out, task, split), ids, logits))

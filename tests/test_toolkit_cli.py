@@ -115,9 +115,30 @@ def test_predict_a_classifier_run_writes_its_files(tiny_dir, tmp_path):
     argv = ["--model", str(tiny_dir), "--train-file", piece("ids-sst-train.csv", 0, 32), "--dev-file",
             piece("ids-sst-dev.csv", 0, 24), "--test-file", piece("ids-sst-dev.csv", 24, 40), "--device", "cpu",
             "--batch-size", "8", "--lr", "1e-3", "--no-progress", "--epochs", "1",
-            "--checkpoint", str(tmp_path / "sst.pt"), "--predictions-dir", str(tmp_path / "sst")]
+            "--checkpoint", str(tmp_path / "sst.pt"), "--predictions-dir", str(tmp_path / "sst"), "--raw-outputs"]
     classifier.run(classifier.build_parser().parse_args(argv))
-    assert predict.main([str(tmp_path / "sst.pt"), "--kind", "classifier", "--out", str(tmp_path / "again")]) == 0
-    same_files(tmp_path / "sst", tmp_path / "again", ["sst-dev-output.csv", "sst-test-output.csv"])
+    assert predict.main([str(tmp_path / "sst.pt"), "--kind", "classifier", "--out", str(tmp_path / "again"),
+                         "--raw-outputs"]) == 0
+    same_files(tmp_path / "sst", tmp_path / "again", [f"sst-{s}-{k}.csv" for s in ("dev", "test") for k in ("output", "raw")])
     with pytest.raises(SystemExit, match="a classifier checkpoint"):
         predict.main([str(tmp_path / "sst.pt"), "--kind", "multitask"])
+
+
+def test_predict_a_deebert_run_at_a_threshold_writes_its_files(tiny_dir, tmp_path):
+    from tasks import deebert
+
+    def piece(name, start, stop):
+        lines = (DATA / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        path = tmp_path / f"{start}-{name}"
+        path.write_text(lines[0] + "".join(lines[1 + start:1 + stop]), encoding="utf-8")
+        return str(path)
+    out = tmp_path / "dee"
+    deebert.run(deebert.build_parser().parse_args([
+        "--task", "sst", "--model", str(tiny_dir), "--train-file", piece("ids-sst-train.csv", 0, 24),
+        "--dev-file", piece("ids-sst-dev.csv", 0, 16), "--test-file", piece("ids-sst-dev.csv", 16, 28),
+        "--epochs", "1", "--batch-size", "8", "--device", "cpu", "--no-progress", "--thresholds", "0.5", "1.0",
+        "--threshold", "1.0", "--out", str(out)]))
+    assert predict.main([str(out), "--threshold", "1.0", "--kind", "deebert", "--out", str(tmp_path / "again")]) == 0
+    same_files(out / "predictions", tmp_path / "again", ["sst-dev-output.csv", "sst-test-output.csv"])
+    with pytest.raises(SystemExit, match="stage-1"):
+        predict.main([str(out / "stage1.pt"), "--threshold", "1.0"])
