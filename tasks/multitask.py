@@ -39,7 +39,8 @@ from .recipe import make_optimizer
 from .toolkit import (
     SurgeryBatches,
     add_toolkit_arguments,
-    check_surgery,
+    check_toolkit,
+    model_class,
     raw_path,
     toolkit_loss,
     toolkit_settings,
@@ -256,7 +257,7 @@ def run(args: argparse.Namespace) -> dict:
     if unknown or not tasks:
         raise SystemExit(f"--tasks {args.tasks!r}: choose from {', '.join(TASK_ORDER)}")
     tasks = [t for t in TASK_ORDER if t in tasks]
-    check_surgery(args, world_size())
+    check_toolkit(args, world_size())
     mode = get_mode(args.fine_tune_mode)
     lr = args.lr if args.lr is not None else mode.default_lr
     device = pick_device(args.device)
@@ -280,7 +281,7 @@ def run(args: argparse.Namespace) -> dict:
     seed_everything(args.seed)
     config = MultitaskConfig(args.design, args.pooling, args.head_hidden, args.dropout,
                              similarity_bias=args.sts_head_bias, symmetric_pairs=args.symmetric_pairs)
-    model = MultitaskBert(minbert.load_pretrained(args.model), config)
+    model = model_class(vars(args))(minbert.load_pretrained(args.model), config)
     params = mode.setup(model, args)
     params = add_smart_pals(model, args, params)
     model.to(device)

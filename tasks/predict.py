@@ -29,7 +29,7 @@ from minbert.pals import PalsConfig
 
 from .data import TASKS, Collator
 from .evaluation import prediction_path, write_predictions
-from .toolkit import raw_path, write_raw
+from .toolkit import model_class, raw_path, write_raw
 from .train import autocast, load_checkpoint, pick_device
 
 KINDS = ("classifier", "multitask", "deebert")
@@ -85,13 +85,13 @@ def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], path: s
         raise SystemExit(f"{path}: weights unexpected {unexpected[:5]}, missing {outside[:5]}")
 
 
-def build_multitask(settings: dict, encoder: str | Path | None = None) -> MultitaskBert:
+def build_multitask(settings: dict, encoder: str | Path | None = None) -> MultitaskBert:  # or a subclass
     """The multitask model a run's settings describe (heads, PALs), on the encoder `encoder` or the run's --model."""
     config = MultitaskConfig(settings.get("design", "cross-encoder"), settings.get("pooling", "mean"),
                              settings.get("head_hidden", 512), settings.get("dropout"),
                              similarity_bias=settings.get("sts_head_bias", 0.0),
                              symmetric_pairs=settings.get("symmetric_pairs", False))
-    model = MultitaskBert(minbert.load_pretrained(str(encoder or settings.get("model", "minilm"))), config)
+    model = model_class(settings)(minbert.load_pretrained(str(encoder or settings.get("model", "minilm"))), config)
     if settings.get("pals"):
         model.add_pals(PalsConfig(settings["pals"], settings.get("pals_size", 204), settings.get("pals_heads", 6)))
     return model

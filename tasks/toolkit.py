@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from minbert.multitask import MultitaskBert
 from minbert.pcgrad import surgery_loss
 from minbert.sentence_losses import cosent_loss, cosine_similarity_loss, mnrl_loss
 
@@ -30,7 +31,7 @@ from .data import to_device
 from .distributed import batch_rows
 
 TOOLKIT_DEFAULTS = {"gradient_surgery": "none", "sts_embedding_loss": "none", "para_embedding_loss": "none",
-                    "embedding_loss_weight": 1.0, "cosent_lambda": 20.0, "mnrl_scale": 20.0}
+                    "embedding_loss_weight": 1.0, "cosent_lambda": 20.0, "mnrl_scale": 20.0, "sts_output": "head"}
 
 
 def add_toolkit_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,6 +47,10 @@ def add_toolkit_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--para-embedding-loss", choices=("none", "mnrl"), default="none",
                    help="add multiple-negatives ranking on the Quora duplicates (Henderson et al., 2017): in-batch "
                         "softmax over --mnrl-scale * cosines")
+    g.add_argument("--sts-output", choices=("head", "cosine"), default="head",
+                   help="cosine: the bi-encoder design of Sentence-BERT for STS, the similarity is 5 cos(u, v) of the "
+                        "sentences' own vectors and --sts-embedding-loss (required) its only loss; the STS head is "
+                        "unused (default head: the STS head's output)")
     g.add_argument("--embedding-loss-weight", type=float, default=1.0, metavar="W",
                    help="weight of the sentence-embedding objectives (default 1)")
     g.add_argument("--cosent-lambda", type=float, default=20.0, help="CoSENT's lambda (default 20)")
@@ -60,8 +65,28 @@ def toolkit_settings(config: dict) -> dict:
     return {k: v for k, v in config.items() if not (k in TOOLKIT_DEFAULTS and v == TOOLKIT_DEFAULTS[k])}
 
 
-def check_surgery(args: argparse.Namespace, world: int) -> None:
-    """PCGrad's step is one round of every task on one process: refuse what would split it."""
+class CosineStsMultitask(MultitaskBert):
+    """STS in the bi-encoder design of Sentence-BERT (Reimers & Gurevych, 2019, sec. 3): 5 cos(u, v) of the
+    sentences' own vectors is the similarity; the other tasks as MultitaskBert. The same parameters (the STS head
+    stays, unused), so checkpoints load either way."""
+
+    def predict(self, task: str, batch: dict) -> torch.Tensor:
+        if task != "sts":
+            return super().predict(task, batch)
+        u, v = sentence_vectors(self, task, batch)                       # (B, H) each
+        return 5.0 * F.cosine_similarity(u, v, dim=-1)                  # (B,) on the gold scores' 0-5 scale
+
+
+def model_class(settings: dict) -> type[MultitaskBert]:
+    """The multitask model class of a run's settings (--sts-output)."""
+    return CosineStsMultitask if settings.get("sts_output", "head") == "cosine" else MultitaskBert
+
+
+def check_toolkit(args: argparse.Namespace, world: int) -> None:
+    """Refuse flags that do not go together: PCGrad splits no round (no --grad-accum, no torchrun); --sts-output
+    cosine needs an STS embedding loss."""
+    if getattr(args, "sts_output", "head") == "cosine" and args.sts_embedding_loss == "none":
+        raise SystemExit("--sts-output cosine trains STS with --sts-embedding-loss alone: give cosine or cosent")
     if args.gradient_surgery == "none":
         return
     if args.grad_accum != 1:
@@ -95,13 +120,21 @@ class SurgeryBatches(Sequence):
         return {"round": parts, "rows": torch.tensor([batch_rows(b) for b in parts.values()])}
 
 
+def sentence_vectors(m: MultitaskBert, task: str, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """u, v (B, H): each sentence of a pair batch encoded alone (the task's PALs active, if any)."""
+    m.active_task = task
+    if m.pals is not None:
+        m.pals.task = task
+    return (m.encode(batch["input_ids_1"], batch["attention_mask_1"]),
+            m.encode(batch["input_ids_2"], batch["attention_mask_2"]))
+
+
 def embedding_loss(m: nn.Module, task: str, batch: dict, args: argparse.Namespace) -> torch.Tensor | None:
     """The chosen sentence-embedding objective of a pair batch on the sentences' own vectors u, v (B, H); None if none."""
     kind = {"sts": args.sts_embedding_loss, "para": args.para_embedding_loss}.get(task, "none")
     if kind == "none":
         return None
-    u = m.encode(batch["input_ids_1"], batch["attention_mask_1"])       # (B, H)
-    v = m.encode(batch["input_ids_2"], batch["attention_mask_2"])       # (B, H)
+    u, v = sentence_vectors(m, task, batch)                              # (B, H) each
     labels = batch["labels"]
     if kind == "cosine":
         return cosine_similarity_loss(u, v, labels)
@@ -113,8 +146,10 @@ def embedding_loss(m: nn.Module, task: str, batch: dict, args: argparse.Namespac
 def toolkit_loss(args: argparse.Namespace, device: torch.device) -> Callable[[nn.Module, dict], torch.Tensor]:
     """The multitask loss_fn: the task's loss, plus the embedding objective; a PCGrad round's surgery_loss."""
     def one(m: nn.Module, task: str, batch: dict) -> torch.Tensor:
-        loss = m.loss(task, batch)
         extra = embedding_loss(m, task, batch, args)
+        if task == "sts" and getattr(args, "sts_output", "head") == "cosine":
+            return extra                                                  # the head is unused: no MSE on it
+        loss = m.loss(task, batch)
         return loss if extra is None else loss + args.embedding_loss_weight * extra
 
     def loss_fn(m: nn.Module, batch: dict) -> torch.Tensor:

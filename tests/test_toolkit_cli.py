@@ -142,3 +142,17 @@ def test_predict_a_deebert_run_at_a_threshold_writes_its_files(tiny_dir, tmp_pat
     same_files(out / "predictions", tmp_path / "again", ["sst-dev-output.csv", "sst-test-output.csv"])
     with pytest.raises(SystemExit, match="stage-1"):
         predict.main([str(out / "stage1.pt"), "--threshold", "1.0"])
+
+
+def test_sts_as_the_cosine_of_the_sentence_vectors(tiny_dir, files, tmp_path):
+    with pytest.raises(SystemExit, match="--sts-embedding-loss"):
+        train(tiny_dir, files, tmp_path, "bad", "--sts-output", "cosine")
+    train(tiny_dir, files, tmp_path, "cos", "--design", "bi-encoder", "--sts-output", "cosine",
+          "--sts-embedding-loss", "cosine")
+    state = torch.load(tmp_path / "cos.pt", weights_only=True)
+    assert torch.all(state["model"]["head.sts.fc2.bias"] == 0)            # the STS head took no step (bias init 0)
+    assert torch.any(state["model"]["head.para.fc2.bias"] != 0)           # the others did
+    scores = [float(line.split(",")[1]) for line in (tmp_path / "cos" / "sts-dev-output.csv").read_text().splitlines()[1:]]
+    assert all(-5 <= s <= 5 for s in scores) and len(set(scores)) > 1
+    assert predict.main([str(tmp_path / "cos.pt"), "--out", str(tmp_path / "again")]) == 0
+    same_files(tmp_path / "cos", tmp_path / "again")
