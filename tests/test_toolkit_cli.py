@@ -156,3 +156,11 @@ def test_sts_as_the_cosine_of_the_sentence_vectors(tiny_dir, files, tmp_path):
     assert all(-5 <= s <= 5 for s in scores) and len(set(scores)) > 1
     assert predict.main([str(tmp_path / "cos.pt"), "--out", str(tmp_path / "again")]) == 0
     same_files(tmp_path / "cos", tmp_path / "again")
+
+
+def test_pcgrad_is_refused_under_torchrun():
+    from tasks.toolkit import check_toolkit
+    args = multitask.build_parser().parse_args(["--gradient-surgery", "pcgrad"])
+    check_toolkit(args, world=1)
+    with pytest.raises(SystemExit, match="torchrun"):
+        check_toolkit(args, world=2)
