@@ -31,10 +31,21 @@ from minbert.pals import VARIANTS, PalsConfig
 from minbert.smart import SmartConfig
 
 from .data import TASKS, Records, batch_indices, to_device
+from .distributed import world_size
 from .evaluation import accuracy, overall_score, pearson, prediction_path, write_predictions
 from .finetune import add_mode_arguments, get_mode
 from .multitask_data import TASK_ORDER, Encoded, EpochBatches, collate, load
 from .recipe import make_optimizer
+from .toolkit import (
+    SurgeryBatches,
+    add_toolkit_arguments,
+    check_toolkit,
+    model_class,
+    raw_path,
+    toolkit_loss,
+    toolkit_settings,
+    write_raw,
+)
 from .train import add_loop_arguments, autocast, fit, is_main_process, loop_kwargs, pick_device, seed_everything
 
 METRICS = {"sst": "sst_accuracy", "para": "para_accuracy", "sts": "sts_pearson"}
@@ -60,10 +71,14 @@ def outputs(model: MultitaskBert, data: Encoded, batch_size: int, device: torch.
 def predict(model: MultitaskBert, data: Encoded, batch_size: int, device: torch.device,
             precision: str = "fp32") -> list[float | int]:
     """Predictions for every record in file order: the SST class, the Quora 0/1, or the STS score."""
-    y = outputs(model, data, batch_size, device, precision)
-    if data.task == "sst":
+    return decide(data.task, outputs(model, data, batch_size, device, precision))
+
+
+def decide(task: str, y: torch.Tensor) -> list[float | int]:
+    """Predictions from raw outputs: the SST class, the Quora 0/1, or the STS score."""
+    if task == "sst":
         return y.argmax(-1).tolist()                            # (N, 5) -> class
-    if data.task == "para":
+    if task == "para":
         return (y > 0).long().tolist()                          # logit > 0 <=> sigmoid > 0.5
     return y.tolist()                                           # the 0-5 similarity score
 
@@ -145,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
     add_loop_arguments(p)
     add_smart_pals_arguments(p)
+    add_toolkit_arguments(p)
     return p
 
 
@@ -206,7 +222,7 @@ def smart_post_step(post_step: Callable[[nn.Module], None] | None) -> Callable[[
 
 
 RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "checkpoint", "resume", "predictions_dir",
-                         "device", "predictions"}
+                         "device", "predictions", "raw_outputs"}
 
 
 def dev_table(scores: dict[str, float]) -> str:
@@ -241,6 +257,7 @@ def run(args: argparse.Namespace) -> dict:
     if unknown or not tasks:
         raise SystemExit(f"--tasks {args.tasks!r}: choose from {', '.join(TASK_ORDER)}")
     tasks = [t for t in TASK_ORDER if t in tasks]
+    check_toolkit(args, world_size())
     mode = get_mode(args.fine_tune_mode)
     lr = args.lr if args.lr is not None else mode.default_lr
     device = pick_device(args.device)
@@ -264,7 +281,7 @@ def run(args: argparse.Namespace) -> dict:
     seed_everything(args.seed)
     config = MultitaskConfig(args.design, args.pooling, args.head_hidden, args.dropout,
                              similarity_bias=args.sts_head_bias, symmetric_pairs=args.symmetric_pairs)
-    model = MultitaskBert(minbert.load_pretrained(args.model), config)
+    model = model_class(vars(args))(minbert.load_pretrained(args.model), config)
     params = mode.setup(model, args)
     params = add_smart_pals(model, args, params)
     model.to(device)
@@ -275,9 +292,10 @@ def run(args: argparse.Namespace) -> dict:
           f"{sum(p.numel() for p in params):,} of {sum(p.numel() for p in model.parameters()):,} parameters; "
           f"lr {lr:g}; device {device}; {args.precision}", file=sys.stderr)
 
-    def epoch_batches(epoch: int) -> EpochBatches:
-        return EpochBatches(train, schedule, args.batch_size, epoch, args.epochs, args.seed, args.bucket,
-                            args.swap_pairs)
+    def epoch_batches(epoch: int) -> EpochBatches | SurgeryBatches:
+        batches = EpochBatches(train, schedule, args.batch_size, epoch, args.epochs, args.seed, args.bucket,
+                               args.swap_pairs)
+        return SurgeryBatches(batches) if args.gradient_surgery != "none" else batches
 
     evaluated: list[dict[str, list]] = []  # the dev predictions of each epoch this process evaluated, in order
 
@@ -290,11 +308,9 @@ def run(args: argparse.Namespace) -> dict:
             print(f"  dev: {dev_table(scores)}", file=sys.stderr)
         return scores
 
-    def loss_fn(m: nn.Module, batch: dict) -> torch.Tensor:
-        return m.loss(batch["task"], batch)
-
-    run_config = {k: v for k, v in vars(args).items() if k not in RUN_SETTINGS_EXCLUDED and isinstance(
-        v, (str, int, float, bool, type(None), list, tuple))} | {"lr": lr}
+    loss_fn = toolkit_loss(args, device)
+    run_config = toolkit_settings({k: v for k, v in vars(args).items() if k not in RUN_SETTINGS_EXCLUDED and isinstance(
+        v, (str, int, float, bool, type(None), list, tuple))} | {"lr": lr})
     checkpoint = args.checkpoint or f"checkpoints/multitask-{args.design}-{args.schedule}-{args.fine_tune_mode}.pt"
     post_step = (lambda m: mode.post_step(m, args)) if mode.post_step is not None else None
     post_step = smart_post_step(post_step) if args.smart else post_step
@@ -321,8 +337,13 @@ def run(args: argparse.Namespace) -> dict:
     best_dev = evaluated[k] if 0 <= k < len(evaluated) else {}
     for split, data in (("dev", dev if args.predictions else {}), ("test", test)):
         for t, d in data.items():
-            preds = best_dev[t] if split == "dev" and t in best_dev else predict(
-                model, d, args.eval_batch_size, device, args.precision)
+            if args.raw_outputs:  # the raw outputs beside the course file, and the predictions made from them
+                y = outputs(model, d, args.eval_batch_size, device, args.precision)
+                preds = decide(t, y)
+                write_raw(raw_path(args.predictions_dir, t, split), [e.id for e in d.records], y)
+            else:
+                preds = best_dev[t] if split == "dev" and t in best_dev else predict(
+                    model, d, args.eval_batch_size, device, args.precision)
             out = write_predictions(prediction_path(args.predictions_dir, t, split), t,
                                     [e.id for e in d.records], preds)
             line = f"wrote {out} ({len(preds)} rows)"

@@ -33,6 +33,7 @@ from torch import nn
 from tqdm import tqdm
 
 from . import distributed as dp
+from .curves import Curves, curves_path
 from .data import to_device
 from .distributed import is_main_process, rank, world_size
 from .recipe import (
@@ -176,6 +177,7 @@ def fit(
     grad_accum: int = 1,
     patience: int | None = None,
     unit: str = "epoch",
+    curves: str | Path | None = None,
 ) -> FitResult:
     """Train for `epochs` epochs; after each, evaluate on dev, keep the best state by `metric`, checkpoint.
 
@@ -200,6 +202,9 @@ def fit(
     Early stopping: patience P (None: run all `epochs`) ends the run once P evaluations in a row have not
     improved on the best, resumed runs included. `unit` is the log's word for one call of epoch_batches: a CLI
     that evaluates every N steps hands fit rounds of N batches as its "epochs" and calls them "round".
+
+    Curves (tasks/curves.py): each optimiser step's loss and each epoch's record go to `curves` (default: beside the
+    checkpoint, CHECKPOINT.curves.jsonl), drawn as a PNG when the run ends.
     """
     check_precision(device, precision)
     if grad_accum < 1:
@@ -238,6 +243,8 @@ def fit(
         say(f"resumed from {resume}: {start} epochs done, best dev {metric} {best.best_score:.4f} (epoch {best.best_epoch})")
     else:
         seed_everything(seed)
+    log_path = curves if curves is not None else curves_path(checkpoint) if checkpoint is not None else None
+    curve = Curves(log_path, keep_epochs=start) if main and log_path is not None else None
     compute = dp.data_parallel(model, loss_fn, device) if parallel else (lambda batch: loss_fn(model, batch))
     params = [p for group in optimizer.param_groups for p in group["params"]]
     schedule = None
@@ -261,6 +268,7 @@ def fit(
         for group in _groups(batches, grad_accum):
             rows = sum(dp.batch_rows(b) for b in group)  # examples in this optimiser step, over every rank
             optimizer.zero_grad(set_to_none=True)
+            group_loss = 0.0
             for batch in group:
                 size = dp.batch_rows(batch)
                 part, mine = dp.shard(batch, me, world) if parallel else (batch, size)
@@ -271,6 +279,7 @@ def fit(
                 # mean loss over the step's examples (just the loss itself for one process and one batch)
                 scaler.scale(loss * (world * mine / rows)).backward()
                 value = loss.item()
+                group_loss += value / len(group)
                 share = value * (mine / size)                 # this rank's part of the batch's mean loss
                 total, n = total + share, n + 1
                 if "task" in batch:
@@ -289,6 +298,9 @@ def fit(
             scaler.step(optimizer)
             scaler.update()
             step += 1
+            if curve is not None:
+                named = {b.get("task") for b in group}
+                curve.step(step, epoch + 1, group_loss, named.pop() if len(named) == 1 else None)
             if post_step is not None:
                 post_step(model)
         bar.close()
@@ -304,6 +316,8 @@ def fit(
                   **{f"train_loss_{t}": s / k for t, (s, k) in sorted(per_task.items())}, "train_seconds": train_time,
                   "eval_seconds": time.perf_counter() - t0 - train_time, **{f"dev_{k}": v for k, v in scores.items()}}
         history.append(record)
+        if curve is not None:
+            curve.epoch(record, step)
         improved = scores[metric] > best.best_score
         if improved:
             best = FitResult(epoch + 1, scores[metric], cpu_state(model), history)
@@ -326,6 +340,8 @@ def fit(
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, record)
     best.history = history
+    if curve is not None:
+        curve.close()
     return best
 
 

@@ -27,6 +27,7 @@ from .data import TASKS, Collator, Records, batches, model_inputs, to_device, to
 from .evaluation import LEADERBOARD, accuracy, prediction_path, write_predictions
 from .finetune import add_mode_arguments, get_mode
 from .recipe import make_optimizer
+from .toolkit import raw_path, write_raw
 from .train import add_loop_arguments, autocast, fit, is_main_process, loop_kwargs, pick_device, seed_everything
 
 NUM_LABELS = {"sst": 5, "cfimdb": 2}
@@ -75,18 +76,23 @@ def classification_loss(model: nn.Module, batch: dict) -> torch.Tensor:
 
 
 @torch.no_grad()
-def predict(model: nn.Module, examples: Records, collate: Collator, batch_size: int, lengths: list[int],
-            device: torch.device) -> list[int]:
-    """The argmax class of every example, in the examples' order (batched by length for speed)."""
+def logits_of(model: nn.Module, examples: Records, collate: Collator, batch_size: int, lengths: list[int],
+              device: torch.device) -> torch.Tensor:
+    """The logits of every example, (N, C) in the examples' order (batched by length for speed)."""
     was_training = model.training
     model.eval()
-    out: dict[str, int] = {}
+    out: dict[str, torch.Tensor] = {}
     for batch in batches(examples, collate, batch_size, bucket=True, lengths=lengths):
         batch = to_device(batch, device)
-        logits = model(**model_inputs(batch))              # (B, C)
-        out.update(zip(batch["ids"], logits.argmax(-1).tolist()))
+        out.update(zip(batch["ids"], model(**model_inputs(batch)).float().cpu()))   # (B, C)
     model.train(was_training)
-    return [out[e.id] for e in examples]
+    return torch.stack([out[e.id] for e in examples])
+
+
+def predict(model: nn.Module, examples: Records, collate: Collator, batch_size: int, lengths: list[int],
+            device: torch.device) -> list[int]:
+    """The argmax class of every example, in the examples' order."""
+    return logits_of(model, examples, collate, batch_size, lengths, device).argmax(-1).tolist()
 
 
 @dataclass
@@ -154,11 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue the run saved in this checkpoint (written after each epoch: a run killed "
                         "mid-epoch repeats that epoch) to the same result as an uninterrupted run")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
+    p.add_argument("--raw-outputs", action="store_true",
+                   help="also write {task}-{split}-raw.csv beside the prediction files: each example's logits")
     add_loop_arguments(p)
     return p
 
 
-RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "checkpoint", "resume", "predictions_dir", "device"}
+RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "checkpoint", "resume", "predictions_dir", "device",
+                         "raw_outputs"}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -218,7 +227,10 @@ def run(args: argparse.Namespace) -> dict:
         mode.after_fit(model, args)
     for split in (dev, test):
         with autocast(device, args.precision):  # as fit() evaluated: the dev accuracy matches its best_score
-            preds = predict(model, split.records, collate, args.eval_batch_size, split.lengths, device)
+            logits = logits_of(model, split.records, collate, args.eval_batch_size, split.lengths, device)  # (N, C)
+        preds = logits.argmax(-1).tolist()
+        if args.raw_outputs:
+            write_raw(raw_path(args.predictions_dir, args.task, split.name), [e.id for e in split.records], logits)
         path = write_predictions(prediction_path(args.predictions_dir, args.task, split.name), args.task,
                                  [e.id for e in split.records], preds)
         line = f"wrote {path} ({LEADERBOARD[args.task].column}, {len(preds)} rows)"

@@ -1,0 +1,81 @@
+"""Ensembles of multitask runs against their members: train one run per seed with --raw-outputs (resumable: a seed
+whose files exist is not trained again), average groups of `--size` consecutive seeds with tasks.ensemble, score
+every member and every ensemble on dev, and write the table to a results JSON.
+
+    python benchmarks/ensemble_runs.py --out benchmarks/results/ensemble.json --runs-dir runs/ensemble \
+        --seeds 1,2,3,4,5,6,7,8,9 --size 3 -- --lr 5e-5 --batch-size 16 --warmup-ratio 0.1 --max-grad-norm 1.0 \
+        --sts-head-bias 2.5 --epochs 2 --symmetric-pairs --optimizer fused
+
+An ensemble of k runs costs k runs' time: compare it with the main job at k times the budget (e.g. --epochs 6 for
+k = 3, through benchmarks/paired_runs.py) as well as with its own members.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tasks import multitask
+from tasks.ensemble import ensemble
+from tasks.score import score_directory
+
+
+def dev_scores(pred_dir: Path, data_dir: str) -> dict[str, float]:
+    """Each task's dev figure and the overall score of the prediction files in pred_dir."""
+    result = score_directory(pred_dir, data_dir, "dev")
+    names = {"sst": "sst_accuracy", "para": "para_accuracy", "sts": "sts_pearson"}
+    return {names[t]: r.score for t, r in result["reports"].items()} | {"overall": result["overall"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="results JSON")
+    p.add_argument("--runs-dir", default="runs/ensemble", help="one prediction directory and checkpoint per seed")
+    p.add_argument("--seeds", default="1,2,3")
+    p.add_argument("--size", type=int, default=3, help="runs per ensemble (consecutive seeds)")
+    p.add_argument("--data-dir", default="data")
+    args = p.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    runs, minutes = Path(args.runs_dir), {}
+    for seed in seeds:
+        pred = runs / f"seed-{seed}"
+        if (pred / "multitask-summary.json").is_file() and (pred / "sts-dev-raw.csv").is_file():
+            print(f"== seed {seed}: already in {pred}", flush=True)
+            minutes[seed] = json.loads((pred / "minutes.json").read_text()) if (pred / "minutes.json").is_file() else None
+            continue
+        t0 = time.perf_counter()
+        multitask.run(multitask.build_parser().parse_args([
+            *extra, "--seed", str(seed), "--no-progress", "--raw-outputs", "--predictions-dir", str(pred),
+            "--checkpoint", str(runs / f"seed-{seed}.pt")]))
+        minutes[seed] = (time.perf_counter() - t0) / 60
+        (pred / "minutes.json").write_text(json.dumps(minutes[seed]))
+    table = {"flags": extra, "members": {s: dev_scores(runs / f"seed-{s}", args.data_dir) for s in seeds},
+             "minutes": minutes, "ensembles": []}
+    for g in range(0, len(seeds) - args.size + 1, args.size):
+        group = seeds[g:g + args.size]
+        out = runs / f"ensemble-{'-'.join(map(str, group))}"
+        ensemble([runs / f"seed-{s}" for s in group], out)
+        scores = dev_scores(out, args.data_dir)
+        table["ensembles"].append({"seeds": group, "dev": scores})
+        best = max(table["members"][s]["overall"] for s in group)
+        print(f"== ensemble {group}: overall {scores['overall']:.4f} (best member {best:.4f})", flush=True)
+    out_path = Path(args.out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(table, indent=1))
+    os.replace(tmp, out_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

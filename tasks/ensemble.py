@@ -1,0 +1,84 @@
+"""Average the raw outputs of several runs into the six leaderboard files, checked as tasks.submit checks them.
+
+    python -m tasks.multitask --seed 1 --raw-outputs --predictions-dir runs/s1 ...   # or tasks.predict --raw-outputs
+    python -m tasks.ensemble runs/s1 runs/s2 runs/s3 --out predictions-ensemble
+
+Each RUN_DIR holds {task}-{split}-raw.csv files (written with --raw-outputs). The ensemble averages, per record,
+the SST class probabilities (softmax of the logits) and the Quora paraphrase probabilities (sigmoid of the logit),
+and the STS scores; it predicts the most probable class, a paraphrase where the mean probability is above 0.5,
+and the mean score. The files go to OUT in the course's format, then tasks.submit's check runs on OUT (every file
+whose gold or input file exists in --data-dir, each id once, valid values) and, when it passes, OUT/submission.zip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from .evaluation import prediction_path, write_predictions
+from .score import BOARD, score_directory
+from .submit import SPLITS, make_submission
+from .toolkit import raw_path, read_raw
+
+
+def average(task: str, runs: list[dict[str, list[float]]]) -> tuple[list[str], list]:
+    """(ids, predictions) from the runs' raw outputs (id -> values) of one task and split."""
+    ids = list(runs[0])
+    for k, r in enumerate(runs[1:], 2):
+        if set(r) != set(ids):
+            raise SystemExit(f"{task}: run {k} has other ids than run 1 ({len(set(r) ^ set(ids))} differ)")
+    x = torch.tensor([[r[i] for i in ids] for r in runs], dtype=torch.float64)  # (runs, N, C)
+    if task == "sst":
+        return ids, x.softmax(-1).mean(0).argmax(-1).tolist()                  # (N, C) -> class
+    if task == "para":
+        return ids, (x[..., 0].sigmoid().mean(0) > 0.5).long().tolist()        # (N,)
+    return ids, x[..., 0].mean(0).tolist()                                     # (N,) the 0-5 score
+
+
+def ensemble(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
+    """Write OUT/{task}-{split}-output.csv for every task and split whose raw file every run has."""
+    written = []
+    for task in BOARD:
+        for split in SPLITS:
+            paths = [raw_path(d, task, split) for d in run_dirs]
+            present = [p.is_file() for p in paths]
+            if not any(present):
+                continue
+            if not all(present):
+                missing = [str(p) for p, ok in zip(paths, present) if not ok]
+                raise SystemExit(f"{task} {split}: no raw outputs in {', '.join(missing)} (run with --raw-outputs)")
+            ids, preds = average(task, [read_raw(p) for p in paths])
+            written.append(write_predictions(prediction_path(out, task, split), task, ids, preds))
+    if not written:
+        raise SystemExit(f"no {{task}}-{{split}}-raw.csv files in {', '.join(map(str, run_dirs))}: write them with "
+                         "--raw-outputs")
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tasks.ensemble", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="prediction directories holding *-raw.csv files")
+    p.add_argument("--out", default="predictions-ensemble", help="where the six files go (default predictions-ensemble)")
+    p.add_argument("--data-dir", default="data", help="the task files the set is checked against (default data)")
+    args = p.parse_args(argv)
+    for path in ensemble(args.runs, args.out):
+        print(f"wrote {path}")
+    scores = score_directory(args.out, args.data_dir, "dev")
+    if scores.get("overall") is not None:
+        print(f"dev overall {scores['overall']:.4f} (ensemble of {len(args.runs)})")
+    zipped, problems = make_submission(args.out, args.data_dir, Path(args.out) / "submission.zip")
+    if problems:
+        print("the ensemble's files do not pass tasks.submit's check:", file=sys.stderr)
+        for line in problems:
+            print(f"  {line}", file=sys.stderr)
+        return 1
+    print(f"checked as tasks.submit checks; wrote {zipped}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

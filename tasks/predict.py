@@ -1,0 +1,227 @@
+"""Predict with a trained run, no training: write the course's prediction files for the dev or test files given.
+
+    python -m tasks.predict checkpoints/multitask-cross-encoder-round-robin-full-model.pt --out predictions
+    python -m tasks.predict RUN.pt --sst-test my-sst.csv --splits test --out new   # a new test file
+    python -m tasks.predict checkpoints/sst-full-model.pt --test-file my-sst.csv --out new
+    python -m tasks.predict runs/deebert-sst2 --threshold 0.3 --out new           # DeeBERT at exit threshold S
+    python -m tasks.predict exported/ --out new            # a directory written by python -m tasks.export
+
+The checkpoint is any one the CLIs write (tasks.classifier, tasks.multitask, tasks.deebert's stage2.pt or its --out
+directory) or an export directory; the run's own settings, stored in it, rebuild the model, and its best epoch's
+weights are loaded. By default the run's own dev and test files are predicted (the files named at training, or
+DATA_DIR's); give other files with the flags. --kind names the model you expect: another is refused. Predictions
+are made at the run's --precision and with --eval-batch-size 128 (the CLIs' default), so that they equal the run's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+import minbert
+from minbert.multitask import MultitaskBert, MultitaskConfig
+from minbert.pals import PalsConfig
+
+from .data import TASKS, Collator
+from .evaluation import prediction_path, write_predictions
+from .toolkit import model_class, raw_path, write_raw
+from .train import autocast, load_checkpoint, pick_device
+
+KINDS = ("classifier", "multitask", "deebert")
+EXPORT_SETTINGS = "multitask.json"   # an export directory's settings (tasks/export.py)
+EXPORT_HEADS = "heads.pt"            # its weights outside the encoder: the heads, PALs
+EXPORT_ENCODER = "encoder"           # its encoder, a Hugging Face directory
+
+
+def kind_of(config: dict) -> str | None:
+    """Which CLI wrote a checkpoint, from its stored run settings."""
+    if "ramp_pooler" in config:
+        return "deebert"
+    if "design" in config and "schedule" in config:
+        return "multitask"
+    if config.get("task") in ("sst", "cfimdb") and "pooling" in config:
+        return "classifier"
+    return None
+
+
+def load_run(path: str | Path) -> tuple[str, dict, dict[str, torch.Tensor], Path | None]:
+    """(kind, run settings, the best epoch's weights, the encoder directory of an export or None) of a run."""
+    path = Path(path)
+    if path.is_dir() and (path / EXPORT_SETTINGS).is_file():
+        meta = json.loads((path / EXPORT_SETTINGS).read_text())
+        heads = torch.load(path / EXPORT_HEADS, map_location="cpu", weights_only=True)
+        return meta["kind"], meta["settings"], heads, path / EXPORT_ENCODER
+    if path.is_dir():
+        if not (path / "stage2.pt").is_file():
+            raise SystemExit(f"{path}: a directory with neither {EXPORT_SETTINGS} (python -m tasks.export) nor "
+                             "stage2.pt (python -m tasks.deebert --out)")
+        path = path / "stage2.pt"
+    state = load_checkpoint(path)
+    config = state.get("config", {})
+    kind = kind_of(config)
+    if kind is None:
+        raise SystemExit(f"{path}: not a checkpoint of tasks.classifier, tasks.multitask or tasks.deebert (its "
+                         f"settings: {', '.join(sorted(config)) or 'none'}); nothing to predict with")
+    if kind == "deebert" and config.get("stage") != 2:
+        raise SystemExit(f"{path}: a DeeBERT stage-{config.get('stage')} checkpoint, whose off-ramps are not trained: "
+                         "give stage2.pt or the run's --out directory")
+    return kind, config, state["best_state"], None
+
+
+def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], path: str | Path, strict: bool = True) -> None:
+    """load_state_dict, its mismatch reported as a refusal that names the checkpoint."""
+    state = {k: v for k, v in state.items() if not k.startswith("smart.")}   # SMART's Bregman copy: training only
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=strict)
+    except RuntimeError as e:
+        raise SystemExit(f"{path}: its weights do not fit the model its settings describe: {e}") from None
+    outside = [k for k in missing if not k.startswith("bert.")]  # without strict: the encoder comes from elsewhere
+    if unexpected or outside:
+        raise SystemExit(f"{path}: weights unexpected {unexpected[:5]}, missing {outside[:5]}")
+
+
+def build_multitask(settings: dict, encoder: str | Path | None = None) -> MultitaskBert:  # or a subclass
+    """The multitask model a run's settings describe (heads, PALs), on the encoder `encoder` or the run's --model."""
+    config = MultitaskConfig(settings.get("design", "cross-encoder"), settings.get("pooling", "mean"),
+                             settings.get("head_hidden", 512), settings.get("dropout"),
+                             similarity_bias=settings.get("sts_head_bias", 0.0),
+                             symmetric_pairs=settings.get("symmetric_pairs", False))
+    model = model_class(settings)(minbert.load_pretrained(str(encoder or settings.get("model", "minilm"))), config)
+    if settings.get("pals"):
+        model.add_pals(PalsConfig(settings["pals"], settings.get("pals_size", 204), settings.get("pals_heads", 6)))
+    return model
+
+
+def multitask_files(args: argparse.Namespace, settings: dict, task: str, split: str) -> Path:
+    given = getattr(args, f"{task}_{split}") or settings.get(f"{task}_{split}")
+    return Path(given) if given else TASKS[task].path(args.data_dir or settings.get("data_dir", "data"), split)
+
+
+def predict_multitask(args: argparse.Namespace, settings: dict, state: dict, encoder: Path | None,
+                      device: torch.device) -> list[Path]:
+    from .multitask import decide, load, outputs
+    model = build_multitask(settings, encoder)
+    load_weights(model, state, args.checkpoint, strict=encoder is None)
+    model.to(device).eval()
+    tokenizer = minbert.Tokenizer.from_pretrained(str(encoder or settings.get("model", "minilm")),
+                                                  max_length=settings.get("max_length"))
+    tasks = [t for t in ("sst", "para", "sts") if t in settings.get("tasks", "sst,para,sts").split(",")]
+    written = []
+    for split in args.splits:
+        for t in tasks:
+            path = multitask_files(args, settings, t, split)
+            if not path.is_file():
+                print(f"{t} {split}: no file {path}; skipped", file=sys.stderr)
+                continue
+            data = load(t, split, path, tokenizer)
+            y = outputs(model, data, args.eval_batch_size, device, settings.get("precision", "fp32"))
+            ids = [e.id for e in data.records]
+            written.append(write_predictions(prediction_path(args.out, t, split), t, ids, decide(t, y)))
+            if args.raw_outputs:
+                written.append(write_raw(raw_path(args.out, t, split), ids, y))
+    return written
+
+
+def single_files(args: argparse.Namespace, settings: dict, task: str, split: str) -> Path:
+    given = getattr(args, f"{split}_file") or settings.get(f"{split}_file")
+    return Path(given) if given else TASKS[task].path(args.data_dir or settings.get("data_dir", "data"), split)
+
+
+def predict_classifier(args: argparse.Namespace, settings: dict, state: dict, device: torch.device) -> list[Path]:
+    from .classifier import NUM_LABELS, SentimentClassifier, load_split, logits_of
+    task = settings["task"]
+    model = SentimentClassifier(minbert.load_pretrained(settings.get("model", "minilm")), NUM_LABELS[task],
+                                settings.get("dropout"), settings.get("pooling", "mean"))
+    load_weights(model, state, args.checkpoint)
+    model.to(device).eval()
+    tokenizer = minbert.Tokenizer.from_pretrained(settings.get("model", "minilm"), max_length=settings.get("max_length"))
+    collate, written = Collator(tokenizer), []
+    for split in args.splits:
+        s = load_split(split, single_files(args, settings, task, split), task, tokenizer)
+        with autocast(device, settings.get("precision", "fp32")):
+            logits = logits_of(model, s.records, collate, args.eval_batch_size, s.lengths, device)   # (N, C)
+        ids = [e.id for e in s.records]
+        written.append(write_predictions(prediction_path(args.out, task, split), task, ids, logits.argmax(-1).tolist()))
+        if args.raw_outputs:
+            written.append(write_raw(raw_path(args.out, task, split), ids, logits))
+    return written
+
+
+def predict_deebert(args: argparse.Namespace, settings: dict, state: dict, device: torch.device) -> list[Path]:
+    from minbert.deebert import DeeBert, DeeBertConfig, EntropyExit, PatienceExit
+
+    from .deebert import BOARD, NUM_LABELS, SOURCE, exit_predictions, load_split
+    task = settings["task"]
+    if args.threshold is None:
+        raise SystemExit("a DeeBERT run: give the exit setting, --threshold S (entropy) or P (with --exit patience)")
+    exit_rule = args.exit or ("patience" if task == "sts" else "entropy")
+    rule = EntropyExit(args.threshold) if exit_rule == "entropy" else PatienceExit(int(args.threshold))
+    model = DeeBert(minbert.load_pretrained(settings.get("model", "minilm")),
+                    DeeBertConfig(NUM_LABELS[task], settings.get("pooling", "mean"), settings.get("ramp_pooler", True),
+                                  settings.get("dropout")))
+    load_weights(model, state, args.checkpoint)
+    model.to(device).eval()
+    tokenizer = minbert.Tokenizer.from_pretrained(settings.get("model", "minilm"), max_length=settings.get("max_length"))
+    collate, written = Collator(tokenizer, float_labels=task == "sts"), []
+    for split in args.splits:
+        s = load_split(split, single_files(args, settings, SOURCE[task], split), task, tokenizer)
+        preds, _ = exit_predictions(model, task, s, collate, rule, device)
+        written.append(write_predictions(prediction_path(args.out, BOARD[task], split), BOARD[task],
+                                         [e.id for e in s.records], preds))
+    return written
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tasks.predict", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint", help="a CLI's checkpoint (.pt), a DeeBERT --out directory, or a tasks.export directory")
+    p.add_argument("--kind", choices=KINDS, default=None, help="the model you expect; a checkpoint of another is refused")
+    p.add_argument("--out", default="predictions", help="where the prediction files go (default: predictions)")
+    p.add_argument("--splits", type=lambda s: [x for x in s.split(",") if x], default=["dev", "test"],
+                   help="which files to predict, comma-separated (default dev,test)")
+    p.add_argument("--data-dir", default=None, help="where the default files live (default: the run's own)")
+    for t in ("sst", "para", "sts"):
+        for split in ("dev", "test"):
+            p.add_argument(f"--{t}-{split}", dest=f"{t}_{split}", default=None, metavar="PATH",
+                           help=f"multitask runs: the {t} {split} file (default: the run's own)")
+    p.add_argument("--dev-file", default=None, help="classifier/DeeBERT runs: the dev file (default: the run's own)")
+    p.add_argument("--test-file", default=None, help="classifier/DeeBERT runs: the test file (default: the run's own)")
+    p.add_argument("--threshold", type=float, default=None, help="DeeBERT: the exit setting, S (entropy) or P (patience)")
+    p.add_argument("--exit", choices=("entropy", "patience"), default=None,
+                   help="DeeBERT: the exit rule (default entropy; patience for sts)")
+    p.add_argument("--raw-outputs", action="store_true",
+                   help="also write {task}-{split}-raw.csv, the raw outputs, for python -m tasks.ensemble")
+    p.add_argument("--eval-batch-size", type=int, default=128, help="prediction batch size (default 128)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    kind, settings, state, encoder = load_run(args.checkpoint)
+    if args.kind is not None and args.kind != kind:
+        raise SystemExit(f"{args.checkpoint}: a {kind} checkpoint (written by python -m tasks.{kind}), not a "
+                         f"{args.kind} one")
+    unknown = [s for s in args.splits if s not in ("dev", "test")]
+    if unknown:
+        raise SystemExit(f"--splits: dev and/or test, not {', '.join(unknown)}")
+    device = pick_device(args.device)
+    if kind == "multitask":
+        written = predict_multitask(args, settings, state, encoder, device)
+    elif kind == "classifier":
+        written = predict_classifier(args, settings, state, device)
+    else:
+        written = predict_deebert(args, settings, state, device)
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""PCGrad (minbert.pcgrad) and the sentence-embedding objectives (minbert.sentence_losses) against hand computations."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import torch
+from torch import nn
+
+from minbert.pcgrad import pcgrad_project, surgery_loss
+from minbert.sentence_losses import cosent_loss, cosine_similarity_loss, mnrl_loss
+
+
+def test_pcgrad_projects_two_conflicting_2d_gradients_by_hand():
+    # g1 = (1, 0), g2 = (-1, 1): g1 . g2 = -1 < 0.
+    # g1' = g1 - (-1 / |g2|^2) g2 = (1, 0) + 0.5 (-1, 1) = (0.5, 0.5);  g2' = g2 - (-1 / |g1|^2) g1 = (0, 1)
+    g1, g2 = torch.tensor([1.0, 0.0]), torch.tensor([-1.0, 1.0])
+    p1, p2 = pcgrad_project([g1, g2], random.Random(3))
+    assert torch.allclose(p1, torch.tensor([0.5, 0.5]))
+    assert torch.allclose(p2, torch.tensor([0.0, 1.0]))
+    assert abs(float(p1 @ g2)) < 1e-7 and abs(float(p2 @ g1)) < 1e-7   # each now orthogonal to the other's
+
+
+def test_pcgrad_leaves_non_conflicting_gradients_unchanged():
+    g1, g2 = torch.tensor([1.0, 2.0]), torch.tensor([3.0, -1.0])      # dot = 1 >= 0
+    p1, p2 = pcgrad_project([g1, g2])
+    assert torch.equal(p1, g1) and torch.equal(p2, g2)
+
+
+def test_pcgrad_on_three_tasks_equals_algorithm_1_written_on_vectors():
+    torch.manual_seed(0)
+    grads = [torch.randn(50, dtype=torch.float64) for _ in range(3)]
+    grads[1] = -grads[0] + 0.3 * grads[1]                            # make some pairs conflict
+    want = []
+    order = random.Random(7)
+    for i, g in enumerate(grads):                                    # Yu et al. (2020), Alg. 1, literally
+        g = g.clone()
+        others = [j for j in range(3) if j != i]
+        order.shuffle(others)
+        for j in others:
+            if g @ grads[j] < 0:
+                g = g - (g @ grads[j]) / (grads[j] @ grads[j]) * grads[j]
+        want.append(g)
+    got = pcgrad_project(grads, random.Random(7))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+
+
+def test_surgery_loss_projects_shared_parameters_and_keeps_each_heads_own():
+    # shared w (2-D); task losses w . a + h1 and w . b + 2 h2: dL1/dw = a, dL2/dw = b, the heads get 1 and 2.
+    w, h1, h2 = nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(1)), nn.Parameter(torch.zeros(1))
+    a, b = torch.tensor([1.0, 0.0]), torch.tensor([-1.0, 1.0])
+    losses = [w @ a + h1.sum(), w @ b + 2 * h2.sum()]
+    loss = surgery_loss(losses, [w, h1, h2])
+    assert math.isclose(loss.item(), 0.0)                              # the mean of the two losses' values
+    loss.backward()
+    assert torch.allclose(w.grad, torch.tensor([0.5, 1.5]))           # (0.5, 0.5) + (0, 1), by hand above
+    assert h1.grad.item() == 1.0 and h2.grad.item() == 2.0
+
+
+def test_cosent_by_hand():
+    cos, gold = torch.tensor([0.9, 0.5, 0.1]), torch.tensor([3.0, 1.0, 2.0])
+    # pairs with gold_i > gold_j: (0, 1), (0, 2), (2, 1): exp(20 (cos_j - cos_i)) = e^-8, e^-16, e^8
+    expected = math.log(1 + math.exp(-8) + math.exp(-16) + math.exp(8))
+    assert math.isclose(cosent_loss(cos, gold).item(), expected, rel_tol=1e-6)
+    assert math.isclose(cosent_loss(cos, torch.ones(3)).item(), 0.0, abs_tol=1e-7)   # no ranked pair: log 1
+
+
+def test_cosine_similarity_loss_by_hand():
+    u, v = torch.tensor([[1.0, 0.0], [1.0, 1.0]]), torch.tensor([[0.0, 1.0], [1.0, 1.0]])
+    # cosines 0 and 1; gold 2.5 and 5 -> targets 0.5 and 1: ((0 - 0.5)^2 + 0) / 2
+    assert math.isclose(cosine_similarity_loss(u, v, torch.tensor([2.5, 5.0])).item(), 0.125, rel_tol=1e-6)
+
+
+def test_mnrl_by_hand():
+    u = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    v = torch.tensor([[3.0, 0.0], [1.0, 1.0]])
+    # cosines: u0.v0 = 1, u0.v1 = 1/sqrt2, u1.v0 = 0, u1.v1 = 1/sqrt2
+    r = 1 / math.sqrt(2)
+    for scale in (20.0, 2.0):
+        l0 = -math.log(math.exp(scale) / (math.exp(scale) + math.exp(scale * r)))
+        l1 = -math.log(math.exp(scale * r) / (math.exp(0) + math.exp(scale * r)))
+        assert math.isclose(mnrl_loss(u, v, scale=scale).item(), (l0 + l1) / 2, rel_tol=1e-4, abs_tol=1e-6)
+        # only pair 1 is a duplicate: it alone is an anchor, v0 still its negative
+        assert math.isclose(mnrl_loss(u, v, torch.tensor([0, 1]), scale).item(), l1, rel_tol=1e-4, abs_tol=1e-6)
+    assert mnrl_loss(u, v, torch.tensor([0, 0])).item() == 0.0
