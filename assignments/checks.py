@@ -39,9 +39,11 @@ def _check_attention() -> None:
     f = load_fixture("attention")
     q, k, v, mask, p = f["q"], f["k"], f["v"], f["mask"], float(f["dropout_p"])
     what = "attention() in minbert/model.py"
+    from .mistakes import attention_hints
     hints = {"the scores are not divided by sqrt(hs)": f["out_no_scale"],
              "the mask is not added to the scores": f["out_no_mask"],
-             "the heads are merged without moving nh next to hs first": f["out_bad_merge"]}
+             "the heads are merged without moving nh next to hs first": f["out_bad_merge"],
+             **attention_hints(q, k, v, mask)}
     compare(f"{what} (training=False, so no dropout)", attention(q, k, v, mask, p, False), f["out"], hints=hints)
     torch.manual_seed(SEED)
     compare(f"{what} with training=True, dropout_p={p:g} (after torch.manual_seed({SEED}))",
@@ -51,6 +53,8 @@ def _check_attention() -> None:
 
 def check_embeddings() -> None:
     from minbert.model import BertEmbeddings
+
+    from .mistakes import embeddings_without_layernorm
     f = load_fixture("embeddings")
     emb = BertEmbeddings(_tiny_config())
     emb.load_state_dict(_state(f, "param."))
@@ -59,7 +63,11 @@ def check_embeddings() -> None:
         emb.eval()
         compare(f"{what} (eval mode)", emb(f["input_ids"], f["token_type_ids"]), f["out"],
                 hints={"the token-type embeddings are left out": f["out_no_type"],
-                       "the position embeddings are left out": f["out_no_position"]})
+                       "the position embeddings are left out": f["out_no_position"],
+                       "the LayerNorm is left out (normalise the sum: layer_norm(e, self.gLN, self.bLN, self.eps))":
+                           embeddings_without_layernorm(f["param.word.weight"], f["param.position.weight"],
+                                                        f["param.token_type.weight"], f["input_ids"],
+                                                        f["token_type_ids"])})
         emb.train()
         torch.manual_seed(SEED)
         compare(f"{what} in training mode (after torch.manual_seed({SEED}))",
@@ -124,36 +132,57 @@ def check_model() -> None:
 
 
 ADAMW_STEPS = 5
+ADAMW_GROUPS = [{"params": [0, 1], "lr": 1e-2, "weight_decay": 0.1},
+                {"params": [2, 3], "lr": 3e-3, "weight_decay": 0.0, "betas": (0.8, 0.99)}]
+
+
+def adamw_style(opt_class: type) -> str:
+    """"course" when the given AdamW's signature defaults to the course's update (variant="course"), else "torch"."""
+    import inspect
+    variant = inspect.signature(opt_class).parameters.get("variant")
+    return "course" if variant is not None and variant.default == "course" else "torch"
+
+
+def adamw_problem() -> tuple[list[torch.Tensor], list[list[torch.Tensor | None]]]:
+    """The check's initial parameters and per-step gradients; the last parameter never gets a gradient."""
+    g = torch.Generator().manual_seed(0)
+    shapes = [(4, 3), (5,), (2, 2, 2), (3,)]
+    init = [torch.randn(s, generator=g) for s in shapes]
+    grads = [[torch.randn(s, generator=g) for s in shapes[:-1]] + [None] for _ in range(ADAMW_STEPS)]
+    return init, grads
 
 
 def check_adamw() -> None:
     from minbert.optim import AdamW
-    g = torch.Generator().manual_seed(0)
-    shapes = [(4, 3), (5,), (2, 2, 2), (3,)]
-    init = [torch.randn(s, generator=g) for s in shapes]
-    grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(ADAMW_STEPS)]
 
-    def make(opt_class: type) -> tuple[list[torch.Tensor], torch.optim.Optimizer]:
-        ps = [p.clone().requires_grad_() for p in init]
-        groups = [{"params": ps[:2], "lr": 1e-2, "weight_decay": 0.1},
-                  {"params": ps[2:], "lr": 3e-3, "weight_decay": 0.0, "betas": (0.8, 0.99)}]
-        return ps, opt_class(groups, eps=1e-6)
-
-    ours, opt = make(AdamW)
-    theirs, ref = make(torch.optim.AdamW)
+    from .mistakes import AdamWSpec, adamw_hints, adamw_trajectory
+    init, grads = adamw_problem()
+    style = adamw_style(AdamW)
+    ps = [p.clone().requires_grad_() for p in init]
+    opt = AdamW([{**grp, "params": [ps[i] for i in grp["params"]]} for grp in ADAMW_GROUPS], eps=1e-6)
+    if style == "torch":   # the expected values from torch's own AdamW, the hints from the equations
+        qs = [p.clone().requires_grad_() for p in init]
+        ref = torch.optim.AdamW([{**grp, "params": [qs[i] for i in grp["params"]]} for grp in ADAMW_GROUPS], eps=1e-6)
+    else:
+        expected = adamw_trajectory(init, grads, ADAMW_GROUPS, 1e-6, AdamWSpec("course"))
+    wrong = {text: adamw_trajectory(init, grads, ADAMW_GROUPS, 1e-6, spec) for text, spec in adamw_hints(style).items()}
     for t in range(1, ADAMW_STEPS + 1):
-        for i, (p, q) in enumerate(zip(ours, theirs)):
-            if i == len(shapes) - 1:    # the last parameter never gets a gradient and must stay as it is
-                continue
-            p.grad, q.grad = grads[t - 1][i].clone(), grads[t - 1][i].clone()
-        before = [p.detach().clone() for p in ours]
+        for i, p in enumerate(ps):
+            p.grad = None if grads[t - 1][i] is None else grads[t - 1][i].clone()
+        before = [p.detach().clone() for p in ps]
         opt.step()
-        ref.step()
-        for i, (p, q) in enumerate(zip(ours, theirs)):
+        if style == "torch":
+            for q, grad in zip(qs, grads[t - 1]):
+                q.grad = None if grad is None else grad.clone()
+            ref.step()
+        for i, p in enumerate(ps):
             group = 0 if i < 2 else 1
-            stuck = i < len(shapes) - 1 and torch.equal(p.detach(), before[i])
+            stuck = grads[t - 1][i] is not None and torch.equal(p.detach(), before[i])
+            want = qs[i].detach() if style == "torch" else expected[t - 1][i].float()
             compare(f"AdamW.step in minbert/optim.py, at step {t}, param group {group}, parameter {i} "
-                    f"(compared with torch.optim.AdamW)", p.detach(), q.detach(), rtol=1e-5, atol=1e-6,
+                    f"(compared with {'torch.optim.AdamW' if style == 'torch' else 'the course update'})",
+                    p.detach(), want, rtol=1e-5, atol=1e-6,
+                    hints={text: traj[t - 1][i].float() for text, traj in wrong.items()},
                     hint="The parameter did not change: update p in place (p.mul_, p.addcdiv_, ...) "
                          "instead of assigning a new tensor to the name p" if stuck else "")
 
