@@ -246,6 +246,10 @@ def expand(names: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    problem = tree_guard()     # before anything heavy is imported: a refusal is quick
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     from .checks import PARTS
     from .common import GROUPS
     ap = argparse.ArgumentParser(prog="python -m assignments.check", description=__doc__.split("\n")[0])
@@ -262,10 +266,6 @@ def main(argv: list[str] | None = None) -> int:
                  f"the parts {', '.join(PARTS)}")
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    problem = tree_guard()
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
     print(f"checking the tree at {ROOT}", flush=True)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch

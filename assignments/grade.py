@@ -101,11 +101,21 @@ def run_parts(staging: Path, names: list[str], timeout: float, jobs: int) -> lis
                                "log": log_tail} for n in names]
 
 
+HINT_MARK = ". It matches what you get when"
+
+
+def without_hint(text: str) -> str:
+    """A part's output with the hint about which mistake it matches cut off (the rest of the message stays)."""
+    return text.split(HINT_MARK, 1)[0] + ("." if HINT_MARK in text else "")
+
+
 def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[str] | None = None,
-          jobs: int | None = None, groups: list[str] | tuple[str, ...] = ("core",)) -> dict:
+          jobs: int | None = None, groups: list[str] | tuple[str, ...] = ("core",), hide_hints: bool = False) -> dict:
     """Grade one submission on the parts of `groups` (or the named parts); returns the Gradescope results dict.
 
     Besides Gradescope's keys it holds the per-part results under 'parts' and each group's total under 'groups'.
+    hide_hints: each part's output leaves out the mistake it matches; a 0-point test holding the full outputs
+    is shown after the due date (Gradescope's "visibility": "after_due_date").
     """
     submission = Path(submission)
     if not submission.is_dir():
@@ -131,9 +141,17 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
               "max_score": r["max_score"], "status": "passed" if r["status"] == "pass" else "failed",
               "output": describe(r) + (f"\n\nlast output:\n{r['log']}" if r["status"] in ("crash", "timeout")
                                        and r.get("log") else "")} for r in results]
+    if hide_hints:
+        full = "\n\n".join(f"{t['name']}\n{t['output']}" for t in tests if t["status"] == "failed")
+        for t in tests:
+            t["output"] = without_hint(t["output"])
+        tests.append({"name": "hints: what each failing part's result matches (shown after the due date)",
+                      "score": 0, "max_score": 0, "status": "passed", "visibility": "after_due_date",
+                      "output": full or "every part passes"})
     totals = group_totals(results)
     return {"score": sum(r["score"] for r in results), "execution_time": elapsed,
-            "output": "\n".join(notes + [format_total(t) for t in totals]), "stdout_visibility": "visible",
+            "output": "\n".join(notes + [format_total(t) for t in totals]),
+            "stdout_visibility": "after_due_date" if hide_hints else "visible",
             "tests": tests, "parts": results, "groups": totals}
 
 
@@ -173,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the groups graded, each totalled on its own; the score is their sum (default: core, "
                          "part 1)")
     ap.add_argument("--parts", nargs="+", choices=list(PARTS), help="grade only these parts")
+    ap.add_argument("--hide-hints", action="store_true",
+                    help="leave the matched mistake out of each part's output; show it after the due date")
     args = ap.parse_args(argv)
     problem = grader_guard()
     if problem:
@@ -180,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     groups = list(GROUPS) if "all" in args.groups else args.groups
     try:
-        res = grade(args.submission, args.timeout, args.parts, args.jobs, groups)
+        res = grade(args.submission, args.timeout, args.parts, args.jobs, groups, args.hide_hints)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -32,7 +32,7 @@ BEGIN, END, STUB = "### BEGIN SOLUTION", "### END SOLUTION", "### STUB:"
 # assignments/ (the checker and its fixtures, not the generator, the grader or the stubs), and data.
 PACKAGES = ("minbert", "tasks")
 ASSIGNMENT_FILES = ("__init__.py", "check.py", "checks.py", "checks_multitask.py", "checks_deebert.py",
-                    "checks_smart.py", "checks_pals.py", "checks_simcse.py", "common.py", "README.md")
+                    "checks_smart.py", "checks_pals.py", "checks_simcse.py", "common.py", "mistakes.py", "README.md")
 ASSIGNMENT_DIRS = ("fixtures",)
 STUDENT_REQUIREMENTS = "requirements-student.txt"   # of assignments/; the student tree's requirements.txt
 STUDENT_DIR = ROOT / "assignments" / "student"
