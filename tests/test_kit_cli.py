@@ -69,3 +69,35 @@ def test_training_an_unfinished_tree_names_the_part_and_the_check(tmp_path: Path
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: BertEmbeddings.forward in minbert/model.py:"), proc.stderr
     assert "python -m assignments.check core" in last and "Traceback" not in proc.stderr
+
+
+def _predict_all(pred_dir: Path, split: str) -> None:
+    from tasks.evaluation import gold_records, prediction_path, write_predictions
+    for task, value in (("sst", 2), ("para", 1), ("sts", 2.5)):
+        ids = [e.id for e in gold_records(ROOT / "data", task, split)]
+        write_predictions(prediction_path(pred_dir, task, split), task, ids, [value] * len(ids))
+
+
+def test_score_says_test_files_have_no_labels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tasks import score
+    _predict_all(tmp_path, "test")
+    assert score.main([str(tmp_path), "--data-dir", str(ROOT / "data"), "--split", "test"]) == 0
+    overall = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "no gold labels" in overall and "needs all three" not in overall, overall
+    (tmp_path / "sts-test-output.csv").unlink()
+    score.main([str(tmp_path), "--data-dir", str(ROOT / "data"), "--split", "test"])
+    assert "needs all three" in capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def test_submission_zip_is_readable_as_any_new_file(tmp_path: Path) -> None:
+    import os
+    from tasks.submit import make_submission
+    for split in ("dev", "test"):
+        _predict_all(tmp_path / "p", split)
+    old = os.umask(0o022)
+    try:
+        out, problems = make_submission(tmp_path / "p", ROOT / "data", tmp_path / "submission.zip")
+    finally:
+        os.umask(old)
+    assert not problems and out is not None
+    assert oct(out.stat().st_mode & 0o777) == oct(0o644)
