@@ -150,7 +150,10 @@ def _warm_up() -> None:
     import safetensors.torch  # noqa: F401
     import tokenizers  # noqa: F401
     import torch
-    torch.optim.AdamW([torch.zeros(1, requires_grad=True)])   # the first optimizer pulls in a slow import
+
+    from .common import optimizers_without_dynamo
+    optimizers_without_dynamo()                                # else the first optimizer imports torch._dynamo
+    torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
 
 
 def run_isolated(names: list[str], timeout: float, jobs: int, workdir: Path) -> list[dict]:
