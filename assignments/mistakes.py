@@ -10,7 +10,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 # ---------------------------------------------------------------- attention (Vaswani et al., 2017, sec. 3.2)
 

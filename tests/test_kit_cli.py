@@ -14,20 +14,20 @@ from tasks.starter_flags import STARTER_ALIASES, table_markdown, translate
 
 
 @pytest.mark.parametrize("cli, starter, ours", [
-    (classifier, "--use_gpu --option finetune --batch_size 8 --hidden_dropout_prob 0.3 --lr 1e-5 --epochs 10 "
-                 "--seed 1 --train a.csv --dev b.csv --test c.csv --dev_out out/sst-dev-output.csv "
-                 "--test_out out/sst-test-output.csv",
-     "--device cuda --fine-tune-mode full-model --batch-size 8 --dropout 0.3 --lr 1e-5 --epochs 10 --seed 1 "
-     "--train-file a.csv --dev-file b.csv --test-file c.csv --predictions-dir out"),
+    (classifier, ("--use_gpu --option finetune --batch_size 8 --hidden_dropout_prob 0.3 --lr 1e-5 --epochs 10 "
+                  "--seed 1 --train a.csv --dev b.csv --test c.csv --dev_out out/sst-dev-output.csv "
+                  "--test_out out/sst-test-output.csv"),
+     ("--device cuda --fine-tune-mode full-model --batch-size 8 --dropout 0.3 --lr 1e-5 --epochs 10 --seed 1 "
+      "--train-file a.csv --dev-file b.csv --test-file c.csv --predictions-dir out")),
     (classifier, "--task cfimdb --option=pretrain --dev_out=p/cfimdb-dev-output.csv",
      "--task cfimdb --fine-tune-mode last-linear-layer --predictions-dir p"),
-    (multitask, "--use_gpu --option pretrain --batch_size 16 --hidden_dropout_prob 0.2 --sst_train s.csv "
-                "--para_dev q.csv --sts_test t.csv --sst_dev_out predictions/sst-dev-output.csv "
-                "--sst_test_out predictions/sst-test-output.csv --para_dev_out predictions/para-dev-output.csv "
-                "--para_test_out predictions/para-test-output.csv --sts_dev_out predictions/sts-dev-output.csv "
-                "--sts_test_out predictions/sts-test-output.csv",
-     "--device cuda --fine-tune-mode last-linear-layer --batch-size 16 --dropout 0.2 --sst-train s.csv "
-     "--para-dev q.csv --sts-test t.csv --predictions-dir predictions"),
+    (multitask, ("--use_gpu --option pretrain --batch_size 16 --hidden_dropout_prob 0.2 --sst_train s.csv "
+                 "--para_dev q.csv --sts_test t.csv --sst_dev_out predictions/sst-dev-output.csv "
+                 "--sst_test_out predictions/sst-test-output.csv --para_dev_out predictions/para-dev-output.csv "
+                 "--para_test_out predictions/para-test-output.csv --sts_dev_out predictions/sts-dev-output.csv "
+                 "--sts_test_out predictions/sts-test-output.csv"),
+     ("--device cuda --fine-tune-mode last-linear-layer --batch-size 16 --dropout 0.2 --sst-train s.csv "
+      "--para-dev q.csv --sts-test t.csv --predictions-dir predictions")),
 ], ids=["classifier", "classifier-inline-values", "multitask"])
 def test_starter_flags_parse_to_the_same_settings(cli: object, starter: str, ours: str) -> None:
     name = cli.__name__.rsplit(".", 1)[1]
@@ -91,6 +91,7 @@ def test_score_says_test_files_have_no_labels(tmp_path: Path, capsys: pytest.Cap
 
 def test_submission_zip_is_readable_as_any_new_file(tmp_path: Path) -> None:
     import os
+
     from tasks.submit import make_submission
     for split in ("dev", "test"):
         _predict_all(tmp_path / "p", split)

@@ -12,9 +12,6 @@ import torch.nn.functional as F
 from assignments.checks import adamw_problem, adamw_style, check_adamw, check_attention, check_embeddings
 from assignments.common import Fail
 
-
-
-
 # ---------------------------------------------------------------- AdamW, written out as a student might
 
 def _student_step(bug: str, style: str):
@@ -54,7 +51,7 @@ def _student_step(bug: str, style: str):
                 else:
                     update = lr * math.sqrt(c2) / c1 * m / (root + eps)
                 if bug == "rebind-step":
-                    p = p - update          # noqa: PLW2901 - the mistake under test
+                    p = p - update
                 else:
                     p.sub_(update)
                 if not decay_first and bug not in ("l2", "no-decay", "no-lr"):

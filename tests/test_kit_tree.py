@@ -125,3 +125,18 @@ def test_hidden_hints_cut_only_the_matched_mistake() -> None:
     msg = "f differs at index (0,): got 1, expected 2; max abs diff 1 (1 of 3 values off). It matches what you get when x"
     assert without_hint(msg) == "f differs at index (0,): got 1, expected 2; max abs diff 1 (1 of 3 values off)."
     assert without_hint("PASS") == "PASS"
+
+
+def test_the_student_tree_is_self_contained_and_carries_no_instructor_text(tmp_path: Path) -> None:
+    tree = tmp_path / "st"
+    generate(tree, data=False)
+    handout = (tree / "assignments" / "README.md").read_text()
+    for instructor_only in ("assignments.make", "assignments.grade", "make_fixtures", "sandbox", "fake its results",
+                            "make install", "For instructors"):
+        assert instructor_only not in handout, instructor_only
+    for student in ("tasks.submit", "tasks.score", "--symmetric-pairs", "pip install -r requirements.txt"):
+        assert student in handout, student
+    assert not (tree / "assignments" / "INSTRUCTORS.md").exists() and not (tree / "Makefile").exists()
+    requirements = (tree / "requirements.txt").read_text()
+    assert "make install" not in requirements and "download.pytorch.org/whl/cpu" in requirements
+    assert (ROOT / "assignments" / "INSTRUCTORS.md").read_text().count("assignments.grade") >= 2
