@@ -88,10 +88,13 @@ class _FixedAdapter(nn.Module):
 
 def check_layer() -> None:
     from minbert.model import BertLayer
+
+    from .mistakes import layer_hints
     f = load_fixture("layer")
     # Torch's fused attention kernel stands in for attention() here, so that this part depends only on
     # the code after h1; attention_probs_dropout_prob=0 keeps the training-mode run's randomness in ours.
-    layer = BertLayer(_tiny_config(attn_implementation="sdpa", attention_probs_dropout_prob=0.0))
+    config = _tiny_config(attn_implementation="sdpa", attention_probs_dropout_prob=0.0)
+    layer = BertLayer(config)
     layer.load_state_dict(_state(f, "param."))
     x, mask = f["x"], f["mask"]
     what = "BertLayer.forward in minbert/model.py"
@@ -100,7 +103,8 @@ def check_layer() -> None:
         compare(f"{what} (eval mode)", layer(x, mask), f["out"],
                 hints={"LayerNorm is applied before the residual add, LN(h) + x, instead of LN(h + x)":
                        f["out_pre_ln"],
-                       "the residual connections (+ x, + h3) are left out": f["out_no_residual"]})
+                       "the residual connections (+ x, + h3) are left out": f["out_no_residual"],
+                       **layer_hints(f, config.num_attention_heads, config.layer_norm_eps)})
         layer.train()
         torch.manual_seed(SEED)
         compare(f"{what} in training mode (after torch.manual_seed({SEED}))", layer(x, mask), f["out_train"],

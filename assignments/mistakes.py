@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 # ---------------------------------------------------------------- attention (Vaswani et al., 2017, sec. 3.2)
 
@@ -142,4 +143,45 @@ def adamw_hints(style: str) -> dict[str, AdamWSpec]:
         "beta1 and beta2 are swapped (m uses beta1, v uses beta2)": AdamWSpec(style, swap_betas=True),
         "only the weight decay reached p: the Adam step was assigned to a new tensor (p = p - ...) instead of "
         "applied in place (p.addcdiv_(...))": AdamWSpec(style, adam_step=False),
+    }
+
+
+# ---------------------------------------------------------------- the layer (BitFit eqs. 2-5)
+
+def layer_variant(f: dict[str, torch.Tensor], nh: int, eps: float, *, act: str = "gelu",
+                  second_residual: str = "h3") -> torch.Tensor:
+    """The layer check's BertLayer on f["x"], f["mask"] with f's "param.*" weights, eval mode, (B, T, H), 0 at padding.
+
+    act="tanh" uses GELU's tanh approximation, act="relu" a ReLU; second_residual="x" adds x in the last add-and-norm.
+    """
+    x, mask = f["x"], f["mask"]
+    B, T, H = x.shape
+
+    def w(name: str) -> torch.Tensor:
+        return f[f"param.{name}"]
+
+    def heads(a: torch.Tensor) -> torch.Tensor:
+        return a.view(B, T, nh, H // nh).transpose(1, 2)                # (B, T, H) -> (B, nh, T, hs)
+
+    def norm(a: torch.Tensor, g: str, b: str) -> torch.Tensor:
+        return F.layer_norm(a, (H,), w(g), w(b), eps)
+
+    h1 = attention_variant(heads(F.linear(x, w("Wq"), w("bq"))), heads(F.linear(x, w("Wk"), w("bk"))),
+                           heads(F.linear(x, w("Wv"), w("bv"))), mask)  # (B, T, H)
+    h3 = norm(F.linear(h1, w("Wm1"), w("bm1")) + x, "gLN1", "bLN1")
+    a = F.linear(h3, w("Wm2"), w("bm2"))                                # (B, T, I)
+    h4 = {"gelu": F.gelu(a), "tanh": F.gelu(a, approximate="tanh"), "relu": F.relu(a)}[act]
+    h5 = F.linear(h4, w("Wm3"), w("bm3"))
+    out = norm(h5 + (h3 if second_residual == "h3" else x), "gLN2", "bLN2")
+    return out * (mask == 0).view(B, T, 1)                              # zeros at padding, as the layer returns
+
+
+def layer_hints(f: dict[str, torch.Tensor], nh: int, eps: float) -> dict[str, torch.Tensor]:
+    """What BertLayer.forward returns (eval mode, no adapters) under each classic mistake, keyed by the hint's text."""
+    return {
+        "GELU's tanh approximation is used; BERT's GELU is the exact one, gelu() at the top of model.py":
+            layer_variant(f, nh, eps, act="tanh"),
+        "a ReLU is used instead of GELU (gelu())": layer_variant(f, nh, eps, act="relu"),
+        "the last add-and-norm adds x instead of h3: out = LN2(h5 + h3 + ts)":
+            layer_variant(f, nh, eps, second_residual="x"),
     }

@@ -167,3 +167,36 @@ def test_embeddings_without_layernorm_is_named(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(minbert.model.BertEmbeddings, "forward", forward)
     with pytest.raises(Fail, match=re.escape("the LayerNorm is left out")):
         check_embeddings()
+
+
+def test_the_layer_equations_reproduce_the_fixture() -> None:
+    # the hints' layer is right where it should be: with no mistake it gives the reference's stored output
+    from assignments.common import _tiny_config, load_fixture
+    from assignments.mistakes import layer_variant
+    f, config = load_fixture("layer"), _tiny_config()
+    assert torch.allclose(layer_variant(f, config.num_attention_heads, config.layer_norm_eps), f["out"], atol=1e-5)
+
+
+@pytest.mark.parametrize("act, residual, says", [
+    ("tanh", "h3", "GELU's tanh approximation is used"),
+    ("relu", "h3", "a ReLU is used instead of GELU"),
+    ("gelu", "x", "the last add-and-norm adds x instead of h3"),
+], ids=["gelu-tanh", "relu", "second-residual-x"])
+def test_layer_hint_fires_on_its_mistake(monkeypatch: pytest.MonkeyPatch, act: str, residual: str, says: str) -> None:
+    import minbert.model
+    from assignments.checks import check_layer
+
+    def forward(self, x, mask):
+        B, T, H = x.shape
+        q, k, v = (self.split_heads(F.linear(x, W, b)) for W, b in ((self.Wq, self.bq), (self.Wk, self.bk),
+                                                                   (self.Wv, self.bv)))
+        h1 = self.attend(q, k, v, mask, self.p_attn, self.training)
+        h3 = minbert.model.layer_norm(F.linear(h1, self.Wm1, self.bm1) + x, self.gLN1, self.bLN1, self.eps)
+        a = F.linear(h3, self.Wm2, self.bm2)
+        h4 = F.gelu(a, approximate="tanh") if act == "tanh" else F.relu(a) if act == "relu" else F.gelu(a)
+        h5 = F.linear(h4, self.Wm3, self.bm3)
+        out = minbert.model.layer_norm(h5 + (h3 if residual == "h3" else x), self.gLN2, self.bLN2, self.eps)
+        return out * (mask == 0).view(B, T, 1)
+    monkeypatch.setattr(minbert.model.BertLayer, "forward", forward)
+    with pytest.raises(Fail, match=re.escape(says)):
+        check_layer()
