@@ -187,7 +187,7 @@ def test_layer_hint_fires_on_its_mistake(monkeypatch: pytest.MonkeyPatch, act: s
     from assignments.checks import check_layer
 
     def forward(self, x, mask):
-        B, T, H = x.shape
+        B, T, _ = x.shape
         q, k, v = (self.split_heads(F.linear(x, W, b)) for W, b in ((self.Wq, self.bq), (self.Wk, self.bk),
                                                                    (self.Wv, self.bv)))
         h1 = self.attend(q, k, v, mask, self.p_attn, self.training)
