@@ -1,7 +1,8 @@
 """Grade a submission: python -m assignments.grade SUBMISSION_DIR [--out results.json] [--groups core] [--timeout 20]
 
 The submission is a student tree (or a folder holding just the files students fill in, e.g. model.py and
-optim.py, as Gradescope uploads them; either may sit one or two folders down, as a zipped folder unpacks). Only the files of the graded groups' parts are taken from it (part 1,
+optim.py, as Gradescope uploads them; either may sit one or two folders down, as a zipped folder unpacks).
+Only the files of the graded groups' parts are taken from it (part 1,
 "core", by default: model.py, optim.py, classifier.py; part 2, "multitask": multitask.py; an extension such
 as "deebert": its file): they are laid over a fresh student tree generated from this reference, so that the
 checks, fixtures and every other file are the instructor's. Each part then runs in its own Python process

@@ -106,5 +106,6 @@ def table_markdown() -> str:
     rows = ["| starter flag | minbert flag | CLIs | note |", "|---|---|---|---|"]
     for a in STARTER_ALIASES:
         ours = a.ours + ("" if not a.values else " (" + ", ".join(f"{s} -> {o}" for s, o in a.values) + ")")
-        rows.append(f"| `{a.starter}` | `{ours}` | {', '.join(a.clis)} | {a.note or ('folder of the file' if a.output else '')} |")
+        note = a.note or ("sets the folder of the file" if a.output else "")
+        rows.append(f"| `{a.starter}` | `{ours}` | {', '.join(a.clis)} | {note} |")
     return "\n".join(rows)

@@ -1,4 +1,5 @@
-"""Each hint of part 1's checks fires on its classic mistake, written here as a student would, and not on the right answer."""
+"""Each hint of part 1's checks fires on its classic mistake, written here as a student would, and not on the right
+answer."""
 
 from __future__ import annotations
 
@@ -147,7 +148,8 @@ def _attention(softmax_dim: int = -1, mask_sign: float = 1.0, div: str = "sqrt")
     (_attention(mask_sign=-1.0), "the mask is subtracted instead of added"),
     (_attention(div="hs"), "the scores are divided by hs instead of sqrt(hs)"),
 ], ids=["right", "softmax-over-queries", "softmax-over-heads", "mask-sign", "divided-by-hs"])
-def test_attention_hint_fires_on_its_mistake_only(monkeypatch: pytest.MonkeyPatch, impl: object, says: str | None) -> None:
+def test_attention_hint_fires_on_its_mistake_only(monkeypatch: pytest.MonkeyPatch, impl: object,
+                                                  says: str | None) -> None:
     import minbert.model
     monkeypatch.setattr(minbert.model, "attention", impl)
     if says is None:

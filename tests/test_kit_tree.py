@@ -44,7 +44,8 @@ def editable_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     site = tmp_path_factory.mktemp("site")
     mapping = {name: str(ROOT / name) for name in ("minbert", "tasks", "assignments")}
     (site / "__editable___minbert_finder.py").write_text(_finder_template("minbert", mapping, {}))
-    (site / "sitecustomize.py").write_text("import __editable___minbert_finder\n__editable___minbert_finder.install()\n")
+    (site / "sitecustomize.py").write_text("import __editable___minbert_finder\n"
+                                           "__editable___minbert_finder.install()\n")
     return {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
 
 
@@ -106,7 +107,8 @@ def test_an_upload_one_or_two_folders_down_grades_as_a_flat_one(two_parts_done: 
         assert not missing, (name, notes)
         for rel in files:
             assert (tmp_path / f"staged-{name}" / rel).read_text() == (two_parts_done / rel).read_text(), (name, rel)
-    assert find_submitted(tmp_path / "zip1", Path("minbert/optim.py")) == layouts["tree-one-down"][1] / "minbert/optim.py"
+    one_down = layouts["tree-one-down"][1]
+    assert find_submitted(tmp_path / "zip1", Path("minbert/optim.py")) == one_down / "minbert/optim.py"
     assert find_submitted(tmp_path / "zip2" / "hw", Path("x/nothing.py")) is None
     # graded: the two parts done pass from one folder down; a part whose file is absent says so in its own output
     (layouts["tree-one-down"][1] / "tasks" / "classifier.py").unlink()
@@ -122,7 +124,8 @@ def test_an_upload_one_or_two_folders_down_grades_as_a_flat_one(two_parts_done: 
 
 
 def test_hidden_hints_cut_only_the_matched_mistake() -> None:
-    msg = "f differs at index (0,): got 1, expected 2; max abs diff 1 (1 of 3 values off). It matches what you get when x"
+    msg = ("f differs at index (0,): got 1, expected 2; max abs diff 1 (1 of 3 values off). "
+           "It matches what you get when x")
     assert without_hint(msg) == "f differs at index (0,): got 1, expected 2; max abs diff 1 (1 of 3 values off)."
     assert without_hint("PASS") == "PASS"
 
