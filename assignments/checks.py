@@ -40,9 +40,11 @@ def _check_attention() -> None:
     f = load_fixture("attention")
     q, k, v, mask, p = f["q"], f["k"], f["v"], f["mask"], float(f["dropout_p"])
     what = "attention() in minbert/model.py"
+    from .mistakes import attention_hints
     hints = {"the scores are not divided by sqrt(hs)": f["out_no_scale"],
              "the mask is not added to the scores": f["out_no_mask"],
-             "the heads are merged without moving nh next to hs first": f["out_bad_merge"]}
+             "the heads are merged without moving nh next to hs first": f["out_bad_merge"],
+             **attention_hints(q, k, v, mask)}
     compare(f"{what} (training=False, so no dropout)", attention(q, k, v, mask, p, False), f["out"], hints=hints)
     torch.manual_seed(SEED)
     compare(f"{what} with training=True, dropout_p={p:g} (after torch.manual_seed({SEED}))",
@@ -52,6 +54,8 @@ def _check_attention() -> None:
 
 def check_embeddings() -> None:
     from minbert.model import BertEmbeddings
+
+    from .mistakes import embeddings_without_layernorm
     f = load_fixture("embeddings")
     emb = BertEmbeddings(_tiny_config())
     emb.load_state_dict(_state(f, "param."))
@@ -60,7 +64,11 @@ def check_embeddings() -> None:
         emb.eval()
         compare(f"{what} (eval mode)", emb(f["input_ids"], f["token_type_ids"]), f["out"],
                 hints={"the token-type embeddings are left out": f["out_no_type"],
-                       "the position embeddings are left out": f["out_no_position"]})
+                       "the position embeddings are left out": f["out_no_position"],
+                       "the LayerNorm is left out (normalise the sum: layer_norm(e, self.gLN, self.bLN, self.eps))":
+                           embeddings_without_layernorm(f["param.word.weight"], f["param.position.weight"],
+                                                        f["param.token_type.weight"], f["input_ids"],
+                                                        f["token_type_ids"])})
         emb.train()
         torch.manual_seed(SEED)
         compare(f"{what} in training mode (after torch.manual_seed({SEED}))",
@@ -81,10 +89,13 @@ class _FixedAdapter(nn.Module):
 
 def check_layer() -> None:
     from minbert.model import BertLayer
+
+    from .mistakes import layer_hints
     f = load_fixture("layer")
     # Torch's fused attention kernel stands in for attention() here, so that this part depends only on
     # the code after h1; attention_probs_dropout_prob=0 keeps the training-mode run's randomness in ours.
-    layer = BertLayer(_tiny_config(attn_implementation="sdpa", attention_probs_dropout_prob=0.0))
+    config = _tiny_config(attn_implementation="sdpa", attention_probs_dropout_prob=0.0)
+    layer = BertLayer(config)
     layer.load_state_dict(_state(f, "param."))
     x, mask = f["x"], f["mask"]
     what = "BertLayer.forward in minbert/model.py"
@@ -93,7 +104,8 @@ def check_layer() -> None:
         compare(f"{what} (eval mode)", layer(x, mask), f["out"],
                 hints={"LayerNorm is applied before the residual add, LN(h) + x, instead of LN(h + x)":
                        f["out_pre_ln"],
-                       "the residual connections (+ x, + h3) are left out": f["out_no_residual"]})
+                       "the residual connections (+ x, + h3) are left out": f["out_no_residual"],
+                       **layer_hints(f, config.num_attention_heads, config.layer_norm_eps)})
         layer.train()
         torch.manual_seed(SEED)
         compare(f"{what} in training mode (after torch.manual_seed({SEED}))", layer(x, mask), f["out_train"],
@@ -125,24 +137,24 @@ def check_model() -> None:
 
 
 ADAMW_STEPS = 5
-ADAMW_GROUPS = [{"lr": 1e-2, "weight_decay": 0.1},                                      # betas, eps: the defaults
-                {"lr": 3e-3, "weight_decay": 0.0, "betas": (0.8, 0.99), "correct_bias": False}]
+ADAMW_GROUPS = [{"params": [0, 1], "lr": 1e-2, "weight_decay": 0.1},
+                {"params": [2, 3], "lr": 3e-3, "weight_decay": 0.0, "betas": (0.8, 0.99)}]
 
 
-def course_adamw_reference(p: torch.Tensor, grads: list[torch.Tensor], lr: float, weight_decay: float,
-                           betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
-                           correct_bias: bool = True) -> list[torch.Tensor]:
-    """The course's AdamW (Hugging Face's before transformers 4), in float64, new tensors each step: p after each."""
-    b1, b2 = betas
-    p, m, v, out = p.double(), torch.zeros_like(p, dtype=torch.float64), torch.zeros_like(p, dtype=torch.float64), []
-    for t, g in enumerate(grads, start=1):
-        m = b1 * m + (1 - b1) * g.double()
-        v = b2 * v + (1 - b2) * g.double() ** 2
-        step_size = lr * (1 - b2 ** t) ** 0.5 / (1 - b1 ** t) if correct_bias else lr
-        p = p - step_size * m / (v.sqrt() + eps)
-        p = p - lr * weight_decay * p
-        out.append(p.to(g.dtype))
-    return out
+def adamw_style(opt_class: type) -> str:
+    """"course" when the given AdamW's signature defaults to the course's update (variant="course"), else "torch"."""
+    import inspect
+    variant = inspect.signature(opt_class).parameters.get("variant")
+    return "course" if variant is not None and variant.default == "course" else "torch"
+
+
+def adamw_problem() -> tuple[list[torch.Tensor], list[list[torch.Tensor | None]]]:
+    """The check's initial parameters and per-step gradients; the last parameter never gets a gradient."""
+    g = torch.Generator().manual_seed(0)
+    shapes = [(4, 3), (5,), (2, 2, 2), (3,)]
+    init = [torch.randn(s, generator=g) for s in shapes]
+    grads = [[torch.randn(s, generator=g) for s in shapes[:-1]] + [None] for _ in range(ADAMW_STEPS)]
+    return init, grads
 
 
 def course_optimizer_test(opt_class: type) -> torch.Tensor:
@@ -165,32 +177,50 @@ def check_adamw() -> None:
     import numpy as np
 
     from minbert.optim import AdamW
-    g = torch.Generator().manual_seed(0)
-    shapes = [(4, 3), (5,), (2, 2, 2), (3,)]
-    init = [torch.randn(s, generator=g) for s in shapes]
-    grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(ADAMW_STEPS)]
-    ours = [p.clone().requires_grad_() for p in init]
-    opt = AdamW([{"params": ours[:2], **ADAMW_GROUPS[0]}, {"params": ours[2:], **ADAMW_GROUPS[1]}])
-    expected = [course_adamw_reference(init[i], [grads[t][i] for t in range(ADAMW_STEPS)],
-                                       **ADAMW_GROUPS[0 if i < 2 else 1]) for i in range(len(shapes))]
+
+    from .common import optimizers_without_dynamo
+    from .mistakes import AdamWSpec, adamw_hints, adamw_trajectory
+    optimizers_without_dynamo()
+    init, grads = adamw_problem()
+    style = adamw_style(AdamW)
+    ps = [p.clone().requires_grad_() for p in init]
+    opt = AdamW([{**grp, "params": [ps[i] for i in grp["params"]]} for grp in ADAMW_GROUPS], eps=1e-6)
+    # expected: the update by the equations in float64 (tests/test_kit_hints.py checks them against torch.optim.AdamW)
+    expected = adamw_trajectory(init, grads, ADAMW_GROUPS, 1e-6, AdamWSpec(style))
+    wrong = {text: adamw_trajectory(init, grads, ADAMW_GROUPS, 1e-6, spec) for text, spec in adamw_hints(style).items()}
+    against = "torch.optim.AdamW's update" if style == "torch" else "the course's update"
     for t in range(1, ADAMW_STEPS + 1):
-        for i, p in enumerate(ours):
-            if i < len(shapes) - 1:     # the last parameter never gets a gradient and must stay as it is
-                p.grad = grads[t - 1][i].clone()
-        before = [p.detach().clone() for p in ours]
+        for i, p in enumerate(ps):
+            p.grad = None if grads[t - 1][i] is None else grads[t - 1][i].clone()
+        before = [p.detach().clone() for p in ps]
         opt.step()
-        for i, p in enumerate(ours):
+        for i, p in enumerate(ps):
             group = 0 if i < 2 else 1
-            stuck = i < len(shapes) - 1 and torch.equal(p.detach(), before[i])
-            want = init[i] if i == len(shapes) - 1 else expected[i][t - 1]
-            compare(f"AdamW.step in minbert/optim.py, at step {t}, param group {group} "
-                    f"{ADAMW_GROUPS[group]}, parameter {i} "
-                    f"(compared with the course's AdamW)", p.detach(), want, rtol=1e-5, atol=1e-6,
+            stuck = grads[t - 1][i] is not None and torch.equal(p.detach(), before[i])
+            compare(f"AdamW.step in minbert/optim.py, at step {t}, param group {group}, parameter {i} "
+                    f"(compared with {against})", p.detach(), expected[t - 1][i].float(), rtol=1e-5, atol=1e-6,
+                    hints={text: traj[t - 1][i].float() for text, traj in wrong.items()},
                     hint="The parameter did not change: update p in place (p.mul_, p.addcdiv_, ...) "
                          "instead of assigning a new tensor to the name p" if stuck else "")
-    reference = torch.tensor(np.load(FIXTURES / "optimizer_test.npy"))
-    compare("AdamW in minbert/optim.py on the course's optimizer_test.py (1000 steps, lr 1e-3, weight_decay 1e-4)",
-            course_optimizer_test(AdamW), reference, rtol=1e-5, atol=1e-6)
+    if style == "course":   # correct_bias=False: the step size is lr itself
+        ps = [p.clone().requires_grad_() for p in init]
+        opt = AdamW([{**grp, "params": [ps[i] for i in grp["params"]]} for grp in ADAMW_GROUPS], eps=1e-6,
+                    correct_bias=False)
+        expected = adamw_trajectory(init, grads, ADAMW_GROUPS, 1e-6, AdamWSpec(style, correct_bias=False))
+        for t in range(ADAMW_STEPS):
+            for i, p in enumerate(ps):
+                p.grad = None if grads[t][i] is None else grads[t][i].clone()
+            opt.step()
+        for i, p in enumerate(ps):
+            compare(f"AdamW.step in minbert/optim.py with correct_bias=False, after {ADAMW_STEPS} steps, parameter {i} "
+                    "(the step size is lr itself)", p.detach(), expected[-1][i].float(), rtol=1e-5, atol=1e-6)
+        reference = torch.tensor(np.load(FIXTURES / "optimizer_test.npy"))
+        compare("AdamW in minbert/optim.py on the course's optimizer_test.py (1000 steps, lr 1e-3, weight_decay 1e-4)",
+                course_optimizer_test(AdamW), reference, rtol=1e-5, atol=1e-6,
+                hint="If the 5-step checks pass, the usual cause is the decay written as p.mul_(1 - lr * wd): with "
+                     "lr * wd = 1e-7, 1 - lr * wd is not representable in float32 and rounds by up to 40%, so over "
+                     "1000 steps the decay drifts; write it as p.add_(p, alpha=-lr * wd), as the course's reference "
+                     "does")
 
 
 class _FixedEncoder(nn.Module):

@@ -1,7 +1,8 @@
 """Grade a submission: python -m assignments.grade SUBMISSION_DIR [--out results.json] [--groups core] [--timeout 20]
 
 The submission is a student tree (or a folder holding just the files students fill in, e.g. model.py and
-optim.py, as Gradescope uploads them). Only the files of the graded groups' parts are taken from it (part 1,
+optim.py, as Gradescope uploads them; either may sit one or two folders down, as a zipped folder unpacks).
+Only the files of the graded groups' parts are taken from it (part 1,
 "core", by default: model.py, optim.py, classifier.py; part 2, "multitask": multitask.py; an extension such
 as "deebert": its file): they are laid over a fresh student tree generated from this reference, so that the
 checks, fixtures and every other file are the instructor's. Each part then runs in its own Python process
@@ -33,25 +34,46 @@ from .make import ROOT, generate, stubbed_files
 DEFAULT_TIMEOUT = 20.0
 
 
-def stage(submission: Path, staging: Path, files: list[str] | None = None) -> list[str]:
-    """A fresh student tree in staging with the submission's files laid over it; returns one note per file.
+SKIP_DIRS = ("__MACOSX", "__pycache__", ".git", ".venv")
+
+
+def find_submitted(submission: Path, rel: Path, depth: int = 2) -> Path | None:
+    """The submitted copy of rel: at rel or by its bare name, in submission or up to `depth` folders down.
+
+    Zipping a folder puts every file one folder down (my-minbert/minbert/model.py), as Gradescope unpacks it.
+    The shallowest match wins; a full path beats a bare name at the same depth.
+    """
+    level = [submission]
+    for _ in range(depth + 1):
+        for base in level:
+            for cand in (base / rel, base / rel.name):
+                if cand.is_file():
+                    return cand
+        level = sorted(d for base in level for d in base.iterdir()
+                       if d.is_dir() and d.name not in SKIP_DIRS and not d.name.startswith("."))
+    return None
+
+
+def stage(submission: Path, staging: Path, files: list[str] | None = None) -> tuple[list[str], set[str]]:
+    """A fresh student tree in staging with the submission's files laid over it: (one note per file, files absent).
 
     files (relative to the root) are the ones taken from the submission, by default every file students fill in;
     the others stay the unfilled stubs, which import.
     """
     generate(staging, data=False)
-    notes = []
+    notes, missing = [], set()
     wanted = None if files is None else set(files)
     for rel in stubbed_files(ROOT):
         if wanted is not None and rel.as_posix() not in wanted:
             continue
-        found = next((c for c in (submission / rel, submission / rel.name) if c.is_file()), None)
+        found = find_submitted(submission, rel)
         if found is None:
             notes.append(f"{rel}: not in the submission; graded as the unfilled stub")
+            missing.add(rel.as_posix())
             continue
         shutil.copyfile(found, staging / rel)
-        notes.append(f"{rel}: from {found}")
-    return notes
+        notes.append(f"{rel}: from {found.relative_to(submission)}")
+    return notes, missing
 
 
 def run_parts(staging: Path, names: list[str], timeout: float, jobs: int) -> list[dict]:
@@ -80,11 +102,21 @@ def run_parts(staging: Path, names: list[str], timeout: float, jobs: int) -> lis
                                "log": log_tail} for n in names]
 
 
+HINT_MARK = ". It matches what you get when"
+
+
+def without_hint(text: str) -> str:
+    """A part's output with the hint about which mistake it matches cut off (the rest of the message stays)."""
+    return text.split(HINT_MARK, 1)[0] + ("." if HINT_MARK in text else "")
+
+
 def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[str] | None = None,
-          jobs: int | None = None, groups: list[str] | tuple[str, ...] = ("core",)) -> dict:
+          jobs: int | None = None, groups: list[str] | tuple[str, ...] = ("core",), hide_hints: bool = False) -> dict:
     """Grade one submission on the parts of `groups` (or the named parts); returns the Gradescope results dict.
 
     Besides Gradescope's keys it holds the per-part results under 'parts' and each group's total under 'groups'.
+    hide_hints: each part's output leaves out the mistake it matches; a 0-point test holding the full outputs
+    is shown after the due date (Gradescope's "visibility": "after_due_date").
     """
     submission = Path(submission)
     if not submission.is_dir():
@@ -97,18 +129,43 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
     files = sorted({f for n in names for f in PARTS[n].files})
     with tempfile.TemporaryDirectory(prefix="minbert-grade-") as tmp:
         staging = Path(tmp) / "tree"
-        notes = stage(submission, staging, files)
+        notes, missing = stage(submission, staging, files)
         jobs = jobs or max(1, min(len(names), os.cpu_count() or 1))
         results = run_parts(staging, names, timeout, jobs)
+    for r in results:                # a part whose file was not submitted says so in its own output
+        absent = [f for f in PARTS[r["part"]].files if f in missing]
+        if absent and r["status"] != "pass":
+            r["message"] = (f"{', '.join(absent)} is not in the submission (looked at its top and up to two "
+                            f"folders down), so this part ran the unfilled stub: {r['message']}")
     elapsed = round(time.perf_counter() - t0, 2)
     tests = [{"name": f"{r['part']}: {PARTS[r['part']].functions}", "score": r["score"],
               "max_score": r["max_score"], "status": "passed" if r["status"] == "pass" else "failed",
               "output": describe(r) + (f"\n\nlast output:\n{r['log']}" if r["status"] in ("crash", "timeout")
                                        and r.get("log") else "")} for r in results]
+    if hide_hints:
+        full = "\n\n".join(f"{t['name']}\n{t['output']}" for t in tests if t["status"] == "failed")
+        for t in tests:
+            t["output"] = without_hint(t["output"])
+        tests.append({"name": "hints: what each failing part's result matches (shown after the due date)",
+                      "score": 0, "max_score": 0, "status": "passed", "visibility": "after_due_date",
+                      "output": full or "every part passes"})
     totals = group_totals(results)
     return {"score": sum(r["score"] for r in results), "execution_time": elapsed,
-            "output": "\n".join(notes + [format_total(t) for t in totals]), "stdout_visibility": "visible",
+            "output": "\n".join(notes + [format_total(t) for t in totals]),
+            "stdout_visibility": "after_due_date" if hide_hints else "visible",
             "tests": tests, "parts": results, "groups": totals}
+
+
+def grader_guard(cwd: Path | None = None) -> str | None:
+    """None when this grader is the reference's own; else why not (e.g. run inside a student tree, found elsewhere)."""
+    from .check import find_tree
+    here = find_tree((cwd or Path.cwd()).resolve())
+    if here is not None and here != ROOT and not (here / "assignments" / "grade.py").is_file():
+        return (f"{here} is a student tree, which has no grader; this is the grader of {ROOT}, found through an "
+                "installed minbert (pip uninstall minbert). Students check their work with  python -m "
+                "assignments.check; instructors grade from the reference tree:  python -m assignments.grade "
+                f"{here}")
+    return None
 
 
 def print_table(res: dict) -> None:
@@ -135,10 +192,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="the groups graded, each totalled on its own; the score is their sum (default: core, "
                          "part 1)")
     ap.add_argument("--parts", nargs="+", choices=list(PARTS), help="grade only these parts")
+    ap.add_argument("--hide-hints", action="store_true",
+                    help="leave the matched mistake out of each part's output; show it after the due date")
     args = ap.parse_args(argv)
+    problem = grader_guard()
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     groups = list(GROUPS) if "all" in args.groups else args.groups
     try:
-        res = grade(args.submission, args.timeout, args.parts, args.jobs, groups)
+        res = grade(args.submission, args.timeout, args.parts, args.jobs, groups, args.hide_hints)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

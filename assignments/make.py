@@ -32,9 +32,9 @@ BEGIN, END, STUB = "### BEGIN SOLUTION", "### END SOLUTION", "### STUB:"
 # assignments/ (the checker and its fixtures, not the generator, the grader or the stubs), and data.
 PACKAGES = ("minbert", "tasks")
 ASSIGNMENT_FILES = ("__init__.py", "check.py", "checks.py", "checks_multitask.py", "checks_deebert.py",
-                    "checks_smart.py", "checks_pals.py", "checks_simcse.py", "common.py", "README.md")
+                    "checks_smart.py", "checks_pals.py", "checks_simcse.py", "common.py", "mistakes.py", "README.md")
 ASSIGNMENT_DIRS = ("fixtures",)
-TOP_FILES = ("requirements.txt",)
+STUDENT_REQUIREMENTS = "requirements-student.txt"   # of assignments/; the student tree's requirements.txt
 STUDENT_DIR = ROOT / "assignments" / "student"
 
 
@@ -139,11 +139,33 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True) -> list[Path]:
-    """Write the student tree into out_dir (created; existing files are overwritten); returns the stubbed files."""
+def backup_path(out: Path) -> Path:
+    """A free name beside out for its backup: OUT.backup-YYYYmmdd-HHMMSS (with -2, -3, ... when taken)."""
+    import time
+    base = out.with_name(f"{out.name}.backup-{time.strftime('%Y%m%d-%H%M%S')}")
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True, force: bool = False) -> list[Path]:
+    """Write the student tree into out_dir; returns the stubbed files.
+
+    A non-empty out_dir (a student's work, perhaps) is refused with FileExistsError; with force it is first
+    moved aside to backup_path(out_dir), never overwritten.
+    """
     out = Path(out_dir)
     if out.resolve() == root.resolve():
         raise ValueError(f"{out}: refusing to write the student tree over the reference code")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not force:
+            raise FileExistsError(f"{out} exists and is not empty (a student's work?); nothing was written. Give "
+                                  "an empty or new directory, or --force to move it aside to a backup first")
+        backup = backup_path(out)
+        shutil.move(str(out), str(backup))
+        print(f"moved the existing {out} to {backup}", file=sys.stderr)
     stubbed = []
     for rel in reference_files(root):
         text = (root / rel).read_text()
@@ -155,8 +177,7 @@ def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True) -> list[
         _write(out / "assignments" / name, (root / "assignments" / name).read_text())
     for name in ASSIGNMENT_DIRS:
         shutil.copytree(root / "assignments" / name, out / "assignments" / name, dirs_exist_ok=True)
-    for name in TOP_FILES:
-        shutil.copy2(root / name, out / name)
+    shutil.copy2(root / "assignments" / STUDENT_REQUIREMENTS, out / "requirements.txt")
     _write(out / "README.md", "# minBERT\n\nThe assignment's handout is [assignments/README.md](assignments/README.md).\n"
            "Check your work with `python -m assignments.check`, run from this directory.\n")
     if data:
@@ -180,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out_dir", nargs="?", help="where to write the student tree")
     ap.add_argument("--stubs", action="store_true", help="refresh the committed stubs under assignments/student/")
     ap.add_argument("--no-data", action="store_true", help="leave data/ out of the student tree")
+    ap.add_argument("--force", action="store_true",
+                    help="write even if OUT_DIR is not empty, after moving it aside to OUT_DIR.backup-TIME")
     args = ap.parse_args(argv)
     if not args.stubs and not args.out_dir:
         ap.error("give OUT_DIR, or --stubs")
@@ -188,9 +211,9 @@ def main(argv: list[str] | None = None) -> int:
             for rel in update_committed_stubs():
                 print(f"wrote assignments/student/{rel}")
         if args.out_dir:
-            stubbed = generate(args.out_dir, data=not args.no_data)
+            stubbed = generate(args.out_dir, data=not args.no_data, force=args.force)
             print(f"wrote the student tree to {args.out_dir}; stubbed: {', '.join(map(str, stubbed))}")
-    except RegionError as e:
+    except (RegionError, FileExistsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -46,7 +46,9 @@ from .toolkit import (
     toolkit_settings,
     write_raw,
 )
+from .starter_flags import translate
 from .train import add_loop_arguments, autocast, fit, is_main_process, loop_kwargs, pick_device, seed_everything
+from .unfinished import explain_unfinished
 
 METRICS = {"sst": "sst_accuracy", "para": "para_accuracy", "sts": "sts_pearson"}
 DEFAULT_FILES = {"sst": "ids-sst", "para": "quora", "sts": "sts"}
@@ -363,8 +365,9 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    run(args)
+    args = build_parser().parse_args(translate(argv, "multitask"))   # the course's starter spellings too
+    with explain_unfinished():
+        run(args)
     return 0
 
 

@@ -44,6 +44,18 @@ def score_directory(pred_dir: str | Path, data_dir: str | Path = "data", split: 
     return {"reports": reports, "overall": overall, "problems": problems}
 
 
+def overall_cell(result: dict, split: str) -> str:
+    """The overall score, or why there is none: files absent, files with errors, or files without gold labels."""
+    if result["overall"] is not None:
+        return f"{result['overall']:.4f}"
+    reports = result["reports"]
+    if any(t not in reports for t in BOARD):
+        return "n/a (needs all three files)"
+    if any(r.errors for r in reports.values()):
+        return "n/a (a file has errors)"
+    return f"n/a (the {split} files have no gold labels: ids and values checked only)"
+
+
 def format_table(result: dict, split: str) -> str:
     """The human-readable report: each file's problems, then the table of scores."""
     out = []
@@ -67,8 +79,7 @@ def format_table(result: dict, split: str) -> str:
         else:
             shown = f"{r.score:.4f}"
         rows.append((NAMES[task], Path(r.path).name, f"{r.n_predictions}/{r.n_gold}", shown))
-    overall = result["overall"]
-    rows.append(("overall", f"({split})", "", f"{overall:.4f}" if overall is not None else "n/a (needs all three)"))
+    rows.append(("overall", f"({split})", "", overall_cell(result, split)))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

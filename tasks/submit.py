@@ -50,6 +50,9 @@ def make_submission(pred_dir: str | Path, data_dir: str | Path, out: str | Path)
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for path in files:
             z.write(path, arcname=f"predictions/{path.name}")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)     # mkstemp makes it 600; the zip is meant to be read, as a new file would be
     os.replace(tmp, out)
     return out, []
 

@@ -99,12 +99,37 @@ def test_parts_cover_every_stubbed_file_and_the_groups_keep_their_points() -> No
                                                                    ["simcse_unsup", "simcse_margin"]]
 
 
+def _semantics(text: str) -> tuple[str, list[list[str]]]:
+    """What a stub file means: its code (the AST, so comments and layout elsewhere do not count) and the text of
+    each YOUR CODE HERE block, which tells students what to write."""
+    import ast
+    blocks, current = [], None
+    for line in text.splitlines():
+        s = line.strip()
+        if s == "# YOUR CODE HERE":
+            current = []
+        elif current is not None and s.startswith("#"):
+            current.append(s)
+        elif current is not None:
+            blocks.append(current)
+            current = None
+    return ast.dump(ast.parse(text)), blocks
+
+
 def test_committed_stubs_equal_a_fresh_generation(student_tree: Path) -> None:
     hint = "the committed stubs are stale: run  python -m assignments.make --stubs  and commit assignments/student/"
     committed = sorted(p.relative_to(STUDENT_DIR) for p in STUDENT_DIR.rglob("*") if p.is_file())
     assert committed == sorted(stubbed_files()), hint
     for rel in committed:
-        assert (STUDENT_DIR / rel).read_text() == (student_tree / rel).read_text(), f"{rel}: {hint}"
+        assert _semantics((STUDENT_DIR / rel).read_text()) == _semantics((student_tree / rel).read_text()), \
+            f"{rel}: {hint}"
+
+
+def test_stub_semantics_ignore_comments_but_not_code_or_instructions() -> None:
+    text = "def f(x):\n    # YOUR CODE HERE\n    # add one\n    raise NotImplementedError\n"
+    assert _semantics(text) == _semantics("# a note\n" + text.replace("(x):", "(x):  # the input"))
+    assert _semantics(text) != _semantics(text.replace("# add one", "# add two"))
+    assert _semantics(text) != _semantics(text.replace("(x)", "(y)"))
 
 
 def test_student_tree_carries_no_solution_text(student_tree: Path) -> None:
@@ -249,10 +274,11 @@ MARGIN_SWAPPED = """
 ], ids=["attention-without-scaling", "mask-ignored", "layernorm-before-residual", "bi-encoder-without-abs"])
 def test_wrong_implementation_loses_exactly_the_affected_parts(
         tmp_path: Path, func: str, body: str, lost: set[str], hint: str) -> None:
-    res = grade(submission_with(tmp_path, {func: body}), groups=list(GROUPS))   # every part of every group
+    groups = sorted({PARTS[p].group for p in lost})        # the groups the mistake touches, every part of them
+    res = grade(submission_with(tmp_path, {func: body}), groups=groups)
     failed = {r["part"] for r in res["parts"] if r["status"] != "pass"}
     assert failed == lost, res["parts"]
-    assert res["score"] == TOTAL - sum(PARTS[p].points for p in lost)
+    assert res["score"] == sum(GROUP_TOTAL[g] for g in groups) - sum(PARTS[p].points for p in lost)
     for t in res["groups"]:     # the other groups keep their full score
         assert t["score"] == GROUP_TOTAL[t["group"]] - sum(PARTS[p].points for p in lost if PARTS[p].group == t["group"])
     for r in res["parts"]:
@@ -326,6 +352,7 @@ def test_checker_cli_prints_a_line_per_part(student_tree: Path) -> None:
                           check=False)
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
+    assert lines.pop(0) == f"checking the tree at {student_tree}"
     a, b, c = (PARTS[p].points for p in ("attention", "adamw", "classifier_head"))
     assert lines[0].split()[:3] == ["attention", f"0/{a}", "not"] and "attention() in minbert/model.py" in lines[0]
     assert lines[1].split()[:3] == ["adamw", f"0/{b}", "not"] and "AdamW.step in minbert/optim.py" in lines[1]

@@ -28,7 +28,9 @@ from .evaluation import LEADERBOARD, accuracy, prediction_path, write_prediction
 from .finetune import add_mode_arguments, get_mode
 from .recipe import make_optimizer
 from .toolkit import raw_path, write_raw
+from .starter_flags import translate
 from .train import add_loop_arguments, autocast, fit, is_main_process, loop_kwargs, pick_device, seed_everything
+from .unfinished import explain_unfinished
 
 NUM_LABELS = {"sst": 5, "cfimdb": 2}
 POOLINGS = ("mean", "cls", "pooler")
@@ -244,8 +246,9 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    run(args)
+    args = build_parser().parse_args(translate(argv, "classifier"))   # the course's starter spellings too
+    with explain_unfinished():
+        run(args)
     return 0
 
 

@@ -1,0 +1,187 @@
+"""The classic mistakes of part 1, computed from the equations here (not from the reference code), for the hints.
+
+Each function computes the right answer when its flags are left at their defaults and one classic mistake
+when a flag is changed; a check compares a failing result with each mistake and names the one it matches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+# ---------------------------------------------------------------- attention (Vaswani et al., 2017, sec. 3.2)
+
+
+def attention_variant(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, *,
+                      softmax_dim: int = -1, mask_sign: float = 1.0, scale: str = "sqrt") -> torch.Tensor:
+    """softmax(q k^T / sqrt(hs) + mask) v with the heads merged, (B, T, nh*hs); no dropout.
+
+    softmax_dim=-2 normalises over the queries, mask_sign=-1 subtracts the mask, scale="hs" divides by hs.
+    """
+    B, nh, T, hs = q.shape
+    div = {"sqrt": math.sqrt(hs), "hs": float(hs), "none": 1.0}[scale]
+    scores = q @ k.transpose(-2, -1) / div + mask_sign * mask          # (B, nh, T, T)
+    out = scores.softmax(dim=softmax_dim) @ v                           # (B, nh, T, hs)
+    return out.transpose(1, 2).reshape(B, T, nh * hs)                   # (B, T, H)
+
+
+def attention_hints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What attention() returns (eval mode) under each classic mistake, keyed by the hint's text."""
+    return {
+        "the softmax runs over the queries (dim=-2) instead of the keys (the last dimension, dim=-1)":
+            attention_variant(q, k, v, mask, softmax_dim=-2),
+        "the softmax runs over the heads (dim=1) instead of the keys (the last dimension, dim=-1)":
+            attention_variant(q, k, v, mask, softmax_dim=1),
+        "the mask is subtracted instead of added (it already holds the huge negative numbers: scores + mask)":
+            attention_variant(q, k, v, mask, mask_sign=-1.0),
+        "the scores are divided by hs instead of sqrt(hs)": attention_variant(q, k, v, mask, scale="hs"),
+    }
+
+
+# ---------------------------------------------------------------- embeddings (Devlin et al., 2019, sec. 3.2)
+
+def embeddings_without_layernorm(word: torch.Tensor, position: torch.Tensor, token_type: torch.Tensor,
+                                 input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+    """E_word[x] + E_pos[t] + E_type[s], (B, T, H): the embeddings with the LayerNorm left out (eval mode)."""
+    T = input_ids.shape[1]
+    return word[input_ids] + position[:T][None] + token_type[token_type_ids]
+
+
+# ---------------------------------------------------------------- AdamW (Loshchilov & Hutter, 2019, alg. 2)
+
+@dataclass
+class AdamWSpec:
+    """One way of computing AdamW; the defaults are right, each other value is a classic mistake.
+
+    style "torch": decay p <- p - lr wd p before the Adam step, p <- p - lr m_hat / (sqrt(v_hat) + eps)
+    (torch.optim.AdamW). style "course": the course's update, p <- p - step_size m / (sqrt(v) + eps) with
+    step_size = lr sqrt(1 - b2^t) / (1 - b1^t), then p <- p - lr wd p (decay after the update).
+    """
+
+    style: str = "torch"
+    correct_bias: bool = True
+    decay: str = "decoupled"     # "decoupled" | "l2" (wd p added to g) | "other-order" | "no-lr" | "none"
+    keep_moments: bool = True    # False: m and v rebound each step, so the state stays zero
+    count_steps: bool = True     # False: t stays 1
+    sqrt_v: bool = True          # False: divide by v + eps
+    adam_step: bool = True       # False: only the decay reaches p (the step went to a rebound name)
+    swap_betas: bool = False     # beta2 for m and beta1 for v
+
+
+def adamw_trajectory(init: list[torch.Tensor], grads: list[list[torch.Tensor | None]], groups: list[dict],
+                     eps: float, spec: AdamWSpec) -> list[list[torch.Tensor]]:
+    """The parameters after each step, [step][param], in float64; groups: {"params": [indices], "lr", "weight_decay",
+    "betas"}. A parameter whose gradient is None is skipped, as optimizers do."""
+    p = [x.double().clone() for x in init]
+    m = [torch.zeros_like(x) for x in p]
+    v = [torch.zeros_like(x) for x in p]
+    steps = [0] * len(p)
+    out = []
+    for step_grads in grads:
+        for group in groups:
+            lr, wd = group["lr"], group["weight_decay"]
+            b1, b2 = group.get("betas", (0.9, 0.999))
+            if spec.swap_betas:
+                b1, b2 = b2, b1
+            for i in group["params"]:
+                if step_grads[i] is None:
+                    continue
+                _adamw_one(p, m, v, steps, i, step_grads[i].double(), lr, wd, b1, b2, eps, spec)
+        out.append([x.clone() for x in p])
+    return out
+
+
+def _adamw_one(p: list, m: list, v: list, steps: list, i: int, g: torch.Tensor, lr: float, wd: float, b1: float,
+               b2: float, eps: float, spec: AdamWSpec) -> None:
+    """One AdamW update of parameter i (in the lists), following spec."""
+    steps[i] += 1
+    t = steps[i] if spec.count_steps else 1
+    before = spec.style == "torch"
+    if spec.decay == "other-order":
+        before = not before
+    if spec.decay == "l2":
+        g = g + wd * p[i]
+    if before and spec.decay in ("decoupled", "other-order"):
+        p[i] = p[i] - lr * wd * p[i]
+    m_new, v_new = b1 * m[i] + (1 - b1) * g, b2 * v[i] + (1 - b2) * g * g
+    if spec.keep_moments:
+        m[i], v[i] = m_new, v_new
+    root = v_new.sqrt() if spec.sqrt_v else v_new
+    c1, c2 = (1 - b1 ** t, 1 - b2 ** t) if spec.correct_bias else (1.0, 1.0)
+    if spec.style == "torch":
+        update = lr / c1 * m_new / (root / (math.sqrt(c2) if spec.sqrt_v else c2) + eps)
+    else:
+        update = lr * math.sqrt(c2) / c1 * m_new / (root + eps)
+    if spec.adam_step:
+        p[i] = p[i] - update
+    if not before and spec.decay in ("decoupled", "other-order"):
+        p[i] = p[i] - lr * wd * p[i]
+    if spec.decay == "no-lr":
+        p[i] = p[i] - wd * p[i]
+
+
+def adamw_hints(style: str) -> dict[str, AdamWSpec]:
+    """The classic AdamW mistakes for one style, keyed by the hint's text."""
+    order = ("before the Adam step; this AdamW decays after it (p <- p - lr * wd * p last)" if style == "course"
+             else "after the Adam step; this AdamW decays before it (p <- p - lr * wd * p first)")
+    return {
+        "the bias corrections (1 - beta1^t, 1 - beta2^t) are left out": AdamWSpec(style, correct_bias=False),
+        "the weight decay is added to the gradient (L2: g + wd * p) instead of decoupled (p <- p - lr * wd * p)":
+            AdamWSpec(style, decay="l2"),
+        f"the weight decay is applied {order}": AdamWSpec(style, decay="other-order"),
+        "the weight decay is not multiplied by lr (p <- p - wd * p instead of p - lr * wd * p)":
+            AdamWSpec(style, decay="no-lr"),
+        "the weight decay is left out": AdamWSpec(style, decay="none"),
+        "m and v are rebound (m = beta1 * m + ...) instead of updated in place (m.mul_(...).add_(...)), so "
+        "state['exp_avg'] and state['exp_avg_sq'] stay zero between steps": AdamWSpec(style, keep_moments=False),
+        "the step count stays 1: increase state['step'] each step and use the new count as t":
+            AdamWSpec(style, count_steps=False),
+        "v is not square-rooted (divide by sqrt(v_hat) + eps)": AdamWSpec(style, sqrt_v=False),
+        "beta1 and beta2 are swapped (m uses beta1, v uses beta2)": AdamWSpec(style, swap_betas=True),
+        "only the weight decay reached p: the Adam step was assigned to a new tensor (p = p - ...) instead of "
+        "applied in place (p.addcdiv_(...))": AdamWSpec(style, adam_step=False),
+    }
+
+
+# ---------------------------------------------------------------- the layer (BitFit eqs. 2-5)
+
+def layer_variant(f: dict[str, torch.Tensor], nh: int, eps: float, *, act: str = "gelu",
+                  second_residual: str = "h3") -> torch.Tensor:
+    """The layer check's BertLayer on f["x"], f["mask"] with f's "param.*" weights, eval mode, (B, T, H), 0 at padding.
+
+    act="tanh" uses GELU's tanh approximation, act="relu" a ReLU; second_residual="x" adds x in the last add-and-norm.
+    """
+    x, mask = f["x"], f["mask"]
+    B, T, H = x.shape
+
+    def w(name: str) -> torch.Tensor:
+        return f[f"param.{name}"]
+
+    def heads(a: torch.Tensor) -> torch.Tensor:
+        return a.view(B, T, nh, H // nh).transpose(1, 2)                # (B, T, H) -> (B, nh, T, hs)
+
+    def norm(a: torch.Tensor, g: str, b: str) -> torch.Tensor:
+        return F.layer_norm(a, (H,), w(g), w(b), eps)
+
+    h1 = attention_variant(heads(F.linear(x, w("Wq"), w("bq"))), heads(F.linear(x, w("Wk"), w("bk"))),
+                           heads(F.linear(x, w("Wv"), w("bv"))), mask)  # (B, T, H)
+    h3 = norm(F.linear(h1, w("Wm1"), w("bm1")) + x, "gLN1", "bLN1")
+    a = F.linear(h3, w("Wm2"), w("bm2"))                                # (B, T, I)
+    h4 = {"gelu": F.gelu(a), "tanh": F.gelu(a, approximate="tanh"), "relu": F.relu(a)}[act]
+    h5 = F.linear(h4, w("Wm3"), w("bm3"))
+    out = norm(h5 + (h3 if second_residual == "h3" else x), "gLN2", "bLN2")
+    return out * (mask == 0).view(B, T, 1)                              # zeros at padding, as the layer returns
+
+
+def layer_hints(f: dict[str, torch.Tensor], nh: int, eps: float) -> dict[str, torch.Tensor]:
+    """What BertLayer.forward returns (eval mode, no adapters) under each classic mistake, keyed by the hint's text."""
+    return {
+        "GELU's tanh approximation is used; BERT's GELU is the exact one, gelu() at the top of model.py":
+            layer_variant(f, nh, eps, act="tanh"),
+        "a ReLU is used instead of GELU (gelu())": layer_variant(f, nh, eps, act="relu"),
+        "the last add-and-norm adds x instead of h3: out = LN2(h5 + h3 + ts)":
+            layer_variant(f, nh, eps, second_residual="x"),
+    }

@@ -1,0 +1,104 @@
+"""The course's starter flags parse to minbert's own settings; training an unfinished tree names the part to write."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from assignments.make import ROOT, generate
+from tasks import classifier, multitask
+from tasks.starter_flags import STARTER_ALIASES, table_markdown, translate
+
+
+@pytest.mark.parametrize("cli, starter, ours", [
+    (classifier, ("--use_gpu --option finetune --batch_size 8 --hidden_dropout_prob 0.3 --lr 1e-5 --epochs 10 "
+                  "--seed 1 --train a.csv --dev b.csv --test c.csv --dev_out out/sst-dev-output.csv "
+                  "--test_out out/sst-test-output.csv"),
+     ("--device cuda --fine-tune-mode full-model --batch-size 8 --dropout 0.3 --lr 1e-5 --epochs 10 --seed 1 "
+      "--train-file a.csv --dev-file b.csv --test-file c.csv --predictions-dir out")),
+    (classifier, "--task cfimdb --option=pretrain --dev_out=p/cfimdb-dev-output.csv",
+     "--task cfimdb --fine-tune-mode last-linear-layer --predictions-dir p"),
+    (multitask, ("--use_gpu --option pretrain --batch_size 16 --hidden_dropout_prob 0.2 --sst_train s.csv "
+                 "--para_dev q.csv --sts_test t.csv --sst_dev_out predictions/sst-dev-output.csv "
+                 "--sst_test_out predictions/sst-test-output.csv --para_dev_out predictions/para-dev-output.csv "
+                 "--para_test_out predictions/para-test-output.csv --sts_dev_out predictions/sts-dev-output.csv "
+                 "--sts_test_out predictions/sts-test-output.csv"),
+     ("--device cuda --fine-tune-mode last-linear-layer --batch-size 16 --dropout 0.2 --sst-train s.csv "
+      "--para-dev q.csv --sts-test t.csv --predictions-dir predictions")),
+], ids=["classifier", "classifier-inline-values", "multitask"])
+def test_starter_flags_parse_to_the_same_settings(cli: object, starter: str, ours: str) -> None:
+    name = cli.__name__.rsplit(".", 1)[1]
+    got = cli.build_parser().parse_args(translate(starter.split(), name))
+    want = cli.build_parser().parse_args(ours.split())
+    assert vars(got) == vars(want)
+    assert vars(got) != vars(cli.build_parser().parse_args([]))    # the flags did change something
+
+
+def test_starter_out_path_must_name_the_file_minbert_writes() -> None:
+    with pytest.raises(SystemExit, match="sst-dev-output.csv"):
+        translate(["--sst_dev_out", "predictions/dev.csv"], "multitask")
+    with pytest.raises(SystemExit, match="one folder"):
+        translate(["--sst_dev_out", "a/sst-dev-output.csv", "--sts_dev_out", "b/sts-dev-output.csv"], "multitask")
+    assert translate(["--train", "x"], "multitask") == ["--train", "x"]      # not a multitask alias: left alone
+
+
+def test_alias_table_lists_every_alias_once() -> None:
+    text = table_markdown()
+    assert len({a.starter for a in STARTER_ALIASES}) == len(STARTER_ALIASES)
+    for a in STARTER_ALIASES:
+        assert f"| `{a.starter}` |" in text
+    handout = (ROOT / "assignments" / "README.md").read_text()
+    assert table_markdown() in handout, "the handout's alias table is stale: paste tasks.starter_flags.table_markdown()"
+
+
+def test_training_an_unfinished_tree_names_the_part_and_the_check(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    generate(tree, data=False)
+    rows = "\tid\tsentence\tsentiment\n" + "".join(f"{i}\tid{i}\t a fine film .\t{i % 5}\n" for i in range(4))
+    (tmp_path / "tiny.csv").write_text(rows)
+    tiny = str(tmp_path / "tiny.csv")
+    proc = subprocess.run([sys.executable, "-m", "tasks.classifier", "--train", tiny, "--dev", tiny, "--test", tiny,
+                           "--epochs", "1", "--threads", "1", "--no-progress", "--checkpoint", str(tmp_path / "c.pt"),
+                           "--predictions-dir", str(tmp_path / "p")], cwd=tree, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
+                          check=False, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: BertEmbeddings.forward in minbert/model.py:"), proc.stderr
+    assert "python -m assignments.check core" in last and "Traceback" not in proc.stderr
+
+
+def _predict_all(pred_dir: Path, split: str) -> None:
+    from tasks.evaluation import gold_records, prediction_path, write_predictions
+    for task, value in (("sst", 2), ("para", 1), ("sts", 2.5)):
+        ids = [e.id for e in gold_records(ROOT / "data", task, split)]
+        write_predictions(prediction_path(pred_dir, task, split), task, ids, [value] * len(ids))
+
+
+def test_score_says_test_files_have_no_labels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tasks import score
+    _predict_all(tmp_path, "test")
+    assert score.main([str(tmp_path), "--data-dir", str(ROOT / "data"), "--split", "test"]) == 0
+    overall = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "no gold labels" in overall and "needs all three" not in overall, overall
+    (tmp_path / "sts-test-output.csv").unlink()
+    score.main([str(tmp_path), "--data-dir", str(ROOT / "data"), "--split", "test"])
+    assert "needs all three" in capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def test_submission_zip_is_readable_as_any_new_file(tmp_path: Path) -> None:
+    import os
+
+    from tasks.submit import make_submission
+    for split in ("dev", "test"):
+        _predict_all(tmp_path / "p", split)
+    old = os.umask(0o022)
+    try:
+        out, problems = make_submission(tmp_path / "p", ROOT / "data", tmp_path / "submission.zip")
+    finally:
+        os.umask(old)
+    assert not problems and out is not None
+    assert oct(out.stat().st_mode & 0o777) == oct(0o644)

@@ -1,0 +1,219 @@
+"""Each hint of part 1's checks fires on its classic mistake, written here as a student would, and not on the right
+answer."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from assignments.checks import adamw_problem, adamw_style, check_adamw, check_attention, check_embeddings
+from assignments.common import Fail
+
+# ---------------------------------------------------------------- AdamW, written out as a student might
+
+def _student_step(bug: str, style: str):
+    """An AdamW.step with one mistake (bug="" is the right answer), in the style the check expects."""
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            if bug == "swap-betas":
+                b1, b2 = b2, b1
+            lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                g, m, v = p.grad, state["exp_avg"], state["exp_avg_sq"]
+                if bug != "no-count":
+                    state["step"] += 1
+                t = max(state["step"], 1)
+                if bug == "l2":
+                    g = g + wd * p
+                decay_first = (style == "torch") != (bug == "order")
+                if decay_first and bug not in ("l2", "no-decay", "no-lr"):
+                    p.mul_(1 - lr * wd)
+                if bug == "rebind-moments":
+                    m = b1 * m + (1 - b1) * g
+                    v = b2 * v + (1 - b2) * g * g
+                else:
+                    m.mul_(b1).add_(g, alpha=1 - b1)
+                    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                c1, c2 = (1 - b1 ** t, 1 - b2 ** t) if bug != "no-bias-correction" else (1.0, 1.0)
+                if not group.get("correct_bias", True):
+                    c1, c2 = 1.0, 1.0
+                root = v.sqrt() if bug != "no-sqrt" else v
+                if style == "torch":
+                    update = lr / c1 * m / (root / (math.sqrt(c2) if bug != "no-sqrt" else c2) + eps)
+                else:
+                    update = lr * math.sqrt(c2) / c1 * m / (root + eps)
+                if bug == "rebind-step":
+                    p = p - update
+                else:
+                    p.sub_(update)
+                if not decay_first and bug == "mul-decay":
+                    p.mul_(1 - lr * wd)                # 1 - lr * wd rounded to float32
+                elif not decay_first and bug not in ("l2", "no-decay", "no-lr"):
+                    p.add_(p, alpha=-lr * wd)          # the course's reference: exact for tiny lr * wd
+                if bug == "no-lr":
+                    p.mul_(1 - wd)
+    return step
+
+
+ADAMW_MISTAKES = {
+    "no-bias-correction": "the bias corrections (1 - beta1^t, 1 - beta2^t) are left out",
+    "l2": "added to the gradient (L2: g + wd * p) instead of decoupled",
+    "order": "the weight decay is applied",
+    "no-lr": "the weight decay is not multiplied by lr",
+    "no-decay": "the weight decay is left out",
+    "rebind-moments": "m and v are rebound",
+    "no-count": "the step count stays 1",
+    "no-sqrt": "v is not square-rooted",
+    "swap-betas": "beta1 and beta2 are swapped",
+    "rebind-step": "only the weight decay reached p",
+}
+
+
+class _CourseAdamW(torch.optim.Optimizer):
+    """An AdamW with the course's signature (variant="course"): the check then expects the course's update."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=None, weight_decay=0.0, correct_bias=True,
+                 variant="course"):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": 1e-6 if eps is None else eps,
+                                  "weight_decay": weight_decay, "correct_bias": correct_bias})
+
+
+@pytest.mark.parametrize("style", ["torch", "course"])
+@pytest.mark.parametrize("bug", ["", *ADAMW_MISTAKES])
+def test_adamw_hint_fires_on_its_mistake_only(monkeypatch: pytest.MonkeyPatch, bug: str, style: str) -> None:
+    import minbert.optim
+    if style != adamw_style(minbert.optim.AdamW):
+        monkeypatch.setattr(minbert.optim, "AdamW", _CourseAdamW if style == "course" else torch.optim.AdamW)
+    assert adamw_style(minbert.optim.AdamW) == style
+    monkeypatch.setattr(minbert.optim.AdamW, "step", _student_step(bug, style))
+    if not bug:
+        check_adamw()                                  # the right answer passes: no hint fires
+        return
+    with pytest.raises(Fail) as e:
+        check_adamw()
+    msg = str(e.value)
+    says = ADAMW_MISTAKES[bug]
+    if bug == "rebind-step" and style == "course":   # the decay, after the lost step, went to the new tensor too
+        says = "The parameter did not change: update p in place"
+    assert says in msg, msg
+    others = [text for b, text in ADAMW_MISTAKES.items() if text != says and text in msg]
+    assert not others, msg                             # one hint, the right one
+
+
+def test_adamw_float32_decay_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """p.mul_(1 - lr * wd) passes the 5-step check but fails the course's 1000-step test (1 - 1e-7 rounds in
+    float32); the check then names that cause."""
+    import minbert.optim
+    assert adamw_style(minbert.optim.AdamW) == "course"
+    monkeypatch.setattr(minbert.optim.AdamW, "step", _student_step("mul-decay", "course"))
+    with pytest.raises(Fail) as e:
+        check_adamw()
+    assert "optimizer_test.py" in str(e.value) and "p.add_(p, alpha=-lr * wd)" in str(e.value), str(e.value)
+
+
+def test_adamw_problem_first_step_by_hand() -> None:
+    # the hints' equations at step 1 of the check's first parameter, computed here from the paper's algorithm:
+    # m = (1 - b1) g, v = (1 - b2) g^2, so m_hat / sqrt(v_hat) = g / |g| and p1 = p0 (1 - lr wd) - lr sign(g)
+    from assignments.checks import ADAMW_GROUPS
+    from assignments.mistakes import AdamWSpec, adamw_trajectory
+    init, grads = adamw_problem()
+    lr, wd = ADAMW_GROUPS[0]["lr"], ADAMW_GROUPS[0]["weight_decay"]
+    got = adamw_trajectory(init, grads, ADAMW_GROUPS, 0.0, AdamWSpec("torch"))[0][0]
+    assert torch.allclose(got, (init[0] * (1 - lr * wd) - lr * grads[0][0].sign()).double(), atol=1e-12)
+    course = adamw_trajectory(init, grads, ADAMW_GROUPS, 0.0, AdamWSpec("course"))[0][0]
+    assert torch.allclose(course, ((init[0] - lr * grads[0][0].sign()) * (1 - lr * wd)).double(), atol=1e-12)
+    torch_ref = [p.clone().requires_grad_() for p in init]
+    opt = torch.optim.AdamW([{**g, "params": [torch_ref[i] for i in g["params"]]} for g in ADAMW_GROUPS], eps=1e-6)
+    traj = adamw_trajectory(init, grads, ADAMW_GROUPS, 1e-6, AdamWSpec("torch"))
+    for t, step_grads in enumerate(grads):
+        for q, g in zip(torch_ref, step_grads):
+            q.grad = None if g is None else g.clone()
+        opt.step()
+        for q, want in zip(torch_ref, traj[t]):
+            assert torch.allclose(q.detach().double(), want, atol=1e-6)
+
+
+# ---------------------------------------------------------------- attention and embeddings
+
+def _attention(softmax_dim: int = -1, mask_sign: float = 1.0, div: str = "sqrt"):
+    def attention(q, k, v, mask, dropout_p=0.0, training=False):
+        B, nh, T, hs = q.shape
+        scale = math.sqrt(hs) if div == "sqrt" else hs
+        scores = q @ k.transpose(-2, -1) / scale + mask_sign * mask
+        probs = F.dropout(scores.softmax(dim=softmax_dim), dropout_p, training)
+        return (probs @ v).transpose(1, 2).reshape(B, T, nh * hs)
+    return attention
+
+
+@pytest.mark.parametrize("impl, says", [
+    (_attention(), None),
+    (_attention(softmax_dim=-2), "the softmax runs over the queries (dim=-2)"),
+    (_attention(softmax_dim=1), "the softmax runs over the heads (dim=1)"),
+    (_attention(mask_sign=-1.0), "the mask is subtracted instead of added"),
+    (_attention(div="hs"), "the scores are divided by hs instead of sqrt(hs)"),
+], ids=["right", "softmax-over-queries", "softmax-over-heads", "mask-sign", "divided-by-hs"])
+def test_attention_hint_fires_on_its_mistake_only(monkeypatch: pytest.MonkeyPatch, impl: object,
+                                                  says: str | None) -> None:
+    import minbert.model
+    monkeypatch.setattr(minbert.model, "attention", impl)
+    if says is None:
+        check_attention()
+        return
+    with pytest.raises(Fail, match=re.escape(says)):
+        check_attention()
+
+
+def test_embeddings_without_layernorm_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    import minbert.model
+
+    def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None):
+        T = input_ids.shape[1]
+        e = self.word(input_ids) + self.position(torch.arange(T))[None] + self.token_type(token_type_ids)
+        return F.dropout(e, self.p, self.training)
+    monkeypatch.setattr(minbert.model.BertEmbeddings, "forward", forward)
+    with pytest.raises(Fail, match=re.escape("the LayerNorm is left out")):
+        check_embeddings()
+
+
+def test_the_layer_equations_reproduce_the_fixture() -> None:
+    # the hints' layer is right where it should be: with no mistake it gives the reference's stored output
+    from assignments.common import _tiny_config, load_fixture
+    from assignments.mistakes import layer_variant
+    f, config = load_fixture("layer"), _tiny_config()
+    assert torch.allclose(layer_variant(f, config.num_attention_heads, config.layer_norm_eps), f["out"], atol=1e-5)
+
+
+@pytest.mark.parametrize("act, residual, says", [
+    ("tanh", "h3", "GELU's tanh approximation is used"),
+    ("relu", "h3", "a ReLU is used instead of GELU"),
+    ("gelu", "x", "the last add-and-norm adds x instead of h3"),
+], ids=["gelu-tanh", "relu", "second-residual-x"])
+def test_layer_hint_fires_on_its_mistake(monkeypatch: pytest.MonkeyPatch, act: str, residual: str, says: str) -> None:
+    import minbert.model
+    from assignments.checks import check_layer
+
+    def forward(self, x, mask):
+        B, T, _ = x.shape
+        q, k, v = (self.split_heads(F.linear(x, W, b)) for W, b in ((self.Wq, self.bq), (self.Wk, self.bk),
+                                                                   (self.Wv, self.bv)))
+        h1 = self.attend(q, k, v, mask, self.p_attn, self.training)
+        h3 = minbert.model.layer_norm(F.linear(h1, self.Wm1, self.bm1) + x, self.gLN1, self.bLN1, self.eps)
+        a = F.linear(h3, self.Wm2, self.bm2)
+        h4 = F.gelu(a, approximate="tanh") if act == "tanh" else F.relu(a) if act == "relu" else F.gelu(a)
+        h5 = F.linear(h4, self.Wm3, self.bm3)
+        out = minbert.model.layer_norm(h5 + (h3 if residual == "h3" else x), self.gLN2, self.bLN2, self.eps)
+        return out * (mask == 0).view(B, T, 1)
+    monkeypatch.setattr(minbert.model.BertLayer, "forward", forward)
+    with pytest.raises(Fail, match=re.escape(says)):
+        check_layer()

@@ -1,0 +1,145 @@
+"""The kit as students and instructors meet it: the tree checked is the tree run in, make keeps student work, the
+grader finds an upload one or two folders down and hides hints on request."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from assignments import make
+from assignments.grade import find_submitted, grade, stage, without_hint
+from assignments.make import ROOT, find_regions, generate, regions_by_function, stub_text
+
+PARTIAL = {"minbert/model.py": {"attention"}, "minbert/optim.py": {"AdamW.step"}}   # two parts of six done
+
+
+def _partly_done(text: str, done: set[str], name: str) -> str:
+    """The student version of one reference file with the regions of the `done` functions written (the reference's)."""
+    lines = text.splitlines(keepends=True)
+    keep = {r.begin for f, r in regions_by_function(text, name).items() if f in done}
+    for r in sorted(find_regions(text, name), key=lambda r: -r.begin):
+        if r.begin in keep:
+            lines[r.begin - 1: r.end] = [s + "\n" for s in r.solution]
+    return stub_text("".join(lines), name)
+
+
+@pytest.fixture(scope="module")
+def two_parts_done(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tree = tmp_path_factory.mktemp("student") / "tree"
+    generate(tree, data=False)
+    for rel, done in PARTIAL.items():
+        (tree / rel).write_text(_partly_done((ROOT / rel).read_text(), done, rel))
+    return tree
+
+
+@pytest.fixture(scope="module")
+def editable_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """An environment in which the reference is installed editable, with setuptools' own finder (pip install -e .)."""
+    from setuptools.command.editable_wheel import _finder_template
+    site = tmp_path_factory.mktemp("site")
+    mapping = {name: str(ROOT / name) for name in ("minbert", "tasks", "assignments")}
+    (site / "__editable___minbert_finder.py").write_text(_finder_template("minbert", mapping, {}))
+    (site / "sitecustomize.py").write_text("import __editable___minbert_finder\n"
+                                           "__editable___minbert_finder.install()\n")
+    return {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, check=False,
+                          timeout=300)
+
+
+def test_editable_reference_does_not_shadow_a_student_tree(two_parts_done: Path, editable_env: dict[str, str]) -> None:
+    env = editable_env
+    probe = _run(["-c", "import minbert.optim, assignments.make; print(minbert.optim.__file__)"], ROOT.parent, env)
+    assert probe.stdout.strip() == str(ROOT / "minbert" / "optim.py"), probe.stderr   # the install is in force
+    proc = _run(["-m", "assignments.check", "attention", "embeddings", "adamw"], two_parts_done, env)
+    assert proc.stdout.splitlines()[0] == f"checking the tree at {two_parts_done}", proc.stdout + proc.stderr
+    status = {line.split()[0]: line.split()[2] for line in proc.stdout.splitlines()[1:4]}
+    assert status == {"attention": "PASS", "embeddings": "not", "adamw": "PASS"}, proc.stdout
+    assert "part 1 (minBERT): 2/3 parts pass; 45/55 points" in proc.stdout
+    # from a folder inside the tree, the editable reference would answer: the checker refuses, with the fix
+    inside = _run(["-m", "assignments.check", "core"], two_parts_done / "minbert", env)
+    assert inside.returncode == 2 and "PASS" not in inside.stdout
+    assert f"cd {two_parts_done} && python -m assignments.check" in inside.stderr, inside.stderr
+    # the grader is not in the student tree: the reference's must not grade from there silently
+    graded = _run(["-m", "assignments.grade", "."], two_parts_done, env)
+    assert graded.returncode != 0 and "score" not in graded.stdout
+    assert "student tree" in graded.stderr or "No module named assignments.grade" in graded.stderr, graded.stderr
+
+
+def test_make_refuses_a_tree_with_work_and_force_keeps_a_backup(two_parts_done: Path, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    tree = tmp_path / "mine"
+    shutil.copytree(two_parts_done, tree)
+    work = (tree / "minbert" / "optim.py").read_text()
+    assert "raise NotImplementedError" not in work.split("def step", 1)[1]
+    assert make.main([str(tree), "--no-data"]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert (tree / "minbert" / "optim.py").read_text() == work          # untouched
+    assert make.main([str(tree), "--no-data", "--force"]) == 0
+    backups = list(tmp_path.glob("mine.backup-*"))
+    assert len(backups) == 1 and str(backups[0]) in capsys.readouterr().err   # named
+    assert (backups[0] / "minbert" / "optim.py").read_text() == work
+    assert "raise NotImplementedError" in (tree / "minbert" / "optim.py").read_text().split("def step", 1)[1]
+
+
+def test_an_upload_one_or_two_folders_down_grades_as_a_flat_one(two_parts_done: Path, tmp_path: Path) -> None:
+    # what is graded is the staged tree: the same files staged from each layout give the same grade
+    files = ["minbert/model.py", "minbert/optim.py", "tasks/classifier.py"]
+    layouts = {"flat": (tmp_path / "flat", tmp_path / "flat"),
+               "tree-one-down": (tmp_path / "zip1", tmp_path / "zip1" / "my-minbert"),
+               "files-two-down": (tmp_path / "zip2", tmp_path / "zip2" / "hw" / "src")}
+    for rel in files:
+        for name, (_, base) in layouts.items():
+            dest = base / (rel if name == "tree-one-down" else Path(rel).name)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(two_parts_done / rel, dest)
+    (tmp_path / "zip2" / "__MACOSX" / "hw").mkdir(parents=True)    # what macOS adds to a zip
+    (tmp_path / "zip2" / "__MACOSX" / "hw" / "model.py").write_text("garbage")
+    for name, (upload, _) in layouts.items():
+        notes, missing = stage(upload, tmp_path / f"staged-{name}", files)
+        assert not missing, (name, notes)
+        for rel in files:
+            assert (tmp_path / f"staged-{name}" / rel).read_text() == (two_parts_done / rel).read_text(), (name, rel)
+    one_down = layouts["tree-one-down"][1]
+    assert find_submitted(tmp_path / "zip1", Path("minbert/optim.py")) == one_down / "minbert/optim.py"
+    assert find_submitted(tmp_path / "zip2" / "hw", Path("x/nothing.py")) is None
+    # graded: the two parts done pass from one folder down; a part whose file is absent says so in its own output
+    (layouts["tree-one-down"][1] / "tasks" / "classifier.py").unlink()
+    res = grade(tmp_path / "zip1", parts=["attention", "adamw", "classifier_head"], hide_hints=True)
+    assert [(r["part"], r["status"], r["score"]) for r in res["parts"]] == [
+        ("attention", "pass", 25), ("adamw", "pass", 20), ("classifier_head", "not started", 0)]
+    assert "minbert/optim.py: from my-minbert/minbert/optim.py" in res["output"]
+    head = next(t for t in res["tests"] if t["name"].startswith("classifier_head"))
+    assert head["output"].startswith("not started: tasks/classifier.py is not in the submission"), head
+    hidden = res["tests"][-1]
+    assert hidden["visibility"] == "after_due_date" and hidden["max_score"] == 0
+    json.dumps(res)
+
+
+def test_hidden_hints_cut_only_the_matched_mistake() -> None:
+    msg = ("f differs at index (0,): got 1, expected 2; max abs diff 1 (1 of 3 values off). "
+           "It matches what you get when x")
+    assert without_hint(msg) == "f differs at index (0,): got 1, expected 2; max abs diff 1 (1 of 3 values off)."
+    assert without_hint("PASS") == "PASS"
+
+
+def test_the_student_tree_is_self_contained_and_carries_no_instructor_text(tmp_path: Path) -> None:
+    tree = tmp_path / "st"
+    generate(tree, data=False)
+    handout = (tree / "assignments" / "README.md").read_text()
+    for instructor_only in ("assignments.make", "assignments.grade", "make_fixtures", "sandbox", "fake its results",
+                            "make install", "For instructors"):
+        assert instructor_only not in handout, instructor_only
+    for student in ("tasks.submit", "tasks.score", "--symmetric-pairs", "pip install -r requirements.txt"):
+        assert student in handout, student
+    assert not (tree / "assignments" / "INSTRUCTORS.md").exists() and not (tree / "Makefile").exists()
+    requirements = (tree / "requirements.txt").read_text()
+    assert "make install" not in requirements and "download.pytorch.org/whl/cpu" in requirements
+    assert (ROOT / "assignments" / "INSTRUCTORS.md").read_text().count("assignments.grade") >= 2
