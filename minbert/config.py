@@ -45,8 +45,17 @@ class BertConfig:
     @classmethod
     def from_dict(cls, d: dict) -> BertConfig:
         """Keep the keys BertConfig knows; Hugging Face's other keys are ignored."""
-        known = {f.name for f in fields(cls)}
-        kept = {k: v for k, v in d.items() if k in known}
+        if not isinstance(d, dict):
+            raise ValueError(f"expected a JSON object of settings, not a {type(d).__name__}")
+        types = {f.name: f.type for f in fields(cls)}
+        kept = {k: v for k, v in d.items() if k in types}
+        for k, v in kept.items():  # the annotations are strings ("int"): `from __future__ import annotations`
+            ok, word = {"int": ((int,), "an integer"), "float": ((int, float), "a number"), "str": ((str,), "a string")}[
+                types[k]]
+            if isinstance(v, bool) or not isinstance(v, ok):
+                raise ValueError(f"{k} must be {word}, not {v!r}")
+            if types[k] == "int" and k != "pad_token_id" and v < 1:
+                raise ValueError(f"{k} must be a positive integer, not {v}")
         if "model_type" in d and d["model_type"] not in ("bert", "minbert"):
             raise ValueError(f"model_type {d['model_type']!r} is not a BERT model")
         if d.get("position_embedding_type", "absolute") != "absolute":
@@ -57,9 +66,9 @@ class BertConfig:
     def from_json(cls, path: str | Path) -> BertConfig:
         path = Path(path)
         try:
-            d = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
+            d = json.loads(path.read_bytes().decode("utf-8-sig"))
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+            raise ValueError(f"{path}: not valid JSON ({e}); fix the file or fetch the checkpoint again") from None
         return cls.from_dict(d)
 
     def to_hf_dict(self) -> dict:

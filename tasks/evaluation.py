@@ -121,13 +121,18 @@ class Report:
 
 
 SPLIT = re.compile(r"\s*[,\t]\s*")
+NOT_TEXT = re.compile("[\udc80-\udcff\x00]")
 MAX_LISTED = 10
 
 
 def read_predictions(path: str | Path, task: str, report: Report) -> dict[str, float | int]:
     """id -> value from a prediction file; every bad line goes into report.errors as path:line: reason."""
     board = LEADERBOARD[task]
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    try:  # a BOM is dropped; bytes that are not UTF-8 stay as surrogates and make their line an error
+        lines = Path(path).read_bytes().decode("utf-8-sig", errors="surrogateescape").splitlines()
+    except OSError as e:
+        report.errors.append(f"{path}: cannot read the file ({e.strerror})")
+        return {}
     values: dict[str, float | int] = {}
     first_line: dict[str, int] = {}
     start = 0
@@ -142,6 +147,9 @@ def read_predictions(path: str | Path, task: str, report: Report) -> dict[str, f
             report.warnings.append(f"{path}:1: no header line; expected 'id \\t {board.column}'")
     for n, line in enumerate(lines[start:], start + 1):
         if not line.strip():
+            continue
+        if NOT_TEXT.search(line):
+            report.errors.append(f"{path}:{n}: bytes that are not UTF-8 text, or a NUL byte; save the file as UTF-8")
             continue
         cells = SPLIT.split(line.strip())
         if len(cells) != 2 or not cells[0]:
