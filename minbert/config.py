@@ -7,6 +7,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 
+TYPES = {"int": ((int,), "an integer"), "float": ((int, float), "a number"), "str": ((str,), "a string")}
+
+
 @dataclass
 class BertConfig:
     """Sizes and rates of a BERT encoder (Devlin et al., 2019, sec. 3); defaults are bert-base."""
@@ -50,12 +53,13 @@ class BertConfig:
         types = {f.name: f.type for f in fields(cls)}
         kept = {k: v for k, v in d.items() if k in types}
         for k, v in kept.items():  # the annotations are strings ("int"): `from __future__ import annotations`
-            ok, word = {"int": ((int,), "an integer"), "float": ((int, float), "a number"), "str": ((str,), "a string")}[
-                types[k]]
+            if types[k] not in TYPES:
+                continue
+            ok, word = TYPES[types[k]]
             if isinstance(v, bool) or not isinstance(v, ok):
                 raise ValueError(f"{k} must be {word}, not {v!r}")
-            if types[k] == "int" and k != "pad_token_id" and v < 1:
-                raise ValueError(f"{k} must be a positive integer, not {v}")
+            if types[k] == "int" and v < (0 if k == "pad_token_id" else 1):
+                raise ValueError(f"{k} must be {'0 or more' if k == 'pad_token_id' else 'positive'}, not {v}")
         if "model_type" in d and d["model_type"] not in ("bert", "minbert"):
             raise ValueError(f"model_type {d['model_type']!r} is not a BERT model")
         if d.get("position_embedding_type", "absolute") != "absolute":

@@ -143,7 +143,7 @@ BINARY = LabelSpec("class", num_classes=2)
 SIMILARITY = LabelSpec("float", low=0.0, high=5.0)
 
 
-NOT_UTF8 = re.compile("[\udc80-\udcff]")  # the bytes that were not UTF-8, as decode(errors="surrogateescape") keeps them
+NOT_UTF8 = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, as decode(errors="surrogateescape") keeps them
 
 
 def _text(path: Path) -> str:

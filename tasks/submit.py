@@ -18,6 +18,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from .errors import run_cli
 from .evaluation import check_predictions, gold_records, prediction_path
 from .score import BOARD
 
@@ -74,4 +75,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

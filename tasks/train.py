@@ -54,8 +54,8 @@ def pick_device(name: str = "auto") -> torch.device:
     """
     if name in ("auto", "cuda") and torch.cuda.is_available() and world_size() > 1:
         if dp.local_rank() >= torch.cuda.device_count():
-            raise ConfigurationError(f"LOCAL_RANK {dp.local_rank()} but this machine has {torch.cuda.device_count()} CUDA "
-                               "device(s): start at most that many processes per machine (--nproc-per-node)")
+            raise ConfigurationError(f"LOCAL_RANK {dp.local_rank()} but this machine has {torch.cuda.device_count()} "
+                                     "CUDA device(s): start at most that many processes per machine (--nproc-per-node)")
         return torch.device("cuda", dp.local_rank())
     if name == "auto":
         if torch.cuda.is_available():
@@ -249,7 +249,8 @@ def fit(
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     base_lrs = [group["lr"] for group in optimizer.param_groups]
     if resume is not None:
-        state = load_checkpoint(resume, required=CHECKPOINT_KEYS)  # on the CPU: RNG states must stay there; load_state_dict moves the rest
+        # on the CPU: RNG states must stay there; load_state_dict moves the rest
+        state = load_checkpoint(resume, required=CHECKPOINT_KEYS)
         _check_config(resume, state.get("config", {}), config or {})
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
