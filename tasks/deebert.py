@@ -32,7 +32,8 @@ from minbert.deebert import DeeBert, DeeBertConfig, EntropyExit, PatienceExit
 from .classifier import Split
 from .data import TASKS, Collator, Records, batches, model_inputs, to_device, token_lengths
 from .deebert_report import format_table, write_outputs, write_text  # noqa: F401 - write_text re-exported
-from .errors import existing_file, nonnegative_float, positive_float, positive_int, probability, run_cli
+from .errors import (existing_file, existing_path, nonnegative_float, positive_float, positive_int, probability,
+                     run_cli)
 from .evaluation import accuracy, pearson, write_predictions
 from .train import fit, load_checkpoint, pick_device, seed_everything
 
@@ -287,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-file", default=None, type=existing_file,
                    help="test file to predict (scored too if labelled)")
     p.add_argument("--out", default=None, help="output directory (default: runs/deebert-{task})")
-    p.add_argument("--resume", default=None, type=existing_file, metavar="PATH",
+    p.add_argument("--resume", default=None, type=existing_path, metavar="PATH",
                    help="skip training: load the model trained by an earlier run (its --out directory or its "
                         "stage2.pt); the task, model, pooling and pooler must be the same")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars or timing log")

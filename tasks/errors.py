@@ -121,6 +121,13 @@ def existing_file(text: str) -> str:
     return text
 
 
+def existing_path(text: str) -> str:
+    """A path to a file or a directory that exists."""
+    if not Path(text).expanduser().exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such file or directory")
+    return text
+
+
 def existing_dir(text: str) -> str:
     """A path to a directory that exists."""
     if not Path(text).expanduser().is_dir():

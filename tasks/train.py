@@ -100,7 +100,15 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-KILL_IN_SAVE = "MINBERT_TEST_KILL_IN_SAVE"  # test-only: SIGKILL this process after writing the temporary file
+# Test-only fault injection: SIGKILL this process inside the Nth checkpoint write (the temporary file written, not
+# yet renamed), or right after the Nth optimiser step. Unset, they cost one dictionary look-up.
+KILL_IN_SAVE, KILL_AT_STEP = "MINBERT_TEST_KILL_IN_SAVE", "MINBERT_TEST_KILL_AT_STEP"
+_saves = 0
+
+
+def _maybe_kill(variable: str, count: int) -> None:
+    if os.environ.get(variable) == str(count):
+        os.kill(os.getpid(), signal.SIGKILL)
 CHECKPOINT_KEYS = ("model", "optimizer", "epoch", "best_epoch", "best_score", "best_state", "history", "rng")
 
 
@@ -115,8 +123,8 @@ def save_checkpoint(path: str | Path, state: dict) -> Path:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
-        if os.environ.get(KILL_IN_SAVE):
-            os.kill(os.getpid(), signal.SIGKILL)
+        _saves += 1
+        _maybe_kill(KILL_IN_SAVE, _saves)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -320,6 +328,7 @@ def fit(
             scaler.step(optimizer)
             scaler.update()
             step += 1
+            _maybe_kill(KILL_AT_STEP, step)
             if post_step is not None:
                 post_step(model)
         bar.close()
