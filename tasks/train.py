@@ -115,6 +115,7 @@ CHECKPOINT_KEYS = ("model", "optimizer", "epoch", "best_epoch", "best_score", "b
 def save_checkpoint(path: str | Path, state: dict) -> Path:
     """torch.save to a temporary file in the same directory, fsync, then rename: a crash (or a full disk) at any
     moment leaves either the previous checkpoint or the new one, never half a file."""
+    global _saves
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
