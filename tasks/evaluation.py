@@ -96,6 +96,8 @@ def write_predictions(path: str | Path, task: str, ids: Sequence[str], values: S
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as f:
         f.write(text)
+        f.flush()
+        os.fsync(f.fileno())     # on disk before the rename: a crash or a full disk keeps the previous file
     os.chmod(tmp, 0o644)  # mkstemp makes the file private; a prediction file is for sharing
     os.replace(tmp, path)
     return path
