@@ -123,14 +123,18 @@ def train(args: argparse.Namespace, model: DeeBert, train_split: Split, dev_batc
         return {f"{metric}_ramps": statistics.mean(scores[:-1]), **{f"{metric}_layer{i + 1}": s
                                                                      for i, s in enumerate(scores)}}
 
+    def resume(name: str) -> Path | None:  # --resume-training: a stage whose checkpoint exists goes on from it
+        return out / name if args.resume_training and (out / name).is_file() else None
+
     opt = minbert.AdamW(deebert.stage1_parameters(model), lr=args.lr, weight_decay=args.weight_decay)
     first = fit(model, opt, epoch_batches, stage1_loss, last_ramp, metric=metric, epochs=args.epochs, device=device,
-                seed=args.seed, checkpoint=out / "stage1.pt", config=config | {"stage": 1}, progress=args.progress)
+                seed=args.seed, checkpoint=out / "stage1.pt", config=config | {"stage": 1}, progress=args.progress,
+                resume=resume("stage1.pt"))
     model.load_state_dict(first.best_state)
     opt = minbert.AdamW(deebert.stage2_parameters(model), lr=args.ramp_lr, weight_decay=args.weight_decay)
     second = fit(model, opt, epoch_batches, stage2_loss, ramps, metric=f"{metric}_ramps", epochs=args.ramp_epochs,
                  device=device, seed=args.seed + 1, checkpoint=out / "stage2.pt", config=config | {"stage": 2},
-                 progress=args.progress)
+                 progress=args.progress, resume=resume("stage2.pt"))
     model.load_state_dict(second.best_state)
     return {"stage1": {"best_epoch": first.best_epoch, f"dev_{metric}": first.best_score, "history": first.history},
             "stage2": {"best_epoch": second.best_epoch, f"dev_{metric}_ramps": second.best_score,
@@ -291,12 +295,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", default=None, type=existing_path, metavar="PATH",
                    help="skip training: load the model trained by an earlier run (its --out directory or its "
                         "stage2.pt); the task, model, pooling and pooler must be the same")
+    p.add_argument("--resume-training", action="store_true",
+                   help="continue a killed run from the checkpoints in --out (stage1.pt, stage2.pt, written after "
+                        "each epoch) to the same result as an uninterrupted run; the settings must be the same")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars or timing log")
     return p
 
 
 RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "rounds", "resume", "out", "device", "threshold",
-                         "max_drop", "thresholds", "patience", "exit", "normalize_entropy", "change_threshold"}
+                         "resume_training", "max_drop", "thresholds", "patience", "exit", "normalize_entropy", "change_threshold"}
 
 
 def run(args: argparse.Namespace) -> dict:

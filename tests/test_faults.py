@@ -15,12 +15,12 @@ import pytest
 import torch
 from conftest import DATA, ROOT
 
-from tasks import classifier, multitask, simcse
+from tasks import classifier, deebert, multitask, simcse
 from tasks.errors import TrainingError, run_cli
 from tasks.train import KILL_AT_STEP, KILL_IN_SAVE, load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-CLIS = {"classifier": classifier, "multitask": multitask, "simcse": simcse}
+CLIS = {"classifier": classifier, "deebert": deebert, "multitask": multitask, "simcse": simcse}
 
 
 def piece(tmp_path: Path, name: str, stop: int, start: int = 0) -> str:
@@ -32,6 +32,12 @@ def piece(tmp_path: Path, name: str, stop: int, start: int = 0) -> str:
 
 def cli_argv(cli: str, tiny_dir: Path, tmp_path: Path, name: str) -> list[str]:
     """Tiny runs of three epochs (rounds, for simcse) on slices of the real files."""
+    if cli == "deebert":   # two stages of two epochs; its checkpoints are --out's stage1.pt and stage2.pt
+        return ["--task", "sst2", "--model", str(tiny_dir), "--device", "cpu", "--no-progress", "--out",
+                str(tmp_path / name), "--train-file", piece(tmp_path, "ids-sst-train.csv", 40), "--dev-file",
+                piece(tmp_path, "ids-sst-dev.csv", 16), "--test-file", piece(tmp_path, "ids-sst-dev.csv", 24, 16),
+                "--epochs", "2", "--ramp-epochs", "2", "--batch-size", "8", "--lr", "1e-3", "--eval-batch-size", "8",
+                "--thresholds", "0.3"]
     common = ["--model", str(tiny_dir), "--device", "cpu", "--batch-size", "8", "--lr", "1e-3", "--no-progress",
               "--checkpoint", str(tmp_path / f"{name}.pt")]
     if cli == "classifier":
@@ -73,16 +79,22 @@ def assert_same_run(a: dict, b: dict) -> None:
 def test_sigkill_at_a_random_step_then_resume_equals_an_uninterrupted_run(cli, tiny_dir, tmp_path):
     module = CLIS[cli]
     module.run(module.build_parser().parse_args(cli_argv(cli, tiny_dir, tmp_path, "whole")))
-    whole = load_checkpoint(tmp_path / "whole.pt")
+    where = {"whole": tmp_path / "whole.pt", "split": tmp_path / "split.pt"}
+    if cli == "deebert":   # killed in stage 1 (each stage counts its own steps), stage 2 then runs after the resume
+        where = {name: tmp_path / name / "stage1.pt" for name in where}
+    whole = load_checkpoint(where["whole"])
     total = whole["optimizer_steps"]
     per_epoch = total // whole["epoch"]
     step = random.Random(f"issue 24 {cli}").randint(per_epoch + 1, total - 1)   # after the first checkpoint
     argv = cli_argv(cli, tiny_dir, tmp_path, "split")
     killed(cli, argv, tmp_path, **{KILL_AT_STEP: str(step)})
-    state = load_checkpoint(tmp_path / "split.pt")
+    state = load_checkpoint(where["split"])
     assert state["epoch"] == (step - 1) // per_epoch            # the epoch in progress is all that was lost
-    module.run(module.build_parser().parse_args(argv + ["--resume", str(tmp_path / "split.pt")]))
-    assert_same_run(whole, load_checkpoint(tmp_path / "split.pt"))
+    resume = ["--resume-training"] if cli == "deebert" else ["--resume", str(where["split"])]
+    module.run(module.build_parser().parse_args(argv + resume))
+    assert_same_run(whole, load_checkpoint(where["split"]))
+    if cli == "deebert":
+        assert_same_run(*(load_checkpoint(tmp_path / name / "stage2.pt") for name in ("whole", "split")))
 
 
 def test_sigkill_inside_a_checkpoint_write_keeps_the_previous_one(tiny_dir, tmp_path):
