@@ -121,3 +121,25 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_the_checkpoint(tiny_
     assert run_cli(lambda: classifier.main(argv)) == 1            # through the CLI: one line, no traceback
     err = capsys.readouterr().err
     assert err.splitlines()[-1].startswith("error: the training loss is nan in epoch") and "Traceback" not in err
+
+
+def torchrun(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """tasks.classifier under torchrun: two CPU processes (gloo), one thread each."""
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "tasks.classifier", *argv], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env})
+
+
+@pytest.mark.skipif(os.environ.get("MINBERT_SLOW_TESTS") != "1", reason="six torchrun processes, ~50 s on 2 cores: "
+                    "run with MINBERT_SLOW_TESTS=1")
+def test_sigkill_under_torchrun_then_resume_equals_an_uninterrupted_run(tiny_dir, tmp_path):
+    whole = torchrun(cli_argv("classifier", tiny_dir, tmp_path, "whole"), tmp_path)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    argv = cli_argv("classifier", tiny_dir, tmp_path, "split")
+    step = random.Random("issue 24 torchrun").randint(6, 14)      # 5 steps an epoch, 3 epochs: in epoch 2 or 3
+    crashed = torchrun(argv, tmp_path, **{KILL_AT_STEP: str(step)})
+    assert crashed.returncode != 0 and "SIGKILL" in crashed.stderr, crashed.stderr[-3000:]
+    assert load_checkpoint(tmp_path / "split.pt")["epoch"] == (step - 1) // 5
+    resumed = torchrun(argv + ["--resume", str(tmp_path / "split.pt")], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_same_run(load_checkpoint(tmp_path / "whole.pt"), load_checkpoint(tmp_path / "split.pt"))
