@@ -31,6 +31,7 @@ from minbert.pals import VARIANTS, PalsConfig
 from minbert.smart import SmartConfig
 
 from .data import TASKS, Records, batch_indices, to_device
+from .deebert_report import write_text
 from .errors import existing_file, nonnegative_float, positive_float, positive_int, probability, run_cli
 from .evaluation import accuracy, overall_score, pearson, prediction_path, write_predictions
 from .finetune import add_mode_arguments, get_mode
@@ -348,8 +349,7 @@ def run(args: argparse.Namespace) -> dict:
         d["overall"] = overall_score(d["sst_accuracy"], d["para_accuracy"], d["sts_pearson"])
     print(f"best epoch {result.best_epoch}; dev {dev_table(summary['dev'])}")
     if args.predictions:
-        Path(args.predictions_dir).mkdir(parents=True, exist_ok=True)
-        (Path(args.predictions_dir) / "multitask-summary.json").write_text(json.dumps(
+        write_text(Path(args.predictions_dir) / "multitask-summary.json", json.dumps(   # atomic
             summary | {"settings": run_config}, indent=1))
     return summary
 

@@ -51,6 +51,8 @@ def make_submission(pred_dir: str | Path, data_dir: str | Path, out: str | Path)
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for path in files:
             z.write(path, arcname=f"predictions/{path.name}")
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
     os.replace(tmp, out)
     return out, []
 

@@ -143,7 +143,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", requir
     try:
         state = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises RuntimeError, OSError, EOFError, UnpicklingError, ...
-        detail = next((line for line in str(e).splitlines() if line.strip()), "no details")[:200]
+        detail = next((line for line in str(e).splitlines() if line.strip()), "no details").split(". ")[0][:200]
         raise ResumeError(f"{path}: cannot read the training checkpoint ({type(e).__name__}: {detail}); it is "
                           "truncated or damaged: resume from another copy, or start again without --resume") from None
     missing = [k for k in required if k not in state] if isinstance(state, dict) else list(required) or ["dict"]
