@@ -158,18 +158,18 @@ def _text(path: Path) -> str:
     return data.decode("utf-8-sig", errors="surrogateescape")
 
 
-def _rows(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """(line number, cells) for every row, header first; line numbers count physical lines, from 1."""
+def _rows(path: Path) -> Iterator[tuple[int, list[str] | str]]:
+    """(line number, cells) for every row, header first; line numbers count physical lines, from 1. A row the csv
+    module cannot split (a cell over its size limit: a very long line, or an unclosed quote) comes as (line, why)."""
     reader = csv.reader(io.StringIO(_text(path), newline=""), delimiter="\t")
     start = 1
     while True:
         try:
-            cells = next(reader)
+            cells: list[str] | str = next(reader)
         except StopIteration:
             return
-        except csv.Error as e:  # a cell over csv's size limit: an unclosed quote that swallows the rest of the file
-            raise DataError(f"{path}:{start}: cannot split the row into cells ({e}); an unclosed quote mark? "
-                            "Quote cells that contain quotes, or remove the stray quote") from None
+        except csv.Error as e:   # the reader goes on with the next line
+            cells = f"cannot split the row into cells ({e}): a very long line, or an unclosed quote mark?"
         yield start, cells
         start = reader.line_num + 1
 
@@ -190,6 +190,8 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
         _, header = next(rows)
     except StopIteration:
         raise DataError(f"{path}:1: the file is empty; expected a header with id and {', '.join(sentence_columns)}")
+    if isinstance(header, str):
+        raise DataError(f"{path}:1: the header: {header}")
     try:
         _check_cells(header)
     except ValueError as e:
@@ -204,6 +206,8 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
     items, skipped, seen = [], [], {}
     for line, cells in rows:
         try:
+            if isinstance(cells, str):
+                raise ValueError(cells)
             _check_cells(cells)
             if len(cells) != len(header):
                 raise ValueError(f"{len(cells)} columns, the header has {len(header)}")

@@ -147,3 +147,13 @@ def test_the_scorer_reports_a_binary_prediction_file_by_line(tmp_path, capsys):
     assert code == 1
     assert f"{tmp_path / 'sst-dev-output.csv'}:2: bytes that are not UTF-8 text, or a NUL byte" in out
     assert f"{tmp_path / 'sst-dev-output.csv'}:3: id abc: value '9' out of range" in out
+
+
+def test_a_very_long_line_is_skipped_and_reported_by_line(tmp_path):
+    from tasks.data import read_sentences
+    path = tmp_path / "long.csv"
+    path.write_bytes(b"\xef\xbb\xbf\tid\tsentence\tsentiment\r\n0\ta\tgood\t4\r\n1\tb\t" + b"x" * 200_000
+                     + b"\t3\r\n2\tc\tfine\t1\r\n")   # with a BOM and CRLF line ends
+    records = read_sentences(path)
+    assert [(r.id, r.sentence, r.label, r.line) for r in records] == [("a", "good", 4, 2), ("c", "fine", 1, 4)]
+    assert [(s.line, s.reason.split(" (")[0]) for s in records.skipped] == [(3, "cannot split the row into cells")]
