@@ -150,7 +150,8 @@ def _text(path: Path) -> str:
     """The file's text: UTF-8, a leading BOM dropped, bytes that are not UTF-8 kept as surrogates (rows with them
     are skipped and reported)."""
     if not path.is_file():
-        raise DataError(f"{path}: no such file" + ("; it is a directory" if path.is_dir() else ""))
+        raise DataError(f"{path}: no such file" + ("; it is a directory" if path.is_dir() else
+                                                   "; check the path, or --data-dir for the default files"))
     try:
         data = path.read_bytes()
     except OSError as e:
