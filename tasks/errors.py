@@ -110,6 +110,14 @@ def probability(text: str) -> float:
     return value
 
 
+def fraction(text: str) -> float:
+    """A share or a momentum: a number in [0, 1]."""
+    value = _number(float, text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], not {text}")
+    return value
+
+
 def existing_file(text: str) -> str:
     """A path to a file that exists and can be read."""
     path = Path(text).expanduser()

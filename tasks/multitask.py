@@ -32,7 +32,7 @@ from minbert.smart import SmartConfig
 
 from .data import TASKS, Records, batch_indices, to_device
 from .deebert_report import write_text
-from .errors import existing_file, nonnegative_float, positive_float, positive_int, probability, run_cli
+from .errors import existing_file, fraction, nonnegative_float, positive_float, positive_int, probability, run_cli
 from .evaluation import accuracy, overall_score, pearson, prediction_path, write_predictions
 from .finetune import add_mode_arguments, get_mode
 from .multitask_data import TASK_ORDER, Encoded, EpochBatches, collate, load
@@ -178,7 +178,7 @@ def add_smart_pals_arguments(p: argparse.ArgumentParser) -> None:
                    "mu l_s(f(x; theta), f(x; theta~)), theta~ a moving average of the trainable parameters")
     s.add_argument("--smart-mu", type=nonnegative_float, default=1.0, metavar="MU",
                    help="mu, the Bregman term's weight (default 1)")
-    s.add_argument("--smart-beta", type=probability, default=0.99, metavar="BETA",
+    s.add_argument("--smart-beta", type=fraction, default=0.99, metavar="BETA",
                    help="momentum: theta~ <- (1 - beta) theta + beta theta~ "
                    "after each step (default 0.99)")
     s.add_argument("--smart-dropout", choices=("on", "off"), default="on", help="off: the regulariser's clean, "

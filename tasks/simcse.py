@@ -43,7 +43,7 @@ from minbert.simcse import DISTANCES, OBJECTIVES, POOLINGS, SimCSE, SimCSEConfig
 
 from .data import TASKS, batch_indices
 from .distributed import world_size
-from .errors import existing_file, nonnegative_float, positive_float, positive_int, probability, run_cli
+from .errors import existing_file, fraction, nonnegative_float, positive_float, positive_int, run_cli
 from .evaluation import pearson
 from .multitask import SIMCSE_QUORA_REST
 from .multitask_data import _pad, hash_seed
@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--margin", type=nonnegative_float, default=0.5, help="margin m of the margin loss (default 0.5)")
     p.add_argument("--distance", choices=DISTANCES, default="cosine",
                    help="distance d of the margin loss: cosine (1 - cos, default) or euclidean")
-    p.add_argument("--quora-fraction", type=probability, default=0.15,
+    p.add_argument("--quora-fraction", type=fraction, default=0.15,
                    help="share of the labelled Quora training pairs for this stage; the rest go to the multitask "
                         "stage (default 0.15, as the report)")
     p.add_argument("--max-train-examples", type=positive_int, default=None,
