@@ -87,7 +87,7 @@ def _tail(path: Path, limit: int = 2000) -> str:
 
 
 MEMORY_LIMIT = 4 << 30  # bytes of address space a part may add to what the checker had mapped when it forked
-MEMORY_ENV = "MINBERT_PART_MEMORY"  # overrides MEMORY_LIMIT (bytes)
+MEMORY_ENV = "MINBERT_PART_MEMORY"  # overrides MEMORY_LIMIT (bytes); 0 turns the limit off (CUDA maps far more)
 
 
 def _limit_memory() -> None:
@@ -95,7 +95,10 @@ def _limit_memory() -> None:
     import resource
     with open("/proc/self/statm") as f:    # Linux; elsewhere the time limit alone bounds a part
         mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    limit = mapped + int(os.environ.get(MEMORY_ENV, MEMORY_LIMIT))
+    extra = int(os.environ.get(MEMORY_ENV, MEMORY_LIMIT))
+    if extra <= 0:
+        return
+    limit = mapped + extra
     hard = resource.getrlimit(resource.RLIMIT_AS)[1]
     resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
 

@@ -16,11 +16,11 @@ def test_memory_bomb_and_segfault_fail_their_own_part_only(tmp_path: Path, monke
         "attention": "hog = []\nwhile True:\n    hog.append(bytearray(1 << 26))",   # 64 MiB at a time, forever
         "AdamW.step": "import ctypes\nctypes.string_at(0)",                           # reads address 0: SIGSEGV
     }, flat=True)
-    res = grade(sub, timeout=20.0)
+    res = grade(sub, timeout=20.0, parts=["attention", "adamw", "embeddings"])
     parts = {r["part"]: r for r in res["parts"]}
     assert parts["attention"]["status"] == "error" and "MemoryError" in parts["attention"]["message"], parts
     assert parts["adamw"]["status"] == "crash" and "SIGSEGV" in parts["adamw"]["message"], parts["adamw"]
     assert parts["attention"]["seconds"] < 15     # stopped by the memory limit, not by the time limit
-    passed = {"embeddings", "layer", "classifier_head"}   # the parts that call neither function
+    passed = {"embeddings"}   # calls neither function: graded as usual
     assert {p for p, r in parts.items() if r["status"] == "pass"} == passed
     assert res["score"] == sum(PARTS[p].points for p in passed)
