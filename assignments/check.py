@@ -129,11 +129,40 @@ def _tail(path: Path, limit: int = 2000) -> str:
     return ("..." + text) if len(data) > limit else text
 
 
+MEMORY_LIMIT = 4 << 30  # bytes of address space a part may add to what the checker had mapped when it forked
+MEMORY_ENV = "MINBERT_PART_MEMORY"  # overrides MEMORY_LIMIT (bytes); 0 turns the limit off (CUDA maps far more)
+
+
+def _limit_memory() -> None:
+    """Cap this process's address space (RLIMIT_AS): a part that allocates without bound gets a MemoryError."""
+    import resource
+    with open("/proc/self/statm") as f:    # Linux; elsewhere the time limit alone bounds a part
+        mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    extra = int(os.environ.get(MEMORY_ENV, MEMORY_LIMIT))
+    if extra <= 0:
+        return
+    limit = mapped + extra
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+
+
+def _exit_reason(status: int) -> str:
+    """What ended a child, in words: its exit code, or the signal that killed it (SIGSEGV: a segfault)."""
+    code = os.waitstatus_to_exitcode(status)
+    if code >= 0:
+        return f"exit code {code} (sys.exit or os._exit in your code?)"
+    name = signal.Signals(-code).name
+    hint = {"SIGSEGV": "a segmentation fault", "SIGKILL": "killed, perhaps for memory", "SIGABRT": "an abort"}
+    return f"signal {name} ({hint.get(name, 'a hard crash')})"
+
+
 def _child(name: str, result: Path, log: Path) -> None:
     """In a forked process: run one part with its output going to log, write its result, and exit."""
     code = 70
     try:
         os.setsid()                                   # its own process group, so that a kill takes all of it
+        if os.path.exists("/proc/self/statm"):
+            _limit_memory()
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -199,8 +228,7 @@ def run_isolated(names: list[str], timeout: float, jobs: int, workdir: Path) -> 
                 results[name] = {**json.loads(result.read_text()), "log": base["log"]}
             else:
                 results[name] = {**base, "status": "crash", "message": (
-                    f"the process ended with exit code {os.waitstatus_to_exitcode(status)} before reporting "
-                    "a result (sys.exit, os._exit or a hard crash in your code?)")}
+                    f"the process ended before reporting a result: {_exit_reason(status)}")}
     return [results[n] for n in names]
 
 
@@ -292,4 +320,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tasks.errors import run_cli
+    sys.exit(run_cli(main))

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tasks.errors import positive_float, positive_int
+
 from .check import describe, format_result, format_total, group_totals
 from .checks import PARTS, parts_of
 from .common import GROUPS
@@ -186,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m assignments.grade", description=__doc__.split("\n")[0])
     ap.add_argument("submission", help="the submitted tree (or folder of submitted files)")
     ap.add_argument("--out", default="results.json", help="where to write Gradescope's results.json")
-    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds allowed per part")
-    ap.add_argument("--jobs", type=int, default=None, help="parts graded at once (default: CPU count)")
+    ap.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, help="seconds allowed per part")
+    ap.add_argument("--jobs", type=positive_int, default=None, help="parts graded at once (default: CPU count)")
     ap.add_argument("--groups", nargs="+", choices=[*GROUPS, "all"], default=["core"],
                     help="the groups graded, each totalled on its own; the score is their sum (default: core, "
                          "part 1)")
@@ -216,4 +218,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tasks.errors import run_cli
+    sys.exit(run_cli(main))

@@ -220,4 +220,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tasks.errors import run_cli
+    sys.exit(run_cli(main))

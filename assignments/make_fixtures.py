@@ -282,4 +282,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tasks.errors import run_cli
+    sys.exit(run_cli(main))

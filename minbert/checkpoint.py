@@ -148,6 +148,15 @@ def to_hf_state_dict(model: BertModel) -> dict[str, torch.Tensor]:
     return out
 
 
+def _finite(path: Path, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The tensors, or a CheckpointError naming the first floating-point one with NaN or infinite values."""
+    for name, t in tensors.items():
+        if t.is_floating_point() and not torch.isfinite(t).all():
+            raise CheckpointError(f"{path}: tensor {name} holds NaN or infinite values; the file is damaged or was "
+                                  "saved from a diverged run: fetch it again, or save it from an earlier epoch")
+    return tensors
+
+
 def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
     """Tensors from model.safetensors, or pytorch_model.bin read with weights_only=True (never unpickle code)."""
     directory = Path(directory)
@@ -156,10 +165,11 @@ def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
         from safetensors import SafetensorError
         from safetensors.torch import load_file
         try:
-            return load_file(st)
+            tensors = load_file(st)
         except (SafetensorError, OSError, ValueError, RuntimeError) as e:
             raise CheckpointError(f"{st}: cannot read the safetensors file ({e}); "
                                   "it may be truncated or corrupted: delete it and fetch it again") from None
+        return _finite(st, tensors)
     if pt.is_file():
         try:
             sd = torch.load(pt, map_location="cpu", weights_only=True)
@@ -178,7 +188,7 @@ def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
         if bad:
             raise CheckpointError(f"{pt}: not a flat state dict of tensors: {bad[0]!r} holds a "
                                   f"{type(sd[bad[0]]).__name__}")
-        return sd
+        return _finite(pt, sd)
     raise CheckpointError(f"{directory}: no weights found (looked for {' and '.join(WEIGHT_FILES)})")
 
 
@@ -189,7 +199,9 @@ def read_config(directory: str | Path) -> BertConfig:
     try:
         return BertConfig.from_json(path)
     except (ValueError, TypeError) as e:
-        raise CheckpointError(f"{path}: {e}") from None
+        text = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
+        raise CheckpointError(text if "fetch" in text else f"{text}; fix config.json or fetch the checkpoint again"
+                              ) from None
 
 
 def hf_cache_dir() -> Path:

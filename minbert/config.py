@@ -7,6 +7,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 
+TYPES = {"int": ((int,), "an integer"), "float": ((int, float), "a number"), "str": ((str,), "a string")}
+
+
 @dataclass
 class BertConfig:
     """Sizes and rates of a BERT encoder (Devlin et al., 2019, sec. 3); defaults are bert-base."""
@@ -47,8 +50,18 @@ class BertConfig:
     @classmethod
     def from_dict(cls, d: dict) -> BertConfig:
         """Keep the keys BertConfig knows; Hugging Face's other keys are ignored."""
-        known = {f.name for f in fields(cls)}
-        kept = {k: v for k, v in d.items() if k in known}
+        if not isinstance(d, dict):
+            raise ValueError(f"expected a JSON object of settings, not a {type(d).__name__}")
+        types = {f.name: f.type for f in fields(cls)}
+        kept = {k: v for k, v in d.items() if k in types}
+        for k, v in kept.items():  # the annotations are strings ("int"): `from __future__ import annotations`
+            if types[k] not in TYPES:
+                continue
+            ok, word = TYPES[types[k]]
+            if isinstance(v, bool) or not isinstance(v, ok):
+                raise ValueError(f"{k} must be {word}, not {v!r}")
+            if types[k] == "int" and v < (0 if k == "pad_token_id" else 1):
+                raise ValueError(f"{k} must be {'0 or more' if k == 'pad_token_id' else 'positive'}, not {v}")
         if "model_type" in d and d["model_type"] not in ("bert", "minbert"):
             raise ValueError(f"model_type {d['model_type']!r} is not a BERT model")
         if d.get("is_decoder") or d.get("add_cross_attention"):
@@ -62,9 +75,9 @@ class BertConfig:
     def from_json(cls, path: str | Path) -> BertConfig:
         path = Path(path)
         try:
-            d = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
+            d = json.loads(path.read_bytes().decode("utf-8-sig"))
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+            raise ValueError(f"{path}: not valid JSON ({e}); fix the file or fetch the checkpoint again") from None
         return cls.from_dict(d)
 
     def to_hf_dict(self) -> dict:

@@ -23,6 +23,23 @@ class Batch(dict):
             raise AttributeError(name) from None
 
 
+def _json_object(path: Path) -> dict:
+    """The settings in a JSON file ({} when there is none); a CheckpointError naming the file when it is malformed."""
+    from .checkpoint import CheckpointError
+    if not path.is_file():
+        return {}
+    try:
+        d = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise CheckpointError(f"{path}: not valid JSON ({e}); fix the file or fetch the checkpoint again") from None
+    limits = {k: d.get(k) for k in ("model_max_length", "max_position_embeddings")} if isinstance(d, dict) else {}
+    if not isinstance(d, dict) or any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)))
+                                      for v in limits.values()):
+        raise CheckpointError(f"{path}: expected a JSON object with numeric model_max_length and "
+                              "max_position_embeddings; fix the file or fetch the checkpoint again")
+    return d
+
+
 class Tokenizer:
     """BERT's tokenizer: [CLS] a [SEP] (b [SEP]), truncated longest-first, padded to the longest in the batch."""
 
@@ -53,22 +70,26 @@ class Tokenizer:
     @classmethod
     def from_pretrained(cls, name_or_path: str = "minilm", max_length: int | None = None) -> Tokenizer:
         """From a checkpoint directory, the packaged alias 'minilm', or a Hub name (as load_pretrained)."""
-        from .checkpoint import resolve
+        from .checkpoint import CheckpointError, resolve
         directory = resolve(name_or_path)
-        settings = {}
-        if (directory / "tokenizer_config.json").is_file():
-            settings = json.loads((directory / "tokenizer_config.json").read_text())
+        settings = _json_object(directory / "tokenizer_config.json")
         limit = settings.get("model_max_length", 512)
-        if (directory / "config.json").is_file():
-            limit = min(limit, json.loads((directory / "config.json").read_text()).get("max_position_embeddings", 512))
+        limit = min(limit, _json_object(directory / "config.json").get("max_position_embeddings", 512))
         limit = min(limit, max_length or limit)
-        if (directory / "vocab.txt").is_file():
-            return cls.from_vocab(directory / "vocab.txt", lowercase=settings.get("do_lower_case", True),
-                                  max_length=limit, strip_accents=settings.get("strip_accents"),
-                                  handle_chinese_chars=settings.get("tokenize_chinese_chars", True))
-        if (directory / "tokenizer.json").is_file():
-            return cls(_HFTokenizer.from_file(str(directory / "tokenizer.json")), limit)
-        raise FileNotFoundError(f"{directory}: no vocab.txt or tokenizer.json")
+        for name in ("vocab.txt", "tokenizer.json"):
+            path = directory / name
+            if not path.is_file():
+                continue
+            try:
+                if name == "tokenizer.json":
+                    return cls(_HFTokenizer.from_file(str(path)), limit)
+                return cls.from_vocab(path, lowercase=settings.get("do_lower_case", True), max_length=limit,
+                                      strip_accents=settings.get("strip_accents"),
+                                      handle_chinese_chars=settings.get("tokenize_chinese_chars", True))
+            except Exception as e:  # noqa: BLE001 - the Rust library raises a bare Exception for a damaged file
+                raise CheckpointError(f"{path}: cannot read the tokenizer ({type(e).__name__}: {str(e)[:200]}); "
+                                      "the file is damaged: fetch the checkpoint again") from None
+        raise CheckpointError(f"{directory}: no vocab.txt or tokenizer.json")
 
     @property
     def vocab_size(self) -> int:

@@ -24,6 +24,7 @@ from torch import nn
 import minbert
 
 from .data import TASKS, Collator, Records, batches, model_inputs, to_device, token_lengths
+from .errors import existing_file, nonnegative_float, positive_float, positive_int, probability, run_cli
 from .evaluation import LEADERBOARD, accuracy, prediction_path, write_predictions
 from .finetune import add_mode_arguments, get_mode
 from .recipe import make_optimizer
@@ -137,36 +138,40 @@ def build_parser() -> argparse.ArgumentParser:
                    help="checkpoint: the offline alias 'minilm' (default), a Hub name such as bert-base-uncased, "
                         "or a local directory with config.json and weights")
     add_mode_arguments(p)
-    p.add_argument("--epochs", type=int, default=3, help="training epochs (default 3)")
-    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the fine-tune mode's own)")
-    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW's decoupled weight decay (default 0)")
-    p.add_argument("--batch-size", type=int, default=32, help="training batch size (default 32)")
-    p.add_argument("--eval-batch-size", type=int, default=128, help="batch size for dev/test prediction")
-    p.add_argument("--dropout", type=float, default=None, help="dropout before the head (default: the model's, 0.1)")
+    p.add_argument("--epochs", type=positive_int, default=3, help="training epochs (default 3)")
+    p.add_argument("--lr", type=positive_float, default=None, help="learning rate (default: the fine-tune mode's own)")
+    p.add_argument("--weight-decay", type=nonnegative_float, default=0.0,
+                   help="AdamW's decoupled weight decay (default 0)")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="training batch size (default 32)")
+    p.add_argument("--eval-batch-size", type=positive_int, default=128, help="batch size for dev/test prediction")
+    p.add_argument("--dropout", type=probability, default=None,
+                   help="dropout before the head (default: the model's, 0.1)")
     p.add_argument("--pooling", choices=POOLINGS, default="mean",
                    help="sentence vector for the head: mean of the final hidden states (default), "
                         "the [CLS] state, or the pooler output")
-    p.add_argument("--max-length", type=int, default=None,
+    p.add_argument("--max-length", type=positive_int, default=None,
                    help="truncate inputs to this many tokens (default: the model's limit, 512)")
     p.add_argument("--no-bucket", dest="bucket", action="store_false",
                    help="batch training examples in random order instead of by similar length")
     p.add_argument("--seed", type=int, default=11711, help="random seed for initialisation, order and dropout")
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto",
                    help="auto picks cuda, then mps, then cpu")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="CPU threads for torch (default: torch's choice); 1 is often faster on a busy shared machine")
-    p.add_argument("--max-train-examples", type=int, default=None,
+    p.add_argument("--max-train-examples", type=positive_int, default=None,
                    help="train on a random sample of N examples, drawn with --seed (quick runs)")
     p.add_argument("--data-dir", default="data", help="where the default task files live (default: data)")
-    p.add_argument("--train-file", default=None, help="training file (default: DATA_DIR/ids-{task}-train.csv)")
-    p.add_argument("--dev-file", default=None, help="dev file for model selection (default: DATA_DIR/ids-{task}-dev.csv)")
-    p.add_argument("--test-file", default=None,
+    p.add_argument("--train-file", default=None, type=existing_file,
+                   help="training file (default: DATA_DIR/ids-{task}-train.csv)")
+    p.add_argument("--dev-file", default=None, type=existing_file,
+                   help="dev file for model selection (default: DATA_DIR/ids-{task}-dev.csv)")
+    p.add_argument("--test-file", default=None, type=existing_file,
                    help="test file to predict (default: DATA_DIR/ids-{task}-test-student.csv); scored too if labelled")
     p.add_argument("--predictions-dir", default="predictions",
                    help="where {task}-dev-output.csv and {task}-test-output.csv go (default: predictions)")
     p.add_argument("--checkpoint", default=None,
                    help="checkpoint written after every epoch (default: checkpoints/{task}-{mode}.pt)")
-    p.add_argument("--resume", default=None, metavar="PATH",
+    p.add_argument("--resume", default=None, type=existing_file, metavar="PATH",
                    help="continue the run saved in this checkpoint (written after each epoch: a run killed "
                         "mid-epoch repeats that epoch) to the same result as an uninterrupted run")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
@@ -261,4 +266,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

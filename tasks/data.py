@@ -17,6 +17,8 @@ first bad row. Rows are never dropped silently.
 from __future__ import annotations
 
 import csv
+import io
+import math
 import random
 import re
 from collections import Counter
@@ -28,10 +30,12 @@ import torch
 
 from minbert import Batch, Tokenizer
 
+from .errors import UserError
+
 LABEL_COLUMNS = ("sentiment", "is_duplicate", "similarity")
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """A task file cannot be read as a whole (missing, wrong header) or, with strict=True, has a bad row."""
 
 
@@ -123,6 +127,8 @@ class LabelSpec:
             value = float(text)
         except ValueError:
             raise ValueError(f"unparsable label: {text!r}") from None
+        if not math.isfinite(value):
+            raise ValueError(f"label is not a finite number: {text!r}")
         if self.kind == "float":
             if not self.low <= value <= self.high:
                 raise ValueError(f"label out of range [{self.low:g}, {self.high:g}]: {text!r}")
@@ -137,16 +143,45 @@ BINARY = LabelSpec("class", num_classes=2)
 SIMILARITY = LabelSpec("float", low=0.0, high=5.0)
 
 
-def _rows(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """(line number, cells) for every row, header first; line numbers count physical lines, from 1."""
+NOT_UTF8 = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, as decode(errors="surrogateescape") keeps them
+
+
+def _text(path: Path) -> str:
+    """The file's text: UTF-8, a leading BOM dropped, bytes that are not UTF-8 kept as surrogates (rows with them
+    are skipped and reported)."""
     if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.reader(f, delimiter="\t")
-        start = 1
-        for cells in reader:
-            yield start, cells
-            start = reader.line_num + 1
+        raise DataError(f"{path}: no such file" + ("; it is a directory" if path.is_dir() else
+                                                   "; check the path, or --data-dir for the default files"))
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read the file ({e.strerror}); check its permissions") from None
+    return data.decode("utf-8-sig", errors="surrogateescape")
+
+
+def _rows(path: Path) -> Iterator[tuple[int, list[str] | str]]:
+    """(line number, cells) for every row, header first; line numbers count physical lines, from 1. A row the csv
+    module cannot split (a cell over its size limit: a very long line, or an unclosed quote) comes as (line, why)."""
+    reader = csv.reader(io.StringIO(_text(path), newline=""), delimiter="\t")
+    start = 1
+    while True:
+        try:
+            cells: list[str] | str = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:   # the reader goes on with the next line
+            cells = f"cannot split the row into cells ({e}): a very long line, or an unclosed quote mark?"
+        yield start, cells
+        start = reader.line_num + 1
+
+
+def _check_cells(cells: list[str]) -> None:
+    """ValueError for a row with bytes that are not UTF-8 or with NUL characters."""
+    text = "\t".join(cells)
+    if NOT_UTF8.search(text):
+        raise ValueError("bytes that are not UTF-8 text (save the file as UTF-8)")
+    if "\x00" in text:
+        raise ValueError("a NUL byte (a binary or UTF-16 file?)")
 
 
 def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec, strict: bool, ptb: bool) -> Records:
@@ -156,9 +191,15 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
         _, header = next(rows)
     except StopIteration:
         raise DataError(f"{path}:1: the file is empty; expected a header with id and {', '.join(sentence_columns)}")
+    if isinstance(header, str):
+        raise DataError(f"{path}:1: the header: {header}")
+    try:
+        _check_cells(header)
+    except ValueError as e:
+        raise DataError(f"{path}:1: the header has {e}") from None
     missing = [c for c in ("id", *sentence_columns) if c not in header]
     if missing:
-        raise DataError(f"{path}:1: the header {header} has no {' or '.join(missing)} column; "
+        raise DataError(f"{path}:1: the header {str(header)[:200]} has no {' or '.join(missing)} column; "
                         f"expected id and {', '.join(sentence_columns)}")
     label_names = [c for c in header if c in LABEL_COLUMNS]
     label_col = header.index(label_names[0]) if label_names else None
@@ -166,6 +207,9 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
     items, skipped, seen = [], [], {}
     for line, cells in rows:
         try:
+            if isinstance(cells, str):
+                raise ValueError(cells)
+            _check_cells(cells)
             if len(cells) != len(header):
                 raise ValueError(f"{len(cells)} columns, the header has {len(header)}")
             ident = cells[id_col].strip()

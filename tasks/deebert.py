@@ -32,6 +32,8 @@ from minbert.deebert import DeeBert, DeeBertConfig, EntropyExit, PatienceExit
 from .classifier import Split
 from .data import TASKS, Collator, Records, batches, model_inputs, to_device, token_lengths
 from .deebert_report import format_table, write_outputs, write_text  # noqa: F401 - write_text re-exported
+from .errors import (existing_file, existing_path, nonnegative_float, positive_float, positive_int, probability,
+                     run_cli)
 from .evaluation import accuracy, pearson, write_predictions
 from .train import fit, load_checkpoint, pick_device, seed_everything
 
@@ -121,15 +123,19 @@ def train(args: argparse.Namespace, model: DeeBert, train_split: Split, dev_batc
         return {f"{metric}_ramps": statistics.mean(scores[:-1]), **{f"{metric}_layer{i + 1}": s
                                                                      for i, s in enumerate(scores)}}
 
+    def resume(name: str) -> Path | None:  # --resume-training: a stage whose checkpoint exists goes on from it
+        return out / name if args.resume_training and (out / name).is_file() else None
+
     opt = minbert.AdamW(deebert.stage1_parameters(model), lr=args.lr, weight_decay=args.weight_decay, variant="torch")
     first = fit(model, opt, epoch_batches, stage1_loss, last_ramp, metric=metric, epochs=args.epochs, device=device,
-                seed=args.seed, checkpoint=out / "stage1.pt", config=config | {"stage": 1}, progress=args.progress)
+                seed=args.seed, checkpoint=out / "stage1.pt", config=config | {"stage": 1}, progress=args.progress,
+                resume=resume("stage1.pt"))
     model.load_state_dict(first.best_state)
     opt = minbert.AdamW(deebert.stage2_parameters(model), lr=args.ramp_lr, weight_decay=args.weight_decay,
                         variant="torch")
     second = fit(model, opt, epoch_batches, stage2_loss, ramps, metric=f"{metric}_ramps", epochs=args.ramp_epochs,
                  device=device, seed=args.seed + 1, checkpoint=out / "stage2.pt", config=config | {"stage": 2},
-                 progress=args.progress)
+                 progress=args.progress, resume=resume("stage2.pt"))
     model.load_state_dict(second.best_state)
     return {"stage1": {"best_epoch": first.best_epoch, f"dev_{metric}": first.best_score, "history": first.history},
             "stage2": {"best_epoch": second.best_epoch, f"dev_{metric}_ramps": second.best_score,
@@ -237,17 +243,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "mean-pooling model) or the [CLS] state (the paper)")
     p.add_argument("--no-ramp-pooler", dest="ramp_pooler", action="store_false",
                    help="off-ramps without the copy of the pretrained pooler (dense + tanh): dropout + linear only")
-    p.add_argument("--dropout", type=float, default=None, help="dropout before each off-ramp's classifier "
+    p.add_argument("--dropout", type=probability, default=None, help="dropout before each off-ramp's classifier "
                                                                "(default: the model's, 0.1)")
-    p.add_argument("--epochs", type=int, default=3, help="stage 1 epochs: encoder and last off-ramp (default 3)")
-    p.add_argument("--ramp-epochs", type=int, default=None, help="stage 2 epochs: off-ramps 1..n-1 (default: --epochs)")
-    p.add_argument("--lr", type=float, default=3e-5, help="stage 1 learning rate (default 3e-5)")
-    p.add_argument("--ramp-lr", type=float, default=1e-3,
+    p.add_argument("--epochs", type=positive_int, default=3,
+                   help="stage 1 epochs: encoder and last off-ramp (default 3)")
+    p.add_argument("--ramp-epochs", type=positive_int, default=None,
+                   help="stage 2 epochs: off-ramps 1..n-1 (default: --epochs)")
+    p.add_argument("--lr", type=positive_float, default=3e-5, help="stage 1 learning rate (default 3e-5)")
+    p.add_argument("--ramp-lr", type=positive_float, default=1e-3,
                    help="stage 2 learning rate, off-ramps only on a frozen encoder (default 1e-3, as a frozen "
                         "encoder's head)")
-    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW's decoupled weight decay (default 0)")
-    p.add_argument("--batch-size", type=int, default=32, help="training batch size (default 32)")
-    p.add_argument("--max-length", type=int, default=None,
+    p.add_argument("--weight-decay", type=nonnegative_float, default=0.0,
+                   help="AdamW's decoupled weight decay (default 0)")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="training batch size (default 32)")
+    p.add_argument("--max-length", type=positive_int, default=None,
                    help="truncate inputs to this many tokens (default: the model's limit, 512)")
     p.add_argument("--exit", choices=["entropy", "patience"], default=None,
                    help="exit rule: entropy below S (DeeBERT; default for classification) or the prediction "
@@ -266,30 +275,35 @@ def build_parser() -> argparse.ArgumentParser:
                         "setting with the fewest layers run whose dev quality drop is at most --max-drop)")
     p.add_argument("--max-drop", type=float, default=0.005,
                    help="largest dev quality drop against the plain model when choosing the setting (default 0.005)")
-    p.add_argument("--eval-batch-size", type=int, default=1,
+    p.add_argument("--eval-batch-size", type=positive_int, default=1,
                    help="batch size of the timed sweep: 1 is the paper's setting; larger uses batched exit")
-    p.add_argument("--rounds", type=int, default=1, help="timing rounds of the sweep; the median is reported")
-    p.add_argument("--max-train-examples", type=int, default=None, help="train on a seeded random sample of N")
-    p.add_argument("--max-eval-examples", type=int, default=None,
+    p.add_argument("--rounds", type=positive_int, default=1, help="timing rounds of the sweep; the median is reported")
+    p.add_argument("--max-train-examples", type=positive_int, default=None, help="train on a seeded random sample of N")
+    p.add_argument("--max-eval-examples", type=positive_int, default=None,
                    help="use a seeded random sample of N dev (and N test) examples (quick runs)")
     p.add_argument("--seed", type=int, default=11711, help="random seed for initialisation, order and dropout")
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto",
                    help="auto picks cuda, then mps, then cpu")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    p.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--data-dir", default="data", help="where the default task files live (default: data)")
-    p.add_argument("--train-file", default=None, help="training file (default: DATA_DIR's file of the task)")
-    p.add_argument("--dev-file", default=None, help="dev file: model selection and the sweep")
-    p.add_argument("--test-file", default=None, help="test file to predict (scored too if labelled)")
+    p.add_argument("--train-file", default=None, type=existing_file,
+                   help="training file (default: DATA_DIR's file of the task)")
+    p.add_argument("--dev-file", default=None, type=existing_file, help="dev file: model selection and the sweep")
+    p.add_argument("--test-file", default=None, type=existing_file,
+                   help="test file to predict (scored too if labelled)")
     p.add_argument("--out", default=None, help="output directory (default: runs/deebert-{task})")
-    p.add_argument("--resume", default=None, metavar="PATH",
+    p.add_argument("--resume", default=None, type=existing_path, metavar="PATH",
                    help="skip training: load the model trained by an earlier run (its --out directory or its "
                         "stage2.pt); the task, model, pooling and pooler must be the same")
+    p.add_argument("--resume-training", action="store_true",
+                   help="continue a killed run from the checkpoints in --out (stage1.pt, stage2.pt, written after "
+                        "each epoch) to the same result as an uninterrupted run; the settings must be the same")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars or timing log")
     return p
 
 
 RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "rounds", "resume", "out", "device", "threshold",
-                         "max_drop", "thresholds", "patience", "exit", "normalize_entropy", "change_threshold"}
+                         "resume_training", "max_drop", "thresholds", "patience", "exit", "normalize_entropy", "change_threshold"}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -373,4 +387,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

@@ -96,6 +96,8 @@ def write_predictions(path: str | Path, task: str, ids: Sequence[str], values: S
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as f:
         f.write(text)
+        f.flush()
+        os.fsync(f.fileno())     # on disk before the rename: a crash or a full disk keeps the previous file
     os.chmod(tmp, 0o644)  # mkstemp makes the file private; a prediction file is for sharing
     os.replace(tmp, path)
     return path
@@ -121,13 +123,18 @@ class Report:
 
 
 SPLIT = re.compile(r"\s*[,\t]\s*")
+NOT_TEXT = re.compile("[\udc80-\udcff\x00]")
 MAX_LISTED = 10
 
 
 def read_predictions(path: str | Path, task: str, report: Report) -> dict[str, float | int]:
     """id -> value from a prediction file; every bad line goes into report.errors as path:line: reason."""
     board = LEADERBOARD[task]
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    try:  # a BOM is dropped; bytes that are not UTF-8 stay as surrogates and make their line an error
+        lines = Path(path).read_bytes().decode("utf-8-sig", errors="surrogateescape").splitlines()
+    except OSError as e:
+        report.errors.append(f"{path}: cannot read the file ({e.strerror})")
+        return {}
     values: dict[str, float | int] = {}
     first_line: dict[str, int] = {}
     start = 0
@@ -142,6 +149,9 @@ def read_predictions(path: str | Path, task: str, report: Report) -> dict[str, f
             report.warnings.append(f"{path}:1: no header line; expected 'id \\t {board.column}'")
     for n, line in enumerate(lines[start:], start + 1):
         if not line.strip():
+            continue
+        if NOT_TEXT.search(line):
+            report.errors.append(f"{path}:{n}: bytes that are not UTF-8 text, or a NUL byte; save the file as UTF-8")
             continue
         cells = SPLIT.split(line.strip())
         if len(cells) != 2 or not cells[0]:

@@ -32,6 +32,8 @@ from minbert.smart import SmartConfig
 
 from .data import TASKS, Records, batch_indices, to_device
 from .distributed import world_size
+from .deebert_report import write_text
+from .errors import existing_file, fraction, nonnegative_float, positive_float, positive_int, probability, run_cli
 from .evaluation import accuracy, overall_score, pearson, prediction_path, write_predictions
 from .finetune import add_mode_arguments, get_mode
 from .multitask_data import TASK_ORDER, Encoded, EpochBatches, collate, load
@@ -114,16 +116,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start from the encoder python -m tasks.simcse wrote to DIR and train Quora on the pairs "
                         f"it left unused (DIR/{SIMCSE_QUORA_REST}): sets --model and --para-train")
     add_mode_arguments(p)
-    p.add_argument("--epochs", type=int, default=3, help="training epochs (default 3)")
-    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the fine-tune mode's own)")
-    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW's decoupled weight decay (default 0)")
-    p.add_argument("--batch-size", type=int, default=32, help="training batch size, every task (default 32)")
-    p.add_argument("--eval-batch-size", type=int, default=128, help="batch size for dev/test prediction")
+    p.add_argument("--epochs", type=positive_int, default=3, help="training epochs (default 3)")
+    p.add_argument("--lr", type=positive_float, default=None, help="learning rate (default: the fine-tune mode's own)")
+    p.add_argument("--weight-decay", type=nonnegative_float, default=0.0,
+                   help="AdamW's decoupled weight decay (default 0)")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="training batch size, every task (default 32)")
+    p.add_argument("--eval-batch-size", type=positive_int, default=128, help="batch size for dev/test prediction")
     p.add_argument("--pooling", choices=POOLINGS, default="mean",
                    help="sentence vector: mean of the real tokens' final states (default; the offline MiniLM was "
                         "trained with it), the [CLS] state, or the pooler output")
-    p.add_argument("--head-hidden", type=int, default=512, help="hidden width of each task head's MLP (default 512)")
-    p.add_argument("--dropout", type=float, default=None, help="dropout before each head (default: the model's)")
+    p.add_argument("--head-hidden", type=positive_int, default=512,
+                   help="hidden width of each task head's MLP (default 512)")
+    p.add_argument("--dropout", type=probability, default=None, help="dropout before each head (default: the model's)")
     p.add_argument("--sts-head-bias", type=float, default=0.0,
                    help="initial output bias of the STS head (default 0; 2.5, the middle of the 0-5 scale, lets short "
                         "runs learn the similarity instead of first fitting its mean)")
@@ -133,14 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--symmetric-pairs", action="store_true",
                    help="predict each Quora/STS pair (dev and test) as the mean of the outputs for (s1, s2) and "
                         "(s2, s1); the pair tasks' prediction then takes two passes")
-    p.add_argument("--max-length", type=int, default=None, help="truncate each sentence to this many tokens")
+    p.add_argument("--max-length", type=positive_int, default=None, help="truncate each sentence to this many tokens")
     p.add_argument("--no-bucket", dest="bucket", action="store_false",
                    help="batch training examples in random order instead of by similar length")
     p.add_argument("--seed", type=int, default=11711, help="random seed for initialisation, order and dropout")
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto",
                    help="auto picks cuda, then mps, then cpu")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
-    p.add_argument("--max-train-examples", type=int, default=None,
+    p.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
+    p.add_argument("--max-train-examples", type=positive_int, default=None,
                    help="train on a random sample of N examples per task, drawn with --seed (quick runs)")
     p.add_argument("--data-dir", default="data", help="where the default task files live (default: data)")
     for t in TASK_ORDER:
@@ -148,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
             default = f"{DEFAULT_FILES[t]}-{'test-student' if split == 'test' else split}.csv"
             extra = "; scored too if it has labels" if split == "test" else ""
             p.add_argument(f"--{t}-{split}", f"--{t}_{split}", dest=f"{t}_{split}", default=None, metavar="PATH",
+                           type=existing_file,
                            help=f"{HELP_NAMES[t]} {split} file (default: DATA_DIR/{default}){extra}")
     p.add_argument("--predictions-dir", default="predictions",
                    help="where the six {sst,para,sts}-{dev,test}-output.csv files go (default: predictions)")
@@ -156,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(ablation runs)")
     p.add_argument("--checkpoint", default=None,
                    help="checkpoint written after every epoch (default: checkpoints/multitask-DESIGN-SCHEDULE-MODE.pt)")
-    p.add_argument("--resume", default=None, metavar="PATH",
+    p.add_argument("--resume", default=None, type=existing_file, metavar="PATH",
                    help="continue the run saved in this checkpoint (written after each epoch; a run killed mid-epoch "
                         "repeats that epoch) to the same result as an uninterrupted run")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
@@ -174,18 +179,25 @@ def add_smart_pals_arguments(p: argparse.ArgumentParser) -> None:
                              "instead of 1 and 1 (benchmarks/smart_cost.py measures the time)")
     s.add_argument("--smart", action="store_true", help="add lambda_s R_s (and with --smart-bregman mu D_Breg) to "
                    "every training loss")
-    s.add_argument("--smart-lambda", type=float, default=1.0, metavar="L", help="lambda_s, R_s's weight (default 1; "
+    s.add_argument("--smart-lambda", type=nonnegative_float, default=1.0, metavar="L",
+                   help="lambda_s, R_s's weight (default 1; "
                    "the paper tries 1, 3, 5; the CS224N report used 5)")
-    s.add_argument("--smart-steps", type=int, default=1, metavar="K", help="ascent steps on the perturbation (default 1)")
-    s.add_argument("--smart-eta", type=float, default=1e-3, metavar="ETA", help="the perturbation's step size (default 1e-3)")
-    s.add_argument("--smart-epsilon", type=float, default=1e-5, metavar="EPS", help="radius of the perturbation's infinity-norm "
+    s.add_argument("--smart-steps", type=positive_int, default=1, metavar="K",
+                   help="ascent steps on the perturbation (default 1)")
+    s.add_argument("--smart-eta", type=positive_float, default=1e-3, metavar="ETA",
+                   help="the perturbation's step size (default 1e-3)")
+    s.add_argument("--smart-epsilon", type=nonnegative_float, default=1e-5, metavar="EPS",
+                   help="radius of the perturbation's infinity-norm "
                    "ball (default 1e-5; the report used 1e-6)")
-    s.add_argument("--smart-sigma", type=float, default=1e-5, metavar="SIGMA", help="std of the perturbation's starting noise "
+    s.add_argument("--smart-sigma", type=positive_float, default=1e-5, metavar="SIGMA",
+                   help="std of the perturbation's starting noise "
                    "(default 1e-5)")
     s.add_argument("--smart-bregman", action="store_true", help="also the Bregman proximal point term with momentum, "
                    "mu l_s(f(x; theta), f(x; theta~)), theta~ a moving average of the trainable parameters")
-    s.add_argument("--smart-mu", type=float, default=1.0, metavar="MU", help="mu, the Bregman term's weight (default 1)")
-    s.add_argument("--smart-beta", type=float, default=0.99, metavar="BETA", help="momentum: theta~ <- (1 - beta) theta + beta theta~ "
+    s.add_argument("--smart-mu", type=nonnegative_float, default=1.0, metavar="MU",
+                   help="mu, the Bregman term's weight (default 1)")
+    s.add_argument("--smart-beta", type=fraction, default=0.99, metavar="BETA",
+                   help="momentum: theta~ <- (1 - beta) theta + beta theta~ "
                    "after each step (default 0.99)")
     s.add_argument("--smart-dropout", choices=("on", "off"), default="on", help="off: the regulariser's clean, "
                    "perturbation and adversarial passes (and the Bregman copy's) run without dropout (default on)")
@@ -195,8 +207,10 @@ def add_smart_pals_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pals", choices=VARIANTS, default=None, help="standard: added inside each layer's last "
                    "LayerNorm (the paper); concat: beside the first self-attention, [h1; PAL(x)] projected to H "
                    "(the CS224N report's variant). Default: none")
-    g.add_argument("--pals-size", type=int, default=204, metavar="D", help="the PALs' projected width (default 204)")
-    g.add_argument("--pals-heads", type=int, default=6, metavar="N", help="attention heads in the projected space (default 6)")
+    g.add_argument("--pals-size", type=positive_int, default=204, metavar="D",
+                   help="the PALs' projected width (default 204)")
+    g.add_argument("--pals-heads", type=positive_int, default=6, metavar="N",
+                   help="attention heads in the projected space (default 6)")
 
 
 def add_smart_pals(model: MultitaskBert, args: argparse.Namespace, params: list[nn.Parameter]) -> list[nn.Parameter]:
@@ -358,8 +372,7 @@ def run(args: argparse.Namespace) -> dict:
         d["overall"] = overall_score(d["sst_accuracy"], d["para_accuracy"], d["sts_pearson"])
     print(f"best epoch {result.best_epoch}; dev {dev_table(summary['dev'])}")
     if args.predictions:
-        Path(args.predictions_dir).mkdir(parents=True, exist_ok=True)
-        (Path(args.predictions_dir) / "multitask-summary.json").write_text(json.dumps(
+        write_text(Path(args.predictions_dir) / "multitask-summary.json", json.dumps(   # atomic
             summary | {"settings": run_config}, indent=1))
     return summary
 
@@ -372,4 +385,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

@@ -17,6 +17,8 @@ import torch
 
 import minbert
 
+from .errors import ConfigurationError
+
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("minbert", "fused")
 
@@ -26,10 +28,11 @@ def check_precision(device: torch.device, precision: str) -> None:
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
     if precision == "fp16" and device.type != "cuda":
-        raise ValueError(f"--precision fp16 trains on CUDA only (with a gradient scaler), not on {device.type}: "
-                         "use bf16 there (the same range as fp32, no scaler needed) or fp32")
+        raise ConfigurationError(f"--precision fp16 trains on CUDA only (with a gradient scaler), not on "
+                                 f"{device.type}: use bf16 there (the same range as fp32, no scaler needed) or fp32")
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ValueError(f"--precision bf16: {torch.cuda.get_device_name(device)} has no bf16 support; use fp16")
+        raise ConfigurationError(f"--precision bf16: {torch.cuda.get_device_name(device)} has no bf16 support; "
+                                 "use fp16")
 
 
 def cpu_has_bf16() -> bool:

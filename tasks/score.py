@@ -16,6 +16,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from .errors import existing_dir, run_cli
 from .evaluation import LEADERBOARD, Report, check_predictions, gold_records, overall_score, prediction_path
 
 BOARD = ("sst", "para", "sts")
@@ -89,7 +90,7 @@ def format_table(result: dict, split: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tasks.score", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("pred_dir", help="directory holding {sst,para,sts}-{split}-output.csv")
+    parser.add_argument("pred_dir", type=existing_dir, help="directory holding {sst,para,sts}-{split}-output.csv")
     parser.add_argument("--data-dir", default="data", help="directory of the gold task files (default: data)")
     parser.add_argument("--split", default="dev", help="dev (default), train or test; test files have no "
                         "labels, so only ids and values are checked")
@@ -107,4 +108,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

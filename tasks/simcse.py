@@ -43,6 +43,7 @@ from minbert.simcse import DISTANCES, OBJECTIVES, POOLINGS, SimCSE, SimCSEConfig
 
 from .data import TASKS, batch_indices
 from .distributed import world_size
+from .errors import existing_file, fraction, nonnegative_float, positive_float, positive_int, run_cli
 from .evaluation import pearson
 from .multitask import SIMCSE_QUORA_REST
 from .multitask_data import _pad, hash_seed
@@ -144,43 +145,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="minilm", help="checkpoint to start from: 'minilm' (offline default), a Hub "
                                                      "name or a local directory")
     p.add_argument("--out", default=None, metavar="DIR", help="output directory (default: runs/simcse-OBJECTIVE)")
-    p.add_argument("--epochs", type=int, default=None,
+    p.add_argument("--epochs", type=positive_int, default=None,
                    help="passes over the stage's examples (default 1 for unsup, 3 for sup and margin, as SimCSE)")
-    p.add_argument("--lr", type=float, default=None, help="learning rate (default 3e-5 unsup, 5e-5 sup and margin)")
-    p.add_argument("--batch-size", type=int, default=64, help="training batch size: the in-batch negatives (64)")
-    p.add_argument("--eval-batch-size", type=int, default=128, help="batch size of the STS dev evaluation")
-    p.add_argument("--max-length", type=int, default=64, help="truncate each sentence to this many tokens (64)")
-    p.add_argument("--temperature", type=float, default=0.05, help="SimCSE's temperature t (default 0.05)")
+    p.add_argument("--lr", type=positive_float, default=None,
+                   help="learning rate (default 3e-5 unsup, 5e-5 sup and margin)")
+    p.add_argument("--batch-size", type=positive_int, default=64,
+                   help="training batch size: the in-batch negatives (64)")
+    p.add_argument("--eval-batch-size", type=positive_int, default=128, help="batch size of the STS dev evaluation")
+    p.add_argument("--max-length", type=positive_int, default=64,
+                   help="truncate each sentence to this many tokens (64)")
+    p.add_argument("--temperature", type=positive_float, default=0.05, help="SimCSE's temperature t (default 0.05)")
     p.add_argument("--pooling", choices=POOLINGS, default="mean",
                    help="training embedding: mean of the real tokens (default; evaluated and used the same way) or "
                         "cls_mlp ([CLS] through an MLP in training, [CLS] alone in evaluation, as SimCSE)")
     p.add_argument("--hard-negatives", action="store_true",
                    help="sup: add for each duplicate pair the sentence of the stage's non-duplicate pairs with the "
                         "largest word overlap with its anchor as a hard negative")
-    p.add_argument("--hard-negative-weight", type=float, default=0.0,
+    p.add_argument("--hard-negative-weight", type=nonnegative_float, default=0.0,
                    help="sup: added to the logit of each anchor's own hard negative (log alpha; default 0)")
-    p.add_argument("--margin", type=float, default=0.5, help="margin m of the margin loss (default 0.5)")
+    p.add_argument("--margin", type=nonnegative_float, default=0.5, help="margin m of the margin loss (default 0.5)")
     p.add_argument("--distance", choices=DISTANCES, default="cosine",
                    help="distance d of the margin loss: cosine (1 - cos, default) or euclidean")
-    p.add_argument("--quora-fraction", type=float, default=0.15,
+    p.add_argument("--quora-fraction", type=fraction, default=0.15,
                    help="share of the labelled Quora training pairs for this stage; the rest go to the multitask "
                         "stage (default 0.15, as the report)")
-    p.add_argument("--max-train-examples", type=int, default=None,
+    p.add_argument("--max-train-examples", type=positive_int, default=None,
                    help="train on a seeded sample of N of the stage's examples (quick runs; the split is unchanged)")
-    p.add_argument("--eval-every", type=int, default=10, help="evaluate STS dev every N training steps (default 10)")
-    p.add_argument("--patience", type=int, default=5, help="stop after N evaluations without improvement (default 5)")
+    p.add_argument("--eval-every", type=positive_int, default=10,
+                   help="evaluate STS dev every N training steps (default 10)")
+    p.add_argument("--patience", type=positive_int, default=5,
+                   help="stop after N evaluations without improvement (default 5)")
     p.add_argument("--seed", type=int, default=11711, help="random seed: split, initialisation, order and dropout")
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto",
                    help="auto picks cuda, then mps, then cpu")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    p.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--data-dir", default="data", help="where the default task files live (default: data)")
     for flag, what in (("sst-train", "SST training"), ("para-train", "Quora training"), ("sts-train", "STS training"),
                        ("sts-dev", "STS dev")):
-        p.add_argument(f"--{flag}", default=None, metavar="PATH", help=f"{what} file (default: in DATA_DIR)")
+        p.add_argument(f"--{flag}", default=None, metavar="PATH", type=existing_file,
+                       help=f"{what} file (default: in DATA_DIR)")
     p.add_argument("--checkpoint", default=None,
                    help="checkpoint written after every evaluation (default: checkpoints/simcse-NAME.pt, NAME that "
                         "of the --out directory)")
-    p.add_argument("--resume", default=None, metavar="PATH",
+    p.add_argument("--resume", default=None, type=existing_file, metavar="PATH",
                    help="continue the run saved in this checkpoint to the same result as an uninterrupted run")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
     add_loop_arguments(p)
@@ -354,4 +361,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

@@ -18,6 +18,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from .errors import run_cli
 from .evaluation import check_predictions, gold_records, prediction_path
 from .score import BOARD
 
@@ -50,6 +51,8 @@ def make_submission(pred_dir: str | Path, data_dir: str | Path, out: str | Path)
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for path in files:
             z.write(path, arcname=f"predictions/{path.name}")
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)     # mkstemp makes it 600; the zip is meant to be read, as a new file would be
@@ -77,4 +80,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -36,6 +37,7 @@ from . import distributed as dp
 from .curves import Curves, curves_path
 from .data import to_device
 from .distributed import is_main_process, rank, world_size
+from .errors import ConfigurationError, MissingFileError, ResumeError, TrainingError
 from .recipe import (
     LinearSchedule,
     add_loop_arguments,  # noqa: F401 - re-exported: the CLIs import the loop's flags from here
@@ -53,8 +55,8 @@ def pick_device(name: str = "auto") -> torch.device:
     """
     if name in ("auto", "cuda") and torch.cuda.is_available() and world_size() > 1:
         if dp.local_rank() >= torch.cuda.device_count():
-            raise RuntimeError(f"LOCAL_RANK {dp.local_rank()} but this machine has {torch.cuda.device_count()} CUDA "
-                               "device(s): start at most that many processes per machine (--nproc-per-node)")
+            raise ConfigurationError(f"LOCAL_RANK {dp.local_rank()} but this machine has {torch.cuda.device_count()} "
+                                     "CUDA device(s): start at most that many processes per machine (--nproc-per-node)")
         return torch.device("cuda", dp.local_rank())
     if name == "auto":
         if torch.cuda.is_available():
@@ -63,9 +65,9 @@ def pick_device(name: str = "auto") -> torch.device:
             return torch.device("mps")
         return torch.device("cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda: no CUDA device is available (try --device auto)")
+        raise ConfigurationError("--device cuda: no CUDA device is available (try --device auto)")
     if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise RuntimeError("--device mps: MPS is not available (try --device auto)")
+        raise ConfigurationError("--device mps: MPS is not available (try --device auto)")
     return torch.device(name)
 
 
@@ -99,14 +101,32 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+# Test-only fault injection: SIGKILL this process inside the Nth checkpoint write (the temporary file written, not
+# yet renamed), or right after the Nth optimiser step. Unset, they cost one dictionary look-up.
+KILL_IN_SAVE, KILL_AT_STEP = "MINBERT_TEST_KILL_IN_SAVE", "MINBERT_TEST_KILL_AT_STEP"
+_saves = 0
+
+
+def _maybe_kill(variable: str, count: int) -> None:
+    if os.environ.get(variable) == str(count):
+        os.kill(os.getpid(), signal.SIGKILL)
+CHECKPOINT_KEYS = ("model", "optimizer", "epoch", "best_epoch", "best_score", "best_state", "history", "rng")
+
+
 def save_checkpoint(path: str | Path, state: dict) -> Path:
-    """torch.save to a temporary file in the same directory, then rename: a crash never leaves half a file."""
+    """torch.save to a temporary file in the same directory, fsync, then rename: a crash (or a full disk) at any
+    moment leaves either the previous checkpoint or the new one, never half a file."""
+    global _saves
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
     try:
-        torch.save(state, tmp)
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        _saves += 1
+        _maybe_kill(KILL_IN_SAVE, _saves)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -114,12 +134,29 @@ def save_checkpoint(path: str | Path, state: dict) -> Path:
     return path
 
 
-def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dict:
-    """A checkpoint written by save_checkpoint, read with weights_only=True (tensors and plain values only)."""
+def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", required: Sequence[str] = ()) -> dict:
+    """A checkpoint written by save_checkpoint, read with weights_only=True (tensors and plain values only);
+    a missing or damaged file, one without the `required` keys, or a model state with NaN is a ResumeError."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such checkpoint")
-    return torch.load(path, map_location=device, weights_only=True)
+        raise MissingFileError(f"{path}: no such checkpoint; check the --resume path (checkpoints are written after "
+                               "each epoch, to --checkpoint)")
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises RuntimeError, OSError, EOFError, UnpicklingError, ...
+        detail = next((line for line in str(e).splitlines() if line.strip()), "no details").split(". ")[0][:200]
+        raise ResumeError(f"{path}: cannot read the training checkpoint ({type(e).__name__}: {detail}); it is "
+                          "truncated or damaged: resume from another copy, or start again without --resume") from None
+    missing = [k for k in required if k not in state] if isinstance(state, dict) else list(required) or ["dict"]
+    if missing:
+        raise ResumeError(f"{path}: not a training checkpoint of tasks.train (no {', '.join(missing)}); --resume "
+                          "takes the file that --checkpoint wrote")
+    bad = [k for k, v in state.get("model", {}).items() if isinstance(v, torch.Tensor) and v.is_floating_point()
+           and not torch.isfinite(v).all()]
+    if bad:
+        raise ResumeError(f"{path}: the model state holds NaN or infinite values ({bad[0]}); the run had diverged "
+                          "before this checkpoint: start again with a lower --lr or --max-grad-norm")
+    return state
 
 
 def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -226,7 +263,8 @@ def fit(
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     base_lrs = [group["lr"] for group in optimizer.param_groups]
     if resume is not None:
-        state = load_checkpoint(resume)  # on the CPU: RNG states must stay there; load_state_dict moves the rest
+        # on the CPU: RNG states must stay there; load_state_dict moves the rest
+        state = load_checkpoint(resume, required=CHECKPOINT_KEYS)
         _check_config(resume, state.get("config", {}), config or {})
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -279,6 +317,8 @@ def fit(
                 # mean loss over the step's examples (just the loss itself for one process and one batch)
                 scaler.scale(loss * (world * mine / rows)).backward()
                 value = loss.item()
+                if not math.isfinite(value):
+                    _diverged(value, epoch, step, batch.get("task"), unit, checkpoint)
                 group_loss += value / len(group)
                 share = value * (mine / size)                 # this rank's part of the batch's mean loss
                 total, n = total + share, n + 1
@@ -301,6 +341,7 @@ def fit(
             if curve is not None:
                 named = {b.get("task") for b in group}
                 curve.step(step, epoch + 1, group_loss, named.pop() if len(named) == 1 else None)
+            _maybe_kill(KILL_AT_STEP, step)
             if post_step is not None:
                 post_step(model)
         bar.close()
@@ -345,6 +386,15 @@ def fit(
     return best
 
 
+def _diverged(value: float, epoch: int, step: int, task: str | None, unit: str, checkpoint: str | Path | None) -> None:
+    """Stop a run whose loss became NaN or infinite, naming where; the last checkpoint on disk is left as it is."""
+    kept = (f"{checkpoint} still holds the last finished {unit} (--resume it with other settings)"
+            if checkpoint is not None and Path(checkpoint).is_file() else "no checkpoint had been written yet")
+    raise TrainingError(f"the training loss is {value} in {unit} {epoch + 1}, optimiser step {step + 1}"
+                        f"{f', task {task}' if task else ''}; {kept}. Lower --lr, set --max-grad-norm, or "
+                        "check the data for extreme labels")
+
+
 IGNORED_ON_RESUME = {"epochs", "checkpoint", "resume", "out_dir", "device", "predictions_dir"}
 LOOP_DEFAULTS = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1}
 RECIPE_DEFAULTS = LOOP_DEFAULTS | {"optimizer": "minbert"}  # every flag of add_loop_arguments, at its default
@@ -357,4 +407,4 @@ def _check_config(path: str | Path, stored: dict, current: dict) -> None:
     diffs = [f"{k}: checkpoint {stored.get(k)!r}, now {current.get(k)!r}"
              for k in sorted((set(stored) | set(current)) - IGNORED_ON_RESUME) if stored.get(k) != current.get(k)]
     if diffs:
-        raise ValueError(f"{path}: cannot resume a different run; settings differ: " + "; ".join(diffs))
+        raise ResumeError(f"{path}: cannot resume a different run; settings differ: " + "; ".join(diffs))

@@ -115,7 +115,10 @@ def test_score_cli_prints_a_table_and_json(tmp_path, capsys):
     (tmp_path / "sts-dev-output.csv").unlink()
     assert score.main([str(tmp_path), "--data-dir", str(DATA), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["overall"] is None
+    (tmp_path / "empty").mkdir()
     assert score.main([str(tmp_path / "empty"), "--data-dir", str(DATA)]) == 1
+    with pytest.raises(SystemExit, match="2"):           # a directory that does not exist: refused by argparse
+        score.main([str(tmp_path / "absent"), "--data-dir", str(DATA)])
 
 
 def test_test_split_files_are_checked_for_ids_without_a_score(tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 
 import pytest
 import torch
@@ -11,6 +10,7 @@ from conftest import DATA, killed_after_first_epoch
 import minbert
 from tasks import classifier, finetune
 from tasks.classifier import SentimentClassifier, build_parser, run
+from tasks.errors import ConfigurationError, ResumeError
 from tasks.train import Interrupted, load_checkpoint, pick_device, save_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -139,7 +139,7 @@ def test_checkpoints_are_atomic_and_loaded_weights_only(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]      # no temporary file left behind
     assert load_checkpoint(path)["epoch"] == 3
     torch.save({"evil": Interrupted("not a tensor")}, tmp_path / "bad.pt")
-    with pytest.raises(pickle.UnpicklingError):
+    with pytest.raises(ResumeError, match="bad.pt: cannot read the training checkpoint .UnpicklingError"):
         load_checkpoint(tmp_path / "bad.pt")
     with pytest.raises(FileNotFoundError, match="no such checkpoint"):
         load_checkpoint(tmp_path / "absent.pt")
@@ -150,7 +150,7 @@ def test_device_selection():
     expected = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
     assert pick_device("auto").type == expected
     if not torch.cuda.is_available():
-        with pytest.raises(RuntimeError, match="no CUDA device"):
+        with pytest.raises(ConfigurationError, match="no CUDA device"):
             pick_device("cuda")
 
 

@@ -1,0 +1,143 @@
+"""The error boundary of every CLI: the project's own error types, one message per user error, argparse value types.
+
+A user error (a bad file, a bad flag value, a checkpoint that cannot be read or resumed) is raised as one of
+USER_ERRORS with a message that reads `PATH:LINE: what is wrong; what to do`; run_cli prints it as
+`error: ...` on stderr and exits 1, without a traceback. Anything else is a bug in minbert and keeps its
+traceback. Argument values are checked at parse time by the type helpers below (argparse exits 2).
+
+    if __name__ == "__main__":
+        sys.exit(run_cli(main))
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from minbert.checkpoint import CheckpointError
+
+
+class UserError(Exception):
+    """A problem with what the user gave (a file, a flag, a checkpoint), not a bug; the message says where and why."""
+
+
+class ConfigurationError(UserError, ValueError):
+    """A combination of settings that cannot run (a device that is absent, flags that contradict each other)."""
+
+
+class ResumeError(UserError, ValueError):
+    """A training checkpoint that cannot be resumed: unreadable, damaged, or written by a different run."""
+
+
+class MissingFileError(UserError, FileNotFoundError):
+    """A file or directory the user named does not exist."""
+
+
+class TrainingError(UserError, RuntimeError):
+    """A run that cannot go on (a NaN or infinite loss); the last good checkpoint is kept."""
+
+
+USER_ERRORS: tuple[type[BaseException], ...] = (UserError, CheckpointError)
+EXIT_USER_ERROR = 1
+
+
+def run_cli(main: Callable[[], int | None]) -> int:
+    """Call a CLI's main(); a user error becomes `error: MESSAGE` on stderr and exit status 1, a bug keeps its
+    traceback, Ctrl-C exits 130 with one line."""
+    try:
+        return main() or 0
+    except USER_ERRORS as e:
+        sys.stdout.flush()
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        print("interrupted (Ctrl-C); a run with a checkpoint continues with --resume", file=sys.stderr)
+        return 130
+
+
+def _number(kind: type, text: str) -> float | int:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not {'an integer' if kind is int else 'a number'}: {text!r}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (sizes, counts, epochs)."""
+    value = _number(int, text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    """An integer >= 0."""
+    value = _number(int, text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (learning rates, temperatures)."""
+    value = _number(float, text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    """A finite number >= 0 (weight decay, loss weights)."""
+    value = _number(float, text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    """A dropout rate or a fraction: a number in [0, 1)."""
+    value = _number(float, text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), not {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A share or a momentum: a number in [0, 1]."""
+    value = _number(float, text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], not {text}")
+    return value
+
+
+def existing_file(text: str) -> str:
+    """A path to a file that exists and can be read."""
+    path = Path(text).expanduser()
+    if not path.is_file():
+        why = "is a directory, not a file" if path.is_dir() else "no such file"
+        raise argparse.ArgumentTypeError(f"{text}: {why}")
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{text}: not readable (permissions)")
+    return text
+
+
+def existing_path(text: str) -> str:
+    """A path to a file or a directory that exists."""
+    if not Path(text).expanduser().exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such file or directory")
+    return text
+
+
+def existing_dir(text: str) -> str:
+    """A path to a directory that exists."""
+    if not Path(text).expanduser().is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: no such directory")
+    return text
