@@ -130,6 +130,27 @@ def test_random_controls_move_only_the_chosen_entries(tiny_config, how):
     assert in_layers > 0 and moved == in_layers, "a chosen entry inside the layers did not train"
 
 
+def chosen_by_tensor(model) -> dict[str, int]:
+    """parameter name -> how many of its entries a random control chose."""
+    return {f"{mname}.{attr}".lstrip("."): plist[0].index.numel()
+            for mname, module in model.named_modules() for attr, plist in getattr(module, "parametrizations", {}).items()}
+
+
+@pytest.mark.parametrize("how", ["rand_uniform", "rand_row_col"])
+def test_random_controls_draw_nothing_from_the_embeddings_unless_asked(tiny_config, how):
+    model = tiny(tiny_config)                                       # embeddings: most of the tiny model's entries
+    chosen = freeze_random(model, how, budget=2000, seed=3)
+    by_tensor = chosen_by_tensor(model)
+    assert sum(by_tensor.values()) == chosen and chosen > 1000
+    assert not any(n.startswith("embeddings.") for n in by_tensor)
+    assert {n.split(".")[0] for n in by_tensor} <= {"layers", "pooler"}
+    with_emb = tiny(tiny_config)
+    freeze_random(with_emb, how, budget=20000, seed=3, scope="with-embeddings")   # the named option reaches them
+    assert any(n.startswith("embeddings.") for n in chosen_by_tensor(with_emb))
+    with pytest.raises(ValueError, match="unknown scope"):
+        freeze_random(tiny(tiny_config), how, budget=10, scope="everything")
+
+
 def test_rand_row_col_picks_whole_lines(tiny_config):
     model = tiny(tiny_config)
     freeze_random(model, "rand_row_col", budget=3 * 32, seed=0)
