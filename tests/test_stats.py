@@ -12,6 +12,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import stats  # noqa: E402
+from test_multitask import files  # noqa: E402, F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_paired_interval_equals_a_hand_computation():
@@ -47,3 +50,20 @@ def test_markdown_table_from_paired_runs_json(tmp_path):
     assert math.isnan(stats.mean_sd([1.0])[1])
     with pytest.raises(ValueError, match="no baseline row"):
         stats.markdown_table({"a": {1: 1.0}}, "baseline", "overall")
+
+
+def test_paired_runs_writes_rows_per_seed_with_smarts_log_and_the_paired_table(tiny_dir, files, tmp_path, capsys):  # noqa: F811
+    import paired_runs
+    from test_multitask import argv
+
+    out = tmp_path / "runs.json"
+    flags = argv(tiny_dir, files, tmp_path, "x", "--epochs", "1")
+    paired_runs.main(["--out", str(out), "--row", "baseline", "--seeds", "1,2", "--", *flags])
+    paired_runs.main(["--out", str(out), "--row", "smart", "--seeds", "1,2", "--baseline", "baseline", "--", *flags,
+                      "--smart", "--smart-perturbation", "vat"])
+    records = json.loads(out.read_text())
+    assert [(r["row"], r["seed"]) for r in records] == [("baseline", 1), ("baseline", 2), ("smart", 1), ("smart", 2)]
+    assert "smart" not in records[0] and records[2]["smart"][0]["smart_r_s"] > 0
+    assert "| smart | 1,2 |" in capsys.readouterr().out
+    paired_runs.main(["--out", str(out), "--row", "smart", "--seeds", "2"])   # done already: skipped
+    assert len(json.loads(out.read_text())) == 4
