@@ -11,8 +11,9 @@ rand_uniform_emb and rand_row_col_emb, which draw from the embedding tables too,
 them. After every run OUT/results.json (paired_runs-style: "row", "seed", "dev": {"accuracy"}) and
 OUT/table3.md are rewritten, so an interrupted run keeps the runs that finished (and skips them when run again);
 table3.md ends with benchmarks/stats.py's table: each row's mean and sd over seeds and its paired difference
-against --baseline (default "bitfit all") with a 95% interval. At the end it draws the paper's Figure 1 (mean |b0 - bF| per term and
-layer) for the full fine-tuning and BitFit `all` runs into benchmarks/figures/.
+against --baseline (default "bitfit all") with a 95% interval. At the end it draws the paper's Figure 1
+(mean |b0 - bF| per term and layer) for the full fine-tuning and BitFit `all` runs of the first seed into
+benchmarks/figures/.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from minbert import bitfit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import stats  # noqa: E402
+import stats
 
 ROWS = {  # row name -> classifier flags (learning rates: each mode's default unless given here)
     "full-model": ["--fine-tune-mode", "full-model"],
@@ -143,7 +144,8 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--seeds", default="1,2,3", help="comma-separated seeds, each row once per seed (default 1,2,3)")
-    ap.add_argument("--baseline", default="bitfit all", help="the row the others are compared with (default bitfit all)")
+    ap.add_argument("--baseline", default="bitfit all",
+                    help="the row the others are compared with (default bitfit all)")
     ap.add_argument("--out", default="runs/bitfit_table3")
     ap.add_argument("--figures", default=str(ROOT / "benchmarks" / "figures"))
     ap.add_argument("--figures-only", action="store_true", help="only redraw the figures from OUT's checkpoints")

@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-import stats  # noqa: E402
+import stats
 
-from tasks.deebert import build_parser, run, write_text  # noqa: E402
+from tasks.deebert import build_parser, run, write_text
 
 
 def rows_of(summary: dict, batch: int, seed: int) -> list[dict]:
@@ -39,7 +39,8 @@ def rows_of(summary: dict, batch: int, seed: int) -> list[dict]:
     if chosen is not None:
         out.append({"row": f"chosen-b{batch}", "seed": seed, "setting": chosen["setting"], "dev": {
             "quality": chosen["quality"], "time_saved": chosen["time_saved_rounds_median"],
-            "time_saved_vs_no_exit": chosen["time_saved_vs_no_exit_rounds_median"], "layers_run": chosen["layers_run"]}})
+            "time_saved_vs_no_exit": chosen["time_saved_vs_no_exit_rounds_median"],
+            "layers_run": chosen["layers_run"]}})
     return out
 
 

@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import stats  # noqa: E402
+import stats
 
-from tasks import multitask  # noqa: E402
+from tasks import multitask
 
 ROWS = [(design, schedule, mode) for design in ("bi-encoder", "cross-encoder")
         for schedule in ("sequential", "round-robin") for mode in ("last-linear-layer", "full-model")]
@@ -46,12 +46,14 @@ def row_name(design: str, schedule: str, mode: str, extra: list[str]) -> str:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| design | schedule | encoder | extra flags | seed | SST acc | Quora acc | STS r | overall | best epoch | trainable | minutes |",
+    lines = [("| design | schedule | encoder | extra flags | seed | SST acc | Quora acc | STS r | overall | best epoch "
+              "| trainable | minutes |"),
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         d = r["dev"]
         lines.append(f"| {r['design']} | {r['schedule']} | {MODE_NAMES.get(r['mode'], r['mode'])} | "
-                     f"{' '.join(r['extra']) or '-'} | {r['seed']} | {d['sst_accuracy']:.3f} | {d['para_accuracy']:.3f} | "
+                     f"{' '.join(r['extra']) or '-'} | {r['seed']} | {d['sst_accuracy']:.3f} | "
+                     f"{d['para_accuracy']:.3f} | "
                      f"{d['sts_pearson']:.3f} | {d['overall']:.3f} | {r['best_epoch']} | {r['trainable']:,} | "
                      f"{r['minutes']:.1f} |")
     return "\n".join(lines)

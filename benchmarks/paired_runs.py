@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import stats  # noqa: E402
+import stats
 
-from tasks import multitask  # noqa: E402
+from tasks import multitask
 
 
 def main(argv: list[str] | None = None) -> int:

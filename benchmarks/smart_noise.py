@@ -25,10 +25,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import minbert  # noqa: E402
-from minbert.multitask import SMART_KINDS, MultitaskBert, MultitaskConfig  # noqa: E402
-from minbert.smart import PRESETS, SmartConfig, adversarial_perturbation, divergence  # noqa: E402
-from tasks.multitask_data import TASKS, collate, load  # noqa: E402
+import minbert
+from minbert.multitask import SMART_KINDS, MultitaskBert, MultitaskConfig
+from minbert.smart import PRESETS, SmartConfig, adversarial_perturbation, divergence
+from tasks.multitask_data import TASKS, collate, load
 
 
 def measure(model: MultitaskBert, task: str, batch: dict, config: SmartConfig) -> tuple[float, float, float]:
@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = minbert.Tokenizer.from_pretrained(args.model)
     torch.manual_seed(args.seed)
     model = MultitaskBert(minbert.load_pretrained(args.model), MultitaskConfig(design=args.design))
-    print(f"{args.model} ({args.design}), {args.batches} batches x {args.batch_size} rows per task, K={args.smart_steps}; "
+    print(f"{args.model} ({args.design}), {args.batches} batches x {args.batch_size} rows per task, "
+          f"K={args.smart_steps}; "
           "R_s with dropout off on every pass; medians over the batches\n")
     print("| task | preset | eta | eps | R_s | dropout noise | R_s / noise | mean ||x~ - x||_inf | mean ||x||_inf |")
     print("|---|---|---|---|---|---|---|---|---|")

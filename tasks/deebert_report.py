@@ -21,7 +21,8 @@ def format_table(table: dict) -> str:
     """The sweep as a markdown table: one row per setting, the plain model and the ramps' own cost first; times
     are medians over the rounds with their range, savings the median over rounds of the same round's ratio."""
     head = (f"| setting | {table['metric']} | drop | mean exit layer | layers run | tokens run | time (s) [range] "
-            f"| saved vs plain [range] | saved vs no exit [range] | same as plain |\n|---|---|---|---|---|---|---|---|---|---|")
+            f"| saved vs plain [range] | saved vs no exit [range] | same as plain |\n"
+            "|---|---|---|---|---|---|---|---|---|---|")
     rows = table["rows"]
     lines = [head] + [
         f"| {r['setting']} | {r['quality']:.4f} | {r['quality_drop'] * 100:+.2f} | {r['mean_exit_layer']:.2f} "

@@ -133,7 +133,8 @@ def test_random_controls_move_only_the_chosen_entries(tiny_config, how):
 def chosen_by_tensor(model) -> dict[str, int]:
     """parameter name -> how many of its entries a random control chose."""
     return {f"{mname}.{attr}".lstrip("."): plist[0].index.numel()
-            for mname, module in model.named_modules() for attr, plist in getattr(module, "parametrizations", {}).items()}
+            for mname, module in model.named_modules()
+            for attr, plist in getattr(module, "parametrizations", {}).items()}
 
 
 @pytest.mark.parametrize("how", ["rand_uniform", "rand_row_col"])

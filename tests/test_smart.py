@@ -13,9 +13,9 @@ from test_multitask import PAIRS, argv, files, pair_batch  # noqa: F401  (fixtur
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from minbert.smart import (
+    PRESETS,
     SmartConfig,
     adversarial_perturbation,
-    PRESETS,
     ascent_step,
     divergence,
     momentum_update,
@@ -142,7 +142,7 @@ def test_each_presets_step_on_a_linear_model_equals_the_hand_computation(name):
     torch.manual_seed(1)
     nu = sigma * torch.randn(2, 2, 3, dtype=torch.float64)
     a = (nu * w).sum((1, 2))[:, None, None]                         # f(x + nu) - f(x), (B, 1, 1)
-    g = 2.0 * a * w / 2                                             # d/dnu of mean_b a_b^2: every token gets (2/B) a_b w
+    g = 2.0 * a * w / 2                                             # d/dnu of mean_b a_b^2: each token (2/B) a_b w
     if name == "paper":
         expected = (nu + eta * g / g.abs().amax((1, 2), keepdim=True)).clamp(-epsilon, epsilon)
     else:

@@ -11,8 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import stats  # noqa: E402
-from test_multitask import files  # noqa: E402, F401  (fixture)
+import stats
+from test_multitask import files  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
