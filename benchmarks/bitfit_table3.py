@@ -6,7 +6,8 @@ Runs `python -m tasks.classifier` once per row and seed of --seeds, same budget,
 OUT/<row>-s<seed>.log. --train-examples N trains on N rows drawn at random (seeded per seed) from the SST
 training file, written to OUT/sst-train-sample-s<seed>.csv (the file is ordered by sentiment in long runs, so
 its first N rows would be a skewed sample), so that every row of a seed reads the same file (0: the whole
-file). The random controls draw from the layers and the pooler only (as the reference code's rand_row_col);
+file). The random controls draw from the layers and the pooler only (as the reference code's rand_row_col;
+rand_row_col_ref is that code's own per-matrix scheme);
 rand_uniform_emb and rand_row_col_emb, which draw from the embedding tables too, run only when --rows names
 them. After every run OUT/results.json (paired_runs-style: "row", "seed", "dev": {"accuracy"}) and
 OUT/table3.md are rewritten, so an interrupted run keeps the runs that finished (and skips them when run again);
@@ -47,6 +48,7 @@ ROWS = {  # row name -> classifier flags (learning rates: each mode's default un
     "bitfit bm2": ["--fine-tune-mode", "bitfit", "--bitfit-terms", "bm2"],
     "bitfit bq": ["--fine-tune-mode", "bitfit", "--bitfit-terms", "bq"],
     "rand_row_col": ["--fine-tune-mode", "rand_row_col"],
+    "rand_row_col_ref": ["--fine-tune-mode", "rand_row_col_ref"],     # the reference code's per-matrix scheme
     "rand_uniform_emb": ["--fine-tune-mode", "rand_uniform_emb"],     # not by default: a weaker control
     "rand_row_col_emb": ["--fine-tune-mode", "rand_row_col_emb"],
 }

@@ -116,7 +116,8 @@ def _save_task_file(model: nn.Module, args: argparse.Namespace) -> None:
 
 def _random_control(how: str, scope: str = "encoder") -> Callable[[nn.Module, argparse.Namespace], list[nn.Parameter]]:
     def setup(model: nn.Module, args: argparse.Namespace) -> list[nn.Parameter]:
-        budget = bitfit.bitfit_budget(model.bert, getattr(args, "bitfit_terms", "all"))
+        terms = getattr(args, "bitfit_terms", "all")
+        budget = None if how == "rand_row_col_ref" else bitfit.bitfit_budget(model.bert, terms)
         bitfit.freeze_random(model.bert, how, budget=budget, seed=getattr(args, "seed", 0), scope=scope)
         model.head.requires_grad_(True)
         return trainable(model)
@@ -136,6 +137,10 @@ register(FineTuneMode(
 register(FineTuneMode(
     "rand_row_col", _random_control("rand_row_col"), default_lr=1e-3,
     help="BitFit's control: the same budget as random whole rows and columns of the layers' and pooler's matrices"))
+register(FineTuneMode(
+    "rand_row_col_ref", _random_control("rand_row_col_ref"), default_lr=1e-3,
+    help="BitFit's control as the reference code draws it: per matrix of the layers and pooler one random column or "
+         "rows (a bias's worth), and every LayerNorm gain"))
 register(FineTuneMode(
     "rand_uniform_emb", _random_control("rand_uniform", "with-embeddings"), default_lr=1e-3,
     help="rand_uniform drawing from the embedding tables too (the reference code's rand_uniform; a weaker control)"))

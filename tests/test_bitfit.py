@@ -152,6 +152,24 @@ def test_random_controls_draw_nothing_from_the_embeddings_unless_asked(tiny_conf
         freeze_random(tiny(tiny_config), how, budget=10, scope="everything")
 
 
+def test_reference_rand_row_col_takes_a_biass_worth_of_lines_per_matrix_and_every_layernorm_gain(tiny_config):
+    model = tiny(tiny_config)
+    shapes = {n: p.shape for n, p in model.named_parameters()}
+    chosen = freeze_random(model, "rand_row_col_ref", seed=5)
+    by_tensor = chosen_by_tensor(model)
+    matrices = [n for n, s in shapes.items() if len(s) == 2 and not n.startswith("embeddings.")]
+    gains = [n for n in shapes if n.split(".")[-1] in ("gLN1", "gLN2")]
+    assert set(by_tensor) == set(matrices) | set(gains)               # nothing from the embeddings, no bias
+    for n in matrices:                                               # a bias's worth: rows (out) entries, or
+        rows, cols = shapes[n]                                       # rows // cols whole rows
+        assert by_tensor[n] in (rows, (rows // cols) * cols), n
+    assert all(by_tensor[n] == shapes[n][0] for n in gains)
+    # BitFit's budget minus the embedding LayerNorm's bias, when every matrix's rows // cols * cols equals its rows
+    assert chosen == bitfit.bitfit_budget(model, "all") - shapes["embeddings.bLN"][0]
+    with pytest.raises(ValueError, match="picks its own budget"):
+        freeze_random(tiny(tiny_config), "rand_row_col_ref", budget=10)
+
+
 def test_rand_row_col_picks_whole_lines(tiny_config):
     model = tiny(tiny_config)
     freeze_random(model, "rand_row_col", budget=3 * 32, seed=0)
