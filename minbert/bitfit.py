@@ -186,11 +186,11 @@ def freeze_random(model: BertModel, how: str = "rand_uniform", budget: int | Non
     rand_uniform: entries drawn uniformly from the parameters in `scope`; rand_row_col: whole rows and columns
     of its matrices; budget defaults to what BitFit 'all' trains. rand_row_col_ref: the reference code's own
     scheme, per matrix (_sample_per_matrix); its budget is what the scheme picks (`budget` must be None).
-    scope "encoder" (default) draws from the layers and the pooler only, as the reference code's rand_row_col (benzakenelad/BitFit, glue_evaluator.py:
-    'encoder' or 'pooler' weights); "with-embeddings" adds the embedding tables, as the reference's rand_uniform
-    does (it spreads its budget over all of model.bert in proportion to size): most of those entries are word
-    rows a task's batches rarely touch, a weaker control. Call merge_deltas(model) afterwards to fold the
-    trained entries back into ordinary parameters.
+    scope "encoder" (default) draws from the layers and the pooler only, as the reference code's rand_row_col
+    (benzakenelad/BitFit, glue_evaluator.py: 'encoder' or 'pooler' weights); "with-embeddings" adds the embedding
+    tables, as the reference's rand_uniform does (it spreads its budget over all of model.bert in proportion to
+    size): most of those entries are word rows a task's batches rarely touch, a weaker control. Call
+    merge_deltas(model) afterwards to fold the trained entries back into ordinary parameters.
     """
     _check_encoder(model)
     if how not in ("rand_uniform", "rand_row_col", "rand_row_col_ref"):
