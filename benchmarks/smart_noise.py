@@ -8,6 +8,9 @@ samples; the multitask model on the offline MiniLM, fresh heads) the script prin
     dropout off on every pass (the perturbation's own effect), and the perturbation's size: the mean over
     tokens of ||x~ - x||_inf, against the mean ||x||_inf of the embeddings.
 The ratio R_s / noise says whether a preset's regulariser measures the perturbation (>> 1) or dropout (<< 1).
+The last column, the first step's max over tokens of ||eta g||_inf / ||nu||_inf, says how much the ascent step
+moves the perturbation off the starting noise's direction before the per-token rescale (paper preset: the
+gradient is normalised by its own norm first, so this column does not describe its step).
 
     python benchmarks/smart_noise.py --batches 3 --batch-size 16 --threads 1
 """
@@ -31,8 +34,17 @@ from minbert.smart import PRESETS, SmartConfig, adversarial_perturbation, diverg
 from tasks.multitask_data import TASKS, collate, load
 
 
-def measure(model: MultitaskBert, task: str, batch: dict, config: SmartConfig) -> tuple[float, float, float]:
-    """(R_s, mean per-token ||x~ - x||_inf, mean per-token ||x||_inf) on one batch, dropout off on every pass."""
+def gradient_share(f, x: list[torch.Tensor], target: torch.Tensor, kind: str, config: SmartConfig) -> float:
+    """The first ascent step's gradient term against the starting noise: max over tokens of
+    ||eta g||_inf / ||nu||_inf (small: the step keeps the noise's direction, whatever the gradient says)."""
+    nu = [(config.sigma * torch.randn_like(h)).requires_grad_() for h in x]
+    with torch.enable_grad():
+        grads = torch.autograd.grad(divergence(f([h + d for h, d in zip(x, nu)]), target, kind), nu)
+    return max((config.eta * g.abs().amax(-1) / d.detach().abs().amax(-1)).max().item() for g, d in zip(grads, nu))
+
+
+def measure(model: MultitaskBert, task: str, batch: dict, config: SmartConfig) -> tuple[float, ...]:
+    """(R_s, mean per-token ||x~ - x||_inf, mean per-token ||x||_inf, gradient_share) on one batch, dropout off."""
     kind = SMART_KINDS[task]
     model.eval()
     inputs = model.inputs(task, batch)
@@ -48,7 +60,7 @@ def measure(model: MultitaskBert, task: str, batch: dict, config: SmartConfig) -
         r_s = divergence(f([h + d for h, d in zip(x, delta)]), target, kind).item()
     size = torch.cat([d.abs().amax(-1).flatten() for d in delta]).mean().item()      # over (B, T) tokens
     scale = torch.cat([h.abs().amax(-1).flatten() for h in x]).mean().item()
-    return r_s, size, scale
+    return r_s, size, scale, gradient_share(f, x, target, kind, config)
 
 
 def dropout_noise(model: MultitaskBert, task: str, batch: dict) -> float:
@@ -80,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.model} ({args.design}), {args.batches} batches x {args.batch_size} rows per task, "
           f"K={args.smart_steps}; "
           "R_s with dropout off on every pass; medians over the batches\n")
-    print("| task | preset | eta | eps | R_s | dropout noise | R_s / noise | mean ||x~ - x||_inf | mean ||x||_inf |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| task | preset | eta | eps | R_s | dropout noise | R_s / noise | mean ||x~ - x||_inf | mean ||x||_inf "
+          "| eta g / nu |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for task in [t.strip() for t in args.tasks.split(",")]:
         data = load(task, "train", TASKS[task].path(args.data_dir, "train"), tokenizer,
                     limit=args.batches * args.batch_size, seed=args.seed)
@@ -93,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
             torch.manual_seed(args.seed)
             rows = [measure(model, task, b, config) for b in batches]
             r_s, size, scale = (statistics.median(r[i] for r in rows) for i in range(3))
+            share = max(r[3] for r in rows)
             print(f"| {task} | {name} | {config.eta:g} | {config.epsilon:g} | {r_s:.3g} | {noise:.3g} | "
-                  f"{r_s / noise:.3g} | {size:.3g} | {scale:.3g} |", flush=True)
+                  f"{r_s / noise:.3g} | {size:.3g} | {scale:.3g} | {share:.2g} |", flush=True)
     return 0
 
 
