@@ -56,12 +56,13 @@ from torch import nn
 
 KINDS = ("classification", "binary", "regression")
 
-# The perturbation step's presets (--smart-perturbation): (step rule, eta, epsilon, sigma), each the public code's defaults.
+# The perturbation step's presets (--smart-perturbation): (step rule, eta, epsilon, sigma), the public code's defaults.
 #   mt-dnn: namisan/mt-dnn, mt_dnn/perturbation.py with train.py's defaults (adv_step_size 1e-5, adv_epsilon 1e-6,
-#           adv_noise_var 1e-5, adv_p_norm inf, adv_norm_level 0): delta <- (delta + eta g) / (||.||_inf per token + eps)
+#           adv_noise_var 1e-5, adv_p_norm inf, adv_norm_level 0): delta <- s / (||s||_inf per token + eps),
+#           s = delta + eta g
 #   vat:    archinetai/vat-pytorch, vat_pytorch/smart.py SMARTLoss defaults (step_size 1e-3, epsilon 1e-6, noise_var
 #           1e-5, norm_fn inf_norm over the last dimension): the same per-token rescale, a larger eta
-#   paper:  Algorithm 1 read literally: delta + eta g / ||g||_inf (per example), projected onto the ball of radius epsilon
+#   paper:  Algorithm 1 read literally: delta + eta g / ||g||_inf (per example), projected onto the epsilon ball
 PRESETS = {"mt-dnn": ("rescale", 1e-5, 1e-6, 1e-5), "vat": ("rescale", 1e-3, 1e-6, 1e-5),
            "paper": ("project", 1e-3, 1e-5, 1e-5)}
 
@@ -79,7 +80,7 @@ class SmartConfig:
     mu: float = 1.0             # its weight
     beta: float = 0.99          # its momentum: theta~ <- (1 - beta) theta + beta theta~
     dropout: bool = True        # False: the regulariser's clean, perturbation and adversarial passes run without dropout
-    rule: str = "project"       # the step: "project" (Algorithm 1, ascent_step) or "rescale" (public code, rescale_step)
+    rule: str = "project"       # the step: "project" (Algorithm 1, ascent_step), "rescale" (public code, rescale_step)
 
     @classmethod
     def preset(cls, name: str, **overrides: object) -> SmartConfig:
