@@ -151,8 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
 def add_smart_pals_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of SMART (minbert.smart) and PALs (minbert.pals)."""
     s = p.add_argument_group("SMART", "Smoothness-inducing adversarial regularisation and Bregman proximal point "
-                             "optimisation (Jiang et al., 2020), on the encoder's input embeddings; defaults are the "
-                             "paper's. With --smart-steps 1 a training step runs 3 encoder passes and 2 backward passes "
+                             "optimisation (Jiang et al., 2020), on the encoder's input embeddings; lambda_s, K, mu and beta "
+                             "default to the paper's, the perturbation to the SMART authors' code (--smart-perturbation)."
+                             " With --smart-steps 1 a training step runs 3 encoder passes and 2 backward passes "
                              "instead of 1 and 1 (benchmarks/smart_cost.py measures the time)")
     s.add_argument("--smart", action="store_true", help="add lambda_s R_s (and with --smart-bregman mu D_Breg) to "
                    "every training loss")
@@ -177,7 +178,8 @@ def add_smart_pals_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--smart-beta", type=float, default=0.99, metavar="BETA", help="momentum: theta~ <- (1 - beta) theta + beta theta~ "
                    "after each step (default 0.99)")
     s.add_argument("--smart-dropout", choices=("on", "off"), default="on", help="off: the regulariser's clean, "
-                   "perturbation and adversarial passes (and the Bregman copy's) run without dropout (default on)")
+                   "perturbation and adversarial passes run without dropout (default on; the Bregman term's two "
+                   "passes always run without dropout, so that it is 0 at theta~ = theta)")
     g = p.add_argument_group("PALs", "Projected attention layers (Stickland & Murray, 2019): task-specific "
                              "attention beside every layer. PALs always train, in every --fine-tune-mode: they are "
                              "task parameters, like the heads")
