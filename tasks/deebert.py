@@ -5,6 +5,12 @@ thresholds timed against the model without exits, the paper's figures, and predi
     python -m tasks.deebert --task sst2 --resume runs/deebert-sst2 --eval-batch-size 32 --out runs/deebert-sst2-b32
     python -m tasks.deebert --task sts --exit patience --out runs/deebert-sts        # PABEE's rule, a regression
 
+The protocol (--dev-protocol halves, the default): a seeded half of dev selects the epochs of both stages and
+the exit setting (the fewest layers within --max-drop), the other half is timed and reported, as the paper chose
+S on dev and reported test; the sweep runs every setting, plain included, in a fresh seeded order in each of
+--rounds rounds (5) after one untimed pass, and reports the median, the range, and the per-round time saved
+against plain and against "no exit" (every off-ramp evaluated, no sample leaving).
+
 sst2 is binary SST built as SST-2 was: labels 0-1 negative, 3-4 positive, 2 dropped (train and dev; the
 unlabelled test file is predicted whole). OUT gets stage1.pt and stage2.pt (fit checkpoints; --resume
 loads the trained model from stage2.pt), sweep.csv and sweep.json, curve.png (quality against time saved,
