@@ -6,7 +6,8 @@
 Every row is `python -m tasks.multitask` with the flags after `--`, run once per seed with --seed S; a
 (row, seed) already in --out is skipped, so a killed table resumes where it stopped. Rows that share a seed
 share the data sample, the initial heads and the data order: their difference is a paired comparison
-(benchmarks/stats.py computes the mean, sd and 95% interval of it).
+(benchmarks/stats.py computes the mean, sd and 95% interval of it; --baseline ROW prints its table at the end).
+A SMART row also records its per-epoch R_s and D_Breg means and their shares of the loss ("smart").
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tasks import multitask  # noqa: E402
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import stats
+
+from tasks import multitask
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="results JSON (a list of rows; appended to, atomically)")
     p.add_argument("--row", required=True, help="the row's name in the table, e.g. baseline or smart-vat")
     p.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
+    p.add_argument("--baseline", default=None, help="print benchmarks/stats.py's paired table against this row")
     args = p.parse_args(argv)
     out = Path(args.out)
     for seed in [int(s) for s in args.seeds.split(",")]:
@@ -49,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             minutes = (time.perf_counter() - t0) / 60
         results = json.loads(out.read_text()) if out.is_file() else []
         results.append({"row": args.row, "seed": seed, "flags": extra, "dev": summary["dev"],
-                        "best_epoch": summary["best_epoch"], "minutes": minutes, "history": summary["history"]})
+                        "best_epoch": summary["best_epoch"], "minutes": minutes, "history": summary["history"],
+                        **({"smart": summary["smart"]} if "smart" in summary else {})})
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp_out = out.with_suffix(".tmp")
         tmp_out.write_text(json.dumps(results, indent=1))
@@ -57,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         d = summary["dev"]
         print(f"== {args.row} seed {seed}: overall {d['overall']:.4f} (SST {d['sst_accuracy']:.4f}, Quora "
               f"{d['para_accuracy']:.4f}, STS r {d['sts_pearson']:.4f}), {minutes:.1f} min", flush=True)
+    if args.baseline is not None:
+        print(stats.markdown_table(stats.load_rows([out], "overall"), args.baseline, "overall"))
     return 0
 
 

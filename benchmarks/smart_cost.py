@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
-from minbert.smart import SmartConfig
+from minbert.smart import PRESETS, SmartConfig
 from tasks.multitask import collate, load
 from tasks.train import autocast, pick_device
 
@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=20, help="timed steps of each kind (default 20)")
     p.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
     p.add_argument("--smart-steps", type=int, default=1, help="K (default 1)")
+    p.add_argument("--smart-perturbation", choices=tuple(PRESETS), default="mt-dnn", help="the step's preset "
+                   "(default mt-dnn, as tasks.multitask)")
     p.add_argument("--smart-bregman", action="store_true")
     p.add_argument("--smart-dropout", choices=("on", "off"), default="on")
     p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
@@ -63,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     plain = MultitaskBert(minbert.load_pretrained(args.model), MultitaskConfig(design=args.design)).to(device)
     smart = copy.deepcopy(plain)
-    smart.add_smart(SmartConfig(steps=args.smart_steps, bregman=args.smart_bregman, dropout=args.smart_dropout == "on"))
+    smart.add_smart(SmartConfig.preset(args.smart_perturbation, steps=args.smart_steps, bregman=args.smart_bregman,
+                                       dropout=args.smart_dropout == "on"))
     models = {"plain": plain, "smart": smart}
     optimizers = {k: minbert.AdamW(list(m.parameters()), lr=1e-5, variant="torch") for k, m in models.items()}
     passes = {k: [0] for k in models}                                 # encoder forwards, counted by a hook

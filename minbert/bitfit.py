@@ -115,9 +115,16 @@ class SparseDelta(nn.Module):
         return W0.flatten().index_add(0, self.index, self.delta.to(W0.dtype)).view_as(W0)
 
 
-def _slots(model: BertModel) -> list[tuple[nn.Module, str, torch.Tensor]]:
-    """(module, attribute, tensor) for every parameter of the encoder, in named_parameters order."""
-    return [(m, n, p) for _, m in model.named_modules() for n, p in m.named_parameters(recurse=False)]
+SCOPES = ("encoder", "with-embeddings")   # where the random controls draw from (freeze_random's `scope`)
+
+
+def _slots(model: BertModel, scope: str = "encoder") -> list[tuple[nn.Module, str, torch.Tensor]]:
+    """(module, attribute, tensor) for every parameter in `scope`, in named_parameters order: "encoder" is the
+    layers and the pooler (the reference code's rand_row_col pool), "with-embeddings" adds the embeddings."""
+    if scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}: use one of {', '.join(SCOPES)}")
+    return [(m, n, p) for prefix, m in model.named_modules() for n, p in m.named_parameters(recurse=False)
+            if scope == "with-embeddings" or not prefix.startswith("embeddings")]
 
 
 def _sample_uniform(sizes: list[int], budget: int, g: torch.Generator) -> list[torch.Tensor]:
@@ -152,24 +159,54 @@ def _sample_row_col(shapes: list[torch.Size], budget: int, g: torch.Generator) -
     return [m.flatten().nonzero().flatten() for m in masks]
 
 
-def freeze_random(model: BertModel, how: str = "rand_uniform", budget: int | None = None, seed: int = 0) -> int:
+def _sample_per_matrix(slots: list[tuple[nn.Module, str, torch.Tensor]], g: torch.Generator) -> list[torch.Tensor]:
+    """The reference code's rand_row_col (benzakenelad/BitFit, glue_evaluator.py set_row_and_column_random_mask):
+    every matrix gets one random column (when a coin says so, or when it is wider than tall) or else
+    rows // cols random rows, as many entries as its bias; every LayerNorm gain trains whole. (The reference draws
+    the rows with replacement; here they are distinct.)"""
+    chosen = []
+    for _, attr, p in slots:
+        mask = torch.zeros(p.shape, dtype=torch.bool)
+        if p.dim() == 1 and attr.startswith("gLN"):
+            mask[:] = True
+        elif p.dim() == 2:
+            rows, cols = p.shape
+            if torch.randint(2, (1,), generator=g).item() or rows < cols:
+                mask[:, torch.randint(cols, (1,), generator=g).item()] = True
+            else:
+                mask[torch.randperm(rows, generator=g)[:rows // cols]] = True
+        chosen.append(mask.flatten().nonzero().flatten())
+    return chosen
+
+
+def freeze_random(model: BertModel, how: str = "rand_uniform", budget: int | None = None, seed: int = 0,
+                  scope: str = "encoder") -> int:
     """The paper's random controls (sec. 4, Table 3): train `budget` random encoder entries; returns how many.
 
-    rand_uniform: entries drawn uniformly from every parameter of the encoder (embeddings included);
-    rand_row_col: whole rows and columns of its matrices. budget defaults to what BitFit 'all' trains.
-    Call merge_deltas(model) afterwards to fold the trained entries back into ordinary parameters.
+    rand_uniform: entries drawn uniformly from the parameters in `scope`; rand_row_col: whole rows and columns
+    of its matrices; budget defaults to what BitFit 'all' trains. rand_row_col_ref: the reference code's own
+    scheme, per matrix (_sample_per_matrix); its budget is what the scheme picks (`budget` must be None).
+    scope "encoder" (default) draws from the layers and the pooler only, as the reference code's rand_row_col
+    (benzakenelad/BitFit, glue_evaluator.py: 'encoder' or 'pooler' weights); "with-embeddings" adds the embedding
+    tables, as the reference's rand_uniform does (it spreads its budget over all of model.bert in proportion to
+    size): most of those entries are word rows a task's batches rarely touch, a weaker control. Call
+    merge_deltas(model) afterwards to fold the trained entries back into ordinary parameters.
     """
     _check_encoder(model)
-    if how not in ("rand_uniform", "rand_row_col"):
-        raise ValueError(f"unknown control {how!r}: use 'rand_uniform' or 'rand_row_col'")
+    if how not in ("rand_uniform", "rand_row_col", "rand_row_col_ref"):
+        raise ValueError(f"unknown control {how!r}: use 'rand_uniform', 'rand_row_col' or 'rand_row_col_ref'")
+    if how == "rand_row_col_ref" and budget is not None:
+        raise ValueError("rand_row_col_ref picks its own budget (one bias's worth per matrix): give no budget")
     budget = bitfit_budget(model, "all") if budget is None else budget
-    slots = _slots(model)
+    slots = _slots(model, scope)
     if not 0 < budget <= sum(p.numel() for _, _, p in slots):
-        raise ValueError(f"budget {budget} must be positive and at most the encoder's size")
+        raise ValueError(f"budget {budget} must be positive and at most the size of the {scope} scope")
     freeze(model, "none")
     g = torch.Generator().manual_seed(seed)
     if how == "rand_uniform":
         chosen = _sample_uniform([p.numel() for _, _, p in slots], budget, g)
+    elif how == "rand_row_col_ref":
+        chosen = _sample_per_matrix(slots, g)
     else:
         chosen = _sample_row_col([p.shape for _, _, p in slots], budget, g)
     for (module, attr, p), index in zip(slots, chosen):

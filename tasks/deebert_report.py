@@ -11,23 +11,47 @@ import csv
 import io
 import json
 import os
+import statistics
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 
 def format_table(table: dict) -> str:
-    """The sweep as a markdown table: one row per setting, the plain model and the ramps' own cost first."""
-    head = (f"| setting | {table['metric']} | drop | mean exit layer | layers run | tokens run | time (s) "
-            f"| time saved | speed-up | same as plain |\n|---|---|---|---|---|---|---|---|---|---|")
+    """The sweep as a markdown table: one row per setting, the plain model and the ramps' own cost first; times
+    are medians over the rounds with their range, savings the median over rounds of the same round's ratio."""
+    head = (f"| setting | {table['metric']} | drop | mean exit layer | layers run | tokens run | time (s) [range] "
+            f"| saved vs plain [range] | saved vs no exit [range] | same as plain |\n"
+            "|---|---|---|---|---|---|---|---|---|---|")
     rows = table["rows"]
     lines = [head] + [
         f"| {r['setting']} | {r['quality']:.4f} | {r['quality_drop'] * 100:+.2f} | {r['mean_exit_layer']:.2f} "
-        f"| {r['layers_run']:.1%} | {r['tokens_run']:.1%} | {r['seconds']:.2f} | {r['time_saved']:.1%} "
-        f"| {r['speedup']:.2f}x | {r['same_as_plain']:.1%} |" for r in [rows[0], rows[-1], *rows[1:-1]]]
-    return "\n".join(lines) + (f"\n\n{table['examples']} examples, batch {table['eval_batch_size']}, median of "
-                               f"{table['rounds']} round(s); the off-ramps' own cost (every ramp evaluated, no exit): "
+        f"| {r['layers_run']:.1%} | {r['tokens_run']:.1%} | {r['seconds']:.2f} [{r['seconds_min']:.2f}-"
+        f"{r['seconds_max']:.2f}] | {r['time_saved_rounds_median']:.1%} [{r['time_saved_rounds_min']:.1%}, "
+        f"{r['time_saved_rounds_max']:.1%}] | {r['time_saved_vs_no_exit_rounds_median']:.1%} "
+        f"[{r['time_saved_vs_no_exit_rounds_min']:.1%}, {r['time_saved_vs_no_exit_rounds_max']:.1%}] "
+        f"| {r['same_as_plain']:.1%} |" for r in [rows[0], rows[-1], *rows[1:-1]]]
+    return "\n".join(lines) + (f"\n\n{table['examples']} examples, batch {table['eval_batch_size']}, "
+                               f"{table['rounds']} round(s) after an untimed pass, settings in a seeded random order "
+                               f"per round; the off-ramps' own cost (every ramp evaluated, no exit): "
                                f"{table['ramp_cost']:+.1%} time against the plain model.")
+
+
+def savings(seconds: list[float], against: list[float], key: str) -> dict:
+    """Per round, the time saved against another setting timed in the same round, 1 - t / t_other; its median and
+    spread (min, max) over the rounds, under key, key_median, key_min and key_max."""
+    saved = [1 - a / b for a, b in zip(seconds, against)]
+    return {key: saved, f"{key}_median": statistics.median(saved), f"{key}_min": min(saved), f"{key}_max": max(saved)}
+
+
+def format_choice(chosen: dict, metric: str, select: object, report: object) -> str:
+    """One line: the setting chosen on the selection split, its drop and time saved (median, spread) on the report."""
+    return (f"chosen on {select.name} ({len(select.records)}): {chosen['setting']}; on {report.name} "
+            f"({len(report.records)}): {metric} drop {chosen['quality_drop'] * 100:+.2f} points, time saved "
+            f"{chosen['time_saved_rounds_median']:.1%} against plain (rounds {chosen['time_saved_rounds_min']:.1%} to "
+            f"{chosen['time_saved_rounds_max']:.1%}), {chosen['time_saved_vs_no_exit_rounds_median']:.1%} against "
+            f"no exit ({chosen['time_saved_vs_no_exit_rounds_min']:.1%} to "
+            f"{chosen['time_saved_vs_no_exit_rounds_max']:.1%})")
 
 
 def write_text(path: Path, text: str) -> Path:
@@ -44,7 +68,7 @@ def write_text(path: Path, text: str) -> Path:
 
 def write_outputs(out: Path, table: dict, summary: dict, hist_settings: int = 4) -> None:
     """sweep.csv, sweep.json and the three figures."""
-    keys = [k for k in table["rows"][0] if k not in ("seconds_all", "exit_histogram")]
+    keys = [k for k in table["rows"][0] if k not in ("seconds_all", "exit_histogram") and not k.endswith("_rounds")]
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(keys + [f"exit_layer_{l + 1}" for l in range(table["num_layers"])])

@@ -114,10 +114,11 @@ def _save_task_file(model: nn.Module, args: argparse.Namespace) -> None:
         print(f"wrote {path} ({size / 1024:.0f} KiB: the trained biases and the head)")
 
 
-def _random_control(how: str) -> Callable[[nn.Module, argparse.Namespace], list[nn.Parameter]]:
+def _random_control(how: str, scope: str = "encoder") -> Callable[[nn.Module, argparse.Namespace], list[nn.Parameter]]:
     def setup(model: nn.Module, args: argparse.Namespace) -> list[nn.Parameter]:
-        budget = bitfit.bitfit_budget(model.bert, getattr(args, "bitfit_terms", "all"))
-        bitfit.freeze_random(model.bert, how, budget=budget, seed=getattr(args, "seed", 0))
+        terms = getattr(args, "bitfit_terms", "all")
+        budget = None if how == "rand_row_col_ref" else bitfit.bitfit_budget(model.bert, terms)
+        bitfit.freeze_random(model.bert, how, budget=budget, seed=getattr(args, "seed", 0), scope=scope)
         model.head.requires_grad_(True)
         return trainable(model)
     return setup
@@ -131,10 +132,21 @@ register(FineTuneMode(
     help="BitFit's 'frozen' control: no encoder parameter trains, only the head"))
 register(FineTuneMode(
     "rand_uniform", _random_control("rand_uniform"), default_lr=1e-3,
-    help="BitFit's control: as many random encoder entries as bitfit trains (chosen from --seed), and the head"))
+    help="BitFit's control: as many random entries of the layers and pooler as bitfit trains (chosen from --seed), "
+         "and the head"))
 register(FineTuneMode(
     "rand_row_col", _random_control("rand_row_col"), default_lr=1e-3,
-    help="BitFit's control: the same budget as random whole rows and columns of the encoder's matrices"))
+    help="BitFit's control: the same budget as random whole rows and columns of the layers' and pooler's matrices"))
+register(FineTuneMode(
+    "rand_row_col_ref", _random_control("rand_row_col_ref"), default_lr=1e-3,
+    help="BitFit's control as the reference code draws it: per matrix of the layers and pooler one random column or "
+         "rows (a bias's worth), and every LayerNorm gain"))
+register(FineTuneMode(
+    "rand_uniform_emb", _random_control("rand_uniform", "with-embeddings"), default_lr=1e-3,
+    help="rand_uniform drawing from the embedding tables too (the reference code's rand_uniform; a weaker control)"))
+register(FineTuneMode(
+    "rand_row_col_emb", _random_control("rand_row_col", "with-embeddings"), default_lr=1e-3,
+    help="rand_row_col drawing from the embedding tables too (a weaker control)"))
 
 
 def add_mode_arguments(parser: argparse.ArgumentParser) -> None:

@@ -28,7 +28,7 @@ from torch import nn
 import minbert
 from minbert.multitask import DESIGNS, POOLINGS, SCHEDULES, MultitaskBert, MultitaskConfig, TaskSchedule
 from minbert.pals import VARIANTS, PalsConfig
-from minbert.smart import SmartConfig
+from minbert.smart import PRESETS, SmartConfig
 
 from .data import TASKS, Records, batch_indices, to_device
 from .distributed import world_size
@@ -174,24 +174,27 @@ def build_parser() -> argparse.ArgumentParser:
 def add_smart_pals_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of SMART (minbert.smart) and PALs (minbert.pals)."""
     s = p.add_argument_group("SMART", "Smoothness-inducing adversarial regularisation and Bregman proximal point "
-                             "optimisation (Jiang et al., 2020), on the encoder's input embeddings; defaults are the "
-                             "paper's. With --smart-steps 1 a training step runs 3 encoder passes and 2 backward passes "
+                             "optimisation (Jiang et al., 2020), on the encoder's input embeddings; lambda_s, K, mu and beta "
+                             "default to the paper's, the perturbation to the SMART authors' code (--smart-perturbation)."
+                             " With --smart-steps 1 a training step runs 3 encoder passes and 2 backward passes "
                              "instead of 1 and 1 (benchmarks/smart_cost.py measures the time)")
     s.add_argument("--smart", action="store_true", help="add lambda_s R_s (and with --smart-bregman mu D_Breg) to "
                    "every training loss")
     s.add_argument("--smart-lambda", type=nonnegative_float, default=1.0, metavar="L",
                    help="lambda_s, R_s's weight (default 1; "
                    "the paper tries 1, 3, 5; the CS224N report used 5)")
-    s.add_argument("--smart-steps", type=positive_int, default=1, metavar="K",
-                   help="ascent steps on the perturbation (default 1)")
-    s.add_argument("--smart-eta", type=positive_float, default=1e-3, metavar="ETA",
-                   help="the perturbation's step size (default 1e-3)")
-    s.add_argument("--smart-epsilon", type=nonnegative_float, default=1e-5, metavar="EPS",
-                   help="radius of the perturbation's infinity-norm "
-                   "ball (default 1e-5; the report used 1e-6)")
-    s.add_argument("--smart-sigma", type=positive_float, default=1e-5, metavar="SIGMA",
-                   help="std of the perturbation's starting noise "
-                   "(default 1e-5)")
+    s.add_argument("--smart-steps", type=positive_int, default=1, metavar="K", help="ascent steps on the perturbation (default 1)")
+    s.add_argument("--smart-perturbation", choices=tuple(PRESETS), default="mt-dnn", help="the perturbation "
+                   "step's preset, each with its public code's defaults (minbert/smart.py): mt-dnn (the default: the "
+                   "SMART authors' own code, namisan/mt-dnn; per-token rescale to infinity norm ~1, eta 1e-5, eps "
+                   "1e-6, sigma 1e-5), vat (archinetai/vat-pytorch, named by the CS224N report: the same rescale, eta "
+                   "1e-3), paper (Algorithm 1 literally: projection onto the eps ball, eta 1e-3, eps 1e-5, sigma 1e-5). --smart-eta/--smart-epsilon/--smart-sigma override the preset")
+    s.add_argument("--smart-eta", type=positive_float, default=None, metavar="ETA", help="the perturbation's step size "
+                   "(default: the preset's)")
+    s.add_argument("--smart-epsilon", type=nonnegative_float, default=None, metavar="EPS", help="paper: the infinity-norm ball's "
+                   "radius; mt-dnn, vat: the division's guard (default: the preset's)")
+    s.add_argument("--smart-sigma", type=positive_float, default=None, metavar="SIGMA", help="std of the perturbation's starting "
+                   "noise (default: the preset's)")
     s.add_argument("--smart-bregman", action="store_true", help="also the Bregman proximal point term with momentum, "
                    "mu l_s(f(x; theta), f(x; theta~)), theta~ a moving average of the trainable parameters")
     s.add_argument("--smart-mu", type=nonnegative_float, default=1.0, metavar="MU",
@@ -200,7 +203,8 @@ def add_smart_pals_arguments(p: argparse.ArgumentParser) -> None:
                    help="momentum: theta~ <- (1 - beta) theta + beta theta~ "
                    "after each step (default 0.99)")
     s.add_argument("--smart-dropout", choices=("on", "off"), default="on", help="off: the regulariser's clean, "
-                   "perturbation and adversarial passes (and the Bregman copy's) run without dropout (default on)")
+                   "perturbation and adversarial passes run without dropout (default on; the Bregman term's two "
+                   "passes always run without dropout, so that it is 0 at theta~ = theta)")
     g = p.add_argument_group("PALs", "Projected attention layers (Stickland & Murray, 2019): task-specific "
                              "attention beside every layer. PALs always train, in every --fine-tune-mode: they are "
                              "task parameters, like the heads")
@@ -219,9 +223,10 @@ def add_smart_pals(model: MultitaskBert, args: argparse.Namespace, params: list[
         if args.pals is not None:
             params = params + list(model.add_pals(PalsConfig(args.pals, args.pals_size, args.pals_heads)).parameters())
         if args.smart:
-            model.add_smart(SmartConfig(args.smart_lambda, args.smart_steps, args.smart_eta, args.smart_epsilon,
-                                        args.smart_sigma, args.smart_bregman, args.smart_mu, args.smart_beta,
-                                        args.smart_dropout == "on"))
+            model.add_smart(SmartConfig.preset(
+                args.smart_perturbation, lambda_s=args.smart_lambda, steps=args.smart_steps, eta=args.smart_eta,
+                epsilon=args.smart_epsilon, sigma=args.smart_sigma, bregman=args.smart_bregman, mu=args.smart_mu,
+                beta=args.smart_beta, dropout=args.smart_dropout == "on"))
     except ValueError as e:
         raise SystemExit(f"python -m tasks.multitask: {e}") from None
     return params
@@ -235,6 +240,17 @@ def smart_post_step(post_step: Callable[[nn.Module], None] | None) -> Callable[[
         if m.smart is not None and m.smart.names:
             m.smart.update(m)
     return step
+
+
+def smart_epoch_stats(model: MultitaskBert, log: list[dict]) -> None:
+    """At an epoch's end: SMART's mean R_s and D_Breg and their shares of the loss, logged and appended to `log`;
+    then the sums restart. (This process's batches only: under torchrun, rank 0's.)"""
+    stats = model.smart.epoch_stats()
+    model.smart.reset_stats()
+    log.append(stats)
+    if is_main_process():
+        print(f"  smart: R_s {stats['smart_r_s']:.3e} (lambda R_s {stats['smart_r_s_share']:.1%} of the loss), "
+              f"D_Breg {stats['smart_bregman']:.3e} ({stats['smart_bregman_share']:.1%})", file=sys.stderr)
 
 
 RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "checkpoint", "resume", "predictions_dir",
@@ -315,7 +331,13 @@ def run(args: argparse.Namespace) -> dict:
 
     evaluated: list[dict[str, list]] = []  # the dev predictions of each epoch this process evaluated, in order
 
+    smart_log: list[dict] = []  # SMART's per-epoch means, for the epochs this process trained
+    if args.smart:
+        model.smart.reset_stats()
+
     def evaluate(m: nn.Module) -> dict[str, float]:
+        if args.smart:
+            smart_epoch_stats(model, smart_log)
         evaluated.append({t: predict(m, dev[t], args.eval_batch_size, device, args.precision) for t in tasks})
         scores = {METRICS[t]: score(t, evaluated[-1][t], dev[t].records) for t in tasks}
         if len(tasks) == 3:
@@ -345,6 +367,8 @@ def run(args: argparse.Namespace) -> dict:
     summary: dict = {"tasks": tasks, "best_epoch": result.best_epoch, f"dev_{metric}": result.best_score,
                      "history": result.history, "checkpoint": checkpoint, "trainable": sum(p.numel() for p in params),
                      "dev": {}, "test": {}}
+    if args.smart:  # per epoch this process trained: mean R_s, D_Breg and their shares of the loss
+        summary["smart"] = smart_log
     if not args.predictions:  # the best epoch's own dev evaluation
         best = result.history[result.best_epoch - 1]
         summary["dev"] = {k[len("dev_"):]: v for k, v in best.items() if k.startswith("dev_")}

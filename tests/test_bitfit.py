@@ -130,6 +130,46 @@ def test_random_controls_move_only_the_chosen_entries(tiny_config, how):
     assert in_layers > 0 and moved == in_layers, "a chosen entry inside the layers did not train"
 
 
+def chosen_by_tensor(model) -> dict[str, int]:
+    """parameter name -> how many of its entries a random control chose."""
+    return {f"{mname}.{attr}".lstrip("."): plist[0].index.numel()
+            for mname, module in model.named_modules()
+            for attr, plist in getattr(module, "parametrizations", {}).items()}
+
+
+@pytest.mark.parametrize("how", ["rand_uniform", "rand_row_col"])
+def test_random_controls_draw_nothing_from_the_embeddings_unless_asked(tiny_config, how):
+    model = tiny(tiny_config)                                       # embeddings: most of the tiny model's entries
+    chosen = freeze_random(model, how, budget=2000, seed=3)
+    by_tensor = chosen_by_tensor(model)
+    assert sum(by_tensor.values()) == chosen and chosen > 1000
+    assert not any(n.startswith("embeddings.") for n in by_tensor)
+    assert {n.split(".")[0] for n in by_tensor} <= {"layers", "pooler"}
+    with_emb = tiny(tiny_config)
+    freeze_random(with_emb, how, budget=20000, seed=3, scope="with-embeddings")   # the named option reaches them
+    assert any(n.startswith("embeddings.") for n in chosen_by_tensor(with_emb))
+    with pytest.raises(ValueError, match="unknown scope"):
+        freeze_random(tiny(tiny_config), how, budget=10, scope="everything")
+
+
+def test_reference_rand_row_col_takes_a_biass_worth_of_lines_per_matrix_and_every_layernorm_gain(tiny_config):
+    model = tiny(tiny_config)
+    shapes = {n: p.shape for n, p in model.named_parameters()}
+    chosen = freeze_random(model, "rand_row_col_ref", seed=5)
+    by_tensor = chosen_by_tensor(model)
+    matrices = [n for n, s in shapes.items() if len(s) == 2 and not n.startswith("embeddings.")]
+    gains = [n for n in shapes if n.split(".")[-1] in ("gLN1", "gLN2")]
+    assert set(by_tensor) == set(matrices) | set(gains)               # nothing from the embeddings, no bias
+    for n in matrices:                                               # a bias's worth: rows (out) entries, or
+        rows, cols = shapes[n]                                       # rows // cols whole rows
+        assert by_tensor[n] in (rows, (rows // cols) * cols), n
+    assert all(by_tensor[n] == shapes[n][0] for n in gains)
+    # BitFit's budget minus the embedding LayerNorm's bias, when every matrix's rows // cols * cols equals its rows
+    assert chosen == bitfit.bitfit_budget(model, "all") - shapes["embeddings.bLN"][0]
+    with pytest.raises(ValueError, match="picks its own budget"):
+        freeze_random(tiny(tiny_config), "rand_row_col_ref", budget=10)
+
+
 def test_rand_row_col_picks_whole_lines(tiny_config):
     model = tiny(tiny_config)
     freeze_random(model, "rand_row_col", budget=3 * 32, seed=0)

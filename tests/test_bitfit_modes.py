@@ -66,3 +66,11 @@ def test_after_fit_writes_a_task_file(tiny_config, tmp_path):
     assert meta["bitfit_terms"] == "bm2" and meta["task"] == "sst"
     assert torch.equal(fresh.bert.layers[1].bm2, model.bert.layers[1].bm2)
     assert torch.equal(fresh.head.bias, model.head.bias)
+
+
+@pytest.mark.parametrize("how, embeddings", [("rand_uniform", False), ("rand_row_col", False),
+                                             ("rand_row_col_ref", False), ("rand_uniform_emb", True)])
+def test_random_control_modes_reach_the_embeddings_only_in_their_named_variants(tiny_config, how, embeddings):
+    model, _, _, _ = setup(tiny_config, "--fine-tune-mode", how, "--seed", "2")
+    trained = [n for n, p in model.named_parameters() if p.requires_grad and n.endswith(".delta")]
+    assert trained and any(n.startswith("bert.embeddings.") for n in trained) == embeddings

@@ -257,7 +257,7 @@ def cli_args(tiny_dir, tmp_path, task, out, *extra):
         "--train-file", piece(tmp_path, f"{source}-train.csv", f"{task}-train.csv", 0, 48),
         "--dev-file", piece(tmp_path, f"{source}-dev.csv", f"{task}-dev.csv", 0, 40),
         "--test-file", piece(tmp_path, f"{source}-test-student.csv", f"{task}-test.csv", 0, 20),
-        "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", *extra])
+        "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--rounds", "2", *extra])
 
 
 def test_cli_trains_both_stages_sweeps_and_writes_every_file(tiny_dir, tmp_path, capsys):
@@ -310,3 +310,65 @@ def test_every_flag_is_explained_and_the_default_thresholds_span_the_entropy_ran
                  "--eval-batch-size", "--out", "--resume", "--threshold"):
         assert flag in text, flag
     assert cli.DEFAULT_THRESHOLDS[0] == 0.0 and math.log(2) < cli.DEFAULT_THRESHOLDS[-1]   # no exit .. all at layer 1
+
+
+# ------------------------------------------------------------------ the timing protocol and the dev halves
+
+def test_sweep_orders_differ_between_rounds_include_plain_and_follow_the_seed():
+    names = ["plain", "S=0", "S=0.3", "no exit"]
+    orders = deebert.round_orders(names, 5, seed=1)
+    assert all(sorted(o) == sorted(names) for o in orders)           # every setting, plain included, once a round
+    assert len({tuple(o) for o in orders}) > 1                       # the order changes between rounds
+    assert len({o.index("plain") for o in orders}) > 1               # plain does not always go first
+    assert orders == deebert.round_orders(names, 5, seed=1) != deebert.round_orders(names, 5, seed=2)
+
+
+def test_sweep_runs_an_untimed_pass_of_every_setting_then_the_rounds_in_their_orders(monkeypatch):
+    calls = []
+    rules = {"S=0": EntropyExit(0.0), "no exit": EntropyExit(-math.inf)}
+    names = {None: "plain", id(rules["S=0"]): "S=0", id(rules["no exit"]): "no exit"}
+
+    def fake(model, batches, rule, trim=True):
+        calls.append((names[None if rule is None else id(rule)], len(batches)))
+        return torch.zeros(1, 2), torch.ones(1, dtype=torch.long), float(len(calls)), 1
+
+    monkeypatch.setattr(deebert, "timed_run", fake)
+    plain, runs = deebert.sweep(nn_stub(), [{}] * 3, rules, rounds=3, seed=7)
+    assert sorted(c[0] for c in calls[:3]) == ["S=0", "no exit", "plain"] and all(c[1] == 3 for c in calls)
+    timed = [c[0] for c in calls[3:]]
+    assert timed == [n for o in deebert.round_orders(["plain", "S=0", "no exit"], 3, 7) for n in o]
+    assert len(plain.seconds) == 3 and [r.name for r in runs] == ["S=0", "no exit"]
+    assert plain.time == sorted(plain.seconds)[1]                    # the median of the rounds
+
+
+def nn_stub():
+    return torch.nn.Linear(1, 1)
+
+
+def test_time_saved_per_round_by_hand():
+    got = cli.savings([8.0, 6.0, 9.0], [10.0, 10.0, 10.0], "k")
+    assert got["k"] == pytest.approx([0.2, 0.4, 0.1]) and got["k_median"] == pytest.approx(0.2)
+    assert (got["k_min"], got["k_max"]) == (pytest.approx(0.1), pytest.approx(0.4))
+
+
+def test_dev_halves_are_a_seeded_disjoint_split(tmp_path, tokenizer):
+    path = piece(tmp_path, "ids-sst-dev.csv", "sst-dev.csv", 0, 41)
+    dev = cli.load_split("dev", path, "sst", tokenizer)
+    select, report = cli.split_halves(dev, seed=3)
+    a, b = [e.id for e in select.records], [e.id for e in report.records]
+    assert len(a) == 20 and len(b) == 21 and not set(a) & set(b) and sorted(a + b) == sorted(e.id for e in dev.records)
+    again, other = cli.split_halves(dev, seed=3)[0], cli.split_halves(dev, seed=4)[0]
+    assert [e.id for e in again.records] == a != [e.id for e in other.records]
+    assert len(select.lengths) == 20
+
+
+def test_cli_selects_on_one_dev_half_and_reports_the_other(tiny_dir, tmp_path):
+    summary = cli.run(cli_args(tiny_dir, tmp_path, "sst2", "halves", "--eval-batch-size", "8",
+                               "--thresholds", "0", "0.3", "0.69"))
+    n = summary["dev_select_examples"] + summary["dev_report_examples"]
+    assert summary["examples"] == summary["dev_report_examples"] and summary["selection"]["examples"] == \
+        summary["dev_select_examples"] and n == len(cli.load_split("dev", tmp_path / "sst2-dev.csv", "sst2",
+                                                                 minbert.Tokenizer.from_pretrained(str(tiny_dir))).records)
+    chosen = summary["chosen"]
+    assert chosen["value"] == summary["prediction_setting"] and len(chosen["time_saved_rounds"]) == 2
+    assert all(len(r["seconds_all"]) == 2 for r in summary["rows"])

@@ -29,7 +29,10 @@ from tasks.starter_flags import STARTER_ALIASES, table_markdown, translate
      ("--device cuda --fine-tune-mode last-linear-layer --batch-size 16 --dropout 0.2 --sst-train s.csv "
       "--para-dev q.csv --sts-test t.csv --predictions-dir predictions")),
 ], ids=["classifier", "classifier-inline-values", "multitask"])
-def test_starter_flags_parse_to_the_same_settings(cli: object, starter: str, ours: str) -> None:
+def test_starter_flags_parse_to_the_same_settings(cli: object, starter: str, ours: str, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)                        # the data-file flags must name files that exist
+    for f in ("a.csv", "b.csv", "c.csv", "s.csv", "q.csv", "t.csv"):
+        (tmp_path / f).write_text("id\tsentence\tsentiment\n")
     name = cli.__name__.rsplit(".", 1)[1]
     got = cli.build_parser().parse_args(translate(starter.split(), name))
     want = cli.build_parser().parse_args(ours.split())

@@ -13,11 +13,14 @@ from test_multitask import PAIRS, argv, files, pair_batch  # noqa: F401  (fixtur
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from minbert.smart import (
+    PRESETS,
     SmartConfig,
     adversarial_perturbation,
     ascent_step,
     divergence,
     momentum_update,
+    rescale_step,
+    smoothness_loss,
     symmetric_kl,
 )
 from tasks import multitask
@@ -112,6 +115,88 @@ def test_after_k_steps_the_perturbation_is_inside_the_epsilon_ball_and_no_parame
     assert all(p.grad is None for p in model.parameters())
 
 
+# ------------------------------------------------------------------ the presets (the public code's step)
+
+def test_rescale_step_equals_the_hand_computation_per_token():
+    delta = [torch.tensor([[[0.5, -1.0], [0.0, 2.0]]])]               # (B=1, T=2, H=2)
+    grad = [torch.tensor([[[10.0, 0.0], [-4.0, 0.0]]])]
+    (out,) = rescale_step(delta, grad, eta=0.25, epsilon=0.5)
+    # s = delta + 0.25 g = [[3.0, -1.0], [-1.0, 2.0]]; token norms 3 and 2; s / (norm + 0.5)
+    torch.testing.assert_close(out, torch.tensor([[[3.0 / 3.5, -1.0 / 3.5], [-1.0 / 2.5, 2.0 / 2.5]]]))
+
+
+@pytest.mark.parametrize("name", ["mt-dnn", "vat", "paper"])
+def test_each_presets_step_on_a_linear_model_equals_the_hand_computation(name):
+    config = SmartConfig.preset(name, steps=1)
+    rule, eta, epsilon, sigma = PRESETS[name]
+    assert (config.rule, config.eta, config.epsilon, config.sigma) == (rule, eta, epsilon, sigma)
+    torch.manual_seed(0)
+    w = torch.tensor([0.5, -2.0, 1.0], dtype=torch.float64)        # float64: the hand computation's rounding is nil
+    x = [torch.zeros(2, 2, 3, dtype=torch.float64)]                # f(x) = 0: l_s's float32 cast loses nothing
+
+    def f(xs):
+        return (xs[0] * w).sum((1, 2))                              # (B,), a regression output
+
+    torch.manual_seed(1)
+    (delta,) = adversarial_perturbation(f, x, f(x), "regression", config)
+    torch.manual_seed(1)
+    nu = sigma * torch.randn(2, 2, 3, dtype=torch.float64)
+    a = (nu * w).sum((1, 2))[:, None, None]                         # f(x + nu) - f(x), (B, 1, 1)
+    g = 2.0 * a * w / 2                                             # d/dnu of mean_b a_b^2: each token (2/B) a_b w
+    if name == "paper":
+        expected = (nu + eta * g / g.abs().amax((1, 2), keepdim=True)).clamp(-epsilon, epsilon)
+    else:
+        s = nu + eta * g
+        expected = s / (s.abs().amax(-1, keepdim=True) + epsilon)
+        assert expected.abs().amax(-1).min() > 0.5                  # radius n / (n + eps) ~ 1, n ~ 1e-5: no eps ball
+    torch.testing.assert_close(delta, expected, rtol=1e-9, atol=1e-15)
+    assert SmartConfig.preset(name, eta=0.5, epsilon=None).eta == 0.5   # explicit settings override; None keeps
+    with pytest.raises(ValueError, match="preset must be one of"):
+        SmartConfig.preset("alice")
+
+
+def test_r_s_sends_a_gradient_to_both_the_perturbed_and_the_clean_output():
+    w = torch.tensor([0.5, -2.0, 1.0], requires_grad=True)
+    x = [torch.tensor([[[1.0, 2.0, 3.0]], [[-1.0, 0.0, 1.0]]])]    # (B=2, T=1, H=3)
+
+    def f(xs):
+        return (xs[0] * w).sum((1, 2))
+
+    target = f(x) * 2.0                                             # a target with its own graph to w
+    config = SmartConfig(steps=0, sigma=0.0)                        # x~ = x: R_s = mean (f(x) - 2 f(x))^2 = mean f(x)^2
+    r = smoothness_loss(f, x, target, "regression", config)
+    (grad,) = torch.autograd.grad(r, w)
+    fx = (x[0] * w.detach()).sum((1, 2))
+    # d/dw mean_b (f_b - 2 f_b)^2 = mean_b 2 (f_b - 2 f_b)(x_b - 2 x_b) = mean_b 2 f_b x_b: both sides' terms
+    by_hand = (2 * fx[:, None] * x[0].sum(1)).mean(0)
+    torch.testing.assert_close(grad, by_hand)
+    detached_only = (2 * -fx[:, None] * x[0].sum(1)).mean(0)       # what a detached target would give
+    assert not torch.allclose(grad, detached_only)
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("dropout", ["on", "off"])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_bregman_is_exactly_zero_at_theta_tilde_equal_theta(symmetric, dropout, mode, tiny_config, tokenizer):
+    torch.manual_seed(0)
+    config = MultitaskConfig(design="bi-encoder", head_hidden=16, symmetric_pairs=symmetric)
+    model = MultitaskBert(minbert.BertModel(tiny_config), config)
+    smart = model.add_smart(SmartConfig.preset("vat", bregman=True, dropout=dropout == "on"))
+    batch = labelled(tokenizer, "para")
+    model.train(mode == "train")
+    inputs = model.inputs("para", batch)
+    h = model.embed(inputs)
+    y = model.predict_from_embeddings("para", h, inputs)
+    smart.reset_stats()
+    smart(model, "para", "binary", batch, inputs, h, y, torch.zeros(()))
+    assert smart.stats["bregman"] == 0.0 and smart.stats["r_s"] > 0
+    assert model.training == (mode == "train")                      # the mode is restored
+    with torch.no_grad():                                           # theta moves: the term is no longer 0
+        model.head["para"].fc2.bias.add_(1.0)
+    smart(model, "para", "binary", batch, inputs, h, y, torch.zeros(()))
+    assert smart.stats["bregman"] > 0
+
+
 # ------------------------------------------------------------------ the SMART step
 
 def one_step(model: MultitaskBert, task: str, batch: dict, seed: int = 0) -> MultitaskBert:
@@ -182,7 +267,8 @@ def count_encoder_passes(model: MultitaskBert) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("dropout, bregman, passes", [("on", False, 3), ("off", False, 4), ("on", True, 4)])
+@pytest.mark.parametrize("dropout, bregman, passes", [("on", False, 3), ("off", False, 4), ("on", True, 5),
+                                                      ("off", True, 5)])
 def test_one_step_costs_the_task_pass_a_perturbation_pass_and_the_adversarial_pass(
         dropout, bregman, passes, tiny_config, tokenizer):
     torch.manual_seed(0)
@@ -192,7 +278,8 @@ def test_one_step_costs_the_task_pass_a_perturbation_pass_and_the_adversarial_pa
     model.train()
     model.loss("sst", labelled(tokenizer, "sst")).backward()
     # K = 1: the task pass, one perturbation pass, the adversarial pass; dropout off: a clean pass without a graph;
-    # Bregman: a pass with theta~ without a graph
+    # Bregman: a pass with theta~ without a graph and, with dropout on, a clean pass with theta (dropout off: the
+    # clean target's pass serves both)
     assert calls[0] == passes
     model.eval()
     calls[0] = 0
@@ -207,6 +294,8 @@ def test_smart_cli_bi_encoder_trains_with_bregman_and_without_dropout(tiny_dir, 
                                              "bi-encoder", "--smart", "--smart-lambda", "5", "--smart-epsilon", "1e-6",
                                              "--smart-bregman", "--smart-dropout", "off")))
     assert math.isfinite(out["history"][0]["train_loss"]) and set(out["dev"]) >= {"overall"}
+    (smart,) = out["smart"]                                         # one epoch: R_s and D_Breg logged, shares in (0, 1)
+    assert smart["smart_r_s"] > 0 and 0 < smart["smart_r_s_share"] < 1 and 0 <= smart["smart_bregman_share"] < 1
     state = load_checkpoint(tmp_path / "smart.pt")["model"]
     assert any(k.startswith("smart.momentum/bert/") for k in state)
     with pytest.raises(SystemExit, match="beta must be in"):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import math
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -311,22 +312,36 @@ def timed_run(model: DeeBert, batches: Sequence[dict], rule: ExitRule | None,
     return torch.cat(logits).cpu(), torch.cat(layers).cpu(), seconds, work
 
 
-def sweep(model: DeeBert, batches: Sequence[dict], rules: dict[str, ExitRule], rounds: int = 1,
-          warmup: int = 8, log: Callable[[str], None] | None = None) -> tuple[Timed, list[Timed]]:
+def round_orders(names: Sequence[str], rounds: int, seed: int = 0) -> list[list[str]]:
+    """The order of the settings in each timing round: a fresh seeded shuffle of all of them per round, the
+    plain model included, so that no setting always runs first (after a cold start) or next to the same one."""
+    g = random.Random(f"deebert-sweep-{seed}")
+    orders = []
+    for _ in range(rounds):
+        order = list(names)
+        g.shuffle(order)
+        orders.append(order)
+    return orders
+
+
+def sweep(model: DeeBert, batches: Sequence[dict], rules: dict[str, ExitRule], rounds: int = 5, seed: int = 0,
+          log: Callable[[str], None] | None = None) -> tuple[Timed, list[Timed]]:
     """Time the plain model and each exit rule over the same batches, interleaved in rounds (DeeBERT, sec. 4).
 
-    Every round runs the plain model, then the rules (in reverse order every other round), so that a change
-    of load on the machine hits all alike; the time reported is the median over rounds. `warmup` batches
-    run untimed first. Returns (plain, one Timed per rule).
+    First one untimed pass of every setting over all the batches (plain included; a seeded order); then each
+    round runs every setting once in a fresh seeded order (round_orders), so that a change of load on the
+    machine, or a cache warmed by the setting before, hits all alike. A Timed keeps every round's seconds;
+    its time is their median. Returns (plain, one Timed per rule).
     """
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, not {rounds}")
     model.eval()
-    timed_run(model, batches[:warmup], None)
-    for rule in rules.values():
-        timed_run(model, batches[:warmup], rule)
-    runs = {name: Timed(name, torch.empty(0), torch.empty(0)) for name in ["plain", *rules]}
-    for r in range(rounds):
-        order = list(rules) if r % 2 == 0 else list(reversed(rules))
-        for name in ["plain", *order]:
+    names = ["plain", *rules]
+    for name in round_orders(names, 1, seed + 1)[0]:                    # the untimed pass
+        timed_run(model, batches, rules.get(name))
+    runs = {name: Timed(name, torch.empty(0), torch.empty(0)) for name in names}
+    for r, order in enumerate(round_orders(names, rounds, seed)):
+        for name in order:
             run = runs[name]
             run.logits, run.layers, seconds, run.token_layers = timed_run(model, batches, rules.get(name))
             run.seconds.append(seconds)

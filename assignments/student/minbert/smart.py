@@ -17,23 +17,31 @@ Per training batch, as Algorithm 1 (x: the encoder's input embeddings h0, f: the
   3. loss = task loss + lambda_s l_s(f(x~), f(x)) + mu l_s(f(x; theta), f(x; theta~))
   4. after the optimiser step: theta~ <- (1 - beta) theta + beta theta~
 
-Where minbert follows the paper and the public reference code (namisan/mt-dnn, mt_dnn/perturbation.py)
-differs: the reference normalises the gradient by each token's own infinity norm (plus epsilon) and steps
-x + eta g without the starting noise, never projecting onto the epsilon ball (epsilon only guards the
-division); it takes the step's gradient from the one-sided KL(f(x) || f(x~)); it detaches the embeddings, so
-the regulariser does not train the embedding layer; and it never released the Bregman proximal point part.
-minbert normalises by the infinity norm of each example's whole gradient (every token and hidden unit, and
-for a bi-encoder pair both sentences: the example x_i of the paper), keeps the noise, projects, uses the
-symmetric l_s in the step, and lets the regulariser's gradient reach the embedding layer through x.
+The perturbation step comes in three presets (PRESETS, SmartConfig.preset). "paper" is step 2 read literally:
+the gradient normalised by the infinity norm of each example's whole gradient (every token and hidden unit, and
+for a bi-encoder pair both sentences), then projected onto the ball of radius epsilon (1e-5). At that radius R_s
+is numerically nil (about 1e-10 on MiniLM with an SST batch, far below the 5e-4 two dropout passes differ by:
+benchmarks/smart_noise.py). The public code does not project: namisan/mt-dnn (the authors' code,
+mt_dnn/perturbation.py) and archinetai/vat-pytorch (SMARTLoss, the code the CS224N report names) both set the
+new perturbation to s / (||s||_inf + epsilon), s = delta + eta g, the infinity norm taken over each token's
+hidden vector: every token's perturbation has infinity norm ~1 (epsilon 1e-6 only guards the division). They
+differ in eta (mt-dnn's train.py 1e-5, vat-pytorch 1e-3) and in the step's loss (one-sided KL; minbert takes
+the symmetric l_s in every preset). With eta g much smaller than the starting noise, the public step is mostly
+the noise's direction rescaled.
 
-The target f(x) is the clean output, detached (a fixed target, as in the ascent step): the regulariser
-pulls f(x~) towards f(x), and f(x) gets its gradient from the task loss. So the regulariser costs one more
-forward and backward than the task loss (the adversarial pass) plus, per step K, a forward and a backward
-to the perturbation only (torch.autograd.grad: no parameter gradient is computed or accumulated). With the
-passes' dropout on, f(x) is the task forward's own output (no extra pass); with it off (`dropout=False`),
-the clean target is one more forward without dropout and without a graph, and the perturbation and
-adversarial passes run without dropout too. The Bregman term's f(x; theta) is the task forward's output
-(with its graph); f(x; theta~) is a forward through torch.func.functional_call with theta~, without a graph.
+R_s's target f(x) keeps its graph: R_s depends on theta through both f(x~) and f(x), as in the paper. The
+public code's symmetric KL detaches the target distribution inside each direction (KL(sg P || Q) + KL(sg Q || P))
+but still sends a gradient to both outputs; minbert differentiates the symmetric KL fully in every preset. Per
+step K the perturbation costs a forward and a backward to the perturbation only (torch.autograd.grad: no
+parameter gradient). With the passes' dropout on, f(x) is the task forward's own output (no extra pass); with it
+off (`dropout=False`), the clean target is one more forward without dropout, and the perturbation and adversarial
+passes run without dropout too.
+
+The Bregman term compares f(x; theta) and f(x; theta~) on the same encoder pass (one pair order, whatever
+symmetric_pairs says) with dropout off on both sides, so it is exactly 0 at theta~ = theta: f(x; theta) is the
+dropout-free clean pass (shared with R_s when dropout is off, else one more forward with a graph), f(x; theta~)
+a forward through torch.func.functional_call with theta~, without a graph. The mt-dnn code never released the
+Bregman part.
 """
 
 from __future__ import annotations
@@ -47,6 +55,16 @@ import torch.nn.functional as F
 from torch import nn
 
 KINDS = ("classification", "binary", "regression")
+
+# The perturbation step's presets (--smart-perturbation): (step rule, eta, epsilon, sigma), the public code's defaults.
+#   mt-dnn: namisan/mt-dnn, mt_dnn/perturbation.py with train.py's defaults (adv_step_size 1e-5, adv_epsilon 1e-6,
+#           adv_noise_var 1e-5, adv_p_norm inf, adv_norm_level 0): delta <- s / (||s||_inf per token + eps),
+#           s = delta + eta g
+#   vat:    archinetai/vat-pytorch, vat_pytorch/smart.py SMARTLoss defaults (step_size 1e-3, epsilon 1e-6, noise_var
+#           1e-5, norm_fn inf_norm over the last dimension): the same per-token rescale, a larger eta
+#   paper:  Algorithm 1 read literally: delta + eta g / ||g||_inf (per example), projected onto the epsilon ball
+PRESETS = {"mt-dnn": ("rescale", 1e-5, 1e-6, 1e-5), "vat": ("rescale", 1e-3, 1e-6, 1e-5),
+           "paper": ("project", 1e-3, 1e-5, 1e-5)}
 
 
 @dataclass
@@ -62,8 +80,21 @@ class SmartConfig:
     mu: float = 1.0             # its weight
     beta: float = 0.99          # its momentum: theta~ <- (1 - beta) theta + beta theta~
     dropout: bool = True        # False: the regulariser's clean, perturbation and adversarial passes run without dropout
+    rule: str = "project"       # the step: "project" (Algorithm 1, ascent_step), "rescale" (public code, rescale_step)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: object) -> SmartConfig:
+        """The config of a named perturbation preset (PRESETS: mt-dnn, vat, paper), explicit settings overriding it."""
+        if name not in PRESETS:
+            raise ValueError(f"SMART perturbation preset must be one of {', '.join(PRESETS)}, not {name!r}")
+        rule, eta, epsilon, sigma = PRESETS[name]
+        settings = {"rule": rule, "eta": eta, "epsilon": epsilon, "sigma": sigma}
+        settings.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**settings)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
+        if self.rule not in ("project", "rescale"):
+            raise ValueError(f"SMART rule must be 'project' or 'rescale', not {self.rule!r}")
         for name in ("lambda_s", "sigma", "mu"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SMART {name} must be >= 0, not {getattr(self, name)}")
@@ -133,6 +164,19 @@ def ascent_step(delta: list[torch.Tensor], grad: list[torch.Tensor], eta: float,
     raise NotImplementedError
 
 
+def rescale_step(delta: list[torch.Tensor], grad: list[torch.Tensor], eta: float, epsilon: float) -> list[torch.Tensor]:
+    """The public code's step (mt-dnn perturbation.py _norm_grad, vat-pytorch SMARTLoss): s = delta + eta g, then
+    each token's vector rescaled by its own infinity norm, s / (||s||_inf + epsilon): every token moves to radius ~1.
+
+    No projection: epsilon only guards the division. delta and grad are lists of (B, T, H) tensors.
+    """
+    out = []
+    for d, g in zip(delta, grad):
+        s = d + eta * g.detach()                                     # (B, T, H)
+        out.append(s / (s.abs().amax(-1, keepdim=True) + epsilon))   # per token: (B, T, 1) norms
+    return out
+
+
 def adversarial_perturbation(
     f: Callable[[list[torch.Tensor]], torch.Tensor], x: list[torch.Tensor], target: torch.Tensor, kind: str,
     config: SmartConfig,
@@ -149,7 +193,8 @@ def adversarial_perturbation(
             delta = [d.requires_grad_() for d in delta]
             loss = divergence(f([h + d for h, d in zip(x, delta)]), target, kind)
             grad = torch.autograd.grad(loss, delta)
-            delta = ascent_step([d.detach() for d in delta], list(grad), config.eta, config.epsilon)
+            step = ascent_step if config.rule == "project" else rescale_step
+            delta = step([d.detach() for d in delta], list(grad), config.eta, config.epsilon)
     return delta
 
 
@@ -157,9 +202,12 @@ def smoothness_loss(
     f: Callable[[list[torch.Tensor]], torch.Tensor], x: list[torch.Tensor], target: torch.Tensor, kind: str,
     config: SmartConfig,
 ) -> torch.Tensor:
-    """R_s on a batch (sec. 3.1): l_s(f(x~), f(x)) at the perturbation found by K ascent steps; target = f(x)."""
+    """R_s on a batch (sec. 3.1): l_s(f(x~), f(x)) at the perturbation found by K ascent steps, target = f(x).
+
+    The target keeps its graph: R_s depends on theta through both f(x~) and f(x), as the paper's R_s(theta).
+    """
     delta = adversarial_perturbation(f, x, target, kind, config)
-    return divergence(f([h + d for h, d in zip(x, delta)]), target.detach(), kind)
+    return divergence(f([h + d for h, d in zip(x, delta)]), target, kind)
 
 
 def smart_loss(task_loss: torch.Tensor, smoothness: torch.Tensor, bregman: torch.Tensor | float,
@@ -219,25 +267,64 @@ class Smart(nn.Module):
         for name, tilde in self.tilde().items():
             momentum_update(tilde, params[name], self.config.beta)
 
+    def reset_stats(self) -> None:
+        """Zero the running sums of the logged terms (tasks.multitask does it at each epoch's start)."""
+        self.stats = {"batches": 0, "loss": 0.0, "task_loss": 0.0, "r_s": 0.0, "bregman": 0.0}
+
+    def epoch_stats(self) -> dict[str, float]:
+        """Means per batch since reset_stats: R_s, D_Breg, and lambda_s R_s's and mu D_Breg's shares of the loss."""
+        st, c = self.stats, self.config
+        n, total = max(st["batches"], 1), st["loss"] or float("nan")
+        return {"smart_r_s": st["r_s"] / n, "smart_r_s_share": c.lambda_s * st["r_s"] / total,
+                "smart_bregman": st["bregman"] / n, "smart_bregman_share": c.mu * st["bregman"] / total}
+
     def forward(self, model: nn.Module, task: str, kind: str, batch: dict, inputs: list, h: list[torch.Tensor],
                 y: torch.Tensor, task_loss: torch.Tensor) -> torch.Tensor:
-        """The SMART loss of a batch, given the task forward: its embeddings h, output y = f(h) and loss."""
+        """The SMART loss of a batch, given the task forward: its embeddings h, output y = f(h) and loss.
+
+        D_Breg compares f(x; theta) and f(x; theta~) on the same pass (one pair order, predict_from_embeddings)
+        without dropout on both sides, so it is exactly 0 at theta~ = theta in train and eval mode.
+        """
         c = self.config
 
         def f(embeddings: list[torch.Tensor]) -> torch.Tensor:
             return model.predict_from_embeddings(task, embeddings, inputs)
 
+        clean = None                                                # f(x; theta) without dropout, with its graph
         with without_dropout(model, off=not c.dropout):
             if c.dropout:
-                x, target = h, y.detach()                           # the task forward's own f(x)
+                x, target = h, y                                    # the task forward's own f(x)
             else:
                 x = model.embed(inputs)                             # h0 without dropout
-                with torch.no_grad():
-                    target = f(x)
+                target = clean = f(x)
             smoothness = smoothness_loss(f, x, target, kind, c)
-            bregman: torch.Tensor | float = 0.0
-            if self.names:
+        bregman: torch.Tensor | float = 0.0
+        if self.names:
+            with without_dropout(model):
+                if clean is None:
+                    clean = f(model.embed(inputs))
                 with torch.no_grad():
-                    y_tilde = torch.func.functional_call(model, self.tilde(), (task, batch))
-                bregman = divergence(y, y_tilde, kind)
-        return smart_loss(task_loss, smoothness, bregman, c)
+                    y_tilde = torch.func.functional_call(_Clean(model), {"m." + k: v for k, v in self.tilde().items()},
+                                                         (task, inputs), strict=False)
+            bregman = divergence(clean, y_tilde, kind)
+        loss = smart_loss(task_loss, smoothness, bregman, c)
+        if not hasattr(self, "stats"):
+            self.reset_stats()
+        st = self.stats
+        st["batches"] += 1
+        st["loss"] += loss.item()
+        st["task_loss"] += task_loss.item()
+        st["r_s"] += smoothness.item()
+        st["bregman"] += bregman.item() if isinstance(bregman, torch.Tensor) else bregman
+        return loss
+
+
+class _Clean(nn.Module):
+    """f(x) of a multitask model as a module call, so that torch.func.functional_call can run it with theta~."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.m = model
+
+    def forward(self, task: str, inputs: list) -> torch.Tensor:
+        return self.m.predict_from_embeddings(task, self.m.embed(inputs), inputs)

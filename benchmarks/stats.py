@@ -1,0 +1,107 @@
+"""Paired-seed statistics for the comparison tables: each row's mean and sd over seeds, and its paired difference
+against a baseline row (mean, sd, 95% t interval, whether the interval excludes 0), as a markdown table.
+
+    python benchmarks/stats.py benchmarks/results/power.json --baseline baseline [--metric overall]
+
+Reads the JSON lists benchmarks/paired_runs.py writes (rows {"row", "seed", "dev": {...}, ...}; any list of
+dicts with "row", "seed" and the metric works). The metric is looked up in the row's "dev" dict first, then at
+the top level; a dotted name ("test.sst_accuracy") walks nested dicts. The difference pairs a row with the
+baseline on the seeds both have (same seed: same data sample, initial heads and data order), so the
+seed-to-seed variation both share cancels. No scipy: the t quantiles for 1-30 degrees of freedom are a table,
+beyond it a Cornish-Fisher expansion (error < 1e-4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+# t_{0.975, df}: the two-sided 95% quantile of Student's t, df = 1..30
+T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
+        2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
+        2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423)
+
+
+def t975(df: int) -> float:
+    """The 97.5% quantile of Student's t with df degrees of freedom (table to 30, Cornish-Fisher beyond)."""
+    if df < 1:
+        raise ValueError(f"a t interval needs at least 1 degree of freedom (2 seeds), not {df}")
+    if df <= len(T975):
+        return T975[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def mean_sd(values: list[float]) -> tuple[float, float]:
+    """Mean and sample sd (n - 1); the sd is nan for one value."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else math.nan
+
+
+def paired_difference(row: dict[int, float], baseline: dict[int, float]) -> dict:
+    """row - baseline on their shared seeds: n, mean, sd, the 95% t interval (lo, hi), and whether it excludes 0."""
+    seeds = sorted(set(row) & set(baseline))
+    diffs = [row[s] - baseline[s] for s in seeds]
+    if len(diffs) < 2:
+        return {"n": len(diffs), "mean": diffs[0] if diffs else math.nan, "sd": math.nan, "lo": math.nan,
+                "hi": math.nan, "excludes_zero": False}
+    mean, sd = mean_sd(diffs)
+    half = t975(len(diffs) - 1) * sd / math.sqrt(len(diffs))
+    return {"n": len(diffs), "mean": mean, "sd": sd, "lo": mean - half, "hi": mean + half,
+            "excludes_zero": mean - half > 0 or mean + half < 0}
+
+
+def metric_of(record: dict, metric: str) -> float:
+    """The metric of one result record: record["dev"][metric], else record[metric]; dots walk nested dicts."""
+    if "." not in metric and metric in record.get("dev", {}):
+        return float(record["dev"][metric])
+    value: object = record
+    for key in metric.split("."):
+        value = value[key]  # type: ignore[index]
+    return float(value)  # type: ignore[arg-type]
+
+
+def load_rows(paths: list[str | Path], metric: str) -> dict[str, dict[int, float]]:
+    """{row: {seed: metric}} from paired_runs-style JSON files (rows in first-seen order)."""
+    rows: dict[str, dict[int, float]] = {}
+    for path in paths:
+        for record in json.loads(Path(path).read_text()):
+            rows.setdefault(record["row"], {})[int(record["seed"])] = metric_of(record, metric)
+    return rows
+
+
+def markdown_table(rows: dict[str, dict[int, float]], baseline: str, metric: str, scale: float = 100.0) -> str:
+    """One line per row: seeds, mean +- sd, and the paired difference against `baseline` with its 95% interval."""
+    if baseline not in rows:
+        raise ValueError(f"no baseline row {baseline!r}; rows: {', '.join(rows)}")
+    lines = [f"| row | seeds | {metric} mean | sd | diff vs {baseline} | 95% interval | excludes 0 |",
+             "|---|---|---|---|---|---|---|"]
+    for name, values in rows.items():
+        mean, sd = mean_sd(list(values.values()))
+        cells = [name, ",".join(str(s) for s in sorted(values)), f"{mean * scale:.2f}", f"{sd * scale:.2f}"]
+        if name == baseline:
+            cells += ["-", "-", "-"]
+        else:
+            d = paired_difference(values, rows[baseline])
+            cells += [f"{d['mean'] * scale:+.2f} (n={d['n']})", f"[{d['lo'] * scale:+.2f}, {d['hi'] * scale:+.2f}]",
+                      "yes" if d["excludes_zero"] else "no"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", nargs="+", help="paired_runs.py JSON files")
+    p.add_argument("--baseline", required=True, help="the row every other row is compared with")
+    p.add_argument("--metric", default="overall", help="dev metric (default overall), or a dotted key")
+    p.add_argument("--scale", type=float, default=100.0, help="multiply values by this (default 100: points)")
+    args = p.parse_args(argv)
+    print(markdown_table(load_rows(args.results, args.metric), args.baseline, args.metric, args.scale))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""benchmarks/stats.py: the paired-seed difference and its 95% t interval, against hand computations."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import stats
+from test_multitask import files  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_paired_interval_equals_a_hand_computation():
+    baseline = {1: 0.70, 2: 0.60, 3: 0.65}
+    row = {1: 0.71, 2: 0.62, 3: 0.68, 4: 0.99}                      # seed 4 has no pair: left out
+    d = stats.paired_difference(row, baseline)
+    # diffs 0.01, 0.02, 0.03: mean 0.02, sd 0.01, t_{0.975, 2} = 4.3027, half-width 4.3027 * 0.01 / sqrt(3) = 0.024842
+    assert d["n"] == 3 and d["mean"] == pytest.approx(0.02) and d["sd"] == pytest.approx(0.01)
+    assert d["lo"] == pytest.approx(0.02 - 0.024842, abs=1e-6) and d["hi"] == pytest.approx(0.044842, abs=1e-6)
+    assert not d["excludes_zero"]
+    d = stats.paired_difference({1: 1.0, 2: 2.1, 3: 3.0, 4: 4.1}, {1: 0.0, 2: 1.0, 3: 2.0, 4: 3.0})
+    # diffs 1, 1.1, 1, 1.1: mean 1.05, sd sqrt(4 * 0.05^2 / 3) = 0.057735, t_{0.975, 3} = 3.1824: 1.05 +- 0.091868
+    assert d["lo"] == pytest.approx(0.958132, abs=1e-5) and d["excludes_zero"]
+
+
+def test_t_quantiles_table_and_beyond():
+    assert stats.t975(1) == 12.7062 and stats.t975(10) == 2.2281
+    assert stats.t975(40) == pytest.approx(2.0211, abs=2e-4) and stats.t975(1000) == pytest.approx(1.9623, abs=2e-4)
+    with pytest.raises(ValueError):
+        stats.t975(0)
+
+
+def test_markdown_table_from_paired_runs_json(tmp_path):
+    records = [{"row": r, "seed": s, "dev": {"overall": v}} for r, s, v in [
+        ("baseline", 1, 0.70), ("baseline", 2, 0.60), ("baseline", 3, 0.65),
+        ("smart", 1, 0.71), ("smart", 2, 0.62), ("smart", 3, 0.68)]]
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps(records))
+    table = stats.markdown_table(stats.load_rows([path], "overall"), "baseline", "overall")
+    lines = table.splitlines()
+    assert lines[2].startswith("| baseline | 1,2,3 | 65.00 | 5.00 |")
+    assert lines[3] == "| smart | 1,2,3 | 67.00 | 4.58 | +2.00 (n=3) | [-0.48, +4.48] | no |"
+    assert math.isnan(stats.mean_sd([1.0])[1])
+    with pytest.raises(ValueError, match="no baseline row"):
+        stats.markdown_table({"a": {1: 1.0}}, "baseline", "overall")
+
+
+def test_paired_runs_writes_rows_per_seed_with_smarts_log_and_the_paired_table(tiny_dir, files, tmp_path, capsys):  # noqa: F811
+    import paired_runs
+    from test_multitask import argv
+
+    out = tmp_path / "runs.json"
+    flags = argv(tiny_dir, files, tmp_path, "x", "--epochs", "1")
+    paired_runs.main(["--out", str(out), "--row", "baseline", "--seeds", "1,2", "--", *flags])
+    paired_runs.main(["--out", str(out), "--row", "smart", "--seeds", "1,2", "--baseline", "baseline", "--", *flags,
+                      "--smart", "--smart-perturbation", "vat"])
+    records = json.loads(out.read_text())
+    assert [(r["row"], r["seed"]) for r in records] == [("baseline", 1), ("baseline", 2), ("smart", 1), ("smart", 2)]
+    assert "smart" not in records[0] and records[2]["smart"][0]["smart_r_s"] > 0
+    assert "| smart | 1,2 |" in capsys.readouterr().out
+    paired_runs.main(["--out", str(out), "--row", "smart", "--seeds", "2"])   # done already: skipped
+    assert len(json.loads(out.read_text())) == 4
