@@ -26,7 +26,7 @@ TESTS = {
     "minbert/optim.py": ["tests/test_optim.py"],
     "minbert/smart.py": ["tests/test_smart.py", "tests/test_catches.py"],
     "minbert/deebert.py": ["tests/test_deebert.py"],
-    "tasks/evaluation.py": ["tests/test_tasks_scoring.py", "tests/test_catches.py"],
+    "tasks/evaluation.py": ["tests/test_tasks_scoring.py", "tests/test_catches.py", "tests/test_mutants.py"],
 }
 COPIED = ("minbert", "tasks", "tests", "data", "assignments", "requirements.txt")
 
@@ -52,7 +52,8 @@ def scratch_tree(module: str, tests: list[str]) -> Path:
              f"pytest_add_cli_args_test_selection = [{quoted}]\n"
              'pytest_add_cli_args = ["-q", "-x", "-p", "no:cacheprovider"]\n'
              'also_copy = ["data", "assignments", "requirements.txt"]\n'
-             "use_git_change_detection = false\n")
+             "use_git_change_detection = false\n"
+             'process_isolation = "forkserver"\n')  # torch's thread pools do not survive a plain fork
     (where / "pyproject.toml").write_text(text)
     return where
 

@@ -308,7 +308,7 @@ def test_cli_sts_exits_by_patience(tiny_dir, tmp_path):
     p1 = summary["rows"][1]
     assert p1["mean_exit_layer"] == pytest.approx(sum(layers) / N, abs=1e-6)
     assert p1["exit_histogram"] == [layers.count(l) for l in range(1, L + 1)]
-    for r in summary["rows"]:                                 # each row's histogram is its exit layers', bin l = layer l
+    for r in summary["rows"]:                           # each row's histogram is its exit layers', bin l = layer l
         assert sum(r["exit_histogram"]) == N
         assert sum(l * c for l, c in enumerate(r["exit_histogram"], 1)) / N == pytest.approx(r["mean_exit_layer"])
     assert (tmp_path / "sts" / "predictions" / "sts-test-output.csv").is_file()
