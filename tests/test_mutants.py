@@ -1,16 +1,22 @@
 """Tests written to kill the mutants mutmut found surviving (tests/MUTATION.md): each checks a hand-computed value.
 
 tasks/evaluation.py: the metrics' edge cases, the prediction files' exact complaints, and the atomic write.
+minbert/model.py: attention() and fused_attention() called on their own, with their defaults, against a loop.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from pathlib import Path
 
 import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
+from minbert.model import attention, fused_attention
 from tasks import evaluation
 from tasks.data import PairExample, Records
 from tasks.evaluation import accuracy, check_predictions, gold_records, pearson, write_predictions
@@ -41,6 +47,14 @@ def test_pearson_edge_cases_by_hand():
         pearson([1.0], [1.0])
     with pytest.raises(ValueError, match="^3 predictions for 2 labels; need at least 2$"):
         pearson([1.0, 2.0, 3.0], [1.0, 2.0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(-5, 5), st.floats(-5, 5)), min_size=2, max_size=40))
+def test_pearson_equals_pythons_own_correlation(pairs):
+    x, y = [p[0] for p in pairs], [p[1] for p in pairs]
+    assume(statistics.pstdev(x) > 1e-3 and statistics.pstdev(y) > 1e-3)
+    assert pearson(x, y) == pytest.approx(statistics.correlation(x, y), abs=1e-9)
 
 
 def test_accuracy_by_hand_and_its_complaint():
@@ -119,3 +133,35 @@ def test_write_predictions_is_atomic_public_and_makes_its_directories(tmp_path, 
     assert dst == path and src.parent == path.parent and src.name.startswith(".sts-dev-output.csv.")
     with pytest.raises(ValueError, match="^2 ids but 1 predictions$"):
         write_predictions(tmp_path / "c.csv", "sts", ["x", "y"], [1.0])
+
+
+# ---------------------------------------------------------------------------------------------- minbert/model.py
+
+def attention_by_hand(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: list[list[bool]]) -> torch.Tensor:
+    """softmax(q k / sqrt(d)) v over the kept keys, one query at a time, in plain Python floats; (B, T, nh*hs)."""
+    B, nh, T, hs = q.shape
+    out = torch.zeros(B, T, nh * hs, dtype=torch.float64)
+    for b in range(B):
+        for h in range(nh):
+            for i in range(T):
+                s = [sum(q[b, h, i, d].item() * k[b, h, j, d].item() for d in range(hs)) / math.sqrt(hs)
+                     if keep[b][j] else -math.inf for j in range(T)]
+                w = [math.exp(x - max(s)) for x in s]
+                for d in range(hs):
+                    out[b, i, h * hs + d] = sum(w[j] * v[b, h, j, d].item() for j in range(T)) / sum(w)
+    return out
+
+
+@pytest.mark.parametrize("fn", [attention, fused_attention])
+def test_attention_on_its_own_with_its_defaults_equals_a_loop(fn):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 3, 4) for _ in range(3))                  # (B, nh, T, hs)
+    keep = [[True, True, True], [True, True, False]]
+    mask = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, -1e9]]).view(2, 1, 1, 3)
+    expected = attention_by_hand(q, k, v, keep).float()
+    torch.testing.assert_close(fn(q, k, v, mask), expected, atol=1e-5, rtol=1e-5)   # no dropout by default
+    torch.testing.assert_close(fn(q, k, v, mask, 0.5), expected, atol=1e-5, rtol=1e-5)  # eval: none either
+    torch.testing.assert_close(fn(q, k, v, mask, training=True), expected, atol=1e-5, rtol=1e-5)  # p = 0 default
+    torch.manual_seed(1)
+    dropped = fn(q, k, v, mask, 0.5, True)                                # training: some weights dropped, not all
+    assert not torch.allclose(dropped, expected, atol=1e-3) and dropped.abs().sum() > 0
