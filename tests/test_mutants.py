@@ -1,11 +1,13 @@
 """Tests written to kill the mutants mutmut found surviving (tests/MUTATION.md): each checks a hand-computed value.
 
 tasks/evaluation.py: the metrics' edge cases, the prediction files' exact complaints, and the atomic write.
-minbert/model.py: attention() and fused_attention() called on their own, with their defaults, against a loop.
+minbert/model.py: attention() and fused_attention() on their own against a loop, BERT's initialisation, the padding
+embedding, which attention the config selects.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import statistics
@@ -16,6 +18,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+import minbert
 from minbert.model import attention, fused_attention
 from tasks import evaluation
 from tasks.data import PairExample, Records
@@ -165,3 +168,37 @@ def test_attention_on_its_own_with_its_defaults_equals_a_loop(fn):
     torch.manual_seed(1)
     dropped = fn(q, k, v, mask, 0.5, True)                                # training: some weights dropped, not all
     assert not torch.allclose(dropped, expected, atol=1e-3) and dropped.abs().sum() > 0
+
+
+def test_a_fresh_model_starts_from_bert_s_initialisation(tiny_config):
+    """Weights and embeddings ~ N(0, 0.02), the padding row 0, biases 0, LayerNorm gains 1 (Devlin et al., A.2)."""
+    torch.manual_seed(0)
+    model = minbert.BertModel(tiny_config)
+    for name, p in model.named_parameters():
+        last = name.rsplit(".", 1)[-1]
+        if last.startswith("W") or last == "weight":                       # (out, in) matrices and embeddings
+            values = p.detach()[1:] if name.endswith("word.weight") else p.detach()
+            assert abs(values.mean().item()) < 0.01 and 0.015 < values.std().item() < 0.025, name
+        elif last.startswith("g"):
+            assert torch.equal(p, torch.ones_like(p)), name
+        else:
+            assert torch.equal(p, torch.zeros_like(p)), name
+    assert torch.equal(model.embeddings.word.weight[0], torch.zeros(tiny_config.hidden_size))
+
+
+def test_the_padding_embedding_gets_no_gradient_and_no_input_is_refused(tiny_config):
+    model = minbert.BertModel(tiny_config)
+    ids = torch.tensor([[101, 7592, 0, 102]])                # the [PAD] id 0 attended to (padded positions give 0)
+    torch.manual_seed(0)
+    out = model(ids, torch.ones_like(ids)).last_hidden_state
+    (out * torch.randn_like(out)).sum().backward()                        # (a plain sum is flat after LayerNorm)
+    grad = model.embeddings.word.weight.grad
+    assert torch.equal(grad[0], torch.zeros_like(grad[0])) and grad[7592].abs().sum() > 0
+    with pytest.raises(ValueError, match="^give input_ids or inputs_embeds$"):
+        model.embeddings(None)
+
+
+def test_eager_selects_the_written_out_attention_and_sdpa_the_fused_one(tiny_config):
+    for implementation, fn in (("eager", attention), ("sdpa", fused_attention)):
+        config = dataclasses.replace(tiny_config, attn_implementation=implementation)
+        assert all(layer.attend is fn for layer in minbert.BertModel(config).layers)
