@@ -202,3 +202,16 @@ def test_eager_selects_the_written_out_attention_and_sdpa_the_fused_one(tiny_con
     for implementation, fn in (("eager", attention), ("sdpa", fused_attention)):
         config = dataclasses.replace(tiny_config, attn_implementation=implementation)
         assert all(layer.attend is fn for layer in minbert.BertModel(config).layers)
+
+
+def test_attention_dropout_applies_in_training_only_and_segments_default_to_zero(tiny_config):
+    config = dataclasses.replace(tiny_config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.5)
+    torch.manual_seed(0)
+    model = minbert.BertModel(config)
+    ids = torch.tensor([[101, 7592, 2088, 102], [101, 2088, 102, 0]])       # (B, T) = (2, 4), B != T
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        plain = model.eval()(ids, mask).last_hidden_state
+        torch.testing.assert_close(model(ids, mask, torch.zeros_like(ids)).last_hidden_state, plain)
+        torch.manual_seed(1)
+        assert not torch.allclose(model.train()(ids, mask).last_hidden_state, plain, atol=1e-4)
