@@ -215,3 +215,18 @@ def test_attention_dropout_applies_in_training_only_and_segments_default_to_zero
         torch.testing.assert_close(model(ids, mask, torch.zeros_like(ids)).last_hidden_state, plain)
         torch.manual_seed(1)
         assert not torch.allclose(model.train()(ids, mask).last_hidden_state, plain, atol=1e-4)
+
+
+def test_position_ids_and_inputs_embeds_reach_the_embeddings(tiny_config):
+    torch.manual_seed(0)
+    model = minbert.BertModel(tiny_config).eval()
+    ids = torch.tensor([[101, 7592, 2088, 102]])
+    with torch.no_grad():
+        plain = model(ids).last_hidden_state
+        words = model.embeddings.word(ids)                                  # (B, T, H)
+        torch.testing.assert_close(model(inputs_embeds=words).last_hidden_state, plain)
+        torch.testing.assert_close(model.embed(inputs_embeds=words), model.embed(ids))
+        torch.testing.assert_close(model(ids, position_ids=torch.arange(4)[None]).last_hidden_state, plain)
+        shifted = torch.arange(1, 5)[None]                                  # positions 1..4 instead of 0..3
+        assert not torch.allclose(model(ids, position_ids=shifted).last_hidden_state, plain, atol=1e-4)
+        assert not torch.allclose(model.embed(ids, position_ids=shifted), model.embed(ids), atol=1e-4)
