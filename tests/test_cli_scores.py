@@ -7,7 +7,9 @@ tasks.score and by hand (csv + statistics), and each flag is checked to have don
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import math
 import re
 import statistics
@@ -70,11 +72,13 @@ def trained(tmp_path_factory):
         return out
     mp = pytest.MonkeyPatch()
     mp.setattr(train_module.torch.nn.utils, "clip_grad_norm_", clip)
+    printed = io.StringIO()
     try:
-        summary = run(build_parser().parse_args(args))
+        with contextlib.redirect_stdout(printed):
+            summary = run(build_parser().parse_args(args))
     finally:
         mp.undo()
-    return {"dir": tmp, "summary": summary, "norms": norms}
+    return {"dir": tmp, "summary": summary, "norms": norms, "printed": printed.getvalue()}
 
 
 def gold(tmp: Path, task: str) -> dict[str, float]:
@@ -102,6 +106,9 @@ def test_printed_dev_figures_equal_tasks_score_and_a_hand_computation(trained, c
     assert dev["para_accuracy"] == pytest.approx(hand["para"], abs=1e-12)
     assert dev["sts_pearson"] == pytest.approx(hand["sts"], abs=1e-9)
     assert dev["overall"] == pytest.approx(overall, abs=1e-9)
+    shown = (f"dev SST acc {hand['sst']:.4f}  Quora acc {hand['para']:.4f}  STS r {hand['sts']:.4f}  "
+             f"overall {overall:.4f}")
+    assert f"best epoch {summary['best_epoch']}; {shown}" in trained["printed"]   # the line the CLI prints
 
     assert score_cli.main([str(tmp / "pred"), "--data-dir", str(tmp / "data")]) == 0
     table = capsys.readouterr().out
