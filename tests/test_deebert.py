@@ -299,9 +299,13 @@ def test_cli_sts_exits_by_patience(tiny_dir, tmp_path):
     # layer l - 1's (else the last layer); the swept row's mean exit layer and histogram must match it
     model = DeeBert(minbert.load_pretrained(str(tiny_dir)), DeeBertConfig(1, pooling="mean")).eval()
     model.load_state_dict(torch.load(tmp_path / "sts" / "stage2.pt", weights_only=True)["best_state"])
-    records = TASKS["sts"].read(tmp_path / "sts-dev.csv")
+    tokenizer = minbert.Tokenizer.from_pretrained(str(tiny_dir))
+    dev = cli.load_split("dev", tmp_path / "sts-dev.csv", "sts", tokenizer)
+    if hasattr(cli, "split_halves"):                    # the sweep reports on the report half of dev, when split
+        dev = cli.split_halves(dev, summary["settings"]["seed"])[1]
+    records = dev.records
     with torch.no_grad():
-        y = model.all_logits(**{k: v for k, v in Collator(minbert.Tokenizer.from_pretrained(str(tiny_dir)))(
+        y = model.all_logits(**{k: v for k, v in Collator(tokenizer)(
             list(records)).items() if k in ("input_ids", "attention_mask", "token_type_ids")})[..., 0]  # (L, N)
     L, N = y.shape
     layers = [next((l for l in range(2, L) if abs(y[l - 1, i] - y[l - 2, i]) < 0.5), L) for i in range(N)]
