@@ -6,7 +6,7 @@ PY      = $(VENV)/bin/python
 # `make train PRECISION=bf16`: bf16 autocast, for CPUs with native bf16 (avx512_bf16 or AMX) and recent GPUs.
 PRECISION ?= fp32
 
-.PHONY: install test train train-sst lint bench clean
+.PHONY: install test mutate train train-sst lint bench clean
 
 install: $(VENV)/.installed
 
@@ -33,8 +33,19 @@ train: install
 train-sst: install
 	$(PY) -m tasks.classifier --task sst --fine-tune-mode full-model --model minilm --epochs 3 --predictions-dir predictions
 
-test: install
+# The reference tests, with the test-only dependencies (requirements-test.txt: transformers for the interop tests).
+test: install $(VENV)/.test-installed
 	$(PY) -m pytest tests
+
+$(VENV)/.test-installed: requirements-test.txt $(VENV)/.installed
+	$(PY) -m pip install -q -r requirements-test.txt
+	touch $@
+
+# Mutation testing of one module against the tests that cover it (tests/mutation.py; results in tests/MUTATION.md).
+MODULE ?= tasks/evaluation.py
+mutate: install
+	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) tests/mutation.py $(MODULE)
 
 lint: install
 	$(PY) -m pip install -q ruff && $(PY) -m ruff check minbert tasks assignments tests benchmarks

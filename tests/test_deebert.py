@@ -295,7 +295,26 @@ def test_cli_sts_exits_by_patience(tiny_dir, tmp_path):
     summary = cli.run(cli_args(tiny_dir, tmp_path, "sts", "sts", "--eval-batch-size", "8", "--change-threshold", "0.5"))
     assert summary["metric"] == "pearson" and summary["exit"] == "patience"
     assert [r["setting"] for r in summary["rows"]] == ["plain", "P=1", "P=2", "no exit"]
-    assert summary["rows"][1]["mean_exit_layer"] >= 2.0                      # P = 1 can leave at layer 2 at the soonest
+    # P = 1 by hand: every off-ramp's output, then the first layer l >= 2 whose value moved less than 0.5 from
+    # layer l - 1's (else the last layer); the swept row's mean exit layer and histogram must match it
+    model = DeeBert(minbert.load_pretrained(str(tiny_dir)), DeeBertConfig(1, pooling="mean")).eval()
+    model.load_state_dict(torch.load(tmp_path / "sts" / "stage2.pt", weights_only=True)["best_state"])
+    tokenizer = minbert.Tokenizer.from_pretrained(str(tiny_dir))
+    dev = cli.load_split("dev", tmp_path / "sts-dev.csv", "sts", tokenizer)
+    if hasattr(cli, "split_halves"):                    # the sweep reports on the report half of dev, when split
+        dev = cli.split_halves(dev, summary["settings"]["seed"])[1]
+    records = dev.records
+    with torch.no_grad():
+        y = model.all_logits(**{k: v for k, v in Collator(tokenizer)(
+            list(records)).items() if k in ("input_ids", "attention_mask", "token_type_ids")})[..., 0]  # (L, N)
+    L, N = y.shape
+    layers = [next((l for l in range(2, L) if abs(y[l - 1, i] - y[l - 2, i]) < 0.5), L) for i in range(N)]
+    p1 = summary["rows"][1]
+    assert p1["mean_exit_layer"] == pytest.approx(sum(layers) / N, abs=1e-6)
+    assert p1["exit_histogram"] == [layers.count(l) for l in range(1, L + 1)]
+    for r in summary["rows"]:                           # each row's histogram is its exit layers', bin l = layer l
+        assert sum(r["exit_histogram"]) == N
+        assert sum(l * c for l, c in enumerate(r["exit_histogram"], 1)) / N == pytest.approx(r["mean_exit_layer"])
     assert (tmp_path / "sts" / "predictions" / "sts-test-output.csv").is_file()
     with pytest.raises(SystemExit, match="use --exit patience"):
         cli.run(cli_args(tiny_dir, tmp_path, "sts", "sts2", "--exit", "entropy"))

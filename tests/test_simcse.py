@@ -284,7 +284,7 @@ def test_the_stage_end_to_end_resumes_and_writes_a_loadable_encoder(tiny_dir, fi
 
 
 def test_transformers_loads_the_stage_output(tiny_dir, files, tmp_path, tokenizer):
-    transformers = pytest.importorskip("transformers")
+    import transformers  # a test dependency (requirements-test.txt, installed by make test): never skipped
     run(build_parser().parse_args(stage_argv(tiny_dir, files, tmp_path, "hf", "--max-train-examples", "8",
                                              "--objective", "margin")))
     ours = minbert.load_pretrained(str(tmp_path / "hf"))

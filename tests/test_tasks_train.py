@@ -145,13 +145,21 @@ def test_checkpoints_are_atomic_and_loaded_weights_only(tmp_path):
         load_checkpoint(tmp_path / "absent.pt")
 
 
-def test_device_selection():
+@pytest.mark.parametrize("cuda, mps, auto", [(True, True, "cuda"), (True, False, "cuda"), (False, True, "mps"),
+                                             (False, False, "cpu")])
+def test_device_selection(cuda, mps, auto, monkeypatch):
+    """auto prefers cuda, then mps, then cpu (a fixed table, whatever this machine has); absent devices are refused."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+    assert pick_device("auto") == torch.device(auto)
     assert pick_device("cpu") == torch.device("cpu")
-    expected = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
-    assert pick_device("auto").type == expected
-    if not torch.cuda.is_available():
-        with pytest.raises(ConfigurationError, match="no CUDA device"):
-            pick_device("cuda")
+    for name, present, message in (("cuda", cuda, "no CUDA device"), ("mps", mps, "MPS is not available")):
+        if present:
+            assert pick_device(name) == torch.device(name)
+        else:
+            with pytest.raises(ConfigurationError, match=message):
+                pick_device(name)
 
 
 def test_max_train_examples_is_a_seeded_random_sample(tokenizer):

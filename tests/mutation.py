@@ -1,0 +1,78 @@
+"""Mutation testing of one module with mutmut, against only the tests that cover it (a dev tool, not in the test run).
+
+    python tests/mutation.py minbert/model.py [--max-children 2]      (or: make mutate MODULE=minbert/model.py)
+
+mutmut reads its settings from the pyproject.toml of the directory it runs in, so each module gets its own scratch
+copy of the tree under build/mutate/NAME/ with a [tool.mutmut] section naming the module and its tests; mutmut's
+own results stay there (`cd build/mutate/NAME && mutmut results`, `mutmut show MUTANT`). The module -> tests table
+below is the fast selection; tests/MUTATION.md records each run's killed / survived / equivalent counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# the module -> the tests that cover it (fast ones only: each surviving mutant reruns them)
+TESTS = {
+    "minbert/model.py": ["tests/test_model.py", "tests/test_mutants.py", "tests/test_pals.py"],
+    "minbert/optim.py": ["tests/test_optim.py"],
+    "minbert/smart.py": ["tests/test_smart.py", "tests/test_catches.py"],
+    "minbert/deebert.py": ["tests/test_deebert.py"],
+    "tasks/evaluation.py": ["tests/test_tasks_scoring.py", "tests/test_catches.py", "tests/test_mutants.py"],
+}
+COPIED = ("minbert", "tasks", "tests", "data", "assignments", "requirements.txt")
+
+
+def scratch_tree(module: str, tests: list[str]) -> Path:
+    """build/mutate/NAME: a copy of the tree with a pyproject.toml whose [tool.mutmut] names the module and tests."""
+    where = ROOT / "build" / "mutate" / Path(module).stem
+    where.mkdir(parents=True, exist_ok=True)
+    for name in COPIED:
+        src, dst = ROOT / name, where / name
+        if dst.is_dir():
+            shutil.rmtree(dst)
+        if src.is_dir():
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(src, dst)
+    text = (ROOT / "pyproject.toml").read_text()
+    text = re.sub(r"\n\[tool\.mutmut\].*?(?=\n\[|\Z)", "", text, flags=re.S)
+    quoted = ", ".join(f'"{t}"' for t in tests)
+    text += ("\n[tool.mutmut]\n"
+             'source_paths = ["minbert", "tasks"]\n'
+             f'only_mutate = ["{module}"]\n'
+             f"pytest_add_cli_args_test_selection = [{quoted}]\n"
+             'pytest_add_cli_args = ["-q", "-x", "-p", "no:cacheprovider"]\n'
+             'also_copy = ["data", "assignments", "requirements.txt"]\n'
+             "use_git_change_detection = false\n"
+             'process_isolation = "forkserver"\n')  # torch's thread pools do not survive a plain fork
+    (where / "pyproject.toml").write_text(text)
+    return where
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("module", choices=sorted(TESTS), help="the module to mutate")
+    p.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
+    p.add_argument("--fresh", action="store_true", help="forget earlier results for this module")
+    args = p.parse_args(argv)
+    where = scratch_tree(args.module, TESTS[args.module])
+    if args.fresh:
+        shutil.rmtree(where / "mutants", ignore_errors=True)
+    env = os.environ | {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    mutmut = [sys.executable, "-m", "mutmut"]
+    code = subprocess.call([*mutmut, "run", "--max-children", str(args.max_children)], cwd=where, env=env)
+    subprocess.call([*mutmut, "results", "--all", "true"], cwd=where, env=env)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
