@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .model import BertModel
-from .multitask import pool
+from .pooling import pool
 
 OBJECTIVES = ("unsup", "sup", "margin")
 POOLINGS = ("mean", "cls_mlp")
