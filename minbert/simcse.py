@@ -106,7 +106,8 @@ class SimCSEConfig:
     distance: str = "cosine"            # d of margin_loss: "cosine" or "euclidean"
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (("objective", self.objective, OBJECTIVES), ("pooling", self.pooling, SIMCSE_POOLINGS),
+        for name, value, allowed in (("objective", self.objective, OBJECTIVES),
+                                     ("pooling", self.pooling, SIMCSE_POOLINGS),
                                      ("distance", self.distance, DISTANCES)):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, not {value!r}")
