@@ -153,7 +153,8 @@ class LayerHook:
     def __init__(self, pals: PALs, layer: int):
         self.pals, self.layer = pals, layer
 
-    def __call__(self, h1: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | float]:
+    def __call__(self, h1: torch.Tensor, x: torch.Tensor,
+                 mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | float]:
         return self.pals.adapt(self.layer, h1, x, mask)
 
     def __repr__(self) -> str:
