@@ -77,14 +77,14 @@ def check_embeddings() -> None:
 
 
 class _FixedAdapter(nn.Module):
-    """A stand-in parallel adapter: adapter(x, mask) = x A^T, (B, T, H)."""
+    """A stand-in adapter: adapter(h1, x, mask) = (h1, x A^T): the merged heads as they are, ts = x A^T (B, T, H)."""
 
     def __init__(self, A: torch.Tensor):
         super().__init__()
         self.A = A
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return x @ self.A.T
+    def forward(self, h1: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return h1, x @ self.A.T
 
 
 def check_layer() -> None:
@@ -98,7 +98,7 @@ def check_layer() -> None:
     layer = BertLayer(config)
     layer.load_state_dict(_state(f, "param."))
     x, mask = f["x"], f["mask"]
-    what = "BertLayer.forward in minbert/model.py"
+    what = "BertLayer.after_attention in minbert/model.py"
     with torch.no_grad():
         layer.eval()
         compare(f"{what} (eval mode)", layer(x, mask), f["out"],
@@ -112,13 +112,10 @@ def check_layer() -> None:
                 hint="Dropout goes on Wm1 h1 + bm1 and on Wm3 h4 + bm3, in that order, each with "
                      "F.dropout(..., self.p, self.training)")
         layer.eval()
-        layer.adapter = _FixedAdapter(f["adapter_A"])
-        compare(f"{what} with an adapter set (self.adapter is not None)", layer(x, mask), f["out_adapter"],
-                hint="With an adapter, h3 = LN(h2 + self.adapter(x, mask) + x)")
-        layer.adapter, layer.parallel_adapter = None, _FixedAdapter(f["parallel_A"])
-        compare(f"{what} with a parallel adapter set (self.parallel_adapter is not None, so ts is not 0)",
+        layer.adapter = _FixedAdapter(f["parallel_A"])
+        compare(f"{what} with an adapter set (self.adapter is not None, so ts is not 0)",
                 layer(x, mask), f["out_parallel"], hints={"ts is left out of the last add-and-norm": f["out"]},
-                hint="With a parallel adapter, out = LN2(h5 + h3 + ts): ts (given) joins the last residual sum")
+                hint="With an adapter, out = LN2(h5 + h3 + ts): ts (given) joins the last residual sum")
 
 
 def check_model() -> None:
@@ -131,7 +128,7 @@ def check_model() -> None:
     compare("BertModel on MiniLM: the embeddings h0 (BertEmbeddings.forward)", out.hidden_states[0],
             f["hidden_0"], atol=MODEL_ATOL)
     for layer in range(1, L + 1):
-        compare(f"BertModel on MiniLM: the output of layer {layer} (attention() and BertLayer.forward)",
+        compare(f"BertModel on MiniLM: the output of layer {layer} (attention() and BertLayer.after_attention)",
                 out.hidden_states[layer], f[f"hidden_{layer}"], atol=MODEL_ATOL)
     compare("BertModel on MiniLM: the pooler output", out.pooler_output, f["pooler"], atol=MODEL_ATOL)
 
@@ -260,7 +257,7 @@ def check_classifier_head() -> None:
 CORE_PARTS = [
     Part("attention", 25, "attention() in minbert/model.py", check_attention, ("minbert/model.py",)),
     Part("embeddings", 10, "BertEmbeddings.forward in minbert/model.py", check_embeddings, ("minbert/model.py",)),
-    Part("layer", 25, "BertLayer.forward in minbert/model.py", check_layer, ("minbert/model.py",)),
+    Part("layer", 25, "BertLayer.after_attention in minbert/model.py", check_layer, ("minbert/model.py",)),
     Part("model", 10, "no new code: your attention(), embeddings and layer together, on MiniLM", check_model,
          ("minbert/model.py",)),
     Part("adamw", 20, "AdamW.step in minbert/optim.py", check_adamw, ("minbert/optim.py",)),

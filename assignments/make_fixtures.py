@@ -89,7 +89,7 @@ def layer_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
     params = _randomize(layer, g)
     x = torch.randn(2, 6, 32, generator=g)
     mask = _padding_mask([6, 3], 6)
-    A = 0.3 * torch.randn(32, 32, generator=g)
+    torch.randn(32, 32, generator=g)   # a draw kept so that the classifier-head fixture after it keeps its values
     with torch.no_grad():
         out = layer.eval()(x, mask)
         torch.manual_seed(SEED)
@@ -109,15 +109,11 @@ def layer_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
 
         out_pre_ln, out_no_residual = variant(pre_ln=True), variant(residual=False)
         from .checks import _FixedAdapter
-        layer.adapter = _FixedAdapter(A)
-        out_adapter = layer(x, mask)
-        # a parallel adapter (PALs) adds ts inside the last add-and-norm; its own generator keeps the later fixtures
-        layer.adapter, layer.parallel_adapter = None, _FixedAdapter(0.3 * torch.randn(32, 32, generator=
-                                                                                      torch.Generator().manual_seed(1)))
+        # an adapter (PALs) adds ts inside the last add-and-norm; its own generator keeps the later fixtures
+        layer.adapter = _FixedAdapter(0.3 * torch.randn(32, 32, generator=torch.Generator().manual_seed(1)))
         out_parallel = layer(x, mask)
-    return dict(params, x=x, mask=mask, adapter_A=A, parallel_A=layer.parallel_adapter.A, out=out, out_train=out_train,
-                out_adapter=out_adapter, out_parallel=out_parallel, out_pre_ln=out_pre_ln,
-                out_no_residual=out_no_residual)
+    return dict(params, x=x, mask=mask, parallel_A=layer.adapter.A, out=out, out_train=out_train,
+                out_parallel=out_parallel, out_pre_ln=out_pre_ln, out_no_residual=out_no_residual)
 
 
 def model_fixture() -> dict[str, torch.Tensor]:

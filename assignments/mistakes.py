@@ -177,7 +177,7 @@ def layer_variant(f: dict[str, torch.Tensor], nh: int, eps: float, *, act: str =
 
 
 def layer_hints(f: dict[str, torch.Tensor], nh: int, eps: float) -> dict[str, torch.Tensor]:
-    """What BertLayer.forward returns (eval mode, no adapters) under each classic mistake, keyed by the hint's text."""
+    """What BertLayer returns (eval mode, no adapter) under each classic mistake, keyed by the hint's text."""
     return {
         "GELU's tanh approximation is used; BERT's GELU is the exact one, gelu() at the top of model.py":
             layer_variant(f, nh, eps, act="tanh"),

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 import minbert
-from minbert import bitfit
+from minbert import bitfit, bitfit_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,13 +76,13 @@ def main() -> None:
         base = minbert.BertModel(minbert.BertConfig())
     for terms in ("all", "bq,bm2"):
         bitfit.freeze(base, terms)
-        print(f"\ntrainable_report, bert-base-uncased configuration, terms={terms}:\n{bitfit.trainable_report(base)}")
+        print(f"\ntrainable_report, bert-base-uncased configuration, terms={terms}:\n{bitfit_report.trainable_report(base)}")
     model = minbert.load_pretrained("minilm")
     tok = minbert.Tokenizer.from_pretrained("minilm")
     probe = copy.deepcopy(model)
     for terms in ("all", "bq,bm2"):
         bitfit.freeze(probe, terms)
-        print(f"\ntrainable_report, MiniLM (minilm), terms={terms}:\n{bitfit.trainable_report(probe)}")
+        print(f"\ntrainable_report, MiniLM (minilm), terms={terms}:\n{bitfit_report.trainable_report(probe)}")
 
     sentences, labels = sst_sentences(args.batch_size)
     batch = tok(sentences)

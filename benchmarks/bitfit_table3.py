@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 
 import minbert
-from minbert import bitfit
+from minbert import bitfit, bitfit_report
+from tasks.bitfit_figure import plot_bias_change
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -131,10 +132,10 @@ def figures(out: Path, figdir: Path, seed: int) -> str:
             continue
         tuned = minbert.BertModel(pretrained.config)
         tuned.load_state_dict({**pretrained.state_dict(), **biases_from_checkpoint(ckpt)})
-        change = bitfit.bias_change(b0, tuned)
-        bitfit.plot_bias_change(change, figdir / fig, f"SST, MiniLM, {row}: mean |b0 - bF|")
+        change = bitfit_report.bias_change(b0, tuned)
+        plot_bias_change(change, figdir / fig, f"SST, MiniLM, {row}: mean |b0 - bF|")
         text += f"\n{row}: mean |b0 - bF| per term and layer ({figdir.name}/{fig})\n\n"
-        text += bitfit.format_bias_change(change) + "\n"
+        text += bitfit_report.format_bias_change(change) + "\n"
     return text
 
 

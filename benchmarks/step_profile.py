@@ -40,7 +40,8 @@ sys.path.insert(0, str(ROOT))
 
 import minbert
 from minbert.model import gelu, layer_norm
-from minbert.multitask import MultitaskBert, MultitaskConfig, paraphrase_loss, pool
+from minbert.multitask import MultitaskBert, MultitaskConfig, paraphrase_loss
+from minbert.pooling import pool
 from tasks.multitask import collate, load
 from tasks.recipe import make_optimizer
 

@@ -139,7 +139,7 @@ def to_hf_state_dict(model: BertModel) -> dict[str, torch.Tensor]:
     """minbert's tensors under Hugging Face BertModel names: the same table read the other way.
 
     Each tensor is read as the model computes it, so a re-parametrized one (the random controls' W0 + delta,
-    minbert.bitfit.freeze_random) is saved merged, as the plain weight that BERT uses.
+    minbert.bitfit_controls.freeze_random) is saved merged, as the plain weight that BERT uses.
     """
     out = {}
     for hf, ours in name_table(model.config.num_hidden_layers).items():

@@ -157,15 +157,13 @@ class BertLayer(nn.Module):
         self.Wm2, self.bm2 = nn.Parameter(torch.empty(I, H)), nn.Parameter(torch.zeros(I))
         self.Wm3, self.bm3 = nn.Parameter(torch.empty(H, I)), nn.Parameter(torch.zeros(H))
         self.gLN2, self.bLN2 = nn.Parameter(torch.ones(H)), nn.Parameter(torch.zeros(H))
-        # Extension points: modules beside the layer (adapters such as PALs), each None or a callable of
-        # (B, T, H) inputs and the additive mask, so that no extension has to copy this layer:
-        #   adapter(x, mask)               added to the input of the first add-and-norm, h3 = LN1(h2 + x + adapter(x))
-        #   attention_adapter(h1, x, mask) replaces the merged heads h1, before Wm1 (the CS224N report's concat PALs)
-        #   parallel_adapter(x, mask)      added inside the last add-and-norm, out = LN2(h5 + h3 + ts) with
-        #                                  ts = parallel_adapter(x) (Stickland & Murray, 2019, sec. 3: PALs)
-        self.adapter: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
-        self.attention_adapter: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
-        self.parallel_adapter: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+        # Extension point, so that no extension has to copy this layer: one adapter beside it (PALs, minbert.pals),
+        # None or a callable (h1, x, mask) -> (h1, ts) of the merged heads h1 and the layer's input x, (B, T, H),
+        # and the additive mask. It returns the merged heads that go on to Wm1 (the CS224N report's concat PALs
+        # return W [h1; PAL(x)] + b) and ts, added inside the last add-and-norm, out = LN2(h5 + h3 + ts)
+        # (Stickland & Murray, 2019, sec. 3: PALs return (h1, PAL(x))); ts is a (B, T, H) tensor or the number 0.0.
+        self.adapter: Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
+                               tuple[torch.Tensor, torch.Tensor | float]] | None = None
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
@@ -173,44 +171,52 @@ class BertLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x: (B, T, H); mask: additive (B, 1, 1, T). Returns the layer's output, (B, T, H), 0 at padding."""
-        B, T, H = x.shape
-        Q = self.split_heads(F.linear(x, self.Wq, self.bq))  # (B, nh, T, hs)
+        Q = self.split_heads(F.linear(x, self.Wq, self.bq))  # eq. 1: (B, nh, T, hs)
         K = self.split_heads(F.linear(x, self.Wk, self.bk))
         V = self.split_heads(F.linear(x, self.Wv, self.bv))
         h1 = self.attend(Q, K, V, mask, self.p_attn, self.training)  # (B, T, H)
-        if self.attention_adapter is not None:  # beside the self-attention: h1 <- attention_adapter(h1, x)
-            h1 = self.attention_adapter(h1, x, mask)
-        # in parallel with the whole layer: ts joins h5 + h3 in the last add-and-norm (0 without an adapter)
-        ts = self.parallel_adapter(x, mask) if self.parallel_adapter is not None else 0.0  # (B, T, H)
-        # Eqs. 2-5 act on each position alone, and attention never lets a padding position reach a real one,
-        # so they run on the N real tokens only (a quarter to a half less work on typical padded batches).
-        keep = (mask == 0).view(B, T)                                 # (B, T), True at real tokens
-        if self.adapter is not None:  # a module in parallel on the layer's input: h3 = LN(h2 + adapter(x) + x)
-            x = x + self.adapter(x, mask)
-        packed = not bool(keep.all())                                 # no padding: nothing to skip
-        if packed:
-            x, h1 = x[keep], h1[keep]                                 # (B, T, H) -> (N, H)
-            ts = ts[keep] if isinstance(ts, torch.Tensor) else ts
+        ts: torch.Tensor | float = 0.0
+        if self.adapter is not None:
+            h1, ts = self.adapter(h1, x, mask)
+        return on_real_tokens(self.after_attention, mask, h1, x, ts)
+
+    def after_attention(self, h1: torch.Tensor, x: torch.Tensor, ts: torch.Tensor | float = 0.0) -> torch.Tensor:
+        """Eqs. 2-5 of BitFit: the merged heads h1 and the layer's input x, (N, H) or (B, T, H) -> the output."""
         ### BEGIN SOLUTION
-        ### STUB: The rest of the layer (BitFit eqs. 2-5), on the N real tokens: x (the layer's input, the
-        ### STUB: adapter already added) and h1 (the merged heads) are both (N, H), or (B, T, H) when the batch
-        ### STUB: has no padding; every step acts on each token alone, so the code is the same. ts is what a
-        ### STUB: parallel adapter adds inside the last add-and-norm (PALs): (N, H) as well, or the number 0.0
-        ### STUB: when the layer has none. Compute `out`:
+        ### STUB: The rest of the layer (BitFit eqs. 2-5): h1 (the merged heads) and x (the layer's input) are
+        ### STUB: (N, H), the batch's N real tokens (forward drops the padding and puts it back), or (B, T, H)
+        ### STUB: when the batch has no padding; every step acts on each token alone, so the code is the same. ts is
+        ### STUB: what an adapter adds inside the last add-and-norm (PALs): (N, H) as well, or the number 0.0 when
+        ### STUB: the layer has none. Return `out`:
         ### STUB:   h2  = Dropout(Wm1 h1 + bm1)         (N, H)   F.linear(a, W, b) computes W a + b
         ### STUB:   h3  = gLN1 * norm(h2 + x) + bLN1    (N, H)   layer_norm(..., self.gLN1, self.bLN1, self.eps)
         ### STUB:   h4  = GELU(Wm2 h3 + bm2)            (N, I)   self.act(): the config's hidden_act, GELU for BERT;
         ### STUB:                                                I is the intermediate size
         ### STUB:   h5  = Dropout(Wm3 h4 + bm3)         (N, H)
-        ### STUB:   out = gLN2 * norm(h5 + h3 + ts) + bLN2   (N, H)   the line after this region scatters it back to (B, T, H)
+        ### STUB:   out = gLN2 * norm(h5 + h3 + ts) + bLN2   (N, H)
         ### STUB: Dropout has rate self.p and is active only when self.training (F.dropout(a, self.p, self.training)).
         h2 = F.dropout(F.linear(h1, self.Wm1, self.bm1), self.p, self.training)
         h3 = layer_norm(h2 + x, self.gLN1, self.bLN1, self.eps)
         h4 = self.act(F.linear(h3, self.Wm2, self.bm2))              # (N, I)
         h5 = F.dropout(F.linear(h4, self.Wm3, self.bm3), self.p, self.training)
-        out = layer_norm(h5 + h3 + ts, self.gLN2, self.bLN2, self.eps)  # (N, H)
+        return layer_norm(h5 + h3 + ts, self.gLN2, self.bLN2, self.eps)  # (N, H)
         ### END SOLUTION
-        return out.new_zeros(B, T, H).index_put((keep,), out) if packed else out  # (N, H) -> (B, T, H)
+
+
+def on_real_tokens(
+    f: Callable[..., torch.Tensor], mask: torch.Tensor, *args: torch.Tensor | float,
+) -> torch.Tensor:
+    """f on the N real tokens of (B, T, H) arguments only, its (N, H) result put back in place, 0 at padding.
+
+    Eqs. 2-5 act on each position alone, and attention never lets a padding position reach a real one, so
+    they can skip the padding: a quarter to a half less work on typical padded batches. mask: additive (B, 1, 1, T).
+    """
+    B, T = mask.shape[0], mask.shape[-1]
+    keep = (mask == 0).view(B, T)                                     # (B, T), True at real tokens
+    if bool(keep.all()):                                              # no padding: nothing to skip
+        return f(*args)
+    out = f(*(a[keep] if isinstance(a, torch.Tensor) else a for a in args))  # (B, T, H) -> (N, H)
+    return out.new_zeros(B, T, out.shape[-1]).index_put((keep,), out)      # (N, H) -> (B, T, H)
 
 
 class BertPooler(nn.Module):
@@ -278,11 +284,10 @@ class BertModel(nn.Module):
     def forward(
         self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None, *, position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None, embeddings: torch.Tensor | None = None,
-        output_hidden_states: bool = False,
+        embeddings: torch.Tensor | None = None, output_hidden_states: bool = False,
     ) -> BertOutput:
         """Encode a batch. Pass `embeddings` (h0 from embed(), possibly perturbed) to skip the embedding step."""
-        h = embeddings if embeddings is not None else self.embed(input_ids, token_type_ids, position_ids, inputs_embeds)
+        h = embeddings if embeddings is not None else self.embed(input_ids, token_type_ids, position_ids)
         mask = self.attention_bias(attention_mask, h)
         hidden_states = [h] if output_hidden_states else None
         for layer in self.layers:

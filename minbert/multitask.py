@@ -1,4 +1,4 @@
-"""Multitask BERT: one shared encoder, three heads (sentiment, paraphrase, similarity), and task schedules.
+"""Multitask BERT: one shared encoder, three heads (sentiment, paraphrase, similarity).
 
 The two designs of the CS224N report "Less is More: Exploring BERT and Beyond for Multitask Learning"
 (Qian & Yang), sec. 4.1, for the sentence-pair tasks:
@@ -11,8 +11,7 @@ Linear(512, out). Both designs take the same inputs, each sentence tokenised alo
 input_ids_1, attention_mask_1, input_ids_2, attention_mask_2); the cross-encoder joins them itself
 (join_pairs), so one data pipeline serves both.
 
-The schedules (sec. 4.2 of the report; Stickland & Murray, 2019, sec. 4 for `annealed`) decide which
-task each training batch comes from; see TaskSchedule.
+Which task each training batch comes from is data order, not the model: minbert.schedules.
 
 Optional extensions the model composes: task-specific projected attention layers (add_pals, minbert.pals)
 and SMART regularisation of every training loss (add_smart, minbert.smart). For SMART the task output is a
@@ -21,8 +20,6 @@ function of the encoder's input embeddings: predict() is inputs() -> embed() -> 
 
 from __future__ import annotations
 
-import math
-import random
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -32,10 +29,10 @@ from torch import nn
 
 from .model import BertModel
 from .pals import PALs, PalsConfig
+from .pooling import POOLINGS, pool
 from .smart import Smart, SmartConfig
 
 DESIGNS = ("bi-encoder", "cross-encoder")
-POOLINGS = ("mean", "cls", "pooler")
 TASK_NAMES = ("sst", "para", "sts")
 
 
@@ -68,16 +65,6 @@ class Head(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(F.gelu(self.fc1(self.dropout(x))))  # (B, d_in) -> (B, d_out)
-
-
-def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooler_output: torch.Tensor, how: str) -> torch.Tensor:
-    """A sentence vector (B, H) from the final hidden states (B, T, H): mean of real tokens, [CLS], or the pooler."""
-    if how == "mean":
-        keep = attention_mask[..., None].to(hidden.dtype)                # (B, T, 1)
-        return (hidden * keep).sum(1) / keep.sum(1).clamp(min=1.0)       # (B, H)
-    if how == "cls":
-        return hidden[:, 0]                                              # (B, H)
-    return pooler_output
 
 
 def join_pairs(
@@ -174,8 +161,6 @@ class MultitaskBert(nn.Module):
         # A freshly initialised head outputs about 0 while STS gold scores average about 2.5: with a short budget the
         # first steps of mean-squared error go into the mean, not the similarity. similarity_bias=2.5 starts mid-scale.
         nn.init.constant_(self.head["sts"].fc2.bias, c.similarity_bias)
-        # The task whose batch runs now; task-specific extensions (PALs) read it.
-        self.active_task: str | None = None
         self.pals: PALs | None = None       # add_pals()
         self.smart: Smart | None = None     # add_smart()
 
@@ -247,7 +232,6 @@ class MultitaskBert(nn.Module):
     def predict_from_embeddings(self, task: str, embeddings: list[torch.Tensor],
                                 inputs: list[EncoderInput]) -> torch.Tensor:
         """The task's output from the passes' h0 (possibly perturbed): logits (B, C), or one value per pair (B,)."""
-        self.active_task = task
         if self.pals is not None:
             self.pals.task = task                                    # the PALs of the batch's task run
         ### BEGIN SOLUTION
@@ -310,83 +294,3 @@ class MultitaskBert(nn.Module):
 
 TASK_LOSSES = {"sst": sentiment_loss, "para": paraphrase_loss, "sts": similarity_loss}
 SMART_KINDS = {"sst": "classification", "para": "binary", "sts": "regression"}   # which l_s each output takes
-
-
-# Task schedules. Each gives the order of one epoch's training batches as (task, j): the j-th batch of that
-# task's stream for the epoch. A task's stream is its shuffled batches, and, should a schedule ask for more
-# batches than the task has, further passes over it, each shuffled anew (the caller builds them; see
-# tasks.multitask). The order depends on (seed, epoch) alone, so a run resumed at an epoch boundary goes on
-# exactly as an uninterrupted run would.
-
-def annealed_alpha(epoch: int, epochs: int) -> float:
-    """Stickland & Murray (2019, sec. 4): alpha = 1 - 0.8 (e - 1) / (E - 1) at epoch e = 1..E (1 when E = 1)."""
-    return 1.0 if epochs <= 1 else 1.0 - 0.8 * (epoch - 1) / (epochs - 1)
-
-
-def task_probabilities(sizes: dict[str, int], alpha: float = 1.0) -> dict[str, float]:
-    """p_i proportional to N_i ** alpha over the tasks' training-set sizes N_i."""
-    weights = {t: n ** alpha for t, n in sizes.items()}
-    total = sum(weights.values())
-    return {t: w / total for t, w in weights.items()}
-
-
-@dataclass
-class TaskSchedule:
-    """Which task each batch of an epoch comes from.
-
-    sequential     every batch of the first task, then of the second, ...; an epoch is one pass over every task.
-    round-robin    one batch of each task in turn (the report's sec. 4.2). when_exhausted="drop" (default): a
-                   task whose batches have run out leaves the rotation and the others go on, so an epoch is
-                   still one pass over every task, each example seen once; "cycle": smaller tasks start
-                   another pass until the largest has been seen once, so an epoch is max_i(n_i) batches
-                   of each task (the small tasks are oversampled).
-    proportional   each batch's task drawn with probability n_i / sum n over the tasks' sizes (in batches);
-                   an epoch is sum n batches, the tasks' streams cycling if drawn more often than they have batches.
-    annealed       as proportional, with probabilities proportional to n_i ** alpha, alpha falling from 1 at the
-                   first epoch to 0.2 at the last (Stickland & Murray, 2019, sec. 4): the tasks are drawn more
-                   evenly as training goes on. An epoch is sum n batches.
-    """
-
-    name: str
-    when_exhausted: str = "drop"
-
-    def __post_init__(self) -> None:
-        if self.name not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, not {self.name!r}")
-        if self.when_exhausted not in ("drop", "cycle"):
-            raise ValueError(f"when_exhausted must be 'drop' or 'cycle', not {self.when_exhausted!r}")
-
-    def probabilities(self, num_batches: dict[str, int], epoch: int, epochs: int) -> dict[str, float] | None:
-        """The task-drawing probabilities at epoch (0-based) of epochs; None for the deterministic schedules."""
-        if self.name == "proportional":
-            return task_probabilities(num_batches)
-        if self.name == "annealed":
-            return task_probabilities(num_batches, annealed_alpha(epoch + 1, epochs))
-        return None
-
-    def order(self, num_batches: dict[str, int], epoch: int, epochs: int, seed: int) -> list[tuple[str, int]]:
-        """The epoch's batches as (task, index into that task's stream), for tasks with num_batches[t] batches."""
-        tasks = [t for t, n in num_batches.items() if n > 0]
-        if self.name == "sequential":
-            return [(t, j) for t in tasks for j in range(num_batches[t])]
-        if self.name == "round-robin":
-            rounds = max(num_batches[t] for t in tasks)
-            return [(t, j) for j in range(rounds) for t in tasks
-                    if self.when_exhausted == "cycle" or j < num_batches[t]]
-        probs = self.probabilities({t: num_batches[t] for t in tasks}, epoch, epochs)
-        rng = random.Random(seed * 1_000_003 + epoch)
-        drawn = rng.choices(tasks, weights=[probs[t] for t in tasks], k=sum(num_batches[t] for t in tasks))
-        seen = dict.fromkeys(tasks, 0)
-        out = []
-        for t in drawn:
-            out.append((t, seen[t]))
-            seen[t] += 1
-        return out
-
-
-SCHEDULES = ("sequential", "round-robin", "proportional", "annealed")
-
-
-def num_batches_of(sizes: dict[str, int], batch_size: int) -> dict[str, int]:
-    """ceil(N_i / batch_size) batches for each task of N_i examples."""
-    return {t: math.ceil(n / batch_size) for t, n in sizes.items()}

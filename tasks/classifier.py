@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import minbert
+from minbert.pooling import POOLINGS
 
 from .data import TASKS, Collator, Records, batches, model_inputs, to_device, token_lengths
 from .errors import existing_file, nonnegative_float, positive_float, positive_int, probability, run_cli
@@ -34,7 +35,6 @@ from .train import add_loop_arguments, autocast, fit, is_main_process, loop_kwar
 from .unfinished import explain_unfinished
 
 NUM_LABELS = {"sst": 5, "cfimdb": 2}
-POOLINGS = ("mean", "cls", "pooler")
 
 
 class SentimentClassifier(nn.Module):

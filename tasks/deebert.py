@@ -38,6 +38,7 @@ from minbert.deebert import DeeBert, DeeBertConfig, EntropyExit, PatienceExit
 from .classifier import Split
 from .data import TASKS, Collator, Records, batches, model_inputs, to_device, token_lengths
 from .deebert_report import format_choice, format_table, savings, write_outputs, write_text  # noqa: F401
+from .deebert_timing import sweep
 from .errors import (existing_file, existing_path, nonnegative_float, positive_float, positive_int, probability,
                      run_cli)
 from .evaluation import accuracy, pearson, write_predictions
@@ -186,8 +187,8 @@ def sweep_table(args: argparse.Namespace, model: DeeBert, split: Split, collate:
     labels = [split.records[k].label for k in _positions(split.records, ids)]
     rules, no_exit = exit_rules(args, L)
     log = (lambda s: print(s, file=sys.stderr)) if args.progress else None
-    plain, runs = deebert.sweep(model, split_batches, {**rules, "no exit": no_exit}, rounds=args.rounds,
-                                seed=args.seed, log=log)
+    plain, runs = sweep(model, split_batches, {**rules, "no exit": no_exit}, rounds=args.rounds,
+                       seed=args.seed, log=log)
     base_preds = predictions(args.task, plain.logits)
     base = quality(args.task, base_preds, labels)
     plain_work = plain.token_layers
@@ -281,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sst (5 classes), sst2 (binary SST: 0-1 negative, 3-4 positive, 2 dropped), cfimdb (binary), "
                         "sts (similarity regression; exits by patience)")
     p.add_argument("--model", default="minilm", help="checkpoint: 'minilm' (offline), a Hub name, or a directory")
-    p.add_argument("--pooling", choices=deebert.POOLINGS, default="mean",
+    p.add_argument("--pooling", choices=deebert.RAMP_POOLINGS, default="mean",
                    help="the off-ramps' input: the mean of a layer's real tokens (default, the offline MiniLM is a "
                         "mean-pooling model) or the [CLS] state (the paper)")
     p.add_argument("--no-ramp-pooler", dest="ramp_pooler", action="store_false",

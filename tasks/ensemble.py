@@ -18,8 +18,10 @@ from pathlib import Path
 
 import torch
 
+from minbert.multitask import TASK_NAMES
+
 from .evaluation import prediction_path, write_predictions
-from .score import BOARD, score_directory
+from .score import score_directory
 from .submit import SPLITS, make_submission
 from .toolkit import raw_path, read_raw
 
@@ -41,7 +43,7 @@ def average(task: str, runs: list[dict[str, list[float]]]) -> tuple[list[str], l
 def ensemble(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
     """Write OUT/{task}-{split}-output.csv for every task and split whose raw file every run has."""
     written = []
-    for task in BOARD:
+    for task in TASK_NAMES:
         for split in SPLITS:
             paths = [raw_path(d, task, split) for d in run_dirs]
             present = [p.is_file() for p in paths]

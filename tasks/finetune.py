@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from minbert import bitfit
+from minbert import bitfit, bitfit_controls, bitfit_tasks
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def _bitfit_arguments(parser: argparse.ArgumentParser) -> None:
                              "such as bq,bm2; rand_*: the budget is what bitfit with these terms trains")
     parser.add_argument("--bitfit-task-file", default=None, metavar="PATH",
                         help="bitfit, frozen: also save the trained biases and the head, a few kilobytes, as a "
-                             "per-task file that minbert.bitfit.SharedBackbone.switch loads onto the backbone")
+                             "per-task file that minbert.bitfit_tasks.SharedBackbone.switch loads onto the backbone")
 
 
 def _bitfit(model: nn.Module, args: argparse.Namespace) -> list[nn.Parameter]:
@@ -110,7 +110,7 @@ def _save_task_file(model: nn.Module, args: argparse.Namespace) -> None:
     if path:
         meta = {k: str(v) for k, v in vars(args).items() if k in ("task", "model", "pooling", "fine_tune_mode",
                                                                    "bitfit_terms") and v is not None}
-        size = bitfit.save_task(path, model.bert, model.head, meta)
+        size = bitfit_tasks.save_task(path, model.bert, model.head, meta)
         print(f"wrote {path} ({size / 1024:.0f} KiB: the trained biases and the head)")
 
 
@@ -118,7 +118,7 @@ def _random_control(how: str, scope: str = "encoder") -> Callable[[nn.Module, ar
     def setup(model: nn.Module, args: argparse.Namespace) -> list[nn.Parameter]:
         terms = getattr(args, "bitfit_terms", "all")
         budget = None if how == "rand_row_col_ref" else bitfit.bitfit_budget(model.bert, terms)
-        bitfit.freeze_random(model.bert, how, budget=budget, seed=getattr(args, "seed", 0), scope=scope)
+        bitfit_controls.freeze_random(model.bert, how, budget=budget, seed=getattr(args, "seed", 0), scope=scope)
         model.head.requires_grad_(True)
         return trainable(model)
     return setup

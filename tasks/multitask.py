@@ -26,8 +26,10 @@ import torch
 from torch import nn
 
 import minbert
-from minbert.multitask import DESIGNS, POOLINGS, SCHEDULES, MultitaskBert, MultitaskConfig, TaskSchedule
+from minbert.multitask import DESIGNS, TASK_NAMES, MultitaskBert, MultitaskConfig
 from minbert.pals import VARIANTS, PalsConfig
+from minbert.pooling import POOLINGS
+from minbert.schedules import SCHEDULES, TaskSchedule
 from minbert.smart import PRESETS, SmartConfig
 
 from .data import TASKS, Records, batch_indices, to_device
@@ -36,7 +38,7 @@ from .deebert_report import write_text
 from .errors import existing_file, fraction, nonnegative_float, positive_float, positive_int, probability, run_cli
 from .evaluation import accuracy, overall_score, pearson, prediction_path, write_predictions
 from .finetune import add_mode_arguments, get_mode
-from .multitask_data import TASK_ORDER, Encoded, EpochBatches, collate, load
+from .multitask_data import Encoded, EpochBatches, collate, load
 from .recipe import make_optimizer
 from .toolkit import (
     SurgeryBatches,
@@ -147,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-train-examples", type=positive_int, default=None,
                    help="train on a random sample of N examples per task, drawn with --seed (quick runs)")
     p.add_argument("--data-dir", default="data", help="where the default task files live (default: data)")
-    for t in TASK_ORDER:
+    for t in TASK_NAMES:
         for split in ("train", "dev", "test"):
             default = f"{DEFAULT_FILES[t]}-{'test-student' if split == 'test' else split}.csv"
             extra = "; scored too if it has labels" if split == "test" else ""
@@ -285,10 +287,10 @@ def run(args: argparse.Namespace) -> dict:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     apply_after_simcse(args)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    unknown = [t for t in tasks if t not in TASK_ORDER]
+    unknown = [t for t in tasks if t not in TASK_NAMES]
     if unknown or not tasks:
-        raise SystemExit(f"--tasks {args.tasks!r}: choose from {', '.join(TASK_ORDER)}")
-    tasks = [t for t in TASK_ORDER if t in tasks]
+        raise SystemExit(f"--tasks {args.tasks!r}: choose from {', '.join(TASK_NAMES)}")
+    tasks = [t for t in TASK_NAMES if t in tasks]
     check_toolkit(args, world_size())
     mode = get_mode(args.fine_tune_mode)
     lr = args.lr if args.lr is not None else mode.default_lr

@@ -15,11 +15,10 @@ from pathlib import Path
 import torch
 
 import minbert
-from minbert.multitask import TaskSchedule, num_batches_of
+from minbert.multitask import TASK_NAMES
+from minbert.schedules import TaskSchedule, num_batches_of
 
 from .data import TASKS, PairExample, Records, batch_indices
-
-TASK_ORDER = ("sst", "para", "sts")
 
 
 @dataclass
@@ -105,7 +104,7 @@ class EpochBatches(Sequence):
     def task_pass(self, task: str, k: int) -> list[list[int]]:
         """The k-th shuffled pass over a task's training examples this epoch, as batches of indices."""
         if (task, k) not in self._passes:
-            seed = hash_seed(self.seed, self.epoch, TASK_ORDER.index(task), k)
+            seed = hash_seed(self.seed, self.epoch, TASK_NAMES.index(task), k)
             self._passes[(task, k)] = batch_indices(self.train[task].lengths, self.batch_size, shuffle=True,
                                                     seed=seed, bucket=self.bucket)
         return self._passes[(task, k)]
@@ -119,7 +118,7 @@ class EpochBatches(Sequence):
         index = self.task_pass(task, j // n)[j % n]
         swap = None
         if self.swap_pairs and self.train[task].ids2 is not None:
-            rng = random.Random(hash_seed(self.seed, self.epoch, TASK_ORDER.index(task), j, 1))
+            rng = random.Random(hash_seed(self.seed, self.epoch, TASK_NAMES.index(task), j, 1))
             swap = [rng.random() < 0.5 for _ in index]
         return collate(self.train[task], index, swap)
 

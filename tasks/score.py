@@ -16,10 +16,11 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from minbert.multitask import TASK_NAMES
+
 from .errors import existing_dir, run_cli
 from .evaluation import LEADERBOARD, Report, check_predictions, gold_records, overall_score, prediction_path
 
-BOARD = ("sst", "para", "sts")
 NAMES = {"sst": "SST accuracy", "para": "Quora accuracy", "sts": "STS Pearson r"}
 
 
@@ -27,7 +28,7 @@ def score_directory(pred_dir: str | Path, data_dir: str | Path = "data", split: 
     """{'reports': {task: Report}, 'overall': float | None, 'problems': [...]} for the files present."""
     reports: dict[str, Report] = {}
     problems = []
-    for task in BOARD:
+    for task in TASK_NAMES:
         path = prediction_path(pred_dir, task, split)
         if not path.is_file():
             continue
@@ -37,10 +38,10 @@ def score_directory(pred_dir: str | Path, data_dir: str | Path = "data", split: 
             continue
         reports[task] = check_predictions(path, task, gold)
     if not reports and not problems:
-        problems.append(f"{pred_dir}: no prediction files ({', '.join(f'{t}-{split}-output.csv' for t in BOARD)})")
+        problems.append(f"{pred_dir}: no prediction files ({', '.join(f'{t}-{split}-output.csv' for t in TASK_NAMES)})")
     scores = {t: r.score for t, r in reports.items()}
     overall = None
-    if all(scores.get(t) is not None for t in BOARD):
+    if all(scores.get(t) is not None for t in TASK_NAMES):
         overall = overall_score(scores["sst"], scores["para"], scores["sts"])
     return {"reports": reports, "overall": overall, "problems": problems}
 
@@ -50,7 +51,7 @@ def overall_cell(result: dict, split: str) -> str:
     if result["overall"] is not None:
         return f"{result['overall']:.4f}"
     reports = result["reports"]
-    if any(t not in reports for t in BOARD):
+    if any(t not in reports for t in TASK_NAMES):
         return "n/a (needs all three files)"
     if any(r.errors for r in reports.values()):
         return "n/a (a file has errors)"
@@ -68,7 +69,7 @@ def format_table(result: dict, split: str) -> str:
         for e in r.errors:
             out.append(f"error: {e}")
     rows = [("task", "file", "predictions", "score")]
-    for task in BOARD:
+    for task in TASK_NAMES:
         r = result["reports"].get(task)
         if r is None:
             rows.append((NAMES[task], "(absent)", "-", "-"))

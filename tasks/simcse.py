@@ -39,7 +39,7 @@ import torch.nn.functional as F
 import minbert
 from minbert.checkpoint import resolve
 from minbert.hub import OPTIONAL as TOKENIZER_FILES
-from minbert.simcse import DISTANCES, OBJECTIVES, POOLINGS, SimCSE, SimCSEConfig
+from minbert.simcse import DISTANCES, OBJECTIVES, SIMCSE_POOLINGS, SimCSE, SimCSEConfig
 
 from .data import TASKS, batch_indices
 from .distributed import world_size
@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=positive_int, default=64,
                    help="truncate each sentence to this many tokens (64)")
     p.add_argument("--temperature", type=positive_float, default=0.05, help="SimCSE's temperature t (default 0.05)")
-    p.add_argument("--pooling", choices=POOLINGS, default="mean",
+    p.add_argument("--pooling", choices=SIMCSE_POOLINGS, default="mean",
                    help="training embedding: mean of the real tokens (default; evaluated and used the same way) or "
                         "cls_mlp ([CLS] through an MLP in training, [CLS] alone in evaluation, as SimCSE)")
     p.add_argument("--hard-negatives", action="store_true",

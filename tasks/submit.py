@@ -18,9 +18,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from minbert.multitask import TASK_NAMES
+
 from .errors import run_cli
 from .evaluation import check_predictions, gold_records, prediction_path
-from .score import BOARD
 
 SPLITS = ("dev", "test")
 
@@ -28,7 +29,7 @@ SPLITS = ("dev", "test")
 def expected_files(data_dir: str | Path) -> list[tuple[str, str]]:
     """(task, split) for every leaderboard task and split whose gold or input file exists."""
     from .data import TASKS
-    return [(t, s) for t in BOARD for s in SPLITS if TASKS[t].path(data_dir, s).is_file()]
+    return [(t, s) for t in TASK_NAMES for s in SPLITS if TASKS[t].path(data_dir, s).is_file()]
 
 
 def make_submission(pred_dir: str | Path, data_dir: str | Path, out: str | Path) -> tuple[Path | None, list[str]]:

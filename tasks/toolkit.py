@@ -122,7 +122,6 @@ class SurgeryBatches(Sequence):
 
 def sentence_vectors(m: MultitaskBert, task: str, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """u, v (B, H): each sentence of a pair batch encoded alone (the task's PALs active, if any)."""
-    m.active_task = task
     if m.pals is not None:
         m.pals.task = task
     return (m.encode(batch["input_ids_1"], batch["attention_mask_1"]),

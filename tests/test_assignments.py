@@ -76,7 +76,7 @@ def test_regions_cover_the_assignment() -> None:
     owners = {(rel.as_posix(), f) for rel in stubbed_files()
               for f in make.regions_by_function((ROOT / rel).read_text(), str(rel))}
     assert {("minbert/model.py", "attention"), ("minbert/model.py", "BertEmbeddings.forward"),
-            ("minbert/model.py", "BertLayer.forward"), ("minbert/optim.py", "AdamW.step"),
+            ("minbert/model.py", "BertLayer.after_attention"), ("minbert/optim.py", "AdamW.step"),
             ("tasks/classifier.py", "SentimentClassifier.forward")} <= owners
     multitask = {"MultitaskBert.pair_inputs", "MultitaskBert.features", "MultitaskBert.predict_from_embeddings",
                  "sentiment_loss", "paraphrase_loss", "similarity_loss"}
@@ -206,6 +206,7 @@ PRE_LN = """
     h4 = gelu(F.linear(h3, self.Wm2, self.bm2))
     h5 = F.dropout(F.linear(h4, self.Wm3, self.bm3), self.p, self.training)
     out = layer_norm(h5, self.gLN2, self.bLN2, self.eps) + h3
+    return out
 """
 
 
@@ -269,7 +270,7 @@ MARGIN_SWAPPED = """
 @pytest.mark.parametrize("func, body, lost, hint", [
     ("attention", NO_SCALE, {"attention", "model"}, "not divided by sqrt(hs)"),
     ("attention", NO_MASK, {"attention", "model"}, "the mask is not added"),
-    ("BertLayer.forward", PRE_LN, {"layer", "model"}, "LayerNorm is applied before the residual add"),
+    ("BertLayer.after_attention", PRE_LN, {"layer", "model"}, "LayerNorm is applied before the residual add"),
     ("MultitaskBert.features", BI_NO_ABS, {"mt_bi_encoder"}, "[u, v, u - v], without the absolute value"),
 ], ids=["attention-without-scaling", "mask-ignored", "layernorm-before-residual", "bi-encoder-without-abs"])
 def test_wrong_implementation_loses_exactly_the_affected_parts(
@@ -293,7 +294,7 @@ def test_wrong_implementation_loses_exactly_the_affected_parts(
 def test_each_wrong_function_loses_its_own_part_in_every_group(tmp_path: Path) -> None:
     # one submission with independent mistakes: each costs its own part and says what it looks like
     mistakes = {  # function: (its body, the part it loses, the status, what the message says)
-        "BertLayer.forward": (NO_TS, "layer", "fail", "ts is left out of the last add-and-norm"),
+        "BertLayer.after_attention": (NO_TS, "layer", "fail", "ts is left out of the last add-and-norm"),
         "MultitaskBert.pair_inputs": (CROSS_WITHOUT_TYPES, "mt_cross_encoder", "fail",
                                       "token_type_ids are None: keep the segment ids"),
         "MultitaskBert.predict_from_embeddings": (HEADS_EMBED_AGAIN, "mt_heads", "fail",
@@ -326,7 +327,7 @@ def test_each_wrong_function_loses_its_own_part_in_every_group(tmp_path: Path) -
 def test_hang_and_exit_are_contained_by_the_time_limit(tmp_path: Path) -> None:
     sub = submission_with(tmp_path, {
         "attention": "import os\nos._exit(3)",            # leaves the interpreter at once
-        "BertLayer.forward": "import sys\nsys.exit(0)",   # raises SystemExit
+        "BertLayer.after_attention": "import sys\nsys.exit(0)",   # raises SystemExit
         "AdamW.step": "while True:\n    pass",             # never returns
     }, flat=True)                                          # model.py, optim.py at the top, as uploaded
     timeout = 6.0
@@ -336,7 +337,7 @@ def test_hang_and_exit_are_contained_by_the_time_limit(tmp_path: Path) -> None:
                       "adamw": "timeout", "classifier_head": "pass"}, res["parts"]
     parts = {r["part"]: r for r in res["parts"]}
     assert "exit code 3" in parts["attention"]["message"]
-    assert "sys.exit(0)" in parts["layer"]["message"] and "BertLayer.forward" in parts["layer"]["message"]
+    assert "sys.exit(0)" in parts["layer"]["message"] and "BertLayer.after_attention" in parts["layer"]["message"]
     assert f"within {timeout:g} s" in parts["adamw"]["message"]
     assert res["score"] == PARTS["embeddings"].points + PARTS["classifier_head"].points
     # by default the grader grades part 1 alone, out of 100 as it always was, from part 1's files alone

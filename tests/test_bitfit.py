@@ -9,8 +9,11 @@ import torch
 from torch import nn
 
 import minbert
-from minbert import bitfit
-from minbert.bitfit import LAYER_TERMS, freeze, freeze_random, merge_deltas, term_of, trainable_report
+from minbert import bitfit, bitfit_report, bitfit_tasks
+from minbert.bitfit import LAYER_TERMS, freeze, term_of
+from minbert.bitfit_controls import freeze_random, merge_deltas
+from minbert.bitfit_report import trainable_report
+from tasks.bitfit_figure import plot_bias_change
 
 
 def tiny(tiny_config, seed=0):
@@ -212,25 +215,25 @@ def test_report_counts_the_head_apart(tiny_config):
 def test_bias_change_is_zero_then_tracks_the_trained_terms(tiny_config):
     model = tiny(tiny_config)
     b0 = bitfit.bias_snapshot(model)
-    change = bitfit.bias_change(b0, model)
+    change = bitfit_report.bias_change(b0, model)
     assert set(change) == set(LAYER_TERMS) and all(v == [0.0, 0.0] for v in change.values())
     freeze(model, "bm2")
     train_steps(model, nn.Linear(32, 3))
-    change = bitfit.bias_change(b0, model)
+    change = bitfit_report.bias_change(b0, model)
     assert all(v > 0 for v in change["bm2"]) and all(sum(change[t]) == 0 for t in LAYER_TERMS if t != "bm2")
-    table = bitfit.format_bias_change(change)
+    table = bitfit_report.format_bias_change(change)
     assert table.count("\n") == len(LAYER_TERMS) + 1 and "| bm2 |" in table
 
 
 def test_heatmap_is_written(tiny_config, tmp_path):
     change = {t: [0.1 * i, 0.2] for i, t in enumerate(LAYER_TERMS)}
-    bitfit.plot_bias_change(change, tmp_path / "fig.png", "test")
+    plot_bias_change(change, tmp_path / "fig.png", "test")
     assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_task_files_round_trip_and_switching_is_exact(minilm, tokenizer, tmp_path):
     backbone = copy.deepcopy(minilm)
-    shared = bitfit.SharedBackbone(backbone)
+    shared = bitfit_tasks.SharedBackbone(backbone)
     enc = tokenizer(["a gripping, funny film", "dull and far too long", "it is a film"])
     H = minilm.config.hidden_size
 
@@ -253,7 +256,7 @@ def test_task_files_round_trip_and_switching_is_exact(minilm, tokenizer, tmp_pat
             for p in backbone.parameters():
                 if p.requires_grad:
                     p.add_(0.05 * torch.randn_like(p))
-        size = bitfit.save_task(tmp_path / f"{task}.safetensors", backbone, heads[task], {"task": task})
+        size = bitfit_tasks.save_task(tmp_path / f"{task}.safetensors", backbone, heads[task], {"task": task})
         assert size < 120_000  # ~26k biases of 4 bytes, not the 90 MB model
         expected[task] = run()
 
@@ -274,13 +277,13 @@ def test_load_task_refuses_a_mismatched_file(tiny_config, tmp_path):
     model = tiny(tiny_config)
     freeze(model, "all")
     path = tmp_path / "t.safetensors"
-    bitfit.save_task(path, model, nn.Linear(32, 3))
+    bitfit_tasks.save_task(path, model, nn.Linear(32, 3))
     with pytest.raises(ValueError, match="t.safetensors.*different backbone"):
-        bitfit.load_task(path, tiny(tiny_config, seed=1))
+        bitfit_tasks.load_task(path, tiny(tiny_config, seed=1))
     with pytest.raises(ValueError, match="t.safetensors.*head.weight"):
-        bitfit.load_task(path, model, nn.Linear(32, 4))
+        bitfit_tasks.load_task(path, model, nn.Linear(32, 4))
     freeze_random(model, "rand_uniform", budget=10)
     merge_deltas(model)
     model.layers[0].Wq.requires_grad_(True)
     with pytest.raises(ValueError, match="not a bias term"):
-        bitfit.save_task(path, model)
+        bitfit_tasks.save_task(path, model)

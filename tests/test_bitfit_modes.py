@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import minbert
-from minbert import bitfit
+from minbert import bitfit, bitfit_tasks
 from tasks.classifier import SentimentClassifier, build_parser
 from tasks.finetune import get_mode
 
@@ -62,7 +62,7 @@ def test_after_fit_writes_a_task_file(tiny_config, tmp_path):
     fresh.bert.load_state_dict(model.bert.state_dict())
     with torch.no_grad():
         fresh.bert.layers[1].bm2.zero_()
-    meta = bitfit.load_task(path, fresh.bert, fresh.head)
+    meta = bitfit_tasks.load_task(path, fresh.bert, fresh.head)
     assert meta["bitfit_terms"] == "bm2" and meta["task"] == "sst"
     assert torch.equal(fresh.bert.layers[1].bm2, model.bert.layers[1].bm2)
     assert torch.equal(fresh.head.bias, model.head.bias)

@@ -15,6 +15,7 @@ import minbert
 from minbert import deebert
 from minbert.deebert import DeeBert, DeeBertConfig, EntropyExit, PatienceExit, early_exit, entropy, exit_from_logits
 from tasks import deebert as cli
+from tasks import deebert_timing
 from tasks.classifier import SentimentClassifier
 from tasks.data import TASKS, Collator, batches
 from tasks.evaluation import check_predictions
@@ -335,11 +336,11 @@ def test_every_flag_is_explained_and_the_default_thresholds_span_the_entropy_ran
 
 def test_sweep_orders_differ_between_rounds_include_plain_and_follow_the_seed():
     names = ["plain", "S=0", "S=0.3", "no exit"]
-    orders = deebert.round_orders(names, 5, seed=1)
+    orders = deebert_timing.round_orders(names, 5, seed=1)
     assert all(sorted(o) == sorted(names) for o in orders)           # every setting, plain included, once a round
     assert len({tuple(o) for o in orders}) > 1                       # the order changes between rounds
     assert len({o.index("plain") for o in orders}) > 1               # plain does not always go first
-    assert orders == deebert.round_orders(names, 5, seed=1) != deebert.round_orders(names, 5, seed=2)
+    assert orders == deebert_timing.round_orders(names, 5, seed=1) != deebert_timing.round_orders(names, 5, seed=2)
 
 
 def test_sweep_runs_an_untimed_pass_of_every_setting_then_the_rounds_in_their_orders(monkeypatch):
@@ -351,11 +352,11 @@ def test_sweep_runs_an_untimed_pass_of_every_setting_then_the_rounds_in_their_or
         calls.append((names[None if rule is None else id(rule)], len(batches)))
         return torch.zeros(1, 2), torch.ones(1, dtype=torch.long), float(len(calls)), 1
 
-    monkeypatch.setattr(deebert, "timed_run", fake)
-    plain, runs = deebert.sweep(nn_stub(), [{}] * 3, rules, rounds=3, seed=7)
+    monkeypatch.setattr(deebert_timing, "timed_run", fake)
+    plain, runs = deebert_timing.sweep(nn_stub(), [{}] * 3, rules, rounds=3, seed=7)
     assert sorted(c[0] for c in calls[:3]) == ["S=0", "no exit", "plain"] and all(c[1] == 3 for c in calls)
     timed = [c[0] for c in calls[3:]]
-    assert timed == [n for o in deebert.round_orders(["plain", "S=0", "no exit"], 3, 7) for n in o]
+    assert timed == [n for o in deebert_timing.round_orders(["plain", "S=0", "no exit"], 3, 7) for n in o]
     assert len(plain.seconds) == 3 and [r.name for r in runs] == ["S=0", "no exit"]
     assert plain.time == sorted(plain.seconds)[1]                    # the median of the rounds
 

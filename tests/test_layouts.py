@@ -142,10 +142,10 @@ def test_decoder_configs_are_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("how", ["rand_uniform", "rand_row_col"])
 def test_save_after_a_random_control_round_trips(how: str, tiny_config: minbert.BertConfig, tmp_path: Path) -> None:
     """The random controls' W = W0 + scatter(delta) is saved merged; minbert and transformers load it back."""
-    from minbert import bitfit
+    from minbert import bitfit_controls
     torch.manual_seed(0)
     model = minbert.BertModel(tiny_config).eval()
-    bitfit.freeze_random(model, how, seed=0)
+    bitfit_controls.freeze_random(model, how, seed=0)
     merged = {}  # by hand: the frozen original with the trained entries added at their flat indices
     for name, module in model.named_modules():
         for attr, plist in getattr(module, "parametrizations", {}).items():
@@ -160,7 +160,7 @@ def test_save_after_a_random_control_round_trips(how: str, tiny_config: minbert.
     with torch.no_grad():
         before = model(ids, mask)
     model.save_pretrained(str(tmp_path))
-    assert any(bitfit.parametrize.is_parametrized(m) for m in model.modules()), "saving must leave the model as it was (training goes on)"
+    assert any(bitfit_controls.parametrize.is_parametrized(m) for m in model.modules()), "saving must leave the model as it was (training goes on)"
     reloaded = minbert.load_pretrained(str(tmp_path))
     state = reloaded.state_dict()
     for name, tensor in merged.items():

@@ -117,15 +117,16 @@ def test_layers_can_be_run_one_at_a_time(minilm: minbert.BertModel, tokenizer: m
 
 
 class ConstantAdapter(torch.nn.Module):
-    """Returns the same vector at every position, and records that it was called and with what."""
+    """Leaves the merged heads as they are and adds the same vector at every position inside the last
+    add-and-norm (ts); records that it was called and with what."""
 
     def __init__(self, value: torch.Tensor):
         super().__init__()
         self.value, self.calls = value, []
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        self.calls.append((x.shape, mask.shape))
-        return self.value.expand_as(x)
+    def forward(self, h1: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.calls.append((h1.shape, x.shape, mask.shape))
+        return h1, self.value.expand_as(x)
 
 
 def test_layer_adapter_is_called_and_added(tiny_config: minbert.BertConfig) -> None:
@@ -139,15 +140,15 @@ def test_layer_adapter_is_called_and_added(tiny_config: minbert.BertConfig) -> N
         zero = ConstantAdapter(torch.zeros(H))
         model.layers[0].adapter = zero
         assert torch.equal(model(**batch).last_hidden_state, plain)
-        assert zero.calls == [((3, 10, H), (3, 1, 1, 10))]
+        assert zero.calls == [((3, 10, H), (3, 10, H), (3, 1, 1, 10))]
 
-        # an adapter adding c in parallel is the same as adding c to the bias bm1 of that layer
+        # an adapter adding c inside the last add-and-norm is the same as adding c to the bias bm3 of that layer
         c = torch.randn(H)
         model.layers[0].adapter = ConstantAdapter(c)
         with_adapter = model(**batch).last_hidden_state
         model.layers[0].adapter = None
         shifted = copy.deepcopy(model)
-        shifted.layers[0].bm1 += c
+        shifted.layers[0].bm3 += c
         torch.testing.assert_close(with_adapter, shifted(**batch).last_hidden_state, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(with_adapter, plain)
 

@@ -11,16 +11,8 @@ import torch.nn.functional as F
 from conftest import DATA, killed_after_first_epoch
 
 import minbert
-from minbert.multitask import (
-    MultitaskBert,
-    MultitaskConfig,
-    TaskSchedule,
-    annealed_alpha,
-    join_pairs,
-    paraphrase_loss,
-    similarity_loss,
-    task_probabilities,
-)
+from minbert.multitask import MultitaskBert, MultitaskConfig, join_pairs, paraphrase_loss, similarity_loss
+from minbert.schedules import TaskSchedule, annealed_alpha, task_probabilities
 from tasks import multitask
 from tasks.multitask import EpochBatches, build_parser, collate, load, run
 from tasks.train import Interrupted, load_checkpoint

@@ -27,7 +27,7 @@ def padded(tokenizer) -> dict:
 
 # ------------------------------------------------------------------ the layer's extension points
 
-def test_a_parallel_adapter_is_added_inside_the_last_layer_norm(tiny_config, tokenizer):
+def test_an_adapters_ts_is_added_inside_the_last_layer_norm(tiny_config, tokenizer):
     torch.manual_seed(0)
     bert = minbert.BertModel(tiny_config).eval()
     layer = bert.layers[0]
@@ -35,9 +35,9 @@ def test_a_parallel_adapter_is_added_inside_the_last_layer_norm(tiny_config, tok
     mask = bert.attention_bias(torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]), x)
     c = torch.randn(2, 5, tiny_config.hidden_size)
     with torch.no_grad():
-        layer.parallel_adapter = lambda x, mask: c
+        layer.adapter = lambda h1, x, mask: (h1, c)
         got = layer(x, mask)
-        layer.parallel_adapter = None
+        layer.adapter = None
         # the equations, written out: out = LN2(h5 + h3 + c)
         q, k, v = (layer.split_heads(F.linear(x, W, b)) for W, b in
                    ((layer.Wq, layer.bq), (layer.Wk, layer.bk), (layer.Wv, layer.bv)))
@@ -50,16 +50,16 @@ def test_a_parallel_adapter_is_added_inside_the_last_layer_norm(tiny_config, tok
         assert not torch.allclose(got, layer(x, mask))
 
 
-def test_an_attention_adapter_replaces_the_merged_heads(tiny_config):
+def test_an_adapters_h1_replaces_the_merged_heads(tiny_config):
     torch.manual_seed(0)
     bert = minbert.BertModel(tiny_config).eval()
     layer = bert.layers[1]
     x = torch.randn(2, 5, tiny_config.hidden_size)
     mask = bert.attention_bias(torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]), x)
     with torch.no_grad():
-        layer.attention_adapter = lambda h1, x, mask: 2 * h1        # the same as doubling Wm1
+        layer.adapter = lambda h1, x, mask: (2 * h1, 0.0)            # the same as doubling Wm1
         got = layer(x, mask)
-        layer.attention_adapter = None
+        layer.adapter = None
         layer.Wm1.mul_(2)
         torch.testing.assert_close(got, layer(x, mask))
 

@@ -6,13 +6,14 @@ both shared across the layers, and in every layer l a multi-head self-attention 
 
     PAL_tl(x) = GELU(V^D_t SA_tl(V^E_t x))                                        (B, T, H)
 
-Two placements, each through one of BertLayer's extension points (minbert/model.py):
+Two placements, both through BertLayer's one extension point, its `adapter` (minbert/model.py), which
+returns the merged heads h1 and a term ts for the last add-and-norm:
 
     standard   Stickland & Murray: in parallel with the whole layer, added inside its last add-and-norm,
-               out = LN2(h5 + h3 + PAL(x))   (the layer's `parallel_adapter`)
+               out = LN2(h5 + h3 + PAL(x))   (the adapter returns h1 unchanged and ts = PAL(x))
     concat     the CS224N report's variant (Qian & Yang, sec. 4.4, Figure 2): beside the first self-attention
                only, the merged heads and the PAL output concatenated and projected back to H by a per-layer
-               linear map, h1 <- W_tl [h1; PAL(x)] + b_tl   (the layer's `attention_adapter`)
+               linear map, h1 <- W_tl [h1; PAL(x)] + b_tl   (the adapter returns that and ts = 0)
 
 The PALs of the batch's task run: the multitask model sets `task` before each forward. Where the paper and
 its code differ: the paper writes TS(x) = V^D MH(V^E x); its code (AsaCooperStickland/Bert-n-Pals,
@@ -131,26 +132,31 @@ class PALs(nn.Module):
         t = self.active()
         return t.mix[layer](torch.cat([h1, t(layer, x, mask)], dim=-1))              # (B, T, 2H) -> (B, T, H)
 
+    def adapt(self, layer: int, h1: torch.Tensor, x: torch.Tensor,
+              mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | float]:
+        """Layer `layer`'s adapter: (h1, PAL(x)) for standard PALs, (W [h1; PAL(x)] + b, 0.0) for concat."""
+        if self.config.variant == "standard":
+            return h1, self.parallel(layer, x, mask)
+        return self.concat(layer, h1, x, mask), 0.0
+
     def attach(self, bert: BertModel) -> None:
         """Set every layer's extension point to these PALs (they stay registered here, not in `bert`)."""
         for i, layer in enumerate(bert.layers):
-            if self.config.variant == "standard":
-                layer.parallel_adapter = LayerHook(self, i, "parallel")
-            else:
-                layer.attention_adapter = LayerHook(self, i, "concat")
+            layer.adapter = LayerHook(self, i)
 
 
 class LayerHook:
-    """What a layer calls: one method of the PALs with the layer's index. A plain object, not an nn.Module, so
-    that the PALs' parameters are registered once (under the multitask model) and not again under the encoder
+    """What a layer calls: the PALs' adapt() with the layer's index. A plain object, not an nn.Module, so that
+    the PALs' parameters are registered once (under the multitask model) and not again under the encoder
     (where the fine-tune modes would freeze them with it)."""
 
-    def __init__(self, pals: PALs, layer: int, method: str):
-        self.pals, self.layer, self.method = pals, layer, method
+    def __init__(self, pals: PALs, layer: int):
+        self.pals, self.layer = pals, layer
 
-    def __call__(self, *tensors: torch.Tensor) -> torch.Tensor:
-        return getattr(self.pals, self.method)(self.layer, *tensors)
+    def __call__(self, h1: torch.Tensor, x: torch.Tensor,
+                 mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | float]:
+        return self.pals.adapt(self.layer, h1, x, mask)
 
     def __repr__(self) -> str:
-        return f"PALs.{self.method}(layer {self.layer})"
+        return f"PALs.adapt(layer {self.layer}, {self.pals.config.variant})"
 

@@ -25,10 +25,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from .model import BertModel
-from .multitask import pool
+from .pooling import pool
 
 OBJECTIVES = ("unsup", "sup", "margin")
-POOLINGS = ("mean", "cls_mlp")
+SIMCSE_POOLINGS = ("mean", "cls_mlp")   # training-time pooling (sec. 3): pooling.pool's mean, or [CLS] through an MLP
 DISTANCES = ("cosine", "euclidean")
 
 
@@ -98,7 +98,8 @@ class SimCSEConfig:
     distance: str = "cosine"            # d of margin_loss: "cosine" or "euclidean"
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (("objective", self.objective, OBJECTIVES), ("pooling", self.pooling, POOLINGS),
+        for name, value, allowed in (("objective", self.objective, OBJECTIVES),
+                                     ("pooling", self.pooling, SIMCSE_POOLINGS),
                                      ("distance", self.distance, DISTANCES)):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, not {value!r}")

@@ -1,0 +1,33 @@
+"""Figure 1 of BitFit (Ben-Zaken et al., 2022): the mean bias change per term and layer as a heatmap PNG
+(the numbers come from minbert.bitfit_report.bias_change)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+
+def plot_bias_change(change: Mapping[str, Sequence[float]], path: str | Path, title: str = "") -> None:
+    """Save Figure 1 of Ben-Zaken et al. (2022): a heatmap of mean |b0 - bF|, terms by layers, as a PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    terms = list(change)
+    values = torch.tensor([list(change[t]) for t in terms])  # (terms, L)
+    fig, ax = plt.subplots(figsize=(1.0 + 0.7 * values.shape[1], 0.5 + 0.45 * len(terms)))
+    im = ax.imshow(values.numpy(), cmap="Blues", aspect="auto")
+    ax.set_xticks(range(values.shape[1]), [str(l) for l in range(values.shape[1])])
+    ax.set_yticks(range(len(terms)), terms)
+    ax.set_xlabel("layer")
+    ax.set_title(title or "mean |b0 - bF|")
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    tmp = Path(path).with_suffix(".tmp.png")
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)
