@@ -30,7 +30,9 @@ from minbert.pals import PalsConfig
 from .data import TASKS, Collator
 from .evaluation import prediction_path, write_predictions
 from .toolkit import model_class, raw_path, write_raw
-from .train import autocast, load_checkpoint, pick_device
+from .checkpoints import load_checkpoint
+from .recipe import autocast
+from .train import pick_device
 
 KINDS = ("classifier", "multitask", "deebert")
 EXPORT_SETTINGS = "multitask.json"   # an export directory's settings (tasks/export.py)

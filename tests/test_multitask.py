@@ -22,8 +22,9 @@ from minbert.multitask import (
     task_probabilities,
 )
 from tasks import multitask
+from tasks.checkpoints import load_checkpoint
 from tasks.multitask import EpochBatches, build_parser, collate, load, run
-from tasks.train import Interrupted, load_checkpoint
+from tasks.train import Interrupted
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,20 +10,14 @@ import torch
 from torch import nn
 
 import minbert
+from tasks.checkpoints import load_checkpoint
 from tasks.classifier import SentimentClassifier, build_parser, classification_loss
-from tasks.recipe import make_optimizer
-from tasks.train import (
-    LOOP_DEFAULTS,
-    Interrupted,
-    LinearSchedule,
-    _check_config,
-    add_loop_arguments,
-    fit,
-    load_checkpoint,
-    loop_kwargs,
-)
+from tasks.recipe import LinearSchedule, add_loop_arguments, loop_kwargs, make_optimizer
+from tasks.train import Interrupted, _check_config, fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+# the recipe flags at their defaults, written out here (tasks.recipe.Recipe is what they are checked against)
+LOOP_DEFAULTS = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1}
 CPU = torch.device("cpu")
 
 
