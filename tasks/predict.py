@@ -27,11 +27,11 @@ import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from minbert.pals import PalsConfig
 
+from .checkpoints import load_checkpoint
 from .data import TASKS, Collator
 from .evaluation import prediction_path, write_predictions
-from .toolkit import model_class, raw_path, write_raw
-from .checkpoints import load_checkpoint
 from .recipe import autocast
+from .toolkit import model_class, raw_path, write_raw
 from .train import pick_device
 
 KINDS = ("classifier", "multitask", "deebert")

@@ -3,6 +3,17 @@ stopping, and a checkpoint after every epoch (tasks/checkpoints.py) that a kille
 result as an uninterrupted one; the recipe (mixed precision, warm-up and decay, clipping, accumulation; its pieces,
 flags and defaults in tasks/recipe.py) and data parallelism through torchrun (tasks/distributed.py).
 
+The recipe: precision "bf16" or "fp16" runs loss_fn and evaluate under torch.autocast (fp16 with a gradient
+scaler, CUDA only); warmup_ratio (None: a constant learning rate) warms the learning rate up linearly over that
+fraction of the optimiser steps of all epochs, then decays it linearly to 0; max_grad_norm clips the gradients'
+total norm; grad_accum sums the gradients of that many consecutive batches, weighted by their sizes, into one
+optimiser step, as if they were one batch.
+
+Under torchrun (WORLD_SIZE > 1) each process takes its rows of every batch, DDP averages the gradients (each loss
+weighted so that the step equals one process's on the whole batch), every process evaluates the whole dev set
+(the same numbers as one process), and rank 0 alone logs, shows the progress bar and writes the checkpoint, which
+holds every rank's RNG state for an exact resume.
+
 Each epoch's batch order is drawn from (seed, epoch) alone, so restoring the RNG states, the optimiser and the
 step count is enough to continue exactly where an uninterrupted run would be.
 
@@ -137,17 +148,8 @@ def fit(
     a stored config that differs in any key but 'epochs' and the paths is an error, since the run would
     not continue the same experiment.
 
-    The recipe (`recipe`: tasks.recipe.Recipe's fields but optimizer, each at Recipe's default unless given):
-    precision "bf16" or "fp16" runs loss_fn and evaluate under torch.autocast (fp16 with a
-    gradient scaler, CUDA only); warmup_ratio (None: a constant learning rate) warms the learning rate up
-    linearly over that fraction of the optimiser steps of all `epochs`, then decays it linearly to 0;
-    max_grad_norm clips the gradients' total norm; grad_accum sums the gradients of that many consecutive
-    batches, weighted by their sizes, into one optimiser step, as if they were one batch.
-
-    Under torchrun (WORLD_SIZE > 1) each process takes its rows of every batch, DDP averages the
-    gradients (each loss weighted so that the step equals one process's on the whole batch), every
-    process evaluates the whole dev set (the same numbers as one process), and rank 0 alone logs, shows
-    the progress bar and writes the checkpoint, which holds every rank's RNG state for an exact resume.
+    `recipe`: tasks.recipe.Recipe's fields but optimizer (precision, warmup_ratio, max_grad_norm, grad_accum),
+    each at Recipe's default unless given; the recipe and data parallelism are described in the module docstring.
 
     Early stopping: patience P (None: run all `epochs`) ends the run once P evaluations in a row have not
     improved on the best, resumed runs included. `unit` is the log's word for one call of epoch_batches: a CLI
