@@ -37,7 +37,7 @@ from . import cli
 from .checkpoints import load_checkpoint
 from .cli import ListFlag, Split, add_common_arguments, run_settings, setup, write_split
 from .data import TASKS, Collator, Records, batches, model_inputs, to_device
-from .deebert_report import format_choice, format_table, write_outputs, write_text  # noqa: F401
+from .deebert_report import format_choice, format_table, write_outputs
 from .deebert_sweep import (
     EVAL_BATCH,
     NUM_LABELS,
