@@ -1,7 +1,7 @@
 """The scaffold every task CLI stands on: the common flags declared once (a CLI changes a flag's default or help
 text, never declares it again), list flags that take `a,b,c` and `a b c`, the set-up (device, threads, seed,
-tokenizer), the run settings stored in a checkpoint, one seeded reader of a task's split, and one writer of a
-split's prediction file.
+tokenizer), the run settings stored in a checkpoint, one seeded reader of a task's split, one writer of a split's
+prediction file, and an atomic text-file writer.
 
     p = argparse.ArgumentParser(...)
     add_common_arguments(p, epochs={"default": 3, "help": "training epochs (default 3)"})
@@ -16,6 +16,7 @@ import argparse
 import os
 import random
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,3 +168,15 @@ def write_split(path: str | Path, board: str, records: Records, preds: list, met
         line += f"{sep}{metric} {value:.4f}"
     print(line)
     return value
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write a text file atomically (temporary file in the same directory, fsync, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path

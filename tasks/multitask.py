@@ -29,9 +29,8 @@ from minbert.multitask import DESIGNS, POOLINGS, SCHEDULES, MultitaskBert, Multi
 from minbert.pals import VARIANTS, PalsConfig
 from minbert.smart import PRESETS, SmartConfig
 
-from .cli import ListFlag, add_common_arguments, run_settings, setup, write_split
+from .cli import ListFlag, add_common_arguments, run_settings, setup, write_split, write_text
 from .data import TASKS, Records, batch_indices, to_device
-from .deebert_report import write_text
 from .distributed import is_main_process, world_size
 from .errors import existing_file, fraction, nonnegative_float, positive_float, positive_int, probability, run_cli
 from .evaluation import accuracy, overall_score, pearson, prediction_path

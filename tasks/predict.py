@@ -28,6 +28,7 @@ from minbert.multitask import MultitaskBert, MultitaskConfig
 from minbert.pals import PalsConfig
 
 from .checkpoints import load_checkpoint
+from .cli import DEVICES
 from .data import TASKS, Collator
 from .evaluation import prediction_path, write_predictions
 from .recipe import autocast
@@ -199,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw-outputs", action="store_true",
                    help="also write {task}-{split}-raw.csv, the raw outputs, for python -m tasks.ensemble")
     p.add_argument("--eval-batch-size", type=int, default=128, help="prediction batch size (default 128)")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
+    p.add_argument("--device", choices=DEVICES, default="auto")
     return p
 
 
