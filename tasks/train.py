@@ -214,7 +214,7 @@ class _Loop:
     def restore(self, resume: str | Path, config: dict) -> None:
         """The state of a checkpoint: model, optimiser, epochs done, best epoch, history, steps, RNG states."""
         state = load_checkpoint(resume, required=CHECKPOINT_KEYS)  # on the CPU: RNG states must stay there
-        _check_config(resume, state.get("config", {}), config)
+        check_config(resume, state.get("config", {}), config)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.start, self.history = state["epoch"], list(state["history"])
@@ -374,7 +374,7 @@ def _diverged(value: float, epoch: int, step: int, task: str | None, unit: str, 
 IGNORED_ON_RESUME = {"epochs", "checkpoint", "resume", "out_dir", "device", "predictions_dir"}
 
 
-def _check_config(path: str | Path, stored: dict, current: dict) -> None:
+def check_config(path: str | Path, stored: dict, current: dict) -> None:
     """The settings must match; a recipe flag absent from an older checkpoint counts as its default."""
     defaults = asdict(Recipe())
     if set(defaults) & set(current):

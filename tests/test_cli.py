@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from tasks import classifier, deebert, multitask, simcse
 from tasks.cli import run_settings
@@ -55,3 +56,26 @@ def test_run_settings_leave_out_where_and_how_a_run_writes():
     settings = run_settings(args, lr=0.5)
     assert {"threads", "progress", "checkpoint", "device", "resume", "eval_batch_size"}.isdisjoint(settings)
     assert settings["lr"] == 0.5 and settings["seed"] == 11711 and settings["precision"] == "fp32"
+
+
+def test_deebert_trains_both_stages_with_the_recipe_flags(tiny_dir, tmp_path, monkeypatch):
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_fit(model, optimizer, *args, **kwargs):
+        seen.append((type(optimizer), kwargs))
+        raise Stop
+
+    monkeypatch.setattr(deebert, "fit", fake_fit)
+    argv = ["--model", str(tiny_dir), "--device", "cpu", "--no-progress", "--max-train-examples", "8",
+            "--max-eval-examples", "8", "--out", str(tmp_path / "run"), "--optimizer", "fused",
+            "--warmup-ratio", "0.1", "--max-grad-norm", "1", "--grad-accum", "2"]
+    with pytest.raises(Stop):
+        deebert.run(deebert.build_parser().parse_args(argv))
+    optimizer, kwargs = seen[0]
+    assert optimizer is torch.optim.AdamW                 # --optimizer fused: torch's kernel, not minbert.AdamW
+    assert {k: kwargs[k] for k in ("precision", "warmup_ratio", "max_grad_norm", "grad_accum")} == {
+        "precision": "fp32", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 2}
+    assert kwargs["config"]["optimizer"] == "fused" and kwargs["config"]["stage"] == 1
