@@ -12,6 +12,7 @@ traceback. Argument values are checked at parse time by the type helpers below (
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import sys
@@ -58,6 +59,14 @@ def run_cli(main: Callable[[], int | None]) -> int:
         sys.stdout.flush()
         print("interrupted (Ctrl-C); a run with a checkpoint continues with --resume", file=sys.stderr)
         return 130
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise                                   # anything else may be a bug: keep its traceback
+        sys.stdout.flush()
+        print(f"error: {e.filename or 'a file'}: {os.strerror(e.errno)}; every file is written to a temporary file "
+              "and renamed, so the previous version is intact: free some space and run again (a run with a "
+              "checkpoint continues with --resume)", file=sys.stderr)
+        return EXIT_USER_ERROR
 
 
 def _number(kind: type, text: str) -> float | int:

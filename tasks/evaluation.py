@@ -94,12 +94,16 @@ def write_predictions(path: str | Path, task: str, ids: Sequence[str], values: S
     path.parent.mkdir(parents=True, exist_ok=True)
     text = f"id \t {board.column} \n" + "".join(f"{i} , {board.format(v)} \n" for i, v in zip(ids, values))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())     # on disk before the rename: a crash or a full disk keeps the previous file
-    os.chmod(tmp, 0o644)  # mkstemp makes the file private; a prediction file is for sharing
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())     # on disk before the rename: a crash or a full disk keeps the previous file
+        os.chmod(tmp, 0o644)  # mkstemp makes the file private; a prediction file is for sharing
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return path
 
 

@@ -48,15 +48,19 @@ def make_submission(pred_dir: str | Path, data_dir: str | Path, out: str | Path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
     os.close(fd)
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
-        for path in files:
-            z.write(path, arcname=f"predictions/{path.name}")
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)     # mkstemp makes it 600; the zip is meant to be read, as a new file would be
-    os.replace(tmp, out)
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+            for path in files:
+                z.write(path, arcname=f"predictions/{path.name}")
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)     # mkstemp makes it 600; the zip is meant to be read, as a new file would be
+        os.replace(tmp, out)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return out, []
 
 

@@ -1,0 +1,85 @@
+"""A full disk while writing a prediction file, a checkpoint, a submission zip or a report: the previous file is
+intact, no temporary file is left behind, and a CLI says so in one line (no traceback)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tasks import checkpoints, cli, evaluation, submit
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fsync fails with ENOSPC, as a write-back on a full disk does."""
+    def fsync(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+def _only(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_prediction_file_survives_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = evaluation.write_predictions(tmp_path / "sst-dev-output.csv", "sst", ["a", "b"], [1, 2])
+    before = path.read_bytes()
+    _full_disk(monkeypatch)
+    with pytest.raises(OSError) as e:
+        evaluation.write_predictions(path, "sst", ["a", "b"], [3, 4])
+    assert e.value.errno == errno.ENOSPC
+    assert path.read_bytes() == before and b"1" in before
+    assert _only(tmp_path) == ["sst-dev-output.csv"]
+
+
+def test_checkpoint_survives_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = checkpoints.save_checkpoint(tmp_path / "run.pt", {"epoch": 1, "w": torch.ones(3)})
+    _full_disk(monkeypatch)
+    with pytest.raises(OSError):
+        checkpoints.save_checkpoint(path, {"epoch": 2, "w": torch.zeros(3)})
+    monkeypatch.undo()
+    kept = torch.load(path, weights_only=True)
+    assert kept["epoch"] == 1 and torch.equal(kept["w"], torch.ones(3))
+    assert _only(tmp_path) == ["run.pt"]
+
+
+def test_report_and_zip_survive_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    report = cli.write_text(tmp_path / "sweep.json", "old")
+    _full_disk(monkeypatch)
+    with pytest.raises(OSError):
+        cli.write_text(report, "new")
+    assert report.read_text() == "old" and _only(tmp_path) == ["sweep.json"]
+
+
+def test_submission_zip_survives_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data, preds = tmp_path / "data", tmp_path / "preds"
+    data.mkdir()
+    (data / "ids-sst-dev.csv").write_text("\tid\tsentence\tsentiment\n0\ta1\tgood .\t4\n")
+    evaluation.write_predictions(preds / "sst-dev-output.csv", "sst", ["a1"], [4])
+    out = tmp_path / "submission.zip"
+    out.write_bytes(b"previous zip")
+    _full_disk(monkeypatch)
+    with pytest.raises(OSError):
+        submit.make_submission(preds, data, out)
+    assert out.read_bytes() == b"previous zip"
+    assert _only(tmp_path) == ["data", "preds", "submission.zip"]
+
+
+def test_cli_reports_a_full_disk_in_one_line(tmp_path: Path) -> None:
+    """The error boundary turns ENOSPC into one line naming the file, exit 1, no traceback."""
+    code = ("import errno, os, sys; from tasks.errors import run_cli\n"
+            "def main():\n"
+            f"    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), {str(tmp_path / 'run.pt')!r})\n"
+            "sys.exit(run_cli(main))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"error: {tmp_path / 'run.pt'}: No space left on device; ")
+    assert "previous version is intact" in proc.stderr
