@@ -28,7 +28,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import stats
 
-from tasks.deebert import build_parser, run, write_text
+from tasks.cli import write_text
+from tasks.deebert import build_parser, run
 
 
 def rows_of(summary: dict, batch: int, seed: int) -> list[dict]:

@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT))
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from tasks.multitask import collate, load
-from tasks.recipe import make_optimizer
+from tasks.recipe import autocast, make_optimizer
 from tasks.toolkit import TOOLKIT_DEFAULTS, toolkit_loss
-from tasks.train import autocast, pick_device
+from tasks.train import pick_device
 
 FILES = {"sst": "ids-sst-train.csv", "para": "quora-train.csv", "sts": "sts-train.csv"}
 

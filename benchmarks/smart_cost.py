@@ -33,7 +33,8 @@ import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from minbert.smart import PRESETS, SmartConfig
 from tasks.multitask import collate, load
-from tasks.train import autocast, pick_device
+from tasks.recipe import autocast
+from tasks.train import pick_device
 
 
 def main(argv: list[str] | None = None) -> int:

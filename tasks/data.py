@@ -159,7 +159,7 @@ def _text(path: Path) -> str:
     return data.decode("utf-8-sig", errors="surrogateescape")
 
 
-def _rows(path: Path) -> Iterator[tuple[int, list[str] | str]]:
+def file_rows(path: Path) -> Iterator[tuple[int, list[str] | str]]:
     """(line number, cells) for every row, header first; line numbers count physical lines, from 1. A row the csv
     module cannot split (a cell over its size limit: a very long line, or an unclosed quote) comes as (line, why)."""
     reader = csv.reader(io.StringIO(_text(path), newline=""), delimiter="\t")
@@ -186,7 +186,7 @@ def _check_cells(cells: list[str]) -> None:
 
 def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec, strict: bool, ptb: bool) -> Records:
     path = Path(path)
-    rows = _rows(path)
+    rows = file_rows(path)
     try:
         _, header = next(rows)
     except StopIteration:

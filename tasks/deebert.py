@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import os
-import random
 import statistics
 import sys
 from pathlib import Path
@@ -35,20 +33,29 @@ import minbert
 from minbert import deebert
 from minbert.deebert import DeeBert, DeeBertConfig, EntropyExit, PatienceExit
 
-from .classifier import Split
-from .data import TASKS, Collator, Records, batches, model_inputs, to_device, token_lengths
-from .deebert_report import format_choice, format_table, savings, write_outputs, write_text  # noqa: F401
-from .deebert_timing import sweep
-from .errors import (existing_file, existing_path, nonnegative_float, positive_float, positive_int, probability,
-                     run_cli)
-from .evaluation import accuracy, pearson, write_predictions
-from .train import fit, load_checkpoint, pick_device, seed_everything
+from . import cli
+from .checkpoints import load_checkpoint
+from .cli import ListFlag, Split, add_common_arguments, run_settings, setup, write_split
+from .data import TASKS, Collator, Records, batches, model_inputs, to_device
+from .deebert_report import format_choice, format_table, write_outputs
+from .deebert_sweep import (
+    EVAL_BATCH,
+    NUM_LABELS,
+    choose,
+    exit_predictions,
+    predictions,
+    quality,
+    quality_table,
+    split_halves,
+    sweep_table,
+)
+from .errors import existing_file, existing_path, nonnegative_float, positive_float, positive_int, probability, run_cli
+from .recipe import autocast, loop_kwargs, make_optimizer
+from .train import fit
 
-NUM_LABELS = {"sst": 5, "sst2": 2, "cfimdb": 2, "sts": 1}
 SOURCE = {"sst": "sst", "sst2": "sst", "cfimdb": "cfimdb", "sts": "sts"}   # which files a task reads
 BOARD = {"sst": "sst", "sst2": "cfimdb", "cfimdb": "cfimdb", "sts": "sts"}  # prediction-file format
 DEFAULT_THRESHOLDS = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7]
-EVAL_BATCH = 64           # batch size of the dev evaluations during training and of the prediction files
 MODEL_KEYS = ("task", "model", "pooling", "ramp_pooler")   # what a resumed model must agree on
 
 
@@ -63,28 +70,12 @@ def to_sst2(records: Records) -> tuple[Records, int]:
 def load_split(name: str, path: str | Path, task: str, tokenizer: minbert.Tokenizer, limit: int | None = None,
                seed: int = 0) -> Split:
     """Read a split of a task (sst2 mapped from SST); with `limit`, a seeded random sample of that many rows."""
-    records = TASKS[SOURCE[task]].read(path)
-    print(records.summary(), file=sys.stderr)
-    if task == "sst2":
+    def convert(records: Records) -> Records:
         records, dropped = to_sst2(records)
         if dropped:
             print(f"{path}: sst2 leaves out {dropped} neutral rows (label 2)", file=sys.stderr)
-    if limit is not None and limit < len(records):
-        keep = sorted(random.Random(seed).sample(range(len(records)), limit))
-        records = Records([records[i] for i in keep], records.path, records.labelled, records.skipped)
-    if not records:
-        raise SystemExit(f"{path}: no examples to use")
-    return Split(name, records, token_lengths(records, tokenizer))
-
-
-def predictions(task: str, logits: torch.Tensor) -> list:
-    """Logits (N, C) -> the class of each row, or its similarity for sts."""
-    return logits[:, 0].tolist() if NUM_LABELS[task] == 1 else logits.argmax(-1).tolist()
-
-
-def quality(task: str, preds: list, labels: list) -> float:
-    """Pearson r for sts, accuracy otherwise."""
-    return pearson(preds, labels) if task == "sts" else accuracy(preds, labels)
+        return records
+    return cli.load_split(name, path, SOURCE[task], tokenizer, limit, seed, convert if task == "sst2" else None)
 
 
 def stage1_loss(model: DeeBert, batch: dict) -> torch.Tensor:
@@ -133,16 +124,15 @@ def train(args: argparse.Namespace, model: DeeBert, train_split: Split, dev_batc
     def resume(name: str) -> Path | None:  # --resume-training: a stage whose checkpoint exists goes on from it
         return out / name if args.resume_training and (out / name).is_file() else None
 
-    opt = minbert.AdamW(deebert.stage1_parameters(model), lr=args.lr, weight_decay=args.weight_decay, variant="torch")
+    opt = make_optimizer(deebert.stage1_parameters(model), args.lr, args.weight_decay, args.optimizer)
     first = fit(model, opt, epoch_batches, stage1_loss, last_ramp, metric=metric, epochs=args.epochs, device=device,
                 seed=args.seed, checkpoint=out / "stage1.pt", config=config | {"stage": 1}, progress=args.progress,
-                resume=resume("stage1.pt"))
+                resume=resume("stage1.pt"), **loop_kwargs(args))
     model.load_state_dict(first.best_state)
-    opt = minbert.AdamW(deebert.stage2_parameters(model), lr=args.ramp_lr, weight_decay=args.weight_decay,
-                        variant="torch")
+    opt = make_optimizer(deebert.stage2_parameters(model), args.ramp_lr, args.weight_decay, args.optimizer)
     second = fit(model, opt, epoch_batches, stage2_loss, ramps, metric=f"{metric}_ramps", epochs=args.ramp_epochs,
                  device=device, seed=args.seed + 1, checkpoint=out / "stage2.pt", config=config | {"stage": 2},
-                 progress=args.progress, resume=resume("stage2.pt"))
+                 progress=args.progress, resume=resume("stage2.pt"), **loop_kwargs(args))
     model.load_state_dict(second.best_state)
     return {"stage1": {"best_epoch": first.best_epoch, f"dev_{metric}": first.best_score, "history": first.history},
             "stage2": {"best_epoch": second.best_epoch, f"dev_{metric}_ramps": second.best_score,
@@ -164,154 +154,33 @@ def load_trained(model: DeeBert, path: str | Path, config: dict) -> Path:
     return path
 
 
-def exit_rules(args: argparse.Namespace, L: int) -> tuple[dict[str, deebert.ExitRule], deebert.ExitRule]:
-    """The swept rules by name, and one that evaluates every off-ramp but never exits (their own cost)."""
-    if args.exit == "entropy":
-        return ({f"S={s:g}": EntropyExit(s, args.normalize_entropy) for s in args.thresholds},
-                EntropyExit(-math.inf, args.normalize_entropy))
-    patience = args.patience or list(range(1, max(L - 1, 2)))
-    return {f"P={p}": PatienceExit(p, args.change_threshold) for p in patience}, PatienceExit(L, args.change_threshold)
-
-
-def setting_of(name: str) -> float | None:
-    return float(name.split("=", 1)[1]) if "=" in name else None
-
-
-def sweep_table(args: argparse.Namespace, model: DeeBert, split: Split, collate: Collator,
-                device: torch.device) -> dict:
-    """Quality, exit layers and measured time of each setting against the plain model, on one split."""
-    L = model.num_layers
-    split_batches = [to_device(b, device) for b in batches(split.records, collate, args.eval_batch_size,
-                                                           bucket=args.eval_batch_size > 1, lengths=split.lengths)]
-    ids = [i for b in split_batches for i in b["ids"]]
-    labels = [split.records[k].label for k in _positions(split.records, ids)]
-    rules, no_exit = exit_rules(args, L)
-    log = (lambda s: print(s, file=sys.stderr)) if args.progress else None
-    plain, runs = sweep(model, split_batches, {**rules, "no exit": no_exit}, rounds=args.rounds,
-                       seed=args.seed, log=log)
-    base_preds = predictions(args.task, plain.logits)
-    base = quality(args.task, base_preds, labels)
-    plain_work = plain.token_layers
-    rows = []
-    for run in [plain, *runs]:
-        preds = predictions(args.task, run.logits)
-        mean_layer = run.layers.float().mean().item()
-        rows.append({
-            "setting": run.name, "value": setting_of(run.name), "quality": quality(args.task, preds, labels),
-            "quality_drop": base - quality(args.task, preds, labels), "mean_exit_layer": mean_layer,
-            "layers_run": mean_layer / L, "layers_saved": 1 - mean_layer / L,
-            "tokens_run": run.token_layers / plain_work, "seconds": run.time, "seconds_all": run.seconds,
-            "seconds_min": min(run.seconds), "seconds_max": max(run.seconds),
-            "time_saved": 1 - run.time / plain.time, "speedup": plain.time / run.time,
-            **savings(run.seconds, plain.seconds, "time_saved_rounds"),
-            **savings(run.seconds, runs[-1].seconds, "time_saved_vs_no_exit_rounds"),
-            "same_as_plain": sum(abs(a - b) <= 1e-5 for a, b in zip(preds, base_preds)) / len(preds),
-            "exit_histogram": torch.bincount(run.layers, minlength=L + 1)[1:].tolist()})
-    return {"metric": "pearson" if args.task == "sts" else "accuracy", "examples": len(ids),
-            "eval_batch_size": args.eval_batch_size, "rounds": args.rounds, "num_layers": L,
-            "ramp_cost": rows[-1]["seconds"] / rows[0]["seconds"] - 1, "rows": rows}
-
-
-def split_halves(split: Split, seed: int) -> tuple[Split, Split]:
-    """A seeded split of dev into a selection half (epochs, the exit setting) and a report half, file order kept."""
-    n = len(split.records)
-    chosen = set(random.Random(f"deebert-dev-split-{seed}").sample(range(n), n // 2))
-    halves = []
-    for name, keep in (("dev-select", [i for i in range(n) if i in chosen]),
-                       ("dev-report", [i for i in range(n) if i not in chosen])):
-        records = Records([split.records[i] for i in keep], split.records.path, split.records.labelled,
-                          split.records.skipped)
-        halves.append(Split(name, records, [split.lengths[i] for i in keep]))
-    return halves[0], halves[1]
-
-
-@torch.no_grad()
-def quality_table(args: argparse.Namespace, model: DeeBert, split: Split, collate: Collator,
-                  device: torch.device) -> dict:
-    """Quality, drop and layers run of every setting on a split, untimed (batched exit: the same predictions as
-    batch 1); the rows as sweep_table's, plain first and "no exit" last, for choose()."""
-    L = model.num_layers
-    rules, no_exit = exit_rules(args, L)
-    labels = [e.label for e in split.records]
-    base_preds, _ = exit_predictions(model, args.task, split, collate, no_exit, device)   # = the plain model's
-    base = quality(args.task, base_preds, labels)
-    rows = [{"setting": "plain", "value": None, "quality": base, "quality_drop": 0.0, "layers_run": 1.0}]
-    for name, rule in rules.items():
-        preds, layers = exit_predictions(model, args.task, split, collate, rule, device)
-        q = quality(args.task, preds, labels)
-        rows.append({"setting": name, "value": setting_of(name), "quality": q, "quality_drop": base - q,
-                     "layers_run": statistics.mean(layers) / L})
-    rows.append({**rows[0], "setting": "no exit"})
-    return {"metric": "pearson" if args.task == "sts" else "accuracy", "examples": len(labels), "rows": rows}
-
-
-def _positions(records: Records, ids: list[str]) -> list[int]:
-    where = {e.id: k for k, e in enumerate(records)}
-    return [where[i] for i in ids]
-
-
-def choose(table: dict, max_drop: float) -> dict:
-    """The swept setting that runs the fewest layers with a quality drop of at most max_drop."""
-    swept = [r for r in table["rows"][1:-1] if r["quality_drop"] <= max_drop + 1e-12]
-    return min(swept, key=lambda r: (r["layers_run"], r["value"]), default=table["rows"][1])
-
-
-@torch.no_grad()
-def exit_predictions(model: DeeBert, task: str, split: Split, collate: Collator, rule: deebert.ExitRule,
-                     device: torch.device) -> tuple[list, list[int]]:
-    """Early-exit predictions and exit layers of a split, in the file's order (batched exit equals batch 1)."""
-    got: dict[str, tuple] = {}
-    for b in batches(split.records, collate, EVAL_BATCH, bucket=True, lengths=split.lengths):
-        x = to_device(model_inputs(b), device)
-        o = deebert.early_exit(model, x["input_ids"], x["attention_mask"], x["token_type_ids"], rule)
-        got.update(zip(b["ids"], zip(predictions(task, o.logits.cpu()), o.layers.tolist())))
-    return [got[e.id][0] for e in split.records], [got[e.id][1] for e in split.records]
-
-
-def _floats(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tasks.deebert", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", choices=sorted(NUM_LABELS), default="sst2",
                    help="sst (5 classes), sst2 (binary SST: 0-1 negative, 3-4 positive, 2 dropped), cfimdb (binary), "
                         "sts (similarity regression; exits by patience)")
-    p.add_argument("--model", default="minilm", help="checkpoint: 'minilm' (offline), a Hub name, or a directory")
-    p.add_argument("--pooling", choices=deebert.RAMP_POOLINGS, default="mean",
-                   help="the off-ramps' input: the mean of a layer's real tokens (default, the offline MiniLM is a "
-                        "mean-pooling model) or the [CLS] state (the paper)")
     p.add_argument("--no-ramp-pooler", dest="ramp_pooler", action="store_false",
                    help="off-ramps without the copy of the pretrained pooler (dense + tanh): dropout + linear only")
     p.add_argument("--dropout", type=probability, default=None, help="dropout before each off-ramp's classifier "
                                                                "(default: the model's, 0.1)")
-    p.add_argument("--epochs", type=positive_int, default=3,
-                   help="stage 1 epochs: encoder and last off-ramp (default 3)")
     p.add_argument("--ramp-epochs", type=positive_int, default=None,
                    help="stage 2 epochs: off-ramps 1..n-1 (default: --epochs)")
-    p.add_argument("--lr", type=positive_float, default=3e-5, help="stage 1 learning rate (default 3e-5)")
     p.add_argument("--ramp-lr", type=positive_float, default=1e-3,
                    help="stage 2 learning rate, off-ramps only on a frozen encoder (default 1e-3, as a frozen "
                         "encoder's head)")
     p.add_argument("--weight-decay", type=nonnegative_float, default=0.0,
                    help="AdamW's decoupled weight decay (default 0)")
-    p.add_argument("--batch-size", type=positive_int, default=32, help="training batch size (default 32)")
-    p.add_argument("--max-length", type=positive_int, default=None,
-                   help="truncate inputs to this many tokens (default: the model's limit, 512)")
     p.add_argument("--exit", choices=["entropy", "patience"], default=None,
                    help="exit rule: entropy below S (DeeBERT; default for classification) or the prediction "
                         "unchanged for P layers (PABEE; default for sts)")
-    p.add_argument("--thresholds", type=_floats, nargs="+", default=None,
-                   help=f"entropy thresholds S to sweep (default: the paper's {' '.join(f'{t:g}' for t in DEFAULT_THRESHOLDS)}"
+    p.add_argument("--thresholds", action=ListFlag, item=float, default=None, metavar="S",
+                   help=f"entropy thresholds S to sweep, comma- or space-separated (default: the paper's {' '.join(f'{t:g}' for t in DEFAULT_THRESHOLDS)}"
                         " for two classes, times ln C / ln 2 for C classes, or / ln 2 with --normalize-entropy: "
                         "from no exit to every sample leaving at layer 1)")
     p.add_argument("--normalize-entropy", action="store_true", help="divide the entropy by ln C (S then in [0, 1])")
-    p.add_argument("--patience", type=int, nargs="+", default=None,
-                   help="patience values P to sweep with --exit patience (default 1 .. L-2)")
+    p.add_argument("--patience", action=ListFlag, item=int, default=None, metavar="P",
+                   help="patience values P to sweep with --exit patience, comma- or space-separated (default 1 .. L-2)")
     p.add_argument("--change-threshold", type=float, default=0.1,
                    help="patience on a regression: a change below this counts as unchanged (default 0.1, on 0-5)")
     p.add_argument("--threshold", type=float, default=None,
@@ -319,8 +188,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "setting with the fewest layers run whose dev quality drop is at most --max-drop)")
     p.add_argument("--max-drop", type=float, default=0.005,
                    help="largest dev quality drop against the plain model when choosing the setting (default 0.005)")
-    p.add_argument("--eval-batch-size", type=positive_int, default=1,
-                   help="batch size of the timed sweep: 1 is the paper's setting; larger uses batched exit")
     p.add_argument("--rounds", type=positive_int, default=5, help="timing rounds of the sweep, each setting (plain included) "
                    "in a fresh seeded order per round, after one untimed pass of all; the median and the spread "
                    "are reported (default 5)")
@@ -328,37 +195,38 @@ def build_parser() -> argparse.ArgumentParser:
                    help="halves (default): a seeded half of dev selects the epochs and the exit setting, the other "
                         "half is timed and reported (as the paper chose S on dev and reported test); same: the "
                         "whole dev set does both (selection and report on the same examples: optimistic)")
-    p.add_argument("--max-train-examples", type=positive_int, default=None, help="train on a seeded random sample of N")
     p.add_argument("--max-eval-examples", type=positive_int, default=None,
                    help="use a seeded random sample of N dev (and N test) examples (quick runs)")
-    p.add_argument("--seed", type=int, default=11711, help="random seed for initialisation, order and dropout")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto",
-                   help="auto picks cuda, then mps, then cpu")
-    p.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
-    p.add_argument("--data-dir", default="data", help="where the default task files live (default: data)")
     p.add_argument("--train-file", default=None, type=existing_file,
                    help="training file (default: DATA_DIR's file of the task)")
     p.add_argument("--dev-file", default=None, type=existing_file, help="dev file: model selection and the sweep")
     p.add_argument("--test-file", default=None, type=existing_file,
                    help="test file to predict (scored too if labelled)")
     p.add_argument("--out", default=None, help="output directory (default: runs/deebert-{task})")
-    p.add_argument("--resume", default=None, type=existing_path, metavar="PATH",
-                   help="skip training: load the model trained by an earlier run (its --out directory or its "
-                        "stage2.pt); the task, model, pooling and pooler must be the same")
     p.add_argument("--resume-training", action="store_true",
                    help="continue a killed run from the checkpoints in --out (stage1.pt, stage2.pt, written after "
                         "each epoch) to the same result as an uninterrupted run; the settings must be the same")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars or timing log")
+    add_common_arguments(
+        p, pooling={"choices": deebert.RAMP_POOLINGS, "help": "the off-ramps' input: the mean of a layer's real tokens "
+                    "(default, the offline MiniLM is a mean-pooling model) or the [CLS] state (the paper)"},
+        epochs={"help": "stage 1 epochs: encoder and last off-ramp (default 3)"},
+        lr={"default": 3e-5, "help": "stage 1 learning rate (default 3e-5)"},
+        eval_batch_size={"default": 1, "help": "batch size of the timed sweep: 1 is the paper's setting; larger uses "
+                                               "batched exit"},
+        max_train_examples={"help": "train on a seeded random sample of N"},
+        resume={"type": existing_path, "help": "skip training: load the model trained by an earlier run (its --out "
+                "directory or its stage2.pt); the task, model, pooling and pooler must be the same"},
+        progress={"help": "no progress bars or timing log"})
     return p
 
 
-RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "rounds", "resume", "out", "device", "threshold",
-                         "resume_training", "max_drop", "thresholds", "patience", "exit", "normalize_entropy", "change_threshold"}
+# the sweep's settings: a resumed or reloaded model may be swept with others
+SWEEP_SETTINGS = ("rounds", "threshold", "resume_training", "max_drop", "thresholds", "patience", "exit",
+                  "normalize_entropy", "change_threshold")
 
 
-def run(args: argparse.Namespace) -> dict:
-    """Train both stages (or load a trained model), sweep the exit setting on dev, write tables, figures, files."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+def settle(args: argparse.Namespace) -> None:
+    """The defaults that depend on other flags: the exit rule by task, stage 2's epochs, the thresholds by classes."""
     if args.exit is None:
         args.exit = "patience" if args.task == "sts" else "entropy"
     if args.exit == "entropy" and args.task == "sts":
@@ -367,12 +235,14 @@ def run(args: argparse.Namespace) -> dict:
     if args.thresholds is None:
         scale = 1.0 if args.normalize_entropy else math.log(max(NUM_LABELS[args.task], 2))
         args.thresholds = [round(t * scale / math.log(2), 4) for t in DEFAULT_THRESHOLDS]
-    device = pick_device(args.device)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Train both stages (or load a trained model), sweep the exit setting on dev, write tables, figures, files."""
+    settle(args)
+    device, tokenizer = setup(args)
     out = Path(args.out or f"runs/deebert-{args.task}")
     files = TASKS[SOURCE[args.task]]
-    tokenizer = minbert.Tokenizer.from_pretrained(args.model, max_length=args.max_length)
     dev = load_split("dev", args.dev_file or files.path(args.data_dir, "dev"), args.task, tokenizer,
                      args.max_eval_examples, args.seed)
     test = load_split("test", args.test_file or files.path(args.data_dir, "test"), args.task, tokenizer,
@@ -380,10 +250,8 @@ def run(args: argparse.Namespace) -> dict:
     if not dev.records.labelled:
         raise SystemExit(f"{dev.records.path}: the dev file must have labels")
     collate = Collator(tokenizer, float_labels=args.task == "sts")
-    config = {k: v for k, v in vars(args).items() if k not in RUN_SETTINGS_EXCLUDED and isinstance(
-        v, (str, int, float, bool, type(None), list, tuple))}
+    config = run_settings(args, SWEEP_SETTINGS)
 
-    seed_everything(args.seed)
     model = DeeBert(minbert.load_pretrained(args.model), DeeBertConfig(NUM_LABELS[args.task], args.pooling,
                                                                        args.ramp_pooler, args.dropout))
     model.to(device)
@@ -404,6 +272,16 @@ def run(args: argparse.Namespace) -> dict:
               f"{model.num_layers} off-ramps; device {device}", file=sys.stderr)
         summary["training"] = train(args, model, train_split, dev_batches, collate, device, out, config)
     model.eval()
+    with autocast(device, args.precision):  # as fit() evaluated
+        sweep_and_predict(args, model, (dev, test, select, report), collate, device, out, summary)
+    return summary
+
+
+def sweep_and_predict(args: argparse.Namespace, model: DeeBert, splits: tuple[Split, Split, Split, Split],
+                      collate: Collator, device: torch.device, out: Path, summary: dict) -> None:
+    """The timed sweep on the report half, the setting chosen on the selection half, the prediction files at it,
+    the tables and figures; all into `summary`."""
+    dev, test, select, report = splits
     report_batches = batches(report.records, collate, EVAL_BATCH, bucket=True, lengths=report.lengths)
     summary["per_layer"] = layer_scores(model, args.task, report_batches, device)
     table = sweep_table(args, model, report, collate, device)
@@ -411,8 +289,6 @@ def run(args: argparse.Namespace) -> dict:
     print(format_table(table))
     print(f"forced exit at each layer ({report.name} " + table["metric"] + "): "
           + ", ".join(f"{l + 1}: {s:.4f}" for l, s in enumerate(summary["per_layer"])))
-
-    L = model.num_layers
     if args.threshold is not None:
         value = args.threshold
     else:
@@ -426,17 +302,15 @@ def run(args: argparse.Namespace) -> dict:
         PatienceExit(int(value), args.change_threshold)
     for split in (dev, test):
         preds, layers = exit_predictions(model, args.task, split, collate, rule, device)
-        path = write_predictions(out / "predictions" / f"{args.task}-{split.name}-output.csv", BOARD[args.task],
-                                 [e.id for e in split.records], preds)
-        line = f"wrote {path} ({len(preds)} rows) at {'S' if args.exit == 'entropy' else 'P'}={value:g}: " \
-               f"mean exit layer {statistics.mean(layers):.2f} of {L}"
-        if split.records.labelled:
-            summary[f"{split.name}_quality"] = quality(args.task, preds, [e.label for e in split.records])
-            line += f", {split.name} {table['metric']} {summary[f'{split.name}_quality']:.4f}"
-        print(line)
+        at = (f" at {'S' if args.exit == 'entropy' else 'P'}={value:g}: mean exit layer "
+              f"{statistics.mean(layers):.2f} of {model.num_layers}")
+        q = write_split(out / "predictions" / f"{args.task}-{split.name}-output.csv", BOARD[args.task],
+                        split.records, preds, f"{split.name} {table['metric']}",
+                        lambda p, y: quality(args.task, p, y), after=at, sep=", ")
+        if q is not None:
+            summary[f"{split.name}_quality"] = q
     write_outputs(out, table, summary)
     print(f"wrote {out}/sweep.csv, sweep.json, curve.png, exit_layers.png, per_layer.png")
-    return summary
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,9 +12,10 @@ import io
 import json
 import os
 import statistics
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from .cli import write_text
 
 
 def format_table(table: dict) -> str:
@@ -52,22 +53,6 @@ def format_choice(chosen: dict, metric: str, select: object, report: object) -> 
             f"{chosen['time_saved_rounds_max']:.1%}), {chosen['time_saved_vs_no_exit_rounds_median']:.1%} against "
             f"no exit ({chosen['time_saved_vs_no_exit_rounds_min']:.1%} to "
             f"{chosen['time_saved_vs_no_exit_rounds_max']:.1%})")
-
-
-def write_text(path: Path, text: str) -> Path:
-    """Write a text file atomically (temporary file in the same directory, fsync, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
 
 
 def write_outputs(out: Path, table: dict, summary: dict, hist_settings: int = 4) -> None:

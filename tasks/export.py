@@ -20,8 +20,8 @@ import torch
 
 import minbert
 
+from .checkpoints import load_checkpoint
 from .predict import EXPORT_ENCODER, EXPORT_HEADS, EXPORT_SETTINGS, build_multitask, load_run, load_weights
-from .train import load_checkpoint
 
 
 def export(checkpoint: str | Path, out: str | Path) -> Path:

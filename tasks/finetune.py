@@ -19,6 +19,8 @@ from torch import nn
 
 from minbert import bitfit, bitfit_controls, bitfit_tasks
 
+from .cli import ListFlag
+
 
 @dataclass(frozen=True)
 class FineTuneMode:
@@ -84,9 +86,10 @@ def _bitfit_terms(value: str) -> str:
 
 
 def _bitfit_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bitfit-terms", type=_bitfit_terms, default="all",
+    parser.add_argument("--bitfit-terms", action=ListFlag, item=_bitfit_terms, joined=True, default="all",
+                        metavar="TERM",
                         help="bitfit: the bias terms to train, 'all' (every bias, the embedding LayerNorm's and the "
-                             "pooler's included) or a comma-separated subset of bq,bk,bv,bm1,bLN1,bm2,bm3,bLN2 "
+                             "pooler's included) or a comma- or space-separated subset of bq,bk,bv,bm1,bLN1,bm2,bm3,bLN2 "
                              "such as bq,bm2; rand_*: the budget is what bitfit with these terms trains")
     parser.add_argument("--bitfit-task-file", default=None, metavar="PATH",
                         help="bitfit, frozen: also save the trained biases and the head, a few kilobytes, as a "

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -32,14 +31,16 @@ from minbert.pooling import POOLINGS
 from minbert.schedules import SCHEDULES, TaskSchedule
 from minbert.smart import PRESETS, SmartConfig
 
+from .cli import ListFlag, add_common_arguments, run_settings, setup, write_split, write_text
 from .data import TASKS, Records, batch_indices, to_device
-from .distributed import world_size
-from .deebert_report import write_text
+from .distributed import is_main_process, world_size
 from .errors import existing_file, fraction, nonnegative_float, positive_float, positive_int, probability, run_cli
-from .evaluation import accuracy, overall_score, pearson, prediction_path, write_predictions
+from .evaluation import accuracy, overall_score, pearson, prediction_path
 from .finetune import add_mode_arguments, get_mode
 from .multitask_data import Encoded, EpochBatches, collate, load
-from .recipe import make_optimizer
+from .recipe import autocast, loop_kwargs, make_optimizer
+from .simcse_quora import SIMCSE_QUORA_REST
+from .starter_flags import translate
 from .toolkit import (
     SurgeryBatches,
     add_toolkit_arguments,
@@ -50,8 +51,7 @@ from .toolkit import (
     toolkit_settings,
     write_raw,
 )
-from .starter_flags import translate
-from .train import add_loop_arguments, autocast, fit, is_main_process, loop_kwargs, pick_device, seed_everything
+from .train import FitResult, fit
 from .unfinished import explain_unfinished
 
 METRICS = {"sst": "sst_accuracy", "para": "para_accuracy", "sts": "sts_pearson"}
@@ -108,25 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--when-exhausted", choices=("drop", "cycle"), default="drop",
                    help="round-robin, when a smaller task runs out of batches: drop (it leaves the rotation; every "
                         "example once an epoch; default) or cycle (it starts another pass until the largest is done)")
-    p.add_argument("--tasks", default="sst,para,sts",
-                   help="the tasks to train and evaluate, comma-separated (default all three; one task gives the "
-                        "single-task reference)")
-    p.add_argument("--model", default="minilm",
-                   help="checkpoint: 'minilm' (the offline default), a Hub name such as bert-base-uncased, or a "
-                        "local directory (e.g. one written by python -m tasks.simcse)")
+    p.add_argument("--tasks", action=ListFlag, joined=True, default="sst,para,sts", metavar="TASK",
+                   help="the tasks to train and evaluate, comma- or space-separated (default all three; one task "
+                        "gives the single-task reference)")
     p.add_argument("--after-simcse", default=None, metavar="DIR",
                    help="start from the encoder python -m tasks.simcse wrote to DIR and train Quora on the pairs "
                         f"it left unused (DIR/{SIMCSE_QUORA_REST}): sets --model and --para-train")
     add_mode_arguments(p)
-    p.add_argument("--epochs", type=positive_int, default=3, help="training epochs (default 3)")
-    p.add_argument("--lr", type=positive_float, default=None, help="learning rate (default: the fine-tune mode's own)")
     p.add_argument("--weight-decay", type=nonnegative_float, default=0.0,
                    help="AdamW's decoupled weight decay (default 0)")
-    p.add_argument("--batch-size", type=positive_int, default=32, help="training batch size, every task (default 32)")
-    p.add_argument("--eval-batch-size", type=positive_int, default=128, help="batch size for dev/test prediction")
-    p.add_argument("--pooling", choices=POOLINGS, default="mean",
-                   help="sentence vector: mean of the real tokens' final states (default; the offline MiniLM was "
-                        "trained with it), the [CLS] state, or the pooler output")
     p.add_argument("--head-hidden", type=positive_int, default=512,
                    help="hidden width of each task head's MLP (default 512)")
     p.add_argument("--dropout", type=probability, default=None, help="dropout before each head (default: the model's)")
@@ -139,16 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--symmetric-pairs", action="store_true",
                    help="predict each Quora/STS pair (dev and test) as the mean of the outputs for (s1, s2) and "
                         "(s2, s1); the pair tasks' prediction then takes two passes")
-    p.add_argument("--max-length", type=positive_int, default=None, help="truncate each sentence to this many tokens")
     p.add_argument("--no-bucket", dest="bucket", action="store_false",
                    help="batch training examples in random order instead of by similar length")
-    p.add_argument("--seed", type=int, default=11711, help="random seed for initialisation, order and dropout")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto",
-                   help="auto picks cuda, then mps, then cpu")
-    p.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
-    p.add_argument("--max-train-examples", type=positive_int, default=None,
-                   help="train on a random sample of N examples per task, drawn with --seed (quick runs)")
-    p.add_argument("--data-dir", default="data", help="where the default task files live (default: data)")
     for t in TASK_NAMES:
         for split in ("train", "dev", "test"):
             default = f"{DEFAULT_FILES[t]}-{'test-student' if split == 'test' else split}.csv"
@@ -163,11 +145,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "(ablation runs)")
     p.add_argument("--checkpoint", default=None,
                    help="checkpoint written after every epoch (default: checkpoints/multitask-DESIGN-SCHEDULE-MODE.pt)")
-    p.add_argument("--resume", default=None, type=existing_file, metavar="PATH",
-                   help="continue the run saved in this checkpoint (written after each epoch; a run killed mid-epoch "
-                        "repeats that epoch) to the same result as an uninterrupted run")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
-    add_loop_arguments(p)
+    add_common_arguments(
+        p, model={"help": "checkpoint: 'minilm' (the offline default), a Hub name such as bert-base-uncased, or a "
+                          "local directory (e.g. one written by python -m tasks.simcse)"},
+        batch_size={"help": "training batch size, every task (default 32)"},
+        pooling={"choices": POOLINGS, "help": "sentence vector: mean of the real tokens' final states (default; the "
+                                              "offline MiniLM was trained with it), the [CLS] state, or the pooler "
+                                              "output"},
+        max_length={"help": "truncate each sentence to this many tokens"},
+        max_train_examples={"help": "train on a random sample of N examples per task, drawn with --seed (quick runs)"})
     add_smart_pals_arguments(p)
     add_toolkit_arguments(p)
     return p
@@ -255,17 +241,10 @@ def smart_epoch_stats(model: MultitaskBert, log: list[dict]) -> None:
               f"D_Breg {stats['smart_bregman']:.3e} ({stats['smart_bregman_share']:.1%})", file=sys.stderr)
 
 
-RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "checkpoint", "resume", "predictions_dir",
-                         "device", "predictions", "raw_outputs"}
-
-
 def dev_table(scores: dict[str, float]) -> str:
     """One line: each task's dev metric and, with all three, the overall score."""
     names = {"sst_accuracy": "SST acc", "para_accuracy": "Quora acc", "sts_pearson": "STS r", "overall": "overall"}
     return "  ".join(f"{names[k]} {v:.4f}" for k, v in scores.items())
-
-
-SIMCSE_QUORA_REST = "quora-train-rest.csv"  # the Quora training pairs a tasks.simcse stage did not use
 
 
 def apply_after_simcse(args: argparse.Namespace) -> None:
@@ -282,23 +261,21 @@ def apply_after_simcse(args: argparse.Namespace) -> None:
     args.model, args.para_train = str(d), str(d / SIMCSE_QUORA_REST)
 
 
-def run(args: argparse.Namespace) -> dict:
-    """Train the multitask model, select on dev, write the prediction files; returns the scores and history."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    apply_after_simcse(args)
+def chosen_tasks(args: argparse.Namespace) -> tuple[list[str], str]:
+    """--tasks in TASK_NAMES, and the dev metric that selects the epoch: overall for all three, else the one task's."""
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASK_NAMES]
     if unknown or not tasks:
         raise SystemExit(f"--tasks {args.tasks!r}: choose from {', '.join(TASK_NAMES)}")
     tasks = [t for t in TASK_NAMES if t in tasks]
-    check_toolkit(args, world_size())
-    mode = get_mode(args.fine_tune_mode)
-    lr = args.lr if args.lr is not None else mode.default_lr
-    device = pick_device(args.device)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    tokenizer = minbert.Tokenizer.from_pretrained(args.model, max_length=args.max_length)
+    if len(tasks) == 2:
+        raise SystemExit("--tasks: give all three tasks (selected by overall score) or one")
+    return tasks, "overall" if len(tasks) == 3 else METRICS[tasks[0]]
 
+
+def load_files(args: argparse.Namespace, tasks: list[str], tokenizer: minbert.Tokenizer
+               ) -> tuple[dict[str, Encoded], dict[str, Encoded], dict[str, Encoded]]:
+    """Each task's training, dev and (unless --no-predictions, and where it exists) test file, tokenised."""
     def path(t: str, split: str) -> Path:
         given = getattr(args, f"{t}_{split}")
         return Path(given) if given else TASKS[t].path(args.data_dir, split)
@@ -311,8 +288,19 @@ def run(args: argparse.Namespace) -> dict:
         if not (train[t].records.labelled and dev[t].records.labelled):
             raise SystemExit(f"{t}: the training and dev files must have labels "
                              f"({train[t].records.path}, {dev[t].records.path})")
+    return train, dev, test
 
-    seed_everything(args.seed)
+
+def run(args: argparse.Namespace) -> dict:
+    """Train the multitask model, select on dev, write the prediction files; returns the scores and history."""
+    apply_after_simcse(args)
+    tasks, metric = chosen_tasks(args)
+    check_toolkit(args, world_size())
+    mode = get_mode(args.fine_tune_mode)
+    lr = args.lr if args.lr is not None else mode.default_lr
+    device, tokenizer = setup(args)
+    train, dev, test = load_files(args, tasks, tokenizer)
+
     config = MultitaskConfig(args.design, args.pooling, args.head_hidden, args.dropout,
                              similarity_bias=args.sts_head_bias, symmetric_pairs=args.symmetric_pairs)
     model = model_class(vars(args))(minbert.load_pretrained(args.model), config)
@@ -332,7 +320,6 @@ def run(args: argparse.Namespace) -> dict:
         return SurgeryBatches(batches) if args.gradient_surgery != "none" else batches
 
     evaluated: list[dict[str, list]] = []  # the dev predictions of each epoch this process evaluated, in order
-
     smart_log: list[dict] = []  # SMART's per-epoch means, for the epochs this process trained
     if args.smart:
         model.smart.reset_stats()
@@ -348,18 +335,13 @@ def run(args: argparse.Namespace) -> dict:
             print(f"  dev: {dev_table(scores)}", file=sys.stderr)
         return scores
 
-    loss_fn = toolkit_loss(args, device)
-    run_config = toolkit_settings({k: v for k, v in vars(args).items() if k not in RUN_SETTINGS_EXCLUDED and isinstance(
-        v, (str, int, float, bool, type(None), list, tuple))} | {"lr": lr})
+    run_config = toolkit_settings(run_settings(args, lr=lr))
     checkpoint = args.checkpoint or f"checkpoints/multitask-{args.design}-{args.schedule}-{args.fine_tune_mode}.pt"
     post_step = (lambda m: mode.post_step(m, args)) if mode.post_step is not None else None
     post_step = smart_post_step(post_step) if args.smart else post_step
-    metric = "overall" if len(tasks) == 3 else METRICS[tasks[0]] if len(tasks) == 1 else None
-    if metric is None:
-        raise SystemExit("--tasks: give all three tasks (selected by overall score) or one")
-    result = fit(model, optimizer, epoch_batches, loss_fn, evaluate, metric=metric, epochs=args.epochs,
-                 device=device, seed=args.seed, checkpoint=checkpoint, resume=args.resume, config=run_config,
-                 post_step=post_step, progress=args.progress, **loop_kwargs(args))
+    result = fit(model, optimizer, epoch_batches, toolkit_loss(args, device), evaluate, metric=metric,
+                 epochs=args.epochs, device=device, seed=args.seed, checkpoint=checkpoint, resume=args.resume,
+                 config=run_config, post_step=post_step, progress=args.progress, **loop_kwargs(args))
     if not is_main_process():
         return {"best_epoch": result.best_epoch, f"dev_{metric}": result.best_score}
 
@@ -371,12 +353,22 @@ def run(args: argparse.Namespace) -> dict:
                      "dev": {}, "test": {}}
     if args.smart:  # per epoch this process trained: mean R_s, D_Breg and their shares of the loss
         summary["smart"] = smart_log
+    # The best epoch's dev predictions, made with the weights just loaded, unless it was evaluated before a resume.
+    k = result.best_epoch - 1 - (len(result.history) - len(evaluated))
+    write_outputs(args, model, result, dev, test, evaluated[k] if 0 <= k < len(evaluated) else {}, summary, device)
+    if args.predictions:
+        write_text(Path(args.predictions_dir) / "multitask-summary.json", json.dumps(   # atomic
+            summary | {"settings": run_config}, indent=1))
+    return summary
+
+
+def write_outputs(args: argparse.Namespace, model: MultitaskBert, result: FitResult, dev: dict[str, Encoded],
+                  test: dict[str, Encoded], best_dev: dict[str, list], summary: dict, device: torch.device) -> None:
+    """The six prediction files (and with --raw-outputs the raw outputs) and their scores into `summary`; with
+    --no-predictions the best epoch's own dev scores."""
     if not args.predictions:  # the best epoch's own dev evaluation
         best = result.history[result.best_epoch - 1]
         summary["dev"] = {k[len("dev_"):]: v for k, v in best.items() if k.startswith("dev_")}
-    # The best epoch's dev predictions, made with the weights just loaded, unless it was evaluated before a resume.
-    k = result.best_epoch - 1 - (len(result.history) - len(evaluated))
-    best_dev = evaluated[k] if 0 <= k < len(evaluated) else {}
     for split, data in (("dev", dev if args.predictions else {}), ("test", test)):
         for t, d in data.items():
             if args.raw_outputs:  # the raw outputs beside the course file, and the predictions made from them
@@ -386,21 +378,14 @@ def run(args: argparse.Namespace) -> dict:
             else:
                 preds = best_dev[t] if split == "dev" and t in best_dev else predict(
                     model, d, args.eval_batch_size, device, args.precision)
-            out = write_predictions(prediction_path(args.predictions_dir, t, split), t,
-                                    [e.id for e in d.records], preds)
-            line = f"wrote {out} ({len(preds)} rows)"
-            if d.records.labelled:
-                summary[split][METRICS[t]] = score(t, preds, d.records)
-                line += f"; {split} {METRICS[t]} {summary[split][METRICS[t]]:.4f}"
-            print(line)
-    if len(tasks) == 3 and args.predictions:
+            value = write_split(prediction_path(args.predictions_dir, t, split), t, d.records, preds,
+                                f"{split} {METRICS[t]}", lambda p, _, t=t, d=d: score(t, p, d.records))
+            if value is not None:
+                summary[split][METRICS[t]] = value
+    if len(summary["tasks"]) == 3 and args.predictions:
         d = summary["dev"]
         d["overall"] = overall_score(d["sst_accuracy"], d["para_accuracy"], d["sts_pearson"])
     print(f"best epoch {result.best_epoch}; dev {dev_table(summary['dev'])}")
-    if args.predictions:
-        write_text(Path(args.predictions_dir) / "multitask-summary.json", json.dumps(   # atomic
-            summary | {"settings": run_config}, indent=1))
-    return summary
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,13 +1,12 @@
 """The multitask CLI's data: each task's file (train, dev or test) read and tokenised once (Encoded), batches collated
 from token ids, and one epoch's batches in a task schedule's order (EpochBatches), each task's passes shuffled
 from (seed, epoch, task, pass) alone, so that a resumed run draws the same batches as an uninterrupted one.
-tasks.multitask trains on it; tasks.simcse reuses its padding and seeding.
+tasks.multitask trains on it; tasks.simcse reuses its tokenising, padding and seeding.
 """
 
 from __future__ import annotations
 
 import random
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,8 @@ import minbert
 from minbert.multitask import TASK_NAMES
 from minbert.schedules import TaskSchedule, num_batches_of
 
-from .data import TASKS, PairExample, Records, batch_indices
+from .cli import read_records
+from .data import PairExample, Records, batch_indices
 
 
 @dataclass
@@ -42,25 +42,20 @@ class Encoded:
 def load(task: str, split: str, path: str | Path, tokenizer: minbert.Tokenizer, limit: int | None = None,
          seed: int = 0) -> Encoded:
     """Read and tokenise a file, reporting skipped rows; `limit` keeps a seeded random sample of that many rows."""
-    records = TASKS[task].read(path)
-    print(records.summary(), file=sys.stderr)
-    if limit is not None and limit < len(records):
-        keep = sorted(random.Random(f"{seed}-{task}").sample(range(len(records)), limit))  # file order, random rows
-        records = Records([records[i] for i in keep], records.path, records.labelled, records.skipped)
-    if not records:
-        raise SystemExit(f"{path}: no examples to use")
+    records = read_records(path, task, limit, f"{seed}-{task}")
     if isinstance(records[0], PairExample):
         return Encoded(task, split, records, token_ids(tokenizer, [r.sentence1 for r in records]),
                        token_ids(tokenizer, [r.sentence2 for r in records]))
     return Encoded(task, split, records, token_ids(tokenizer, [r.sentence for r in records]), None)
 
 
-def token_ids(tokenizer: minbert.Tokenizer, texts: list[str]) -> list[list[int]]:
+def token_ids(tokenizer: minbert.Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     """Each text's ids, [CLS] ... [SEP], truncated as the tokenizer truncates and without its padding."""
-    return [e.ids[:sum(e.attention_mask)] for e in tokenizer.backend.encode_batch(texts)]
+    return [e.ids[:sum(e.attention_mask)] for e in tokenizer.backend.encode_batch(list(texts))]
 
 
-def _pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+def pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists right-padded with 0 into (B, T) ids and the (B, T) mask of the real tokens."""
     T = max(len(s) for s in seqs)
     ids = torch.zeros(len(seqs), T, dtype=torch.long)
     mask = torch.zeros(len(seqs), T, dtype=torch.long)
@@ -75,14 +70,14 @@ def collate(data: Encoded, index: Sequence[int], swap: Sequence[bool] | None = N
     swap[k] true puts the k-th pair's sentences in the other order."""
     out: dict = {"task": data.task, "ids": [data.records[i].id for i in index]}
     if data.ids2 is None:
-        out["input_ids"], out["attention_mask"] = _pad([data.ids[i] for i in index])
+        out["input_ids"], out["attention_mask"] = pad([data.ids[i] for i in index])
         out["token_type_ids"] = torch.zeros_like(out["input_ids"])
     else:
         swap = swap or [False] * len(index)
         first = [data.ids2[i] if s else data.ids[i] for i, s in zip(index, swap)]
         second = [data.ids[i] if s else data.ids2[i] for i, s in zip(index, swap)]
-        out["input_ids_1"], out["attention_mask_1"] = _pad(first)
-        out["input_ids_2"], out["attention_mask_2"] = _pad(second)
+        out["input_ids_1"], out["attention_mask_1"] = pad(first)
+        out["input_ids_2"], out["attention_mask_2"] = pad(second)
     if data.records.labelled:
         dtype = torch.long if data.task == "sst" else torch.float
         out["labels"] = torch.tensor([data.records[i].label for i in index], dtype=dtype)  # (B,)

@@ -27,10 +27,13 @@ import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from minbert.pals import PalsConfig
 
+from .checkpoints import load_checkpoint
+from .cli import DEVICES
 from .data import TASKS, Collator
 from .evaluation import prediction_path, write_predictions
+from .recipe import autocast
 from .toolkit import model_class, raw_path, write_raw
-from .train import autocast, load_checkpoint, pick_device
+from .train import pick_device
 
 KINDS = ("classifier", "multitask", "deebert")
 EXPORT_SETTINGS = "multitask.json"   # an export directory's settings (tasks/export.py)
@@ -197,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw-outputs", action="store_true",
                    help="also write {task}-{split}-raw.csv, the raw outputs, for python -m tasks.ensemble")
     p.add_argument("--eval-batch-size", type=int, default=128, help="prediction batch size (default 128)")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
+    p.add_argument("--device", choices=DEVICES, default="auto")
     return p
 
 

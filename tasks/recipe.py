@@ -3,7 +3,7 @@
 (Devlin et al., 2019, A.2), gradient clipping, gradient accumulation, and which AdamW takes the steps. Every
 task CLI adds the flags with add_loop_arguments(parser), builds its optimiser with make_optimizer(...) and hands
 the rest to fit() with fit(..., **loop_kwargs(args)); check_precision, cpu_has_bf16, autocast and LinearSchedule
-are what fit() runs them with (tasks.train re-exports them all).
+are what fit() runs them with. The defaults are written once, in Recipe.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -21,6 +21,22 @@ from .errors import ConfigurationError
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("minbert", "fused")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The recipe's settings at their defaults: plain fp32, a constant learning rate, no clipping, one batch per
+    step, minbert's own AdamW. fit() takes all but `optimizer` (make_optimizer's)."""
+
+    precision: str = "fp32"
+    warmup_ratio: float | None = None
+    max_grad_norm: float | None = None
+    grad_accum: int = 1
+    optimizer: str = "minbert"
+
+    def loop(self) -> dict:
+        """fit()'s keyword arguments."""
+        return {k: v for k, v in asdict(self).items() if k != "optimizer"}
 
 
 def check_precision(device: torch.device, precision: str) -> None:
@@ -75,7 +91,7 @@ class LinearSchedule:
         return max(0.0, (self.total - step) / max(1, self.total - self.warmup))
 
 
-def make_optimizer(params, lr: float, weight_decay: float, kind: str = "minbert") -> torch.optim.Optimizer:
+def make_optimizer(params, lr: float, weight_decay: float, kind: str = Recipe.optimizer) -> torch.optim.Optimizer:
     """AdamW (Loshchilov & Hutter, 2019, alg. 2): minbert.AdamW written out, or torch's fused kernel for the same update.
 
     Both take the same update with the same defaults; they differ in rounding only (about 1e-7 relative). The
@@ -121,20 +137,20 @@ def add_loop_arguments(parser: argparse.ArgumentParser) -> None:
         "CPU or GPU has it natively). On several processes or machines, start the "
         "same command with torchrun (torchrun --nproc-per-node N -m tasks.NAME ...): --batch-size stays the "
         "global batch, each process takes its share, and only rank 0 writes files.")
-    group.add_argument("--precision", choices=PRECISIONS, default="fp32",
+    group.add_argument("--precision", choices=PRECISIONS, default=Recipe.precision,
                        help="fp32 (default); bf16: autocast matrix products to bfloat16, recommended on CPUs with "
                             "avx512_bf16 or AMX and on GPUs from Ampere on; fp16: float16 with a gradient scaler, "
                             "CUDA only (older GPUs). Parameters and the optimiser stay fp32")
-    group.add_argument("--warmup-ratio", type=_ratio, default=None, metavar="R",
+    group.add_argument("--warmup-ratio", type=_ratio, default=Recipe.warmup_ratio, metavar="R",
                        help="linear warm-up of the learning rate over this fraction of all optimiser steps, then "
                             "linear decay to 0 (recommended: 0.1, BERT's fine-tuning recipe; default: a constant "
                             "learning rate)")
-    group.add_argument("--max-grad-norm", type=_positive(float), default=None, metavar="N",
+    group.add_argument("--max-grad-norm", type=_positive(float), default=Recipe.max_grad_norm, metavar="N",
                        help="clip the gradients' total norm to N before each step (recommended: 1.0; "
                             "default: no clipping)")
-    group.add_argument("--grad-accum", type=_positive(int), default=1, metavar="K",
+    group.add_argument("--grad-accum", type=_positive(int), default=Recipe.grad_accum, metavar="K",
                        help="one optimiser step per K batches, as one batch of K x --batch-size (default 1)")
-    group.add_argument("--optimizer", choices=OPTIMIZERS, default="minbert",
+    group.add_argument("--optimizer", choices=OPTIMIZERS, default=Recipe.optimizer,
                        help="minbert (default): minbert.AdamW, the update written out in minbert/optim.py; fused: "
                             "torch.optim.AdamW(fused=True), the same update in one kernel, faster per step "
                             "(benchmarks/optimizer.py measures both); the two differ in rounding only")
@@ -142,5 +158,4 @@ def add_loop_arguments(parser: argparse.ArgumentParser) -> None:
 
 def loop_kwargs(args: argparse.Namespace) -> dict:
     """fit()'s keyword arguments from the flags of add_loop_arguments."""
-    return {"precision": args.precision, "warmup_ratio": args.warmup_ratio, "max_grad_norm": args.max_grad_norm,
-            "grad_accum": args.grad_accum}
+    return Recipe(**{k: getattr(args, k) for k in Recipe.__dataclass_fields__}).loop()

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
 import sys
 import tempfile
@@ -41,24 +40,18 @@ from minbert.checkpoint import resolve
 from minbert.hub import OPTIONAL as TOKENIZER_FILES
 from minbert.simcse import DISTANCES, OBJECTIVES, SIMCSE_POOLINGS, SimCSE, SimCSEConfig
 
-from .data import TASKS, batch_indices
+from .cli import add_common_arguments, run_settings, seeded_sample, setup
+from .data import TASKS, Records, batch_indices
 from .distributed import world_size
 from .errors import existing_file, fraction, nonnegative_float, positive_float, positive_int, run_cli
 from .evaluation import pearson
-from .multitask import SIMCSE_QUORA_REST
-from .multitask_data import _pad, hash_seed
-from .recipe import make_optimizer
-from .simcse_quora import mine_hard_negatives, split_quora, write_rows
-from .train import add_loop_arguments, autocast, fit, loop_kwargs, pick_device, seed_everything
+from .multitask_data import hash_seed, pad, token_ids
+from .recipe import autocast, loop_kwargs, make_optimizer
+from .simcse_quora import QUORA_STAGE, SIMCSE_QUORA_REST, mine_hard_negatives, split_quora, write_rows
+from .train import fit
 
 DEFAULTS = {"unsup": {"epochs": 1, "lr": 3e-5}, "sup": {"epochs": 3, "lr": 5e-5}, "margin": {"epochs": 3, "lr": 5e-5}}
-QUORA_STAGE = "quora-train-stage.csv"
 SUMMARY = "simcse-summary.json"
-
-
-def encode(tokenizer: minbert.Tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each text with [CLS] and [SEP], truncated to the tokenizer's max_length, without padding."""
-    return [e.ids[:sum(e.attention_mask)] for e in tokenizer.backend.encode_batch(list(texts))]
 
 
 @dataclass
@@ -78,11 +71,11 @@ class Examples:
     def collate(self, index: Sequence[int]) -> dict:
         """input_ids/attention_mask for sentences; input_ids_k/attention_mask_k (k = 1, 2, 3) and labels for pairs."""
         if len(self.views) == 1:
-            ids, mask = _pad([self.views[0][i] for i in index])
+            ids, mask = pad([self.views[0][i] for i in index])
             return {"input_ids": ids, "attention_mask": mask}
         out = {}
         for k, view in enumerate(self.views, start=1):
-            out[f"input_ids_{k}"], out[f"attention_mask_{k}"] = _pad([view[i] for i in index])
+            out[f"input_ids_{k}"], out[f"attention_mask_{k}"] = pad([view[i] for i in index])
         if self.labels is not None:
             out["labels"] = torch.tensor([self.labels[i] for i in index], dtype=torch.float)  # (B,)
         return out
@@ -129,7 +122,7 @@ def sts_zero_shot(model: SimCSE, pairs: Examples, gold: list[float], batch_size:
     cos = {}
     for start in range(0, len(order), batch_size):
         index = order[start:start + batch_size]
-        u, v = (model.sentence_embedding(*(t.to(device) for t in _pad([view[i] for i in index])))
+        u, v = (model.sentence_embedding(*(t.to(device) for t in pad([view[i] for i in index])))
                 for view in pairs.views)
         cos.update(zip(index, F.cosine_similarity(u.float(), v.float(), dim=-1).tolist()))
     model.train(was_training)
@@ -142,22 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--objective", choices=OBJECTIVES, default="unsup",
                    help="unsup: dropout views, in-batch negatives; sup: Quora duplicates as positives; margin: the "
                         "report's margin loss on the Quora pairs (default unsup)")
-    p.add_argument("--model", default="minilm", help="checkpoint to start from: 'minilm' (offline default), a Hub "
-                                                     "name or a local directory")
     p.add_argument("--out", default=None, metavar="DIR", help="output directory (default: runs/simcse-OBJECTIVE)")
-    p.add_argument("--epochs", type=positive_int, default=None,
-                   help="passes over the stage's examples (default 1 for unsup, 3 for sup and margin, as SimCSE)")
-    p.add_argument("--lr", type=positive_float, default=None,
-                   help="learning rate (default 3e-5 unsup, 5e-5 sup and margin)")
-    p.add_argument("--batch-size", type=positive_int, default=64,
-                   help="training batch size: the in-batch negatives (64)")
-    p.add_argument("--eval-batch-size", type=positive_int, default=128, help="batch size of the STS dev evaluation")
-    p.add_argument("--max-length", type=positive_int, default=64,
-                   help="truncate each sentence to this many tokens (64)")
     p.add_argument("--temperature", type=positive_float, default=0.05, help="SimCSE's temperature t (default 0.05)")
-    p.add_argument("--pooling", choices=SIMCSE_POOLINGS, default="mean",
-                   help="training embedding: mean of the real tokens (default; evaluated and used the same way) or "
-                        "cls_mlp ([CLS] through an MLP in training, [CLS] alone in evaluation, as SimCSE)")
     p.add_argument("--hard-negatives", action="store_true",
                    help="sup: add for each duplicate pair the sentence of the stage's non-duplicate pairs with the "
                         "largest word overlap with its anchor as a hard negative")
@@ -169,17 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quora-fraction", type=fraction, default=0.15,
                    help="share of the labelled Quora training pairs for this stage; the rest go to the multitask "
                         "stage (default 0.15, as the report)")
-    p.add_argument("--max-train-examples", type=positive_int, default=None,
-                   help="train on a seeded sample of N of the stage's examples (quick runs; the split is unchanged)")
     p.add_argument("--eval-every", type=positive_int, default=10,
                    help="evaluate STS dev every N training steps (default 10)")
     p.add_argument("--patience", type=positive_int, default=5,
                    help="stop after N evaluations without improvement (default 5)")
-    p.add_argument("--seed", type=int, default=11711, help="random seed: split, initialisation, order and dropout")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto",
-                   help="auto picks cuda, then mps, then cpu")
-    p.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
-    p.add_argument("--data-dir", default="data", help="where the default task files live (default: data)")
     for flag, what in (("sst-train", "SST training"), ("para-train", "Quora training"), ("sts-train", "STS training"),
                        ("sts-dev", "STS dev")):
         p.add_argument(f"--{flag}", default=None, metavar="PATH", type=existing_file,
@@ -187,14 +159,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default=None,
                    help="checkpoint written after every evaluation (default: checkpoints/simcse-NAME.pt, NAME that "
                         "of the --out directory)")
-    p.add_argument("--resume", default=None, type=existing_file, metavar="PATH",
-                   help="continue the run saved in this checkpoint to the same result as an uninterrupted run")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
-    add_loop_arguments(p)
+    add_common_arguments(
+        p, model={"help": "checkpoint to start from: 'minilm' (offline default), a Hub name or a local directory"},
+        epochs={"default": None, "help": "passes over the stage's examples (default 1 for unsup, 3 for sup and "
+                                         "margin, as SimCSE)"},
+        lr={"help": "learning rate (default 3e-5 unsup, 5e-5 sup and margin)"},
+        batch_size={"default": 64, "help": "training batch size: the in-batch negatives (64)"},
+        eval_batch_size={"help": "batch size of the STS dev evaluation"},
+        max_length={"default": 64, "help": "truncate each sentence to this many tokens (64)"},
+        pooling={"choices": POOLINGS, "help": "training embedding: mean of the real tokens (default; evaluated and "
+                                              "used the same way) or cls_mlp ([CLS] through an MLP in training, "
+                                              "[CLS] alone in evaluation, as SimCSE)"},
+        max_train_examples={"help": "train on a seeded sample of N of the stage's examples (quick runs; the split "
+                                    "is unchanged)"},
+        seed={"help": "random seed: split, initialisation, order and dropout"},
+        resume={"help": "continue the run saved in this checkpoint to the same result as an uninterrupted run"})
     return p
-
-
-RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "checkpoint", "resume", "out", "device"}
 
 
 def check_args(args: argparse.Namespace, out: Path) -> None:
@@ -225,22 +205,22 @@ def stage_examples(args: argparse.Namespace, tokenizer: minbert.Tokenizer, quora
             print(records.summary(), file=sys.stderr)
         texts = [e.sentence for e in sst] + [s for e in list(sts) + quora for s in (e.sentence1, e.sentence2)]
         sentences = list(dict.fromkeys(texts))
-        return Examples([encode(tokenizer, sentences)]), (f"{len(sentences)} distinct sentences of {len(texts)} "
+        return Examples([token_ids(tokenizer, sentences)]), (f"{len(sentences)} distinct sentences of {len(texts)} "
                                                           f"(SST {len(sst)}, STS {2 * len(sts)}, Quora {2 * len(quora)})")
     if args.objective == "margin":
-        return Examples([encode(tokenizer, [e.sentence1 for e in quora]), encode(tokenizer, [e.sentence2 for e in quora])],
+        return Examples([token_ids(tokenizer, [e.sentence1 for e in quora]), token_ids(tokenizer, [e.sentence2 for e in quora])],
                         [float(e.label) for e in quora]), f"{len(quora)} Quora pairs"
     dups = [e for e in quora if e.label == 1]
     if not dups:
         raise SystemExit("--objective sup: the stage's Quora pairs hold no duplicates; raise --quora-fraction")
     anchors, positives = [e.sentence1 for e in dups], [e.sentence2 for e in dups]
-    views = [encode(tokenizer, anchors), encode(tokenizer, positives)]
+    views = [token_ids(tokenizer, anchors), token_ids(tokenizer, positives)]
     what = f"{len(dups)} Quora duplicate pairs"
     if args.hard_negatives:
         candidates = list(dict.fromkeys(s for e in quora if e.label == 0 for s in (e.sentence1, e.sentence2)))
         if not candidates:
             raise SystemExit("--hard-negatives: the stage's Quora pairs hold no non-duplicates")
-        views.append(encode(tokenizer, [candidates[j] for j in mine_hard_negatives(anchors, positives, candidates)]))
+        views.append(token_ids(tokenizer, [candidates[j] for j in mine_hard_negatives(anchors, positives, candidates)]))
         what += f", hard negatives from {len(candidates)} sentences of non-duplicate pairs"
     return Examples(views), what
 
@@ -273,19 +253,10 @@ def write_out(out: Path, model: SimCSE, model_dir: Path, quora_path: Path, stage
         raise
 
 
-def run(args: argparse.Namespace) -> dict:
-    """Train the contrastive stage, keep the best STS dev round, write OUT; returns the summary."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    out = Path(args.out or f"runs/simcse-{args.objective}")
-    check_args(args, out)
-    epochs = args.epochs or DEFAULTS[args.objective]["epochs"]
-    lr = args.lr if args.lr is not None else DEFAULTS[args.objective]["lr"]
-    device = pick_device(args.device)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    model_dir = resolve(args.model)
-    tokenizer = minbert.Tokenizer.from_pretrained(args.model, max_length=args.max_length)
-
+def load_stage(args: argparse.Namespace, tokenizer: minbert.Tokenizer
+               ) -> tuple[Records, list[int], list[int], Examples, str, Examples, list[float]]:
+    """The Quora file and its split (stage, rest), the stage's training examples and what they are, the STS dev
+    pairs and their gold similarities."""
     def path(task: str, split: str) -> Path:
         given = getattr(args, f"{task}_{split}")
         return Path(given) if given else TASKS[task].path(args.data_dir, split)
@@ -301,18 +272,30 @@ def run(args: argparse.Namespace) -> dict:
     data, what = stage_examples(args, tokenizer, stage_pairs, path)
     if not len(data):
         raise SystemExit(f"--objective {args.objective}: no training examples ({what}); raise --quora-fraction")
-    if args.max_train_examples is not None and args.max_train_examples < len(data):
-        keep = sorted(random.Random(f"{args.seed}-simcse").sample(range(len(data)), args.max_train_examples))
+    keep = seeded_sample(len(data), args.max_train_examples, f"{args.seed}-simcse")
+    if keep is not None:
         data, what = data.subset(keep), f"a sample of {args.max_train_examples} of " + what
     dev_records = TASKS["sts"].read(path("sts", "dev"))
     print(dev_records.summary(), file=sys.stderr)
     if len(dev_records) < 2 or not dev_records.labelled:
         raise SystemExit(f"{dev_records.path}: the STS dev file needs at least two labelled pairs")
-    dev = Examples([encode(tokenizer, [e.sentence1 for e in dev_records]),
-                    encode(tokenizer, [e.sentence2 for e in dev_records])])
+    dev = Examples([token_ids(tokenizer, [e.sentence1 for e in dev_records]),
+                    token_ids(tokenizer, [e.sentence2 for e in dev_records])])
     gold = [float(e.label) for e in dev_records]
 
-    seed_everything(args.seed)
+    return quora, stage, rest, data, what, dev, gold
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Train the contrastive stage, keep the best STS dev round, write OUT; returns the summary."""
+    out = Path(args.out or f"runs/simcse-{args.objective}")
+    check_args(args, out)
+    epochs = args.epochs or DEFAULTS[args.objective]["epochs"]
+    lr = args.lr if args.lr is not None else DEFAULTS[args.objective]["lr"]
+    model_dir = resolve(args.model)
+    device, tokenizer = setup(args)
+    quora, stage, rest, data, what, dev, gold = load_stage(args, tokenizer)
+
     config = SimCSEConfig(args.objective, args.pooling, args.temperature, args.hard_negative_weight, args.margin,
                           args.distance)
     model = SimCSE(minbert.load_pretrained(args.model), config).to(device)
@@ -331,8 +314,7 @@ def run(args: argparse.Namespace) -> dict:
     with autocast(device, args.precision):
         before = evaluate(model)["sts_pearson"]
     print(f"zero-shot STS dev r before the stage: {before:.4f}", file=sys.stderr)
-    run_config = {k: v for k, v in vars(args).items() if k not in RUN_SETTINGS_EXCLUDED and isinstance(
-        v, (str, int, float, bool, type(None)))} | {"lr": lr, "epochs": epochs}
+    run_config = run_settings(args, lr=lr, epochs=epochs)
     checkpoint = args.checkpoint or f"checkpoints/simcse-{out.name}.pt"
     result = fit(model, optimizer, lambda k: Round(data, args.batch_size, every, args.seed, k),
                  lambda m, batch: m.loss(batch), evaluate, metric="sts_pearson", epochs=rounds, device=device,

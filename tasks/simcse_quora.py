@@ -13,7 +13,10 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from .data import _rows
+from .data import file_rows
+
+SIMCSE_QUORA_REST = "quora-train-rest.csv"  # the Quora training pairs a tasks.simcse stage left to tasks.multitask
+QUORA_STAGE = "quora-train-stage.csv"       # the Quora training pairs the stage used
 
 
 def split_quora(n: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
@@ -26,7 +29,7 @@ def split_quora(n: int, fraction: float, seed: int) -> tuple[list[int], list[int
 
 def write_rows(source: str | Path, lines: set[int], path: Path) -> None:
     """The header and the rows of `source` starting on the given lines, cells as read (tasks.data reads them back)."""
-    rows = _rows(Path(source))
+    rows = file_rows(Path(source))
     with open(path, "w", newline="", encoding="utf-8") as f:
         out = csv.writer(f, delimiter="\t", lineterminator="\n")
         out.writerow(next(rows)[1])

@@ -18,6 +18,7 @@ from tasks import deebert as cli
 from tasks import deebert_timing
 from tasks.classifier import SentimentClassifier
 from tasks.data import TASKS, Collator, batches
+from tasks.deebert_report import savings
 from tasks.evaluation import check_predictions
 from tasks.train import fit
 
@@ -366,7 +367,7 @@ def nn_stub():
 
 
 def test_time_saved_per_round_by_hand():
-    got = cli.savings([8.0, 6.0, 9.0], [10.0, 10.0, 10.0], "k")
+    got = savings([8.0, 6.0, 9.0], [10.0, 10.0, 10.0], "k")
     assert got["k"] == pytest.approx([0.2, 0.4, 0.1]) and got["k_median"] == pytest.approx(0.2)
     assert (got["k_min"], got["k_max"]) == (pytest.approx(0.1), pytest.approx(0.4))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tasks import deebert_report, evaluation, submit, train
+from tasks import checkpoints, cli, evaluation, submit
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,10 +40,10 @@ def test_prediction_file_survives_a_full_disk(tmp_path: Path, monkeypatch: pytes
 
 
 def test_checkpoint_survives_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = train.save_checkpoint(tmp_path / "run.pt", {"epoch": 1, "w": torch.ones(3)})
+    path = checkpoints.save_checkpoint(tmp_path / "run.pt", {"epoch": 1, "w": torch.ones(3)})
     _full_disk(monkeypatch)
     with pytest.raises(OSError):
-        train.save_checkpoint(path, {"epoch": 2, "w": torch.zeros(3)})
+        checkpoints.save_checkpoint(path, {"epoch": 2, "w": torch.zeros(3)})
     monkeypatch.undo()
     kept = torch.load(path, weights_only=True)
     assert kept["epoch"] == 1 and torch.equal(kept["w"], torch.ones(3))
@@ -51,10 +51,10 @@ def test_checkpoint_survives_a_full_disk(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_report_and_zip_survive_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    report = deebert_report.write_text(tmp_path / "sweep.json", "old")
+    report = cli.write_text(tmp_path / "sweep.json", "old")
     _full_disk(monkeypatch)
     with pytest.raises(OSError):
-        deebert_report.write_text(report, "new")
+        cli.write_text(report, "new")
     assert report.read_text() == "old" and _only(tmp_path) == ["sweep.json"]
 
 

@@ -14,8 +14,9 @@ import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig, join_pairs, paraphrase_loss, similarity_loss
 from minbert.schedules import TaskSchedule, annealed_alpha, task_probabilities
 from tasks import multitask
+from tasks.checkpoints import load_checkpoint
 from tasks.multitask import EpochBatches, build_parser, collate, load, run
-from tasks.train import Interrupted, load_checkpoint
+from tasks.train import Interrupted
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

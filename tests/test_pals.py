@@ -13,9 +13,10 @@ import minbert
 from minbert.model import layer_norm
 from minbert.multitask import TASK_NAMES, MultitaskBert, MultitaskConfig
 from minbert.pals import PALs, PalsConfig
+from tasks.checkpoints import load_checkpoint
 from tasks.finetune import MODES, get_mode
 from tasks.multitask import add_smart_pals, build_parser, run
-from tasks.train import load_checkpoint, seed_everything
+from tasks.train import seed_everything
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,20 +10,14 @@ import torch
 from torch import nn
 
 import minbert
+from tasks.checkpoints import load_checkpoint
 from tasks.classifier import SentimentClassifier, build_parser, classification_loss
-from tasks.recipe import make_optimizer
-from tasks.train import (
-    LOOP_DEFAULTS,
-    Interrupted,
-    LinearSchedule,
-    _check_config,
-    add_loop_arguments,
-    fit,
-    load_checkpoint,
-    loop_kwargs,
-)
+from tasks.recipe import LinearSchedule, add_loop_arguments, loop_kwargs, make_optimizer
+from tasks.train import Interrupted, check_config, fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+# the recipe flags at their defaults, written out here (tasks.recipe.Recipe is what they are checked against)
+LOOP_DEFAULTS = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1}
 CPU = torch.device("cpu")
 
 
@@ -182,12 +176,12 @@ def test_loop_flags_defaults_and_help():
 
 def test_checkpoints_from_before_the_recipe_flags_still_resume():
     old = {"lr": 1e-3, "task": "sst"}                                      # stored before the loop flags existed
-    _check_config("old.pt", old, old | LOOP_DEFAULTS)
-    _check_config("old.pt", old, old | LOOP_DEFAULTS | {"optimizer": "minbert"})
+    check_config("old.pt", old, old | LOOP_DEFAULTS)
+    check_config("old.pt", old, old | LOOP_DEFAULTS | {"optimizer": "minbert"})
     with pytest.raises(ValueError, match="precision: checkpoint 'fp32', now 'bf16'"):
-        _check_config("old.pt", old, old | LOOP_DEFAULTS | {"precision": "bf16"})
+        check_config("old.pt", old, old | LOOP_DEFAULTS | {"precision": "bf16"})
     with pytest.raises(ValueError, match="optimizer: checkpoint 'minbert', now 'fused'"):  # its state is another kind
-        _check_config("old.pt", old, old | LOOP_DEFAULTS | {"optimizer": "fused"})
+        check_config("old.pt", old, old | LOOP_DEFAULTS | {"optimizer": "fused"})
 
 
 def test_the_optimizer_flag_picks_minbert_adamw_or_torch_fused_adamw(tiny_config):

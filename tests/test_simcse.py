@@ -16,9 +16,10 @@ import minbert
 from minbert.checkpoint import name_table
 from minbert.simcse import SimCSE, SimCSEConfig, margin_loss, sup_simcse_loss, unsup_simcse_loss
 from tasks import multitask, simcse
+from tasks.checkpoints import load_checkpoint
 from tasks.data import TASKS
 from tasks.simcse import Examples, Round, build_parser, mine_hard_negatives, plan, run, split_quora, write_rows
-from tasks.train import Interrupted, fit, load_checkpoint
+from tasks.train import Interrupted, fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -24,8 +24,9 @@ from minbert.smart import (
     symmetric_kl,
 )
 from tasks import multitask
+from tasks.checkpoints import load_checkpoint
 from tasks.multitask import build_parser, run
-from tasks.train import Interrupted, load_checkpoint
+from tasks.train import Interrupted
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

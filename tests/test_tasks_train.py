@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from conftest import DATA, killed_after_first_epoch
 
 import minbert
 from tasks import classifier, finetune
+from tasks.checkpoints import load_checkpoint, save_checkpoint
 from tasks.classifier import SentimentClassifier, build_parser, run
 from tasks.errors import ConfigurationError, ResumeError
-from tasks.train import Interrupted, load_checkpoint, pick_device, save_checkpoint
+from tasks.train import Interrupted, pick_device
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

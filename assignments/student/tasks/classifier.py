@@ -11,11 +11,7 @@ after every epoch; `--resume` on it continues a killed run to the same result.
 from __future__ import annotations
 
 import argparse
-import os
-import random
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -24,14 +20,16 @@ from torch import nn
 import minbert
 from minbert.pooling import POOLINGS
 
-from .data import TASKS, Collator, Records, batches, model_inputs, to_device, token_lengths
-from .errors import existing_file, nonnegative_float, positive_float, positive_int, probability, run_cli
-from .evaluation import LEADERBOARD, accuracy, prediction_path, write_predictions
+from .cli import Split, add_common_arguments, load_split, run_settings, setup, write_split
+from .data import TASKS, Collator, Records, batches, model_inputs, to_device
+from .distributed import is_main_process
+from .errors import existing_file, nonnegative_float, probability, run_cli
+from .evaluation import LEADERBOARD, accuracy, prediction_path
 from .finetune import add_mode_arguments, get_mode
-from .recipe import make_optimizer
-from .toolkit import raw_path, write_raw
+from .recipe import autocast, loop_kwargs, make_optimizer
 from .starter_flags import translate
-from .train import add_loop_arguments, autocast, fit, is_main_process, loop_kwargs, pick_device, seed_everything
+from .toolkit import raw_path, write_raw
+from .train import fit
 from .unfinished import explain_unfinished
 
 NUM_LABELS = {"sst": 5, "cfimdb": 2}
@@ -98,61 +96,18 @@ def predict(model: nn.Module, examples: Records, collate: Collator, batch_size: 
     return logits_of(model, examples, collate, batch_size, lengths, device).argmax(-1).tolist()
 
 
-@dataclass
-class Split:
-    """One loaded file with its token lengths (for bucketing)."""
-
-    name: str
-    records: Records
-    lengths: list[int]
-
-
-def load_split(name: str, path: str | Path, task: str, tokenizer: minbert.Tokenizer, limit: int | None = None,
-               seed: int = 0) -> Split:
-    """Read a split; with `limit`, keep a seeded random sample of that many rows (files are often sorted by label)."""
-    records = TASKS[task].read(path)
-    if is_main_process():
-        print(records.summary(), file=sys.stderr)
-    if limit is not None and limit < len(records):
-        keep = sorted(random.Random(seed).sample(range(len(records)), limit))  # file order, random rows
-        records = Records([records[i] for i in keep], records.path, records.labelled, records.skipped)
-    if not records:
-        raise SystemExit(f"{path}: no examples to use")
-    return Split(name, records, token_lengths(records, tokenizer))
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tasks.classifier", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", choices=sorted(NUM_LABELS), default="sst",
                    help="sst: 5-way sentiment of movie-review phrases; cfimdb: binary sentiment of long reviews")
-    p.add_argument("--model", default="minilm",
-                   help="checkpoint: the offline alias 'minilm' (default), a Hub name such as bert-base-uncased, "
-                        "or a local directory with config.json and weights")
     add_mode_arguments(p)
-    p.add_argument("--epochs", type=positive_int, default=3, help="training epochs (default 3)")
-    p.add_argument("--lr", type=positive_float, default=None, help="learning rate (default: the fine-tune mode's own)")
     p.add_argument("--weight-decay", type=nonnegative_float, default=0.0,
                    help="AdamW's decoupled weight decay (default 0)")
-    p.add_argument("--batch-size", type=positive_int, default=32, help="training batch size (default 32)")
-    p.add_argument("--eval-batch-size", type=positive_int, default=128, help="batch size for dev/test prediction")
     p.add_argument("--dropout", type=probability, default=None,
                    help="dropout before the head (default: the model's, 0.1)")
-    p.add_argument("--pooling", choices=POOLINGS, default="mean",
-                   help="sentence vector for the head: mean of the final hidden states (default), "
-                        "the [CLS] state, or the pooler output")
-    p.add_argument("--max-length", type=positive_int, default=None,
-                   help="truncate inputs to this many tokens (default: the model's limit, 512)")
     p.add_argument("--no-bucket", dest="bucket", action="store_false",
                    help="batch training examples in random order instead of by similar length")
-    p.add_argument("--seed", type=int, default=11711, help="random seed for initialisation, order and dropout")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto",
-                   help="auto picks cuda, then mps, then cpu")
-    p.add_argument("--threads", type=positive_int, default=None,
-                   help="CPU threads for torch (default: torch's choice); 1 is often faster on a busy shared machine")
-    p.add_argument("--max-train-examples", type=positive_int, default=None,
-                   help="train on a random sample of N examples, drawn with --seed (quick runs)")
-    p.add_argument("--data-dir", default="data", help="where the default task files live (default: data)")
     p.add_argument("--train-file", default=None, type=existing_file,
                    help="training file (default: DATA_DIR/ids-{task}-train.csv)")
     p.add_argument("--dev-file", default=None, type=existing_file,
@@ -163,30 +118,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where {task}-dev-output.csv and {task}-test-output.csv go (default: predictions)")
     p.add_argument("--checkpoint", default=None,
                    help="checkpoint written after every epoch (default: checkpoints/{task}-{mode}.pt)")
-    p.add_argument("--resume", default=None, type=existing_file, metavar="PATH",
-                   help="continue the run saved in this checkpoint (written after each epoch: a run killed "
-                        "mid-epoch repeats that epoch) to the same result as an uninterrupted run")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
     p.add_argument("--raw-outputs", action="store_true",
                    help="also write {task}-{split}-raw.csv beside the prediction files: each example's logits")
-    add_loop_arguments(p)
+    add_common_arguments(
+        p, model={"help": "checkpoint: the offline alias 'minilm' (default), a Hub name such as bert-base-uncased, "
+                          "or a local directory with config.json and weights"},
+        pooling={"choices": POOLINGS, "help": "sentence vector for the head: mean of the final hidden states "
+                                              "(default), the [CLS] state, or the pooler output"})
     return p
-
-
-RUN_SETTINGS_EXCLUDED = {"progress", "threads", "eval_batch_size", "checkpoint", "resume", "predictions_dir", "device",
-                         "raw_outputs"}
 
 
 def run(args: argparse.Namespace) -> dict:
     """Train, select on dev, write the prediction files; returns the dev (and test) accuracy and history."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     mode = get_mode(args.fine_tune_mode)
     lr = args.lr if args.lr is not None else mode.default_lr
-    device = pick_device(args.device)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    device, tokenizer = setup(args)
     files = TASKS[args.task]
-    tokenizer = minbert.Tokenizer.from_pretrained(args.model, max_length=args.max_length)
     train = load_split("train", args.train_file or files.path(args.data_dir, "train"), args.task, tokenizer,
                        args.max_train_examples, args.seed)
     dev = load_split("dev", args.dev_file or files.path(args.data_dir, "dev"), args.task, tokenizer)
@@ -194,18 +141,15 @@ def run(args: argparse.Namespace) -> dict:
     if not (train.records.labelled and dev.records.labelled):
         raise SystemExit("the training and dev files must have labels")
 
-    seed_everything(args.seed)
     model = SentimentClassifier(minbert.load_pretrained(args.model), NUM_LABELS[args.task], args.dropout,
                                 args.pooling)
     params = mode.setup(model, args)
     model.to(device)
     optimizer = make_optimizer(params, lr, args.weight_decay, args.optimizer)
-    n_train = sum(p.numel() for p in params)
-    main = is_main_process()
-    if main:
+    if is_main_process():
         print(f"{args.task}: {len(train.records)} train, {len(dev.records)} dev, {len(test.records)} test examples; "
-              f"{args.fine_tune_mode} trains {n_train:,} of {sum(p.numel() for p in model.parameters()):,} "
-              f"parameters; lr {lr:g}; device {device}", file=sys.stderr)
+              f"{args.fine_tune_mode} trains {sum(p.numel() for p in params):,} of "
+              f"{sum(p.numel() for p in model.parameters()):,} parameters; lr {lr:g}; device {device}", file=sys.stderr)
 
     collate = Collator(tokenizer)
 
@@ -217,37 +161,39 @@ def run(args: argparse.Namespace) -> dict:
         preds = predict(m, dev.records, collate, args.eval_batch_size, dev.lengths, device)
         return {"accuracy": accuracy(preds, [e.label for e in dev.records])}
 
-    config = {k: v for k, v in vars(args).items() if k not in RUN_SETTINGS_EXCLUDED and isinstance(
-        v, (str, int, float, bool, type(None), list, tuple))} | {"lr": lr}
     checkpoint = args.checkpoint or f"checkpoints/{args.task}-{args.fine_tune_mode}.pt"
     post_step = (lambda m: mode.post_step(m, args)) if mode.post_step is not None else None
     result = fit(model, optimizer, epoch_batches, classification_loss, evaluate, metric="accuracy",
                  epochs=args.epochs, device=device, seed=args.seed, checkpoint=checkpoint, resume=args.resume,
-                 config=config, post_step=post_step, progress=args.progress, **loop_kwargs(args))
+                 config=run_settings(args, lr=lr), post_step=post_step, progress=args.progress, **loop_kwargs(args))
 
     summary = {"task": args.task, "best_epoch": result.best_epoch, "dev_accuracy": result.best_score,
                "history": result.history, "checkpoint": checkpoint}
-    if not main:  # under torchrun, rank 0 alone writes the files
+    if not is_main_process():  # under torchrun, rank 0 alone writes the files
         return summary
     model.load_state_dict(result.best_state)
     if mode.after_fit is not None:
         mode.after_fit(model, args)
     for split in (dev, test):
-        with autocast(device, args.precision):  # as fit() evaluated: the dev accuracy matches its best_score
-            logits = logits_of(model, split.records, collate, args.eval_batch_size, split.lengths, device)  # (N, C)
-        preds = logits.argmax(-1).tolist()
-        if args.raw_outputs:
-            write_raw(raw_path(args.predictions_dir, args.task, split.name), [e.id for e in split.records], logits)
-        path = write_predictions(prediction_path(args.predictions_dir, args.task, split.name), args.task,
-                                 [e.id for e in split.records], preds)
-        line = f"wrote {path} ({LEADERBOARD[args.task].column}, {len(preds)} rows)"
-        if split.records.labelled:
-            summary[f"{split.name}_accuracy"] = accuracy(preds, [e.label for e in split.records])
-            line += f"; {split.name} accuracy {summary[f'{split.name}_accuracy']:.4f}"
-        print(line)
-        summary[f"{split.name}_predictions"] = str(path)
+        write_outputs(args, model, split, collate, device, summary)
     print(f"best dev accuracy {result.best_score:.4f} at epoch {result.best_epoch}")
     return summary
+
+
+def write_outputs(args: argparse.Namespace, model: nn.Module, split: Split, collate: Collator, device: torch.device,
+                  summary: dict) -> None:
+    """A split's prediction file (and with --raw-outputs its logits), its accuracy into `summary` when labelled."""
+    with autocast(device, args.precision):  # as fit() evaluated: the dev accuracy matches its best_score
+        logits = logits_of(model, split.records, collate, args.eval_batch_size, split.lengths, device)  # (N, C)
+    preds = logits.argmax(-1).tolist()
+    if args.raw_outputs:
+        write_raw(raw_path(args.predictions_dir, args.task, split.name), [e.id for e in split.records], logits)
+    path = prediction_path(args.predictions_dir, args.task, split.name)
+    value = write_split(path, args.task, split.records, preds, f"{split.name} accuracy", accuracy,
+                        what=f"{LEADERBOARD[args.task].column}, ")
+    if value is not None:
+        summary[f"{split.name}_accuracy"] = value
+    summary[f"{split.name}_predictions"] = str(path)
 
 
 def main(argv: list[str] | None = None) -> int:

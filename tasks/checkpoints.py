@@ -1,0 +1,107 @@
+"""A training checkpoint of tasks.train.fit (not a pretrained model's weights: those are minbert/checkpoint.py's):
+the RNG states it holds, written atomically, read back with weights_only and checked.
+
+A checkpoint (written after every epoch) holds the model's state (encoder and head), the optimiser's state, the
+number of finished epochs, the best dev score so far with that epoch's model state, the history, the run
+settings, and the RNG states of python, numpy and torch (CPU and CUDA); also the optimiser step count, the base
+learning rates and the fp16 gradient scaler, and under torchrun every rank's RNG states.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import MissingFileError, ResumeError
+
+
+def rng_state() -> dict:
+    """The RNG states of python, numpy and torch, as tensors and plain values that weights_only loading accepts."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": {"version": version, "state": torch.tensor(internal, dtype=torch.int64), "gauss": gauss},
+        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what rng_state() returned."""
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["state"].tolist()), py["gauss"]))
+    npy = state["numpy"]
+    np.random.set_state((npy["kind"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"], npy["cached"]))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# Test-only fault injection: SIGKILL this process inside the Nth checkpoint write (the temporary file written, not
+# yet renamed), or right after the Nth optimiser step. Unset, they cost one dictionary look-up.
+KILL_IN_SAVE, KILL_AT_STEP = "MINBERT_TEST_KILL_IN_SAVE", "MINBERT_TEST_KILL_AT_STEP"
+_saves = 0
+
+
+def maybe_kill(variable: str, count: int) -> None:
+    """SIGKILL this process when the test variable names this count."""
+    if os.environ.get(variable) == str(count):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+CHECKPOINT_KEYS = ("model", "optimizer", "epoch", "best_epoch", "best_score", "best_state", "history", "rng")
+
+
+def save_checkpoint(path: str | Path, state: dict) -> Path:
+    """torch.save to a temporary file in the same directory, fsync, then rename: a crash (or a full disk) at any
+    moment leaves either the previous checkpoint or the new one, never half a file."""
+    global _saves
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        _saves += 1
+        maybe_kill(KILL_IN_SAVE, _saves)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
+def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", required: Sequence[str] = ()) -> dict:
+    """A checkpoint written by save_checkpoint, read with weights_only=True (tensors and plain values only);
+    a missing or damaged file, one without the `required` keys, or a model state with NaN is a ResumeError."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(f"{path}: no such checkpoint; check the --resume path (checkpoints are written after "
+                               "each epoch, to --checkpoint)")
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises RuntimeError, OSError, EOFError, UnpicklingError, ...
+        detail = next((line for line in str(e).splitlines() if line.strip()), "no details").split(". ")[0][:200]
+        raise ResumeError(f"{path}: cannot read the training checkpoint ({type(e).__name__}: {detail}); it is "
+                          "truncated or damaged: resume from another copy, or start again without --resume") from None
+    missing = [k for k in required if k not in state] if isinstance(state, dict) else list(required) or ["dict"]
+    if missing:
+        raise ResumeError(f"{path}: not a training checkpoint of tasks.train (no {', '.join(missing)}); --resume "
+                          "takes the file that --checkpoint wrote")
+    bad = [k for k, v in state.get("model", {}).items() if isinstance(v, torch.Tensor) and v.is_floating_point()
+           and not torch.isfinite(v).all()]
+    if bad:
+        raise ResumeError(f"{path}: the model state holds NaN or infinite values ({bad[0]}); the run had diverged "
+                          "before this checkpoint: start again with a lower --lr or --max-grad-norm")
+    return state

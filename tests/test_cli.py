@@ -1,0 +1,81 @@
+"""The CLI scaffold (tasks/cli.py): list flags in both spellings, each common flag declared once, run settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tasks import classifier, deebert, multitask, simcse
+from tasks.cli import run_settings
+
+TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
+
+
+@pytest.mark.parametrize("flag, spellings, value", [
+    ("--thresholds", (["0,0.2,0.6"], ["0", "0.2", "0.6"], ["0,0.2", "0.6"]), [0.0, 0.2, 0.6]),
+    ("--patience", (["1,2,3"], ["1", "2", "3"]), [1, 2, 3]),
+])
+def test_deebert_list_flags_take_commas_and_spaces(flag, spellings, value):
+    for spelling in spellings:
+        assert getattr(deebert.build_parser().parse_args([flag, *spelling]), flag[2:]) == value
+
+
+def test_tasks_and_bitfit_terms_take_spaces_too_and_store_the_comma_form():
+    parse = multitask.build_parser().parse_args
+    assert parse(["--tasks", "sst", "sts"]).tasks == parse(["--tasks", "sst,sts"]).tasks == "sst,sts"
+    args = classifier.build_parser().parse_args(["--fine-tune-mode", "bitfit", "--bitfit-terms", "bq", "bm2"])
+    assert args.bitfit_terms == "bq,bm2"
+    for bad in (["--thresholds", "0,x"], ["--patience", "1,1.5"]):
+        with pytest.raises(SystemExit):
+            deebert.build_parser().parse_args(bad)
+    with pytest.raises(SystemExit):
+        classifier.build_parser().parse_args(["--bitfit-terms", "bq,nope"])
+
+
+def test_each_common_flag_is_declared_once_and_per_cli_defaults_stay():
+    for flag in ("--seed", "--device", "--threads", "--model", "--epochs", "--lr", "--batch-size", "--resume",
+                 "--eval-batch-size", "--no-progress", "--max-train-examples", "--data-dir", "--pooling",
+                 "--max-length", "--precision", "--optimizer"):
+        training_clis = [TASKS_DIR / f"{name}.py" for name in ("classifier", "multitask", "simcse", "deebert")]
+        assert not any(f'add_argument("{flag}"' in f.read_text() for f in training_clis), flag
+        assert (TASKS_DIR / "cli.py").read_text().count(f'add_argument("{flag}"') + (
+            TASKS_DIR / "recipe.py").read_text().count(f'add_argument("{flag}"') == 1, flag
+    assert sum(f.read_text().count('add_argument("--seed"') for f in TASKS_DIR.glob("*.py")) == 1
+    assert simcse.build_parser().parse_args([]).batch_size == 64
+    assert simcse.build_parser().parse_args([]).max_length == 64
+    assert deebert.build_parser().parse_args([]).eval_batch_size == 1
+    assert deebert.build_parser().parse_args([]).lr == 3e-5
+    assert classifier.build_parser().parse_args([]).epochs == 3 and simcse.build_parser().parse_args([]).epochs is None
+    assert deebert.build_parser().parse_args(["--precision", "bf16", "--optimizer", "fused"]).optimizer == "fused"
+
+
+def test_run_settings_leave_out_where_and_how_a_run_writes():
+    args = classifier.build_parser().parse_args(["--threads", "2", "--no-progress", "--checkpoint", "x.pt"])
+    settings = run_settings(args, lr=0.5)
+    assert {"threads", "progress", "checkpoint", "device", "resume", "eval_batch_size"}.isdisjoint(settings)
+    assert settings["lr"] == 0.5 and settings["seed"] == 11711 and settings["precision"] == "fp32"
+
+
+def test_deebert_trains_both_stages_with_the_recipe_flags(tiny_dir, tmp_path, monkeypatch):
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_fit(model, optimizer, *args, **kwargs):
+        seen.append((type(optimizer), kwargs))
+        raise Stop
+
+    monkeypatch.setattr(deebert, "fit", fake_fit)
+    argv = ["--model", str(tiny_dir), "--device", "cpu", "--no-progress", "--max-train-examples", "8",
+            "--max-eval-examples", "8", "--out", str(tmp_path / "run"), "--optimizer", "fused",
+            "--warmup-ratio", "0.1", "--max-grad-norm", "1", "--grad-accum", "2"]
+    with pytest.raises(Stop):
+        deebert.run(deebert.build_parser().parse_args(argv))
+    optimizer, kwargs = seen[0]
+    assert optimizer is torch.optim.AdamW                 # --optimizer fused: torch's kernel, not minbert.AdamW
+    assert {k: kwargs[k] for k in ("precision", "warmup_ratio", "max_grad_norm", "grad_accum")} == {
+        "precision": "fp32", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 2}
+    assert kwargs["config"]["optimizer"] == "fused" and kwargs["config"]["stage"] == 1
