@@ -224,7 +224,7 @@ def test_position_ids_and_inputs_embeds_reach_the_embeddings(tiny_config):
     with torch.no_grad():
         plain = model(ids).last_hidden_state
         words = model.embeddings.word(ids)                                  # (B, T, H)
-        torch.testing.assert_close(model(inputs_embeds=words).last_hidden_state, plain)
+        torch.testing.assert_close(model(embeddings=model.embed(inputs_embeds=words)).last_hidden_state, plain)
         torch.testing.assert_close(model.embed(inputs_embeds=words), model.embed(ids))
         torch.testing.assert_close(model(ids, position_ids=torch.arange(4)[None]).last_hidden_state, plain)
         shifted = torch.arange(1, 5)[None]                                  # positions 1..4 instead of 0..3
