@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         batch_size={"default": 64, "help": "training batch size: the in-batch negatives (64)"},
         eval_batch_size={"help": "batch size of the STS dev evaluation"},
         max_length={"default": 64, "help": "truncate each sentence to this many tokens (64)"},
-        pooling={"choices": POOLINGS, "help": "training embedding: mean of the real tokens (default; evaluated and "
+        pooling={"choices": SIMCSE_POOLINGS, "help": "training embedding: mean of the real tokens (default; evaluated and "
                                               "used the same way) or cls_mlp ([CLS] through an MLP in training, "
                                               "[CLS] alone in evaluation, as SimCSE)"},
         max_train_examples={"help": "train on a seeded sample of N of the stage's examples (quick runs; the split "

@@ -24,7 +24,7 @@ from minbert.multitask import MultitaskBert, MultitaskConfig
 from tasks import score as score_cli
 from tasks import train as train_module
 from tasks.multitask import build_parser, load, run
-from tasks.multitask_data import _pad
+from tasks.multitask_data import pad as _pad
 from tasks.train import load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
