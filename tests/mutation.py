@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # the module -> the tests that cover it (fast ones only: each surviving mutant reruns them)
 TESTS = {
     "minbert/model.py": ["tests/test_model.py", "tests/test_mutants.py", "tests/test_pals.py"],
-    "minbert/optim.py": ["tests/test_optim.py"],
-    "minbert/smart.py": ["tests/test_smart.py", "tests/test_catches.py"],
-    "minbert/deebert.py": ["tests/test_deebert.py"],
+    "minbert/optim.py": ["tests/test_optim.py", "tests/test_mutants_optim.py"],
+    "minbert/smart.py": ["tests/test_smart.py", "tests/test_catches.py", "tests/test_mutants_smart.py"],
+    "minbert/deebert.py": ["tests/test_deebert.py", "tests/test_mutants_deebert.py"],
     "tasks/evaluation.py": ["tests/test_tasks_scoring.py", "tests/test_catches.py", "tests/test_mutants.py"],
 }
 COPIED = ("minbert", "tasks", "tests", "data", "assignments", "requirements.txt")

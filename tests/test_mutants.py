@@ -2,7 +2,7 @@
 
 tasks/evaluation.py: the metrics' edge cases, the prediction files' exact complaints, and the atomic write.
 minbert/model.py: attention() and fused_attention() on their own against a loop, BERT's initialisation, the padding
-embedding, which attention the config selects.
+embedding, which attention the config selects, on_real_tokens without padding, the save / load wrappers.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import minbert
-from minbert.model import attention, fused_attention
+from minbert.model import attention, fused_attention, on_real_tokens
 from tasks import evaluation
 from tasks.data import PairExample, Records
 from tasks.evaluation import accuracy, check_predictions, gold_records, pearson, write_predictions
@@ -230,3 +230,33 @@ def test_position_ids_and_inputs_embeds_reach_the_embeddings(tiny_config):
         shifted = torch.arange(1, 5)[None]                                  # positions 1..4 instead of 0..3
         assert not torch.allclose(model(ids, position_ids=shifted).last_hidden_state, plain, atol=1e-4)
         assert not torch.allclose(model.embed(ids, position_ids=shifted), model.embed(ids), atol=1e-4)
+
+
+def test_the_model_s_own_save_and_from_pretrained_round_trip(tmp_path):
+    """BertModel.save_pretrained writes Hugging Face's names; BertModel.from_pretrained reads them back, kwargs kept."""
+    from safetensors.torch import load_file
+    config = minbert.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=32, max_position_embeddings=16)
+    torch.manual_seed(0)
+    model = minbert.BertModel(config)
+    model.save_pretrained(str(tmp_path / "m"))
+    saved = load_file(tmp_path / "m" / "model.safetensors")
+    assert torch.equal(saved["embeddings.word_embeddings.weight"], model.embeddings.word.weight.detach())
+    loaded = minbert.BertModel.from_pretrained(str(tmp_path / "m"), dtype=torch.float64)
+    assert loaded.config.hidden_size == 16 and loaded.layers[0].Wq.dtype == torch.float64
+    assert torch.equal(loaded.layers[0].Wq.float(), model.layers[0].Wq.detach())
+
+def test_on_real_tokens_without_padding_hands_over_the_batch_itself():
+    """No padding: f gets the (B, T, H) tensors themselves (nothing to skip); with padding, the (N, H) real rows."""
+    seen = []
+
+    def f(a: torch.Tensor, b: float) -> torch.Tensor:
+        seen.append(a)
+        return a * b
+
+    x = torch.randn(2, 3, 4)
+    out = on_real_tokens(f, torch.zeros(2, 1, 1, 3), x, 2.0)
+    assert seen[-1] is x and torch.equal(out, 2.0 * x)
+    mask = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, -1e9]]).view(2, 1, 1, 3)
+    out = on_real_tokens(f, mask, x, 2.0)
+    assert seen[-1].shape == (5, 4) and torch.equal(out[1, 2], torch.zeros(4)) and torch.equal(out[0], 2.0 * x[0])
