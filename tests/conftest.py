@@ -71,3 +71,17 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def multitask_files(tmp_path):
+    """Small slices of the real files, per task (train, dev, test); the test slices keep their labels, so they are
+    scored too."""
+    def piece(name, start, stop):
+        lines = (DATA / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        path = tmp_path / f"{start}-{name}"
+        path.write_text(lines[0] + "".join(lines[1 + start:1 + stop]), encoding="utf-8")
+        return str(path)
+    return {"sst": (piece("ids-sst-train.csv", 0, 40), piece("ids-sst-dev.csv", 0, 24), piece("ids-sst-dev.csv", 24, 40)),
+            "para": (piece("quora-train.csv", 0, 48), piece("quora-dev.csv", 0, 24), piece("quora-test-student.csv", 0, 20)),
+            "sts": (piece("sts-train.csv", 0, 32), piece("sts-dev.csv", 0, 24), piece("sts-dev.csv", 24, 40))}
