@@ -6,7 +6,6 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-
 TYPES = {"int": ((int,), "an integer"), "float": ((int, float), "a number"), "str": ((str,), "a string")}
 
 

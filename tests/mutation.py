@@ -44,7 +44,7 @@ def scratch_tree(module: str, tests: list[str]) -> Path:
         else:
             shutil.copy2(src, dst)
     text = (ROOT / "pyproject.toml").read_text()
-    text = re.sub(r"\n\[tool\.mutmut\].*?(?=\n\[|\Z)", "", text, flags=re.S)
+    text = re.sub(r"\n\[tool\.mutmut\].*?(?=\n\[|\Z)", "", text, flags=re.DOTALL)
     quoted = ", ".join(f'"{t}"' for t in tests)
     text += ("\n[tool.mutmut]\n"
              'source_paths = ["minbert", "tasks"]\n'

@@ -114,7 +114,7 @@ def test_printed_dev_figures_equal_tasks_score_and_a_hand_computation(trained, c
     table = capsys.readouterr().out
     for name, value in (("SST accuracy", hand["sst"]), ("Quora accuracy", hand["para"]),
                         ("STS Pearson r", hand["sts"]), ("overall", overall)):
-        assert re.search(rf"^{name} .* {value:.4f}$", table, re.M), (name, value, table)
+        assert re.search(rf"^{name} .* {value:.4f}$", table, re.MULTILINE), (name, value, table)
 
 
 def test_the_best_epoch_is_the_one_with_the_highest_dev_overall(trained):

@@ -61,7 +61,7 @@ def killed(cli: str, argv: list[str], cwd: Path, **env: str) -> subprocess.Compl
     """The CLI in a fresh process with a fault-injection variable set; it must die of SIGKILL (if the variable
     were ignored, the run would finish and exit 0)."""
     proc = subprocess.run([sys.executable, "-m", f"tasks.{cli}", *argv], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env}, timeout=120)
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env}, timeout=120, check=False)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     return proc
 
@@ -127,7 +127,7 @@ def torchrun(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProc
     """tasks.classifier under torchrun: two CPU processes (gloo), one thread each."""
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            "-m", "tasks.classifier", *argv], cwd=cwd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env})
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env}, check=False)
 
 
 @pytest.mark.skipif(os.environ.get("MINBERT_SLOW_TESTS") != "1", reason="six torchrun processes, ~50 s on 2 cores: "

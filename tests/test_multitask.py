@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DATA, killed_after_first_epoch
+from conftest import killed_after_first_epoch
 
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig, join_pairs, paraphrase_loss, similarity_loss

@@ -111,8 +111,8 @@ def test_a_wrong_header_is_named_and_an_empty_or_header_only_file_has_every_id_m
     path = sts_file(tmp_path, [("id0", "1.0"), ("id1", "2.0")], header="id \t Predicted_Similarity")
     report = check_predictions(path, "sts", gold([1.0, 2.0]))
     assert report.ok and report.warnings == [
-        f"{path}:1: header 'id \\t Predicted_Similarity'; the grader expects 'id \\t Predicted_Similiary' "
-        "(spelled exactly so)"]
+        (f"{path}:1: header 'id \\t Predicted_Similarity'; the grader expects 'id \\t Predicted_Similiary' "
+         "(spelled exactly so)")]
     for text in ("", "id \t Predicted_Similiary \n"):
         path.write_text(text)
         report = check_predictions(path, "sts", gold([1.0, 2.0]))
