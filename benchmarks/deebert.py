@@ -28,8 +28,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import stats
 
-from tasks.cli import write_text
 from tasks.deebert import build_parser, run
+from tasks.evaluation import write_text
 
 
 def rows_of(summary: dict, batch: int, seed: int) -> list[dict]:

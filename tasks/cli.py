@@ -16,7 +16,6 @@ import argparse
 import os
 import random
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,19 +167,3 @@ def write_split(path: str | Path, board: str, records: Records, preds: list, met
         line += f"{sep}{metric} {value:.4f}"
     print(line)
     return value
-
-
-def write_text(path: Path, text: str) -> Path:
-    """Write a text file atomically (temporary file in the same directory, fsync, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path

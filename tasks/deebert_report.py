@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from .cli import write_text
+from .evaluation import write_text
 
 
 def format_table(table: dict) -> str:

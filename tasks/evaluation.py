@@ -90,16 +90,22 @@ def write_predictions(path: str | Path, task: str, ids: Sequence[str], values: S
     board = LEADERBOARD[task]
     if len(ids) != len(values):
         raise ValueError(f"{len(ids)} ids but {len(values)} predictions")
+    text = f"id \t {board.column} \n" + "".join(f"{i} , {board.format(v)} \n" for i, v in zip(ids, values))
+    return write_text(path, text)
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write a text file atomically: a temporary file in the same directory, fsync, then rename, so a crash or a
+    full disk keeps the previous file; readable by all (mkstemp's files are private)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = f"id \t {board.column} \n" + "".join(f"{i} , {board.format(v)} \n" for i, v in zip(ids, values))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
-            os.fsync(f.fileno())     # on disk before the rename: a crash or a full disk keeps the previous file
-        os.chmod(tmp, 0o644)  # mkstemp makes the file private; a prediction file is for sharing
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

@@ -31,11 +31,11 @@ from minbert.pooling import POOLINGS
 from minbert.schedules import SCHEDULES, TaskSchedule
 from minbert.smart import PRESETS, SmartConfig
 
-from .cli import ListFlag, add_common_arguments, run_settings, setup, write_split, write_text
+from .cli import ListFlag, add_common_arguments, run_settings, setup, write_split
 from .data import TASKS, Records, batch_indices, to_device
 from .distributed import is_main_process, world_size
 from .errors import existing_file, fraction, nonnegative_float, positive_float, positive_int, probability, run_cli
-from .evaluation import accuracy, overall_score, pearson, prediction_path
+from .evaluation import accuracy, overall_score, pearson, prediction_path, write_text
 from .finetune import add_mode_arguments, get_mode
 from .multitask_data import Encoded, EpochBatches, collate, load
 from .recipe import autocast, loop_kwargs, make_optimizer

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tasks import checkpoints, cli, evaluation, submit
+from tasks import checkpoints, evaluation, submit
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,10 +51,10 @@ def test_checkpoint_survives_a_full_disk(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_report_and_zip_survive_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    report = cli.write_text(tmp_path / "sweep.json", "old")
+    report = evaluation.write_text(tmp_path / "sweep.json", "old")
     _full_disk(monkeypatch)
     with pytest.raises(OSError):
-        cli.write_text(report, "new")
+        evaluation.write_text(report, "new")
     assert report.read_text() == "old" and _only(tmp_path) == ["sweep.json"]
 
 
