@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.model} ({args.design}), batch {args.batch_size} per task, {device}, {args.precision}, "
           f"{torch.get_num_threads()} threads, optimizer {args.optimizer}; median of {args.steps} rounds")
     for k in kinds:
-        print(f"{k:10s} {med[k] * 1000:8.1f} ms per round of 3 tasks ({per_round[k]} encoder passes), "
-              f"{med[k] / med['plain']:.2f}x plain")
+        print(f"{k:10s} {med[k] * 1000:8.1f} ms per round of 3 tasks (min {min(times[k]) * 1000:.1f}, max "
+              f"{max(times[k]) * 1000:.1f}; {per_round[k]} encoder passes), {med[k] / med['plain']:.2f}x plain")
     return 0
 
 
