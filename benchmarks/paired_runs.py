@@ -30,6 +30,13 @@ import stats
 from tasks import multitask
 
 
+def dev_line(dev: dict) -> str:
+    """The row's dev figures: overall with the three tasks in brackets, or the one task a single-task row trains."""
+    names = {"sst_accuracy": "SST", "para_accuracy": "Quora", "sts_pearson": "STS r"}
+    tasks = ", ".join(f"{name} {dev[key]:.4f}" for key, name in names.items() if key in dev)
+    return f"overall {dev['overall']:.4f} ({tasks})" if "overall" in dev else tasks
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -61,9 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp_out = out.with_suffix(".tmp")
         tmp_out.write_text(json.dumps(results, indent=1))
         os.replace(tmp_out, out)
-        d = summary["dev"]
-        print(f"== {args.row} seed {seed}: overall {d['overall']:.4f} (SST {d['sst_accuracy']:.4f}, Quora "
-              f"{d['para_accuracy']:.4f}, STS r {d['sts_pearson']:.4f}), {minutes:.1f} min", flush=True)
+        print(f"== {args.row} seed {seed}: {dev_line(summary['dev'])}, {minutes:.1f} min", flush=True)
     if args.baseline is not None:
         print(stats.markdown_table(stats.load_rows([out], "overall"), args.baseline, "overall"))
     return 0

@@ -54,6 +54,9 @@ def paired_difference(row: dict[int, float], baseline: dict[int, float]) -> dict
             "excludes_zero": mean - half > 0 or mean + half < 0}
 
 
+DEV_METRICS = ("overall", "sst_accuracy", "para_accuracy", "sts_pearson")
+
+
 def metric_of(record: dict, metric: str) -> float:
     """The metric of one result record: record["dev"][metric], else record[metric]; dots walk nested dicts."""
     if "." not in metric and metric in record.get("dev", {}):
@@ -65,10 +68,15 @@ def metric_of(record: dict, metric: str) -> float:
 
 
 def load_rows(paths: list[str | Path], metric: str) -> dict[str, dict[int, float]]:
-    """{row: {seed: metric}} from paired_runs-style JSON files (rows in first-seen order)."""
+    """{row: {seed: metric}} from paired_runs-style JSON files (rows in first-seen order).
+
+    A record whose dev figures lack a dev metric (a single-task row has no overall score and one task's figure)
+    is left out of that metric's rows; any other missing key raises."""
     rows: dict[str, dict[int, float]] = {}
     for path in paths:
         for record in json.loads(Path(path).read_text()):
+            if metric in DEV_METRICS and "dev" in record and metric not in record["dev"]:
+                continue
             rows.setdefault(record["row"], {})[int(record["seed"])] = metric_of(record, metric)
     return rows
 

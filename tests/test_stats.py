@@ -67,3 +67,17 @@ def test_paired_runs_writes_rows_per_seed_with_smarts_log_and_the_paired_table(t
     assert "| smart | 1,2 |" in capsys.readouterr().out
     paired_runs.main(["--out", str(out), "--row", "smart", "--seeds", "2"])   # done already: skipped
     assert len(json.loads(out.read_text())) == 4
+
+
+def test_paired_runs_single_task_row_prints_its_task_and_stats_reads_it(tiny_dir, files, tmp_path, capsys):  # noqa: F811
+    import paired_runs
+    from test_multitask import argv
+
+    out = tmp_path / "runs.json"
+    flags = argv(tiny_dir, files, tmp_path, "x", "--epochs", "1", "--tasks", "sts")
+    paired_runs.main(["--out", str(out), "--row", "sts alone", "--seeds", "1", "--", *flags])
+    record, = json.loads(out.read_text())
+    assert set(record["dev"]) == {"sts_pearson"}
+    assert f"sts alone seed 1: STS r {record['dev']['sts_pearson']:.4f}," in capsys.readouterr().out
+    assert stats.load_rows([out], "sts_pearson") == {"sts alone": {1: record["dev"]["sts_pearson"]}}
+    assert stats.load_rows([out], "overall") == {}
