@@ -46,9 +46,10 @@ def pcgrad_project(grads: list[torch.Tensor], rng: random.Random | None = None) 
 
 
 def surgery_loss(losses: list[torch.Tensor], params: list[nn.Parameter], rng: random.Random | None = None,
-                 ) -> torch.Tensor:
+                 project: bool = True) -> torch.Tensor:
     """A scalar whose backward() gives PCGrad's gradients: on the parameters two or more tasks reach, the sum of the
     tasks' projected gradients (Yu et al., 2020, Alg. 1); on the others, their one task's own gradient.
+    project=False sums the gradients unprojected (the control: the same steps, work and rounds without the surgery).
     Its value is the mean of the task losses (for logging)."""
     grads = [torch.autograd.grad(loss, params, allow_unused=True) for loss in losses]  # per task, per parameter
     shared = [k for k in range(len(params)) if sum(g[k] is not None for g in grads) > 1]
@@ -60,7 +61,7 @@ def surgery_loss(losses: list[torch.Tensor], params: list[nn.Parameter], rng: ra
         F = params[shared[0]].new_empty(len(losses), sum(sizes))
         for row, g in zip(F, grads):
             torch.cat([(g[k] if g[k] is not None else torch.zeros_like(params[k])).reshape(-1) for k in shared], out=row)
-        C = pcgrad_coefficients(F @ F.T, rng)                         # (n, n)
+        C = pcgrad_coefficients(F @ F.T, rng) if project else torch.eye(len(losses), dtype=torch.float64)  # (n, n)
         summed = C.sum(0).to(F.dtype) @ F                             # (n,) @ (n, D) -> (D,): sum_i g_i^PC
         for k, piece in zip(shared, summed.split(sizes)):
             total[k] = piece.view_as(params[k])

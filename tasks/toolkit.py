@@ -6,6 +6,7 @@ builds its loss with toolkit_loss; tasks/predict.py and tasks/ensemble.py read a
 the schedule's order), computes every task's gradient at the same parameters, projects them off each other where
 they conflict on the shared parameters, and steps on their sum; the heads (and PALs) keep their own task's
 gradient. A step then costs one forward and backward per task plus the projection (benchmarks/pcgrad_cost.py).
+--gradient-surgery sum is its control: the same rounds, one step each, the gradients summed without projection.
 
 --sts-embedding-loss cosine|cosent and --para-embedding-loss mnrl add, with weight --embedding-loss-weight, an
 objective on the cosine of the two sentences' own vectors u, v (each sentence encoded alone, as in the bi-encoder
@@ -37,10 +38,11 @@ TOOLKIT_DEFAULTS = {"gradient_surgery": "none", "sts_embedding_loss": "none", "p
 def add_toolkit_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of gradient surgery, the sentence-embedding objectives and the raw outputs."""
     g = p.add_argument_group("gradient surgery and sentence-embedding objectives")
-    g.add_argument("--gradient-surgery", choices=("none", "pcgrad"), default="none",
+    g.add_argument("--gradient-surgery", choices=("none", "pcgrad", "sum"), default="none",
                    help="pcgrad (Yu et al., 2020): each step takes one batch of every task and projects each task's "
-                        "gradient off the others' where they conflict, on the shared parameters (default none). Not "
-                        "with --grad-accum > 1 or torchrun")
+                        "gradient off the others' where they conflict, on the shared parameters (default none). sum: "
+                        "the same rounds and steps with the gradients summed unprojected, the control that separates "
+                        "the projection from taking one step a round. Not with --grad-accum > 1 or torchrun")
     g.add_argument("--sts-embedding-loss", choices=("none", "cosine", "cosent"), default="none",
                    help="add an STS objective on cos(u, v) of the sentences' own vectors: cosine (regression onto "
                         "gold / 5; Sentence-BERT) or cosent (Su, 2022; lambda --cosent-lambda)")
@@ -90,10 +92,12 @@ def check_toolkit(args: argparse.Namespace, world: int) -> None:
     if args.gradient_surgery == "none":
         return
     if args.grad_accum != 1:
-        raise SystemExit("--gradient-surgery pcgrad takes one batch of each task per step already: it cannot be "
+        raise SystemExit(f"--gradient-surgery {args.gradient_surgery} takes one batch of each task per step already: "
+                         "it cannot be "
                          "combined with --grad-accum (use a larger --batch-size)")
     if world > 1:
-        raise SystemExit("--gradient-surgery pcgrad is not supported under torchrun: the per-task gradients would "
+        raise SystemExit(f"--gradient-surgery {args.gradient_surgery} is not supported under torchrun: the per-task "
+                         "gradients would "
                          "have to be gathered before the projection; run it on one process")
 
 
@@ -157,7 +161,7 @@ def toolkit_loss(args: argparse.Namespace, device: torch.device) -> Callable[[nn
         losses = [one(m, t, to_device(b, device)) for t, b in batch["round"].items()]
         # the projection order from python's random, whose state the checkpoint keeps: resumes stay exact
         return surgery_loss(losses, [p for p in m.parameters() if p.requires_grad],
-                            random.Random(random.getrandbits(64)))
+                            random.Random(random.getrandbits(64)), project=args.gradient_surgery == "pcgrad")
     return loss_fn
 
 

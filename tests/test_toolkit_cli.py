@@ -96,6 +96,12 @@ def test_pcgrad_and_embedding_objectives_train_and_pcgrad_refuses_grad_accum(tin
     assert result["history"][0]["train_loss"] > 0
     with pytest.raises(SystemExit, match="grad-accum"):
         train(tiny_dir, files, tmp_path, "pc2", "--gradient-surgery", "pcgrad", "--grad-accum", "2")
+    # the control takes the same rounds as steps; its first step moves the weights other than PCGrad's where the
+    # tasks' gradients conflict, so the two runs end apart
+    control = train(tiny_dir, files, tmp_path, "sum", "--gradient-surgery", "sum", "--sts-embedding-loss", "cosent",
+                    "--para-embedding-loss", "mnrl")
+    assert len([x for x in read_curves(tmp_path / "sum.curves.jsonl") if x["kind"] == "step"]) == 6
+    assert control["history"][0]["train_loss"] != result["history"][0]["train_loss"]
 
 
 def test_predict_a_classifier_run_writes_its_files(tiny_dir, tmp_path):

@@ -59,6 +59,15 @@ def test_surgery_loss_projects_shared_parameters_and_keeps_each_heads_own():
     assert h1.grad.item() == 1.0 and h2.grad.item() == 2.0
 
 
+def test_surgery_loss_unprojected_sums_the_task_gradients():
+    # the control (--gradient-surgery sum): the same conflicting a, b as above, summed as they are: (0, 1)
+    w, h1, h2 = nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(1)), nn.Parameter(torch.zeros(1))
+    a, b = torch.tensor([1.0, 0.0]), torch.tensor([-1.0, 1.0])
+    surgery_loss([w @ a + h1.sum(), w @ b + 2 * h2.sum()], [w, h1, h2], project=False).backward()
+    assert torch.equal(w.grad, torch.tensor([0.0, 1.0]))
+    assert h1.grad.item() == 1.0 and h2.grad.item() == 2.0
+
+
 def test_cosent_by_hand():
     cos, gold = torch.tensor([0.9, 0.5, 0.1]), torch.tensor([3.0, 1.0, 2.0])
     # pairs with gold_i > gold_j: (0, 1), (0, 2), (2, 1): exp(20 (cos_j - cos_i)) = e^-8, e^-16, e^8
