@@ -93,12 +93,10 @@ def check_toolkit(args: argparse.Namespace, world: int) -> None:
         return
     if args.grad_accum != 1:
         raise SystemExit(f"--gradient-surgery {args.gradient_surgery} takes one batch of each task per step already: "
-                         "it cannot be "
-                         "combined with --grad-accum (use a larger --batch-size)")
+                         "it cannot be combined with --grad-accum (use a larger --batch-size)")
     if world > 1:
         raise SystemExit(f"--gradient-surgery {args.gradient_surgery} is not supported under torchrun: the per-task "
-                         "gradients would "
-                         "have to be gathered before the projection; run it on one process")
+                         "gradients would have to be gathered before the projection; run it on one process")
 
 
 class SurgeryBatches(Sequence):
