@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--data-dir", default=str(ROOT / "data"))
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="after the timing, N more rounds of plain and of pcgrad under torch.profiler: each kind's "
+                        "operators by their own CPU time, where a round's time goes (default 0: no profile)")
     args = p.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.threads is not None:
@@ -105,6 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     for k in kinds:
         print(f"{k:10s} {med[k] * 1000:8.1f} ms per round of 3 tasks (min {min(times[k]) * 1000:.1f}, max "
               f"{max(times[k]) * 1000:.1f}; {per_round[k]} encoder passes), {med[k] / med['plain']:.2f}x plain")
+    for kind in ("plain", "pcgrad")[:2 if args.profile else 0]:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            took = [round_of(kind) for _ in range(args.profile)]
+        print(f"\n{kind}: {args.profile} rounds under the profiler, median {statistics.median(took) * 1000:.1f} ms a "
+              f"round; operators by own CPU time (ms a round):")
+        rows = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+        for e in rows[:14]:
+            print(f"  {e.key[:48]:48s} {e.self_cpu_time_total / 1000 / args.profile:9.1f}  ({e.count // args.profile} calls)")
     return 0
 
 
