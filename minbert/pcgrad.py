@@ -46,11 +46,13 @@ def pcgrad_project(grads: list[torch.Tensor], rng: random.Random | None = None) 
 
 
 def surgery_loss(losses: list[torch.Tensor], params: list[nn.Parameter], rng: random.Random | None = None,
-                 project: bool = True) -> torch.Tensor:
+                 project: bool = True, workspace: dict | None = None) -> torch.Tensor:
     """A scalar whose backward() gives PCGrad's gradients: on the parameters two or more tasks reach, the sum of the
     tasks' projected gradients (Yu et al., 2020, Alg. 1); on the others, their one task's own gradient.
     project=False sums the gradients unprojected (the control: the same steps, work and rounds without the surgery).
-    Its value is the mean of the task losses (for logging)."""
+    Its value is the mean of the task losses (for logging). workspace: a dict the caller keeps between steps, where the
+    (n, D) matrix of the gradients and their sum are written over rather than allocated anew each step (on CPU fresh
+    memory is paid for in page faults: benchmarks/leaderboard.md); backward() must come before the next call."""
     grads = [torch.autograd.grad(loss, params, allow_unused=True) for loss in losses]  # per task, per parameter
     shared = [k for k in range(len(params)) if sum(g[k] is not None for g in grads) > 1]
     total: list[torch.Tensor | None] = [None] * len(params)
@@ -58,11 +60,11 @@ def surgery_loss(losses: list[torch.Tensor], params: list[nn.Parameter], rng: ra
         # (n, D): each task's gradient on every shared parameter, 0 where the task does not reach one. The projected
         # gradients are combinations of the originals (pcgrad_coefficients): one Gram matrix, one pass to sum them.
         sizes = [params[k].numel() for k in shared]
-        F = params[shared[0]].new_empty(len(losses), sum(sizes))
+        F, summed = _buffers(workspace, len(losses), sum(sizes), params[shared[0]])   # (n, D), (D,)
         for row, g in zip(F, grads):
             torch.cat([(g[k] if g[k] is not None else torch.zeros_like(params[k])).reshape(-1) for k in shared], out=row)
         C = pcgrad_coefficients(F @ F.T, rng) if project else torch.eye(len(losses), dtype=torch.float64)  # (n, n)
-        summed = C.sum(0).to(F.dtype) @ F                             # (n,) @ (n, D) -> (D,): sum_i g_i^PC
+        torch.mv(F.T, C.sum(0).to(F.dtype), out=summed)               # (D, n) @ (n,) -> (D,): sum_i g_i^PC
         for k, piece in zip(shared, summed.split(sizes)):
             total[k] = piece.view_as(params[k])
     for k in range(len(params)):
@@ -70,18 +72,33 @@ def surgery_loss(losses: list[torch.Tensor], params: list[nn.Parameter], rng: ra
             owned = [g[k] for g in grads if g[k] is not None]
             total[k] = owned[0] if owned else None
     value = torch.stack([loss.detach() for loss in losses]).mean()
-    return _WithGradients.apply(value, total, *params)               # value of the mean loss, gradient `total`
+    stamp = None if workspace is None else (workspace.setdefault("calls", [0]), workspace["calls"][0])
+    return _WithGradients.apply(value, total, stamp, *params)         # value of the mean loss, gradient `total`
+
+
+def _buffers(workspace: dict | None, n: int, D: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (n, D) matrix and the (D,) sum: the workspace's when it has them at this shape, dtype and device, else new."""
+    if workspace is None:
+        return like.new_empty(n, D), like.new_empty(D)
+    F = workspace.get("F")
+    if F is None or F.shape != (n, D) or F.dtype != like.dtype or F.device != like.device:
+        workspace["F"], workspace["sum"] = like.new_empty(n, D), like.new_empty(D)
+    workspace.setdefault("calls", [0])[0] += 1                        # this call's number: backward checks it
+    return workspace["F"], workspace["sum"]
 
 
 class _WithGradients(torch.autograd.Function):
     """Returns `value`; its backward hands each parameter the gradient given (times the incoming one, e.g. a scale)."""
 
     @staticmethod
-    def forward(ctx, value: torch.Tensor, grads: list, *params: torch.Tensor) -> torch.Tensor:
-        ctx.grads = grads
+    def forward(ctx, value: torch.Tensor, grads: list, stamp: tuple | None, *params: torch.Tensor) -> torch.Tensor:
+        ctx.grads, ctx.stamp = grads, stamp
         return value.clone()
 
     @staticmethod
     def backward(ctx, out: torch.Tensor):
+        if ctx.stamp is not None and ctx.stamp[0][0] != ctx.stamp[1]:
+            raise RuntimeError("surgery_loss: backward() after a later call wrote over the workspace's gradients; "
+                               "call backward() on each surgery_loss before the next one with the same workspace")
         scale = None if bool(out == 1) else out
-        return (None, None, *[g if g is None or scale is None else g * scale for g in ctx.grads])
+        return (None, None, None, *[g if g is None or scale is None else g * scale for g in ctx.grads])

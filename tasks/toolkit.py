@@ -153,13 +153,16 @@ def toolkit_loss(args: argparse.Namespace, device: torch.device) -> Callable[[nn
         loss = m.loss(task, batch)
         return loss if extra is None else loss + args.embedding_loss_weight * extra
 
+    workspace: dict = {}                                                  # PCGrad's (n, D) matrix, kept between rounds
+
     def loss_fn(m: nn.Module, batch: dict) -> torch.Tensor:
         if "round" not in batch:
             return one(m, batch["task"], batch)
         losses = [one(m, t, to_device(b, device)) for t, b in batch["round"].items()]
         # the projection order from python's random, whose state the checkpoint keeps: resumes stay exact
         return surgery_loss(losses, [p for p in m.parameters() if p.requires_grad],
-                            random.Random(random.getrandbits(64)), project=args.gradient_surgery == "pcgrad")
+                            random.Random(random.getrandbits(64)), project=args.gradient_surgery == "pcgrad",
+                            workspace=workspace)
     return loss_fn
 
 

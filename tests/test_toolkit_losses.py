@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
 import torch
 from torch import nn
 
@@ -66,6 +67,30 @@ def test_surgery_loss_unprojected_sums_the_task_gradients():
     surgery_loss([w @ a + h1.sum(), w @ b + 2 * h2.sum()], [w, h1, h2], project=False).backward()
     assert torch.equal(w.grad, torch.tensor([0.0, 1.0]))
     assert h1.grad.item() == 1.0 and h2.grad.item() == 2.0
+
+
+def test_surgery_loss_workspace_reuses_its_matrix_and_gives_the_same_gradients():
+    # two rounds with a kept workspace against two without: the same gradients, one (n, D) matrix written over
+    torch.manual_seed(0)
+    w, h1, h2 = nn.Parameter(torch.randn(3, 4)), nn.Parameter(torch.randn(4)), nn.Parameter(torch.randn(4))
+    x = torch.randn(2, 3, 4)
+    def losses(r):
+        return [(w * x[r]).sum() ** 2 + h1 @ w[0], -(w * x[r]).sum() + 3 * (h2 @ w[1]) ** 2]
+    workspace, seen, want = {}, set(), []
+    for r in range(2):
+        for ws in (None, workspace):
+            for p in (w, h1, h2):
+                p.grad = None
+            surgery_loss(losses(r), [w, h1, h2], random.Random(r), workspace=ws).backward()
+            want.append([p.grad.clone() for p in (w, h1, h2)])
+        seen.add(workspace["F"].data_ptr())
+        for a, b in zip(want[-2], want[-1]):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert len(seen) == 1 and workspace["F"].shape == (2, 3 * 4)   # only w is shared
+    first = surgery_loss(losses(0), [w, h1, h2], workspace=workspace)
+    surgery_loss(losses(1), [w, h1, h2], workspace=workspace)      # writes over the first call's gradients
+    with pytest.raises(RuntimeError, match="wrote over the workspace"):
+        first.backward()
 
 
 def test_cosent_by_hand():
