@@ -7,7 +7,8 @@ Every row is `python -m tasks.multitask` with the flags after `--`, run once per
 (row, seed) already in --out is skipped, so a killed table resumes where it stopped. Rows that share a seed
 share the data sample, the initial heads and the data order: their difference is a paired comparison
 (benchmarks/stats.py computes the mean, sd and 95% interval of it; --baseline ROW prints its table at the end).
-A SMART row also records its per-epoch R_s and D_Breg means and their shares of the loss ("smart").
+A SMART row also records its per-epoch R_s and D_Breg means and their shares of the loss ("smart"); a row of the
+toolkit's embedding losses or gradient surgery their per-epoch values and shares ("toolkit").
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads(out.read_text()) if out.is_file() else []
         results.append({"row": args.row, "seed": seed, "flags": extra, "dev": summary["dev"],
                         "best_epoch": summary["best_epoch"], "minutes": minutes, "history": summary["history"],
-                        **({"smart": summary["smart"]} if "smart" in summary else {})})
+                        **{k: summary[k] for k in ("smart", "toolkit") if k in summary}})
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp_out = out.with_suffix(".tmp")
         tmp_out.write_text(json.dumps(results, indent=1))

@@ -38,6 +38,17 @@ def pcgrad_coefficients(gram: torch.Tensor, rng: random.Random | None = None) ->
     return C
 
 
+def projection_stats(gram: torch.Tensor, C: torch.Tensor) -> dict[str, float]:
+    """The size of what PCGrad (Yu et al., 2020, Alg. 1) changed, from the Gram matrix (n, n) and pcgrad_coefficients'
+    C: task pairs, how many conflict (g_i . g_j < 0), and |sum_i g_i^PC - sum_i g_i| / |sum_i g_i|."""
+    G, n = gram.double(), gram.shape[0]
+    i, j = torch.triu_indices(n, n, 1)
+    d = C.double().sum(0) - 1                                        # sum_i g_i^PC - sum_i g_i = d @ F
+    ones = torch.ones(n, dtype=torch.float64)
+    change = (d @ G @ d).clamp_min(0).sqrt() / (ones @ G @ ones).clamp_min(1e-30).sqrt()
+    return {"pairs": n * (n - 1) // 2, "conflicts": int((G[i, j] < 0).sum()), "change": float(change)}
+
+
 def pcgrad_project(grads: list[torch.Tensor], rng: random.Random | None = None) -> list[torch.Tensor]:
     """Yu et al. (2020), Alg. 1: each flat task gradient (D,) projected off the others' where the dot product is < 0."""
     F = torch.stack(grads)                                           # (n, D)
@@ -52,7 +63,8 @@ def surgery_loss(losses: list[torch.Tensor], params: list[nn.Parameter], rng: ra
     project=False sums the gradients unprojected (the control: the same steps, work and rounds without the surgery).
     Its value is the mean of the task losses (for logging). workspace: a dict the caller keeps between steps, where the
     (n, D) matrix of the gradients and their sum are written over rather than allocated anew each step (on CPU fresh
-    memory is paid for in page faults: benchmarks/leaderboard.md); backward() must come before the next call."""
+    memory is paid for in page faults: benchmarks/leaderboard.md); backward() must come before the next call. The
+    workspace's "last" is then projection_stats of the call, for the log."""
     grads = [torch.autograd.grad(loss, params, allow_unused=True) for loss in losses]  # per task, per parameter
     shared = [k for k in range(len(params)) if sum(g[k] is not None for g in grads) > 1]
     total: list[torch.Tensor | None] = [None] * len(params)
@@ -63,7 +75,10 @@ def surgery_loss(losses: list[torch.Tensor], params: list[nn.Parameter], rng: ra
         F, summed = _buffers(workspace, len(losses), sum(sizes), params[shared[0]])   # (n, D), (D,)
         for row, g in zip(F, grads):
             torch.cat([(g[k] if g[k] is not None else torch.zeros_like(params[k])).reshape(-1) for k in shared], out=row)
-        C = pcgrad_coefficients(F @ F.T, rng) if project else torch.eye(len(losses), dtype=torch.float64)  # (n, n)
+        gram = F @ F.T                                                # (n, n)
+        C = pcgrad_coefficients(gram, rng) if project else torch.eye(len(losses), dtype=torch.float64)  # (n, n)
+        if workspace is not None:                                     # what the projection did, for the log
+            workspace["last"] = projection_stats(gram, C)
         torch.mv(F.T, C.sum(0).to(F.dtype), out=summed)               # (D, n) @ (n,) -> (D,): sum_i g_i^PC
         for k, piece in zip(shared, summed.split(sizes)):
             total[k] = piece.view_as(params[k])

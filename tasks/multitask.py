@@ -43,6 +43,7 @@ from .simcse_quora import SIMCSE_QUORA_REST
 from .starter_flags import translate
 from .toolkit import (
     SurgeryBatches,
+    ToolkitLog,
     add_toolkit_arguments,
     check_toolkit,
     model_class,
@@ -323,10 +324,12 @@ def run(args: argparse.Namespace) -> dict:
     smart_log: list[dict] = []  # SMART's per-epoch means, for the epochs this process trained
     if args.smart:
         model.smart.reset_stats()
+    toolkit_log, toolkit_epochs = ToolkitLog(), []  # the embedding losses' and PCGrad's per-epoch means, likewise
 
     def evaluate(m: nn.Module) -> dict[str, float]:
         if args.smart:
             smart_epoch_stats(model, smart_log)
+        toolkit_log.epoch_end(toolkit_epochs)
         evaluated.append({t: predict(m, dev[t], args.eval_batch_size, device, args.precision) for t in tasks})
         scores = {METRICS[t]: score(t, evaluated[-1][t], dev[t].records) for t in tasks}
         if len(tasks) == 3:
@@ -339,7 +342,7 @@ def run(args: argparse.Namespace) -> dict:
     checkpoint = args.checkpoint or f"checkpoints/multitask-{args.design}-{args.schedule}-{args.fine_tune_mode}.pt"
     post_step = (lambda m: mode.post_step(m, args)) if mode.post_step is not None else None
     post_step = smart_post_step(post_step) if args.smart else post_step
-    result = fit(model, optimizer, epoch_batches, toolkit_loss(args, device), evaluate, metric=metric,
+    result = fit(model, optimizer, epoch_batches, toolkit_loss(args, device, toolkit_log), evaluate, metric=metric,
                  epochs=args.epochs, device=device, seed=args.seed, checkpoint=checkpoint, resume=args.resume,
                  config=run_config, post_step=post_step, progress=args.progress, **loop_kwargs(args))
     if not is_main_process():
@@ -353,6 +356,8 @@ def run(args: argparse.Namespace) -> dict:
                      "dev": {}, "test": {}}
     if args.smart:  # per epoch this process trained: mean R_s, D_Breg and their shares of the loss
         summary["smart"] = smart_log
+    if toolkit_epochs:  # likewise: the embedding losses' values and shares, PCGrad's conflicts and change
+        summary["toolkit"] = toolkit_epochs
     # The best epoch's dev predictions, made with the weights just loaded, unless it was evaluated before a resume.
     k = result.best_epoch - 1 - (len(result.history) - len(evaluated))
     write_outputs(args, model, result, dev, test, evaluated[k] if 0 <= k < len(evaluated) else {}, summary, device)

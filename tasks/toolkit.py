@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from minbert.pcgrad import surgery_loss
 from minbert.sentence_losses import cosent_loss, cosine_similarity_loss, mnrl_loss
 
 from .data import to_device
-from .distributed import batch_rows
+from .distributed import batch_rows, is_main_process
 
 TOOLKIT_DEFAULTS = {"gradient_surgery": "none", "sts_embedding_loss": "none", "para_embedding_loss": "none",
                     "embedding_loss_weight": 1.0, "cosent_lambda": 20.0, "mnrl_scale": 20.0, "sts_output": "head"}
@@ -144,14 +145,59 @@ def embedding_loss(m: nn.Module, task: str, batch: dict, args: argparse.Namespac
     return mnrl_loss(u, v, labels, args.mnrl_scale)
 
 
-def toolkit_loss(args: argparse.Namespace, device: torch.device) -> Callable[[nn.Module, dict], torch.Tensor]:
-    """The multitask loss_fn: the task's loss, plus the embedding objective; a PCGrad round's surgery_loss."""
+class ToolkitLog:
+    """Per-epoch means of what the toolkit adds, logged beside the loss so that a method's effect is seen to be non-zero:
+    each embedding objective's value and its weighted share of its task's loss; PCGrad's share of task pairs whose
+    gradients conflict and how far the projection moved the summed gradient (minbert.pcgrad.projection_stats)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor | float] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, key: str, value: torch.Tensor | float) -> None:
+        value = value.detach().float() if isinstance(value, torch.Tensor) else value   # no device sync per step
+        self.sums[key], self.counts[key] = self.sums.get(key, 0.0) + value, self.counts.get(key, 0) + 1
+
+    def epoch_end(self, log: list[dict]) -> None:
+        """Append this epoch's means (if anything was logged) to `log`, print them, and start the sums again."""
+        mean = {k: float(v) / self.counts[k] for k, v in self.sums.items()}
+        self.sums, self.counts = {}, {}
+        if not mean:
+            return
+        stats = {}
+        for task in ("sts", "para"):
+            if f"{task}_embedding" in mean:
+                stats[f"{task}_embedding_loss"] = mean[f"{task}_embedding"]
+                stats[f"{task}_embedding_share"] = mean[f"{task}_embedding_weighted"] / mean[f"{task}_total"]
+        if "pcgrad_pairs" in mean:
+            stats["surgery_conflict_share"] = mean["pcgrad_conflicts"] / mean["pcgrad_pairs"]
+            stats["surgery_change"] = mean["pcgrad_change"]
+        log.append(stats)
+        if is_main_process():
+            parts = [f"{t} embedding loss {stats[f'{t}_embedding_loss']:.3e} ({stats[f'{t}_embedding_share']:.1%} of "
+                     f"{t}'s loss)" for t in ("sts", "para") if f"{t}_embedding_loss" in stats]
+            if "surgery_change" in stats:
+                parts.append(f"surgery: {stats['surgery_conflict_share']:.1%} of task pairs conflict, the summed "
+                             f"gradient moved by {stats['surgery_change']:.2%} of its norm")
+            print("  toolkit: " + "; ".join(parts), file=sys.stderr)
+
+
+def toolkit_loss(args: argparse.Namespace, device: torch.device,
+                 log: ToolkitLog | None = None) -> Callable[[nn.Module, dict], torch.Tensor]:
+    """The multitask loss_fn: the task's loss, plus the embedding objective; a PCGrad round's surgery_loss. What
+    the toolkit adds is logged in `log` (a ToolkitLog) when one is given."""
     def one(m: nn.Module, task: str, batch: dict) -> torch.Tensor:
         extra = embedding_loss(m, task, batch, args)
         if task == "sts" and getattr(args, "sts_output", "head") == "cosine":
-            return extra                                                  # the head is unused: no MSE on it
-        loss = m.loss(task, batch)
-        return loss if extra is None else loss + args.embedding_loss_weight * extra
+            total = extra                                                 # the head is unused: no MSE on it
+        else:
+            loss = m.loss(task, batch)
+            total = loss if extra is None else loss + args.embedding_loss_weight * extra
+        if log is not None and extra is not None:
+            log.add(f"{task}_embedding", extra)
+            log.add(f"{task}_embedding_weighted", args.embedding_loss_weight * extra if total is not extra else extra)
+            log.add(f"{task}_total", total)
+        return total
 
     workspace: dict = {}                                                  # PCGrad's (n, D) matrix, kept between rounds
 
@@ -160,9 +206,13 @@ def toolkit_loss(args: argparse.Namespace, device: torch.device) -> Callable[[nn
             return one(m, batch["task"], batch)
         losses = [one(m, t, to_device(b, device)) for t, b in batch["round"].items()]
         # the projection order from python's random, whose state the checkpoint keeps: resumes stay exact
-        return surgery_loss(losses, [p for p in m.parameters() if p.requires_grad],
+        loss = surgery_loss(losses, [p for p in m.parameters() if p.requires_grad],
                             random.Random(random.getrandbits(64)), project=args.gradient_surgery == "pcgrad",
                             workspace=workspace)
+        if log is not None and "last" in workspace:                      # a round of two or more tasks
+            for k, v in workspace.pop("last").items():
+                log.add(f"pcgrad_{k}", v)
+        return loss
     return loss_fn
 
 

@@ -94,6 +94,13 @@ def test_pcgrad_and_embedding_objectives_train_and_pcgrad_refuses_grad_accum(tin
     steps = [x for x in read_curves(tmp_path / "pc.curves.jsonl") if x["kind"] == "step"]
     assert len(steps) == 6                                  # one round of every task per step: max(5, 6, 4) rounds
     assert result["history"][0]["train_loss"] > 0
+    # what the toolkit adds is logged beside the loss, and is not zero: the objectives' values and shares, and how
+    # far the projection moved the summed gradient (rounds of 2-3 tasks: 4 of the 6)
+    logged = result["toolkit"][0]
+    assert logged["sts_embedding_loss"] > 0 and 0 < logged["sts_embedding_share"] < 1
+    assert logged["para_embedding_loss"] > 0 and 0 < logged["para_embedding_share"] < 1
+    assert 0 <= logged["surgery_conflict_share"] <= 1 and logged["surgery_change"] >= 0
+    assert (logged["surgery_change"] > 0) == (logged["surgery_conflict_share"] > 0)
     with pytest.raises(SystemExit, match="grad-accum"):
         train(tiny_dir, files, tmp_path, "pc2", "--gradient-surgery", "pcgrad", "--grad-accum", "2")
     # the control takes the same rounds as steps; its first step moves the weights other than PCGrad's where the
@@ -102,6 +109,7 @@ def test_pcgrad_and_embedding_objectives_train_and_pcgrad_refuses_grad_accum(tin
                     "--para-embedding-loss", "mnrl")
     assert len([x for x in read_curves(tmp_path / "sum.curves.jsonl") if x["kind"] == "step"]) == 6
     assert control["history"][0]["train_loss"] != result["history"][0]["train_loss"]
+    assert control["toolkit"][0]["surgery_change"] == 0                   # summed as they are: nothing moved
 
 
 def test_predict_a_classifier_run_writes_its_files(tiny_dir, tmp_path):
@@ -148,6 +156,8 @@ def test_sts_as_the_cosine_of_the_sentence_vectors(tiny_dir, files, tmp_path):
     train(tiny_dir, files, tmp_path, "cos", "--design", "bi-encoder", "--sts-output", "cosine",
           "--sts-embedding-loss", "cosine")
     state = torch.load(tmp_path / "cos.pt", weights_only=True)
+    logged = json.loads((tmp_path / "cos" / "multitask-summary.json").read_text())["toolkit"][0]
+    assert logged["sts_embedding_share"] == 1.0 and logged["sts_embedding_loss"] > 0   # STS's whole loss
     assert torch.all(state["model"]["head.sts.fc2.bias"] == 0)            # the STS head took no step (bias init 0)
     assert torch.any(state["model"]["head.para.fc2.bias"] != 0)           # the others did
     scores = [float(line.split(",")[1]) for line in (tmp_path / "cos" / "sts-dev-output.csv").read_text().splitlines()[1:]]

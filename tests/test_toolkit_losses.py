@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from minbert.pcgrad import pcgrad_project, surgery_loss
+from minbert.pcgrad import pcgrad_coefficients, pcgrad_project, projection_stats, surgery_loss
 from minbert.sentence_losses import cosent_loss, cosine_similarity_loss, mnrl_loss
 
 
@@ -91,6 +91,23 @@ def test_surgery_loss_workspace_reuses_its_matrix_and_gives_the_same_gradients()
     surgery_loss(losses(1), [w, h1, h2], workspace=workspace)      # writes over the first call's gradients
     with pytest.raises(RuntimeError, match="wrote over the workspace"):
         first.backward()
+
+
+def test_projection_stats_against_the_projected_vectors():
+    # three random 50-D gradients with conflicts: the stats from the Gram matrix equal those from the vectors
+    torch.manual_seed(4)
+    grads = [torch.randn(50, dtype=torch.float64) for _ in range(3)]
+    grads[1] = -grads[0] + 0.3 * grads[1]                               # g0 . g1 < 0
+    F = torch.stack(grads)
+    C = pcgrad_coefficients(F @ F.T, random.Random(2))
+    projected = pcgrad_project(grads, random.Random(2))
+    stats = projection_stats(F @ F.T, C)
+    want = (sum(projected) - sum(grads)).norm() / sum(grads).norm()
+    conflicts = sum(float(grads[i] @ grads[j]) < 0 for i in range(3) for j in range(i + 1, 3))
+    assert stats["pairs"] == 3 and stats["conflicts"] == conflicts >= 1
+    assert math.isclose(stats["change"], float(want), rel_tol=1e-9) and stats["change"] > 0
+    no_conflict = torch.eye(3, dtype=torch.float64)                     # orthogonal gradients: nothing projected
+    assert projection_stats(no_conflict, pcgrad_coefficients(no_conflict)) == {"pairs": 3, "conflicts": 0, "change": 0.0}
 
 
 def test_cosent_by_hand():
