@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +39,19 @@ def dev_line(dev: dict) -> str:
     return f"overall {dev['overall']:.4f} ({tasks})" if "overall" in dev else tasks
 
 
+def provenance() -> dict:
+    """The commit a row ran at (with whether minbert/ or tasks/ had uncommitted changes) and the CPU's bf16 support."""
+    def git(*cmd: str) -> str:
+        try:
+            return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return ""
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    return {"commit": git("rev-parse", "--short", "HEAD") or None,
+            "code_modified": bool(git("status", "--porcelain", "--", "minbert", "tasks")),
+            "cpu": "avx512_bf16" if "avx512_bf16" in flags else "avx2" if "avx2" in flags else "other"}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -58,13 +72,14 @@ def main(argv: list[str] | None = None) -> int:
             row_argv = [*extra, "--seed", str(seed), "--no-progress", "--no-predictions",
                         "--checkpoint", os.path.join(tmp, "run.pt")]
             print(f"== {args.row} seed {seed}: python -m tasks.multitask {' '.join(extra)}", flush=True)
+            started = provenance()
             t0 = time.perf_counter()
             summary = multitask.run(multitask.build_parser().parse_args(row_argv))
             minutes = (time.perf_counter() - t0) / 60
         results = json.loads(out.read_text()) if out.is_file() else []
         results.append({"row": args.row, "seed": seed, "flags": extra, "dev": summary["dev"],
                         "best_epoch": summary["best_epoch"], "minutes": minutes, "history": summary["history"],
-                        **{k: summary[k] for k in ("smart", "toolkit") if k in summary}})
+                        **started, **{k: summary[k] for k in ("smart", "toolkit") if k in summary}})
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp_out = out.with_suffix(".tmp")
         tmp_out.write_text(json.dumps(results, indent=1))
