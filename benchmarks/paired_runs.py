@@ -40,7 +40,7 @@ def dev_line(dev: dict) -> str:
 
 
 def provenance() -> dict:
-    """The commit a row ran at (with whether minbert/ or tasks/ had uncommitted changes) and the CPU's bf16 support."""
+    """The commit a row ran at (taken when the process starts) (with whether minbert/ or tasks/ had uncommitted changes) and the CPU's bf16 support."""
     def git(*cmd: str) -> str:
         try:
             return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", default=None, help="print benchmarks/stats.py's paired table against this row")
     args = p.parse_args(argv)
     out = Path(args.out)
+    started = provenance()          # the code this process loaded, not whatever is checked out when a seed starts
     for seed in [int(s) for s in args.seeds.split(",")]:
         results = json.loads(out.read_text()) if out.is_file() else []
         if any(r["row"] == args.row and r["seed"] == seed for r in results):
@@ -72,7 +73,6 @@ def main(argv: list[str] | None = None) -> int:
             row_argv = [*extra, "--seed", str(seed), "--no-progress", "--no-predictions",
                         "--checkpoint", os.path.join(tmp, "run.pt")]
             print(f"== {args.row} seed {seed}: python -m tasks.multitask {' '.join(extra)}", flush=True)
-            started = provenance()
             t0 = time.perf_counter()
             summary = multitask.run(multitask.build_parser().parse_args(row_argv))
             minutes = (time.perf_counter() - t0) / 60
