@@ -40,7 +40,7 @@ def dev_line(dev: dict) -> str:
 
 
 def provenance() -> dict:
-    """The commit a row ran at (taken when the process starts) (with whether minbert/ or tasks/ had uncommitted changes) and the CPU's bf16 support."""
+    """The commit this process loaded, whether minbert/ or tasks/ had uncommitted changes, and the CPU's bf16 support."""
     def git(*cmd: str) -> str:
         try:
             return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
