@@ -1,6 +1,7 @@
 """Ensembles of multitask runs against their members: train one run per seed with --raw-outputs (resumable: a seed
 whose files exist is not trained again), average groups of `--size` consecutive seeds with tasks.ensemble, score
-every member and every ensemble on dev, and write the table to a results JSON.
+every member and every ensemble on dev, compare each ensemble with the mean of its own members (paired over the
+ensembles, benchmarks/stats.py), and write the table to a results JSON.
 
     python benchmarks/ensemble_runs.py --out benchmarks/results/ensemble.json --runs-dir runs/ensemble \
         --seeds 1,2,3,4,5,6,7,8,9 --size 3 -- --lr 5e-5 --batch-size 16 --warmup-ratio 0.1 --max-grad-norm 1.0 \
@@ -15,12 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import stats
 
 from tasks import multitask
 from tasks.ensemble import ensemble
@@ -32,6 +37,18 @@ def dev_scores(pred_dir: Path, data_dir: str) -> dict[str, float]:
     result = score_directory(pred_dir, data_dir, "dev")
     names = {"sst": "sst_accuracy", "para": "para_accuracy", "sts": "sts_pearson"}
     return {names[t]: r.score for t, r in result["reports"].items()} | {"overall": result["overall"]}
+
+
+def against_members(table: dict) -> dict[str, dict]:
+    """Per dev metric, each ensemble minus the mean of its own members, paired over the ensembles
+    (stats.paired_difference: n, mean, sd, 95% t interval, whether it excludes 0)."""
+    result = {}
+    for metric in stats.DEV_METRICS:
+        ensembles = {i: e["dev"][metric] for i, e in enumerate(table["ensembles"])}
+        members = {i: statistics.fmean(table["members"][s][metric] for s in e["seeds"])
+                   for i, e in enumerate(table["ensembles"])}
+        result[metric] = stats.paired_difference(ensembles, members)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         table["ensembles"].append({"seeds": group, "dev": scores})
         best = max(table["members"][s]["overall"] for s in group)
         print(f"== ensemble {group}: overall {scores['overall']:.4f} (best member {best:.4f})", flush=True)
+    table["against_members"] = against_members(table)
+    for metric, d in table["against_members"].items():
+        print(f"== ensemble - its members' mean, {metric}: {100 * d['mean']:+.2f} points (n={d['n']}), "
+              f"95% interval [{100 * d['lo']:+.2f}, {100 * d['hi']:+.2f}]", flush=True)
     out_path = Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_suffix(".tmp")

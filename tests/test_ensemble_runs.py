@@ -1,0 +1,59 @@
+"""benchmarks/ensemble_runs.py: members trained once per seed, ensembles scored, each against its own members."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import ensemble_runs
+from test_multitask import argv, files  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def dev(overall, sst=0.5, para=0.8, sts=0.85):
+    return {"overall": overall, "sst_accuracy": sst, "para_accuracy": para, "sts_pearson": sts}
+
+
+def test_against_members_pairs_each_ensemble_with_its_own_members_mean():
+    members = {1: dev(0.70), 2: dev(0.72), 3: dev(0.60), 4: dev(0.62), 5: dev(0.80), 6: dev(0.84, sst=0.6)}
+    table = {"members": members, "ensembles": [{"seeds": [1, 2], "dev": dev(0.73)},
+                                               {"seeds": [3, 4], "dev": dev(0.63)},
+                                               {"seeds": [5, 6], "dev": dev(0.84, sst=0.56)}]}
+    d = ensemble_runs.against_members(table)
+    # differences 0.02, 0.02, 0.02: sd 0 (to rounding), interval collapsed on +0.02
+    assert d["overall"]["n"] == 3 and d["overall"]["mean"] == pytest.approx(0.02)
+    assert d["overall"]["lo"] == pytest.approx(0.02) and d["overall"]["excludes_zero"]
+    # SST: 0, 0, 0.56 - 0.55 = +0.01
+    assert d["sst_accuracy"]["mean"] == pytest.approx(0.01 / 3)
+    assert d["sts_pearson"]["mean"] == pytest.approx(0.0) and not d["sts_pearson"]["excludes_zero"]
+
+
+def test_trains_each_seed_once_and_scores_the_ensemble_against_its_members(tiny_dir, files, tmp_path, capsys):  # noqa: F811
+    data = tmp_path / "data"                          # the dev slices under the course's file names, for the scorer
+    data.mkdir()
+    for t, name in (("sst", "ids-sst-dev.csv"), ("para", "quora-dev.csv"), ("sts", "sts-dev.csv")):
+        shutil.copy(files[t][1], data / name)
+    out, runs = tmp_path / "ensemble.json", tmp_path / "runs"
+    cmd = ["--out", str(out), "--runs-dir", str(runs), "--seeds", "1,2", "--size", "2", "--data-dir", str(data),
+           "--", *argv(tiny_dir, files, tmp_path, "x", "--epochs", "1")]
+    ensemble_runs.main(cmd)
+    table = json.loads(out.read_text())
+    assert set(table["members"]) == {"1", "2"} and table["ensembles"][0]["seeds"] == [1, 2]
+    assert (runs / "ensemble-1-2" / "sst-dev-output.csv").is_file()
+    assert table["members"]["1"]["overall"] != table["members"]["2"]["overall"]      # the seeds differ
+    d = table["against_members"]["overall"]
+    mean = (table["members"]["1"]["overall"] + table["members"]["2"]["overall"]) / 2
+    assert d["n"] == 1 and d["mean"] == pytest.approx(table["ensembles"][0]["dev"]["overall"] - mean)
+    assert math.isnan(d["lo"])                        # one ensemble: no interval
+    capsys.readouterr()
+    ensemble_runs.main(cmd)                           # again: nothing trained, the same table
+    assert "seed 1: already in" in capsys.readouterr().out
+    assert json.loads(out.read_text())["ensembles"] == table["ensembles"]
