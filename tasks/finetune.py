@@ -66,12 +66,22 @@ def _full_model(model: nn.Module, args: argparse.Namespace) -> list[nn.Parameter
     return trainable(model)
 
 
+def _full_frozen_words(model: nn.Module, args: argparse.Namespace) -> list[nn.Parameter]:
+    model.requires_grad_(True)
+    model.bert.embeddings.word.requires_grad_(False)      # (vocab, H): half of MiniLM's parameters
+    return trainable(model)
+
+
 register(FineTuneMode(
     "last-linear-layer", _last_linear_layer, default_lr=1e-3,
     help="freeze the encoder, train the task head only"))
 register(FineTuneMode(
     "full-model", _full_model, default_lr=3e-5,
     help="train every parameter of the encoder and the head"))
+register(FineTuneMode(
+    "full-frozen-words", _full_frozen_words, default_lr=3e-5,
+    help="full-model but for the word-embedding table, which keeps its pretrained rows (no gradient for it and no "
+         "optimiser state: a faster step where the table is a large share of the model)"))
 
 
 # BitFit (Ben-Zaken et al., 2022) and the controls of its Table 3: the encoder frozen but for a few of

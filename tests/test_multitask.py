@@ -328,3 +328,16 @@ def test_swap_pairs_flips_about_half_the_pairs_anew_each_epoch_and_reproduces(to
     assert a == orders(0)                                           # the same seed and epoch: the same orders
     assert a != orders(1) and a != orders(0, seed=2)                # drawn anew each epoch and seed
     assert not any(orders(0, swap=False).values())                  # off: the file's order
+
+
+def test_full_frozen_words_trains_everything_but_the_word_embedding_table(tiny_dir, files, tmp_path, capsys):
+    summary = run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "words", "--epochs", "1",
+                                                 "--fine-tune-mode", "full-frozen-words", "--optimizer", "fused")))
+    state = load_checkpoint(tmp_path / "words.pt")["model"]
+    initial = minbert.load_pretrained(str(tiny_dir)).state_dict()
+    changed = {k for k in initial if not torch.equal(initial[k], state["bert." + k])}
+    assert "embeddings.word.weight" not in changed
+    assert {"embeddings.position.weight", "layers.0.bq", "layers.1.bm2"} <= changed, changed
+    total = sum(v.numel() for k, v in state.items())
+    assert summary["trainable"] == total - 30522 * 32
+    assert f"full-frozen-words trains {total - 30522 * 32:,} of {total:,} parameters" in capsys.readouterr().err
