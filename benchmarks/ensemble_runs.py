@@ -51,6 +51,12 @@ def against_members(table: dict) -> dict[str, dict]:
     return result
 
 
+def against_peer(table: dict, peer: dict[int, float], metric: str = "overall") -> dict:
+    """The ensembles' metric against single runs of the same total budget (peer: {seed: value}), unpaired:
+    stats.unpaired_difference (Welch)."""
+    return stats.unpaired_difference([e["dev"][metric] for e in table["ensembles"]], list(peer.values()))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -61,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="1,2,3")
     p.add_argument("--size", type=int, default=3, help="runs per ensemble (consecutive seeds)")
     p.add_argument("--data-dir", default="data")
+    p.add_argument("--peer", nargs=2, metavar=("RESULTS", "ROW"), default=None,
+                   help="also compare the ensembles' overall score with this row of a paired_runs JSON, unpaired "
+                        "(one run at the ensemble's total budget, e.g. power.json 'baseline 3 epochs')")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     runs, minutes = Path(args.runs_dir), {}
@@ -90,6 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     for metric, d in table["against_members"].items():
         print(f"== ensemble - its members' mean, {metric}: {100 * d['mean']:+.2f} points (n={d['n']}), "
               f"95% interval [{100 * d['lo']:+.2f}, {100 * d['hi']:+.2f}]", flush=True)
+    if args.peer is not None:
+        peer = stats.load_rows([args.peer[0]], "overall").get(args.peer[1], {})
+        if len(peer) < 2 or len(table["ensembles"]) < 2:
+            print(f"== against {args.peer[1]!r}: {len(peer)} runs of it and {len(table['ensembles'])} ensembles; "
+                  "an interval needs 2 of each", flush=True)
+        else:
+            d = table["against_peer"] = {"row": args.peer[1], "seeds": sorted(peer), **against_peer(table, peer)}
+            print(f"== ensemble - {args.peer[1]}, overall: {100 * d['mean']:+.2f} points (unpaired, n={d['n']}), "
+                  f"95% interval [{100 * d['lo']:+.2f}, {100 * d['hi']:+.2f}]", flush=True)
     out_path = Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_suffix(".tmp")

@@ -54,6 +54,21 @@ def paired_difference(row: dict[int, float], baseline: dict[int, float]) -> dict
             "excludes_zero": mean - half > 0 or mean + half < 0}
 
 
+def unpaired_difference(row: list[float], other: list[float]) -> dict:
+    """mean(row) - mean(other) for runs that share no pairing (e.g. an ensemble against one longer run): Welch's
+    interval, its degrees of freedom rounded down (a wider interval); n is (len(row), len(other))."""
+    if len(row) < 2 or len(other) < 2:
+        raise ValueError(f"an unpaired interval needs at least 2 runs a side, not {len(row)} and {len(other)}")
+    (ma, sa), (mb, sb) = mean_sd(row), mean_sd(other)
+    va, vb = sa**2 / len(row), sb**2 / len(other)                     # the squared standard errors
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(row) - 1) + vb**2 / (len(other) - 1)) if se > 0 else len(row) + len(other) - 2
+    half = t975(max(1, math.floor(df))) * se
+    mean = ma - mb
+    return {"n": (len(row), len(other)), "mean": mean, "df": df, "lo": mean - half, "hi": mean + half,
+            "excludes_zero": mean - half > 0 or mean + half < 0}
+
+
 DEV_METRICS = ("overall", "sst_accuracy", "para_accuracy", "sts_pearson")
 
 

@@ -36,6 +36,14 @@ def test_against_members_pairs_each_ensemble_with_its_own_members_mean():
     assert d["sts_pearson"]["mean"] == pytest.approx(0.0) and not d["sts_pearson"]["excludes_zero"]
 
 
+def test_against_peer_is_the_unpaired_difference_of_the_ensembles_and_the_peer_runs():
+    table = {"ensembles": [{"seeds": [1], "dev": dev(0.74)}, {"seeds": [2], "dev": dev(0.73)},
+                           {"seeds": [3], "dev": dev(0.75)}]}
+    d = ensemble_runs.against_peer(table, {1: 0.72, 2: 0.73, 3: 0.71})
+    assert d["mean"] == pytest.approx(0.02) and d["n"] == (3, 3)
+    assert d == ensemble_runs.stats.unpaired_difference([0.74, 0.73, 0.75], [0.72, 0.73, 0.71])
+
+
 def test_trains_each_seed_once_and_scores_the_ensemble_against_its_members(tiny_dir, files, tmp_path, capsys):  # noqa: F811
     data = tmp_path / "data"                          # the dev slices under the course's file names, for the scorer
     data.mkdir()
@@ -57,3 +65,12 @@ def test_trains_each_seed_once_and_scores_the_ensemble_against_its_members(tiny_
     ensemble_runs.main(cmd)                           # again: nothing trained, the same table
     assert "seed 1: already in" in capsys.readouterr().out
     assert json.loads(out.read_text())["ensembles"] == table["ensembles"]
+    peer = tmp_path / "power.json"                    # single runs of the same budget, from paired_runs
+    peer.write_text(json.dumps([{"row": "long", "seed": s, "dev": dev(v)} for s, v in ((1, 0.5), (2, 0.6))]))
+    size1 = [c if c != "2" or i != cmd.index("--size") + 1 else "1" for i, c in enumerate(cmd)]
+    ensemble_runs.main(size1[:size1.index("--")] + ["--peer", str(peer), "long"] + size1[size1.index("--"):])
+    table = json.loads(out.read_text())
+    assert len(table["ensembles"]) == 2 and table["against_peer"]["row"] == "long"
+    values = [e["dev"]["overall"] for e in table["ensembles"]]
+    assert table["against_peer"]["mean"] == pytest.approx(sum(values) / 2 - 0.55)
+    assert "ensemble - long, overall" in capsys.readouterr().out

@@ -39,6 +39,17 @@ def test_t_quantiles_table_and_beyond():
         stats.t975(0)
 
 
+def test_unpaired_difference_is_welchs_interval_by_hand():
+    d = stats.unpaired_difference([1.0, 2.0, 3.0], [0.0, 0.5, 1.0])
+    # se^2 = 1/3 + 0.25/3; df = se^4 / ((1/3)^2/2 + (0.25/3)^2/2) = 2.94 -> 2, t = 4.3027
+    assert d["mean"] == pytest.approx(1.5) and d["df"] == pytest.approx(2.941, abs=1e-3)
+    half = 4.3027 * math.sqrt(1 / 3 + 0.25 / 3)
+    assert (d["lo"], d["hi"]) == (pytest.approx(1.5 - half), pytest.approx(1.5 + half)) and not d["excludes_zero"]
+    assert stats.unpaired_difference([5.0, 5.1, 5.2], [1.0, 1.1, 0.9])["excludes_zero"]
+    with pytest.raises(ValueError, match="at least 2 runs a side"):
+        stats.unpaired_difference([1.0], [1.0, 2.0])
+
+
 def test_markdown_table_from_paired_runs_json(tmp_path):
     records = [{"row": r, "seed": s, "dev": {"overall": v}} for r, s, v in [
         ("baseline", 1, 0.70), ("baseline", 2, 0.60), ("baseline", 3, 0.65),
