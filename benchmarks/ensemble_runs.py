@@ -97,8 +97,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== ensemble {group}: overall {scores['overall']:.4f} (best member {best:.4f})", flush=True)
     table["against_members"] = against_members(table)
     for metric, d in table["against_members"].items():
-        print(f"== ensemble - its members' mean, {metric}: {100 * d['mean']:+.2f} points (n={d['n']}), "
-              f"95% interval [{100 * d['lo']:+.2f}, {100 * d['hi']:+.2f}]", flush=True)
+        interval = (f"95% interval [{100 * d['lo']:+.2f}, {100 * d['hi']:+.2f}]" if d["n"] > 1
+                    else "no interval from one ensemble")
+        print(f"== ensemble - its members' mean, {metric}: {100 * d['mean']:+.2f} points (n={d['n']}), {interval}",
+              flush=True)
+        if d["n"] < 2:
+            d.update(sd=None, lo=None, hi=None)          # JSON has no NaN
     if args.peer is not None:
         peer = stats.load_rows([args.peer[0]], "overall").get(args.peer[1], {})
         if len(peer) < 2 or len(table["ensembles"]) < 2:
