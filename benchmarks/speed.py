@@ -1,4 +1,4 @@
-"""Speed and memory of minbert on CPU (the packaged MiniLM), against Hugging Face BertModel when it is importable.
+"""Speed and memory of minbert on CPU or a CUDA GPU, against Hugging Face BertModel when it is importable.
 
 For each batch shape (32 x 64 and 16 x 128 tokens, padded like real data) and each of inference
 (eval mode, no_grad) and a full fine-tuning step (train mode: forward, a classification loss on the pooled
@@ -9,9 +9,15 @@ whole set `--rounds` times, and the table gives the medians over rounds. `--prec
 every configuration in both: fp32, and bf16 autocast (torch.autocast around the forward and the loss;
 parameters, gradients and AdamW stay fp32), the same for minbert and Hugging Face.
 
+`--device cuda` runs the same on the GPU: each iteration ends with torch.cuda.synchronize(), and peak memory is
+torch.cuda.max_memory_allocated() above the loaded model and batch. `--model bert-base` times bert-base-uncased's
+shape (12 layers, H=768) with random weights, the same shape for both implementations (speed does not depend on
+the weights; no download). `--shapes 64x128 32x512` replaces the batch shapes.
+
     python benchmarks/speed.py                      # with transformers importable, also Hugging Face and the ratio
     python benchmarks/speed.py --precision fp32 bf16 --threads 1
     python benchmarks/speed.py --impl minbert --rounds 1 --iters 3
+    python benchmarks/speed.py --device cuda --model bert-base --precision fp32 bf16 --warmup 10 --iters 30
 """
 
 from __future__ import annotations
@@ -47,7 +53,17 @@ def make_batch(B: int, T: int, seed: int = 0, padded: bool = True) -> dict:
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
-def load_model(impl: str):
+BERT_BASE = {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+             "intermediate_size": 3072, "max_position_embeddings": 512, "type_vocab_size": 2}
+
+
+def load_model(impl: str, model: str = "minilm"):
+    if model == "bert-base":                                  # bert-base-uncased's shape, random weights
+        if impl == "minbert":
+            import minbert
+            return minbert.BertModel(minbert.BertConfig(**BERT_BASE))
+        import transformers
+        return transformers.BertModel(transformers.BertConfig(**BERT_BASE))
     if impl == "minbert":
         import minbert
         return minbert.load_pretrained("minilm")
@@ -62,16 +78,18 @@ def max_rss_mib() -> float:
 
 
 def worker(impl: str, B: int, T: int, mode: str, precision: str, warmup: int, iters: int, threads: int,
-           padded: bool) -> dict:
+           padded: bool, device: str = "cpu", model_name: str = "minilm") -> dict:
     """One configuration in this (fresh) process: seconds per iteration and peak memory above the loaded model."""
     import torch
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = load_model(impl)
-    batch = make_batch(B, T, padded=padded)
+    dev = torch.device(device)
+    model = load_model(impl, model_name).to(dev)
+    batch = {k: v.to(dev) for k, v in make_batch(B, T, padded=padded).items()}
+    cuda = dev.type == "cuda"
 
     def autocast() -> torch.autocast:
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+        return torch.autocast(dev.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     if mode == "inference":
         model.eval()
 
@@ -80,8 +98,8 @@ def worker(impl: str, B: int, T: int, mode: str, precision: str, warmup: int, it
                 model(**batch)
     else:
         model.train()
-        head = torch.nn.Linear(model.config.hidden_size, 2)
-        labels = torch.randint(0, 2, (B,))
+        head = torch.nn.Linear(model.config.hidden_size, 2).to(dev)
+        labels = torch.randint(0, 2, (B,)).to(dev)
         optimizer = torch.optim.AdamW([*model.parameters(), *head.parameters()], lr=1e-5)
 
         def step() -> None:
@@ -92,22 +110,31 @@ def worker(impl: str, B: int, T: int, mode: str, precision: str, warmup: int, it
             loss.backward()
             optimizer.step()
     gc.collect()
-    baseline = max_rss_mib()
+    if cuda:
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        baseline = torch.cuda.memory_allocated(dev) / 2**20
+    else:
+        baseline = max_rss_mib()
     for _ in range(warmup):
         step()
     times = []
     for _ in range(iters):
         start = time.perf_counter()
         step()
+        if cuda:
+            torch.cuda.synchronize(dev)                       # the GPU's work, not only its launch
         times.append(time.perf_counter() - start)
+    peak = torch.cuda.max_memory_allocated(dev) / 2**20 if cuda else max_rss_mib()
     return {"impl": impl, "B": B, "T": T, "mode": mode, "precision": precision, "seconds": statistics.median(times),
-            "seq_per_s": B / statistics.median(times), "peak_mib": max_rss_mib() - baseline,
-            "torch": torch.__version__, "threads": torch.get_num_threads()}
+            "seq_per_s": B / statistics.median(times), "peak_mib": peak - baseline, "device": device,
+            "model": model_name, "torch": torch.__version__, "threads": torch.get_num_threads()}
 
 
 def run_worker(args: argparse.Namespace, impl: str, precision: str, B: int, T: int, mode: str) -> dict:
     cmd = [sys.executable, __file__, "--worker", impl, str(B), str(T), mode, precision, "--warmup", str(args.warmup),
-           "--iters", str(args.iters), "--threads", str(args.threads)] + (["--no-padding"] if args.no_padding else [])
+           "--iters", str(args.iters), "--threads", str(args.threads), "--device", args.device, "--model", args.model]
+    cmd += ["--no-padding"] if args.no_padding else []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
@@ -129,13 +156,25 @@ def main() -> None:
     parser.add_argument("--precision", nargs="+", choices=PRECISIONS, default=["fp32"],
                         help="fp32 (default) and/or bf16 (autocast); both measure each implementation in each")
     parser.add_argument("--json", type=Path, help="also write every measurement here")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where both implementations run")
+    parser.add_argument("--model", choices=["minilm", "bert-base"], default="minilm",
+                        help="the packaged MiniLM (default) or bert-base-uncased's shape with random weights")
+    parser.add_argument("--shapes", nargs="+", metavar="BxT", help="batch shapes, e.g. 64x128 32x512 "
+                        "(default: 32x64 16x128)")
     parser.add_argument("--worker", nargs=5, metavar=("IMPL", "B", "T", "MODE", "PRECISION"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         impl, B, T, mode, precision = args.worker
         print(json.dumps(worker(impl, int(B), int(T), mode, precision, args.warmup, args.iters, args.threads,
-                                not args.no_padding)))
+                                not args.no_padding, args.device, args.model)))
         return
+    shapes = SHAPES
+    if args.shapes:
+        try:
+            shapes = tuple(tuple(int(n) for n in s.lower().split("x")) for s in args.shapes)
+            assert all(len(s) == 2 and min(s) > 0 for s in shapes)
+        except (ValueError, AssertionError):
+            parser.error(f"--shapes: expected positive BxT such as 64x128, got {' '.join(args.shapes)}")
 
     have_hf = importlib.util.find_spec("transformers") is not None
     if args.impl == "hf" and not have_hf:
@@ -145,12 +184,14 @@ def main() -> None:
         print("transformers is not importable: measuring minbert alone", file=sys.stderr)
     precisions = list(dict.fromkeys(args.precision))
     import torch
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available here")
     native = [getattr(torch.cpu, f, lambda: False)() for f in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    if "bf16" in precisions and not any(native):
+    if "bf16" in precisions and args.device == "cpu" and not any(native):
         print("warning: this CPU has neither avx512_bf16 nor AMX: bf16 runs emulated, slower than fp32",
               file=sys.stderr)
     sides = [(impl, p) for impl in impls for p in precisions]                 # the table's columns
-    configs = [(impl, p, B, T, mode) for (B, T) in SHAPES for mode in args.modes for impl, p in sides]
+    configs = [(impl, p, B, T, mode) for (B, T) in shapes for mode in args.modes for impl, p in sides]
     results: dict[tuple, list[dict]] = {c: [] for c in configs}
     for r in range(args.rounds):
         order = configs if r % 2 == 0 else configs[::-1]  # alternate the order so that neither side runs first
@@ -175,9 +216,12 @@ def main() -> None:
             ratios.append((("minbert", "bf16"), ("hf", "fp32")))
 
     padding = {f"{B} x {T}": 1 - make_batch(B, T, padded=not args.no_padding)["attention_mask"].float().mean().item()
-               for B, T in SHAPES}
+               for B, T in shapes}
     versus = " vs Hugging Face BertModel" if "hf" in impls else ""
-    print(f"\nminbert{versus}, packaged MiniLM (6 layers, H=384), CPU, {args.threads} thread(s), "
+    where = f"{torch.cuda.get_device_name()}" if args.device == "cuda" else f"CPU, {args.threads} thread(s)"
+    what = ("packaged MiniLM (6 layers, H=384)" if args.model == "minilm"
+            else "bert-base-uncased's shape (12 layers, H=768, random weights)")
+    print(f"\nminbert{versus}, {what}, {where}, "
           f"torch {torch.__version__}, {' and '.join(precisions)}; medians over {args.rounds} round(s) of "
           f"{args.iters} timed iterations; padding " + ", ".join(f"{k}: {v:.0%}" for k, v in padding.items()))
     name = {"minbert": "minbert", "hf": "HF"}
@@ -186,7 +230,7 @@ def main() -> None:
     cols += [f"{name[i]} {p} peak MiB" for i, p in sides]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
-    for (B, T) in SHAPES:
+    for (B, T) in shapes:
         for mode in args.modes:
             speed = {side: med(*side, B, T, mode, "seq_per_s") for side in sides}
             row = [f"{B} x {T}", mode] + [f"{speed[side]:.1f}" for side in sides]

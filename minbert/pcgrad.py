@@ -26,7 +26,7 @@ def pcgrad_coefficients(gram: torch.Tensor, rng: random.Random | None = None) ->
     from the Gram matrix gram[i, j] = g_i . g_j (n, n) of the tasks' gradients."""
     rng = rng or random.Random(0)
     n = gram.shape[0]
-    G = gram.double()
+    G = gram.detach().double().cpu()                                 # (n, n): tiny, and each test below is a branch
     C = torch.eye(n, dtype=torch.float64)                            # g_i^PC starts as g_i
     for i in range(n):
         others = [j for j in range(n) if j != i]
@@ -41,9 +41,9 @@ def pcgrad_coefficients(gram: torch.Tensor, rng: random.Random | None = None) ->
 def projection_stats(gram: torch.Tensor, C: torch.Tensor) -> dict[str, float]:
     """The size of what PCGrad (Yu et al., 2020, Alg. 1) changed, from the Gram matrix (n, n) and pcgrad_coefficients'
     C: task pairs, how many conflict (g_i . g_j < 0), and |sum_i g_i^PC - sum_i g_i| / |sum_i g_i|."""
-    G, n = gram.double(), gram.shape[0]
+    G, n = gram.detach().double().cpu(), gram.shape[0]
     i, j = torch.triu_indices(n, n, 1)
-    d = C.double().sum(0) - 1                                        # sum_i g_i^PC - sum_i g_i = d @ F
+    d = C.double().cpu().sum(0) - 1                                        # sum_i g_i^PC - sum_i g_i = d @ F
     ones = torch.ones(n, dtype=torch.float64)
     change = (d @ G @ d).clamp_min(0).sqrt() / (ones @ G @ ones).clamp_min(1e-30).sqrt()
     return {"pairs": n * (n - 1) // 2, "conflicts": int((G[i, j] < 0).sum()), "change": float(change)}
@@ -53,7 +53,7 @@ def pcgrad_project(grads: list[torch.Tensor], rng: random.Random | None = None) 
     """Yu et al. (2020), Alg. 1: each flat task gradient (D,) projected off the others' where the dot product is < 0."""
     F = torch.stack(grads)                                           # (n, D)
     C = pcgrad_coefficients(F @ F.T, rng)                            # (n, n)
-    return list(C.to(F.dtype) @ F)                                   # (n, D)
+    return list(C.to(F) @ F)                                         # (n, D), on F's device and dtype
 
 
 def surgery_loss(losses: list[torch.Tensor], params: list[nn.Parameter], rng: random.Random | None = None,
@@ -79,7 +79,7 @@ def surgery_loss(losses: list[torch.Tensor], params: list[nn.Parameter], rng: ra
         C = pcgrad_coefficients(gram, rng) if project else torch.eye(len(losses), dtype=torch.float64)  # (n, n)
         if workspace is not None:                                     # what the projection did, for the log
             workspace["last"] = projection_stats(gram, C)
-        torch.mv(F.T, C.sum(0).to(F.dtype), out=summed)               # (D, n) @ (n,) -> (D,): sum_i g_i^PC
+        torch.mv(F.T, C.sum(0).to(F), out=summed)                     # (D, n) @ (n,) -> (D,): sum_i g_i^PC
         for k, piece in zip(shared, summed.split(sizes)):
             total[k] = piece.view_as(params[k])
     for k in range(len(params)):

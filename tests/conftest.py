@@ -13,6 +13,8 @@ import minbert
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 DATA = ROOT / "data"
+# The device the CLI tests train on: cpu here and in CI; MINBERT_TEST_DEVICE=cuda runs the same tests on a GPU.
+TEST_DEVICE = os.environ.get("MINBERT_TEST_DEVICE", "cpu")
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TEST_DEVICE
 
 from tasks import classifier, deebert, multitask, simcse
 from tasks.cli import run_settings
@@ -69,7 +70,7 @@ def test_deebert_trains_both_stages_with_the_recipe_flags(tiny_dir, tmp_path, mo
         raise Stop
 
     monkeypatch.setattr(deebert, "fit", fake_fit)
-    argv = ["--model", str(tiny_dir), "--device", "cpu", "--no-progress", "--max-train-examples", "8",
+    argv = ["--model", str(tiny_dir), "--device", TEST_DEVICE, "--no-progress", "--max-train-examples", "8",
             "--max-eval-examples", "8", "--out", str(tmp_path / "run"), "--optimizer", "fused",
             "--warmup-ratio", "0.1", "--max-grad-norm", "1", "--grad-accum", "2"]
     with pytest.raises(Stop):

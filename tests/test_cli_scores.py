@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DATA
+from conftest import DATA, TEST_DEVICE
 
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
@@ -53,7 +53,7 @@ def trained(tmp_path_factory):
                                 intermediate_size=64, max_position_embeddings=128)
     minbert.save_pretrained(minbert.BertModel(config), tiny)
     (tiny / "vocab.txt").write_bytes((minbert.checkpoint.resolve("minilm") / "vocab.txt").read_bytes())
-    args = ["--model", str(tiny), "--device", "cpu", "--no-progress", "--head-hidden", "16", "--lr", str(LR),
+    args = ["--model", str(tiny), "--device", TEST_DEVICE, "--no-progress", "--head-hidden", "16", "--lr", str(LR),
             "--epochs", str(EPOCHS), "--batch-size", str(BATCH), "--symmetric-pairs", "--sts-head-bias", "2.5",
             "--warmup-ratio", str(WARMUP), "--max-grad-norm", str(MAX_NORM), "--optimizer", "fused",
             "--checkpoint", str(tmp / "run.pt"), "--predictions-dir", str(tmp / "pred")]

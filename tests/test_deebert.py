@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from conftest import DATA
+from conftest import DATA, TEST_DEVICE
 
 import minbert
 from minbert import deebert
@@ -255,7 +255,7 @@ def test_sst2_is_binary_sst_without_the_neutral_rows(tmp_path, tokenizer):
 def cli_args(tiny_dir, tmp_path, task, out, *extra):
     source = {"sst2": "ids-sst", "sts": "sts"}[task]
     return cli.build_parser().parse_args([
-        "--task", task, "--model", str(tiny_dir), "--device", "cpu", "--no-progress", "--out", str(tmp_path / out),
+        "--task", task, "--model", str(tiny_dir), "--device", TEST_DEVICE, "--no-progress", "--out", str(tmp_path / out),
         "--train-file", piece(tmp_path, f"{source}-train.csv", f"{task}-train.csv", 0, 48),
         "--dev-file", piece(tmp_path, f"{source}-dev.csv", f"{task}-dev.csv", 0, 40),
         "--test-file", piece(tmp_path, f"{source}-test-student.csv", f"{task}-test.csv", 0, 20),

@@ -9,7 +9,7 @@ import re
 
 import pytest
 import torch
-from conftest import DATA
+from conftest import DATA, TEST_DEVICE
 from safetensors.torch import load_file, save_file
 
 from tasks import classifier, score
@@ -28,7 +28,7 @@ def piece(tmp_path, name, stop, start=0):
 @pytest.fixture
 def base(tmp_path, tiny_dir):
     """A classifier run that works: tiny model, slices of SST."""
-    return ["--model", str(tiny_dir), "--device", "cpu", "--batch-size", "8", "--epochs", "1", "--no-progress",
+    return ["--model", str(tiny_dir), "--device", TEST_DEVICE, "--batch-size", "8", "--epochs", "1", "--no-progress",
             "--train-file", piece(tmp_path, "ids-sst-train.csv", 16),
             "--dev-file", piece(tmp_path, "ids-sst-dev.csv", 8),
             "--test-file", piece(tmp_path, "ids-sst-dev.csv", 12, 8), "--predictions-dir", str(tmp_path / "p"),
@@ -98,7 +98,7 @@ CASES = [  # (name, how the argv changes, exit status, what stderr's last line m
      r"model\.safetensors: cannot read the safetensors file \(.*\); it may be truncated or corrupted"),
     ("NaN in the weights", lambda a, t, d: with_flag(a, "--model", damaged_model(d, t, "nan")), 1,
      r"model\.safetensors: tensor encoder\.layer\.0\.attention\.self\.query\.weight holds NaN or infinite values"),
-    ("--precision fp16 on a CPU", lambda a, t, d: with_flag(a, "--precision", "fp16"), 1,
+    ("--precision fp16 on a CPU", lambda a, t, d: with_flag(with_flag(a, "--device", "cpu"), "--precision", "fp16"), 1,
      r"--precision fp16 trains on CUDA only"),
 ]
 

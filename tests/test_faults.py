@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DATA, ROOT
+from conftest import DATA, ROOT, TEST_DEVICE
 
 from tasks import classifier, deebert, multitask, simcse
 from tasks.checkpoints import KILL_AT_STEP, KILL_IN_SAVE, load_checkpoint
@@ -33,12 +33,12 @@ def piece(tmp_path: Path, name: str, stop: int, start: int = 0) -> str:
 def cli_argv(cli: str, tiny_dir: Path, tmp_path: Path, name: str) -> list[str]:
     """Tiny runs of three epochs (rounds, for simcse) on slices of the real files."""
     if cli == "deebert":   # two stages of two epochs; its checkpoints are --out's stage1.pt and stage2.pt
-        return ["--task", "sst2", "--model", str(tiny_dir), "--device", "cpu", "--no-progress", "--out",
+        return ["--task", "sst2", "--model", str(tiny_dir), "--device", TEST_DEVICE, "--no-progress", "--out",
                 str(tmp_path / name), "--train-file", piece(tmp_path, "ids-sst-train.csv", 40), "--dev-file",
                 piece(tmp_path, "ids-sst-dev.csv", 16), "--test-file", piece(tmp_path, "ids-sst-dev.csv", 24, 16),
                 "--epochs", "2", "--ramp-epochs", "2", "--batch-size", "8", "--lr", "1e-3", "--eval-batch-size", "8",
                 "--thresholds", "0.3"]
-    common = ["--model", str(tiny_dir), "--device", "cpu", "--batch-size", "8", "--lr", "1e-3", "--no-progress",
+    common = ["--model", str(tiny_dir), "--device", TEST_DEVICE, "--batch-size", "8", "--lr", "1e-3", "--no-progress",
               "--checkpoint", str(tmp_path / f"{name}.pt")]
     if cli == "classifier":
         return common + ["--train-file", piece(tmp_path, "ids-sst-train.csv", 40), "--epochs", "3",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DATA, ROOT
+from conftest import DATA, ROOT, TEST_DEVICE
 from fakehub import FakeHub, serve
 from safetensors.torch import save_file
 
@@ -98,7 +98,7 @@ def test_classifier_cli_trains_on_bert_base_uncased(hub, tmp_path: Path) -> None
     cmd = [sys.executable, "-m", "tasks.classifier", "--model", "bert-base-uncased", "--task", "sst",
            "--train-file", piece("ids-sst-train.csv", "train.csv", 0, 24),
            "--dev-file", piece("ids-sst-dev.csv", "dev.csv", 0, 16), "--test-file", piece("ids-sst-dev.csv", "test.csv", 16, 24),
-           "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--device", "cpu", "--no-progress",
+           "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--device", TEST_DEVICE, "--no-progress",
            "--checkpoint", str(tmp_path / "run.pt"), "--predictions-dir", str(tmp_path / "pred")]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), HF_HUB_CACHE=str(tmp_path / "fresh-cache"))
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,

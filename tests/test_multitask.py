@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import killed_after_first_epoch
+from conftest import TEST_DEVICE, killed_after_first_epoch
 
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig, join_pairs, paraphrase_loss, similarity_loss
@@ -154,7 +154,7 @@ def files(multitask_files):
 
 
 def argv(tiny_dir, files, tmp_path, name, *extra):
-    out = ["--model", str(tiny_dir), "--device", "cpu", "--batch-size", "8", "--lr", "1e-3", "--no-progress",
+    out = ["--model", str(tiny_dir), "--device", TEST_DEVICE, "--batch-size", "8", "--lr", "1e-3", "--no-progress",
            "--head-hidden", "16", "--checkpoint", str(tmp_path / f"{name}.pt"),
            "--predictions-dir", str(tmp_path / name)]
     for t, (train, dev, test) in files.items():

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from conftest import DATA, killed_after_first_epoch
+from conftest import DATA, TEST_DEVICE, killed_after_first_epoch
 from safetensors.torch import load_file
 from torch import nn
 
@@ -225,7 +225,7 @@ def files(tmp_path):
 
 def stage_argv(tiny_dir, files, tmp_path, name, *extra):
     out = ["--model", str(tiny_dir), "--out", str(tmp_path / name), "--checkpoint", str(tmp_path / f"{name}.pt"),
-           "--device", "cpu", "--batch-size", "8", "--lr", "1e-3", "--eval-every", "2", "--no-progress"]
+           "--device", TEST_DEVICE, "--batch-size", "8", "--lr", "1e-3", "--eval-every", "2", "--no-progress"]
     for flag, path in files.items():
         out += [f"--{flag.replace('_', '-')}", path]
     return out + list(extra)
@@ -269,7 +269,7 @@ def test_the_stage_end_to_end_resumes_and_writes_a_loadable_encoder(tiny_dir, fi
     assert (tmp_path / "split" / "quora-train-rest.csv").read_text() == (out / "quora-train-rest.csv").read_text()
 
     # the multitask stage starts from it and trains Quora on the remaining pairs only
-    mt = ["--after-simcse", str(out), "--device", "cpu", "--epochs", "1", "--batch-size", "8", "--no-progress",
+    mt = ["--after-simcse", str(out), "--device", TEST_DEVICE, "--epochs", "1", "--batch-size", "8", "--no-progress",
           "--head-hidden", "8", "--max-train-examples", "16", "--checkpoint", str(tmp_path / "mt.pt"),
           "--predictions-dir", str(tmp_path / "mt"), "--sst-train", files["sst_train"], "--sts-train",
           files["sts_train"], "--sst-dev", files["sst_train"], "--para-dev", files["para_train"], "--sts-dev",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import DATA, killed_after_first_epoch
+from conftest import DATA, TEST_DEVICE, killed_after_first_epoch
 
 import minbert
 from tasks import classifier, finetune
@@ -31,7 +31,7 @@ def files(tmp_path):
 
 def argv(tiny_dir, files, tmp_path, name, *extra):
     return ["--model", str(tiny_dir), "--train-file", files["train"], "--dev-file", files["dev"],
-            "--test-file", files["test"], "--device", "cpu", "--batch-size", "8", "--lr", "1e-3", "--no-progress",
+            "--test-file", files["test"], "--device", TEST_DEVICE, "--batch-size", "8", "--lr", "1e-3", "--no-progress",
             "--checkpoint", str(tmp_path / f"{name}.pt"), "--predictions-dir", str(tmp_path / name), *extra]
 
 

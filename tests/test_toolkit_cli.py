@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DATA
+from conftest import DATA, TEST_DEVICE
 
 from tasks import classifier, ensemble, export, multitask, predict
 from tasks.curves import read_curves
@@ -23,7 +23,7 @@ def files(multitask_files):
 
 
 def train(tiny_dir, files, tmp_path, name, *extra) -> dict:
-    argv = ["--model", str(tiny_dir), "--device", "cpu", "--batch-size", "8", "--lr", "1e-3", "--no-progress",
+    argv = ["--model", str(tiny_dir), "--device", TEST_DEVICE, "--batch-size", "8", "--lr", "1e-3", "--no-progress",
             "--head-hidden", "16", "--checkpoint", str(tmp_path / f"{name}.pt"), "--predictions-dir",
             str(tmp_path / name), "--epochs", "1", *extra]
     for t, (tr, dev, test) in files.items():
@@ -119,7 +119,7 @@ def test_predict_a_classifier_run_writes_its_files(tiny_dir, tmp_path):
         path.write_text(lines[0] + "".join(lines[1 + start:1 + stop]), encoding="utf-8")
         return str(path)
     argv = ["--model", str(tiny_dir), "--train-file", piece("ids-sst-train.csv", 0, 32), "--dev-file",
-            piece("ids-sst-dev.csv", 0, 24), "--test-file", piece("ids-sst-dev.csv", 24, 40), "--device", "cpu",
+            piece("ids-sst-dev.csv", 0, 24), "--test-file", piece("ids-sst-dev.csv", 24, 40), "--device", TEST_DEVICE,
             "--batch-size", "8", "--lr", "1e-3", "--no-progress", "--epochs", "1",
             "--checkpoint", str(tmp_path / "sst.pt"), "--predictions-dir", str(tmp_path / "sst"), "--raw-outputs"]
     classifier.run(classifier.build_parser().parse_args(argv))
@@ -142,7 +142,7 @@ def test_predict_a_deebert_run_at_a_threshold_writes_its_files(tiny_dir, tmp_pat
     deebert.run(deebert.build_parser().parse_args([
         "--task", "sst", "--model", str(tiny_dir), "--train-file", piece("ids-sst-train.csv", 0, 24),
         "--dev-file", piece("ids-sst-dev.csv", 0, 16), "--test-file", piece("ids-sst-dev.csv", 16, 28),
-        "--epochs", "1", "--batch-size", "8", "--device", "cpu", "--no-progress", "--thresholds", "0.5", "1.0",
+        "--epochs", "1", "--batch-size", "8", "--device", TEST_DEVICE, "--no-progress", "--thresholds", "0.5", "1.0",
         "--threshold", "1.0", "--out", str(out)]))
     assert predict.main([str(out), "--threshold", "1.0", "--kind", "deebert", "--out", str(tmp_path / "again")]) == 0
     same_files(out / "predictions", tmp_path / "again", ["sst-dev-output.csv", "sst-test-output.csv"])
