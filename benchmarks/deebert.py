@@ -3,6 +3,8 @@
     python benchmarks/deebert.py --task sst2 --seeds 1,2,3           # trains both stages per seed, then the sweeps
     python benchmarks/deebert.py --task cfimdb --seeds 1,2,3 -- --max-length 512
     python benchmarks/stats.py runs/deebert-bench/sst2-paired.json --baseline plain-b1 --metric time_saved
+    python benchmarks/deebert.py --task cfimdb --seeds 1,2,3 --results benchmarks/results/deebert-cfimdb.json \
+        --machine "A (2-core AMD EPYC, avx2 only), quiet" -- --no-progress   # also the table's JSON, at the end
 
 Each part is `python -m tasks.deebert --seed S` (files in OUT/{task}-s{S}-b1 and -b32) with its protocol: a
 seeded half of dev selects the epochs and the exit setting (the fewest layers within --max-drop), the other
@@ -27,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import stats
+from paired_runs import provenance
 
 from tasks.deebert import build_parser, run
 from tasks.evaluation import write_text
@@ -43,6 +46,32 @@ def rows_of(summary: dict, batch: int, seed: int) -> list[dict]:
             "time_saved_vs_no_exit": chosen["time_saved_vs_no_exit_rounds_median"],
             "layers_run": chosen["layers_run"]}})
     return out
+
+
+def sweep_record(sweep: dict, seed: int, trained: dict | None) -> dict:
+    """One run's sweep.json, cut to what the results table keeps: the stages' best epochs (from the batch-1 run that
+    trained them), forced exit per layer, the selection half's table, the chosen setting, the report half's rows."""
+    return {"seed": seed, "eval_batch_size": sweep["eval_batch_size"], "rounds": sweep["rounds"],
+            "examples": sweep["examples"],
+            "training": {stage: {"best_epoch": v["best_epoch"]} for stage, v in (trained or {}).items()},
+            "per_layer_report": sweep["per_layer"], "selection": (sweep.get("selection") or {}).get("rows"),
+            "chosen": (sweep.get("chosen") or {}).get("setting"), "report": sweep["rows"]}
+
+
+def write_results(path: Path, args: argparse.Namespace, out: Path, paired: Path, seeds: list[int]) -> None:
+    """The committed table's JSON: the command, the machine, the commit, the paired rows and every sweep."""
+    sweeps = []
+    for seed in seeds:
+        first = json.loads((out / f"{args.task}-s{seed}-b1" / "sweep.json").read_text())
+        for batch in (1, args.batch_size):
+            sweep = first if batch == 1 else json.loads((out / f"{args.task}-s{seed}-b{batch}" / "sweep.json").read_text())
+            sweeps.append(sweep_record(sweep, seed, first.get("training")))
+    made = provenance()
+    write_text(path, json.dumps({"task": args.task, "machine": f"{args.machine} [{made['cpu']}]",
+                                 "command": "python benchmarks/deebert.py " + " ".join(sys.argv[1:]),
+                                 "commit": made["commit"], "code_modified": made["code_modified"],
+                                 "paired": json.loads(paired.read_text()), "sweeps": sweeps}, indent=1))
+    print(f"wrote {path}")
 
 
 def report(summary: dict) -> str:
@@ -69,12 +98,15 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5, help="timing rounds of each sweep (default 5)")
     p.add_argument("--batch-size", type=int, default=32, help="the batched sweep's batch size (default 32)")
     p.add_argument("--max-drop", type=float, default=0.005, help="largest selection-half drop (default 0.005)")
+    p.add_argument("--results", type=Path, help="at the end, also write the table's JSON here (paired rows and sweeps)")
+    p.add_argument("--machine", default="", help="the machine, in words, for --results (e.g. 'A, quiet')")
     p.add_argument("extra", nargs="*", help="further tasks.deebert flags, after --")
     args = p.parse_args()
     out = Path(args.out)
     paired = out / f"{args.task}-paired.json"
     t0 = time.perf_counter()
-    for seed in [int(s) for s in args.seeds.split(",")]:
+    seeds = [int(s) for s in args.seeds.split(",")]
+    for seed in seeds:
         done = json.loads(paired.read_text()) if paired.is_file() else []
         first = out / f"{args.task}-s{seed}-b1"
         for batch in (1, args.batch_size):
@@ -96,6 +128,8 @@ def main() -> None:
             rows = {k: v for k, v in stats.load_rows([paired], metric).items() if k.endswith(f"-b{batch}")}
             if f"plain-b{batch}" in rows:
                 print(f"\n{metric}, batch {batch}:\n" + stats.markdown_table(rows, f"plain-b{batch}", metric))
+    if args.results:
+        write_results(args.results, args, out, paired, seeds)
 
 
 if __name__ == "__main__":

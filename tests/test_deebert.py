@@ -393,3 +393,38 @@ def test_cli_selects_on_one_dev_half_and_reports_the_other(tiny_dir, tmp_path):
     chosen = summary["chosen"]
     assert chosen["value"] == summary["prediction_setting"] and len(chosen["time_saved_rounds"]) == 2
     assert all(len(r["seconds_all"]) == 2 for r in summary["rows"])
+
+
+def test_the_benchmark_resumes_by_seed_and_writes_the_tables_json(tiny_dir, tmp_path, monkeypatch, capsys):
+    import importlib.util
+    import sys
+    spec = importlib.util.spec_from_file_location("deebert_bench", DATA.parent / "benchmarks" / "deebert.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    extra = ["--model", str(tiny_dir), "--device", TEST_DEVICE, "--no-progress", "--epochs", "1", "--batch-size", "8",
+             "--lr", "1e-3", "--thresholds", "0", "0.3", "0.6",
+             "--train-file", piece(tmp_path, "ids-sst-train.csv", "train.csv", 0, 32),
+             "--dev-file", piece(tmp_path, "ids-sst-dev.csv", "dev.csv", 0, 40),
+             "--test-file", piece(tmp_path, "ids-sst-test-student.csv", "test.csv", 0, 8)]
+
+    def main(seeds):
+        monkeypatch.setattr(sys, "argv", ["deebert.py", "--seeds", seeds, "--rounds", "2", "--batch-size", "4",
+                                          "--out", str(tmp_path / "bench"), "--results", str(tmp_path / "table.json"),
+                                          "--machine", "test", "--", *extra])
+        bench.main()
+    main("1")
+    main("1,2")                                                        # seed 1 is not run again
+    assert capsys.readouterr().out.count("== seed 1, batch 1: already in") == 1
+    table = json.loads((tmp_path / "table.json").read_text())
+    assert table["machine"].startswith("test [") and table["command"].startswith("python benchmarks/deebert.py")
+    assert [(r["row"], r["seed"]) for r in table["paired"] if r["row"].startswith("plain")] == \
+        [("plain-b1", 1), ("plain-b4", 1), ("plain-b1", 2), ("plain-b4", 2)]
+    assert [(s["seed"], s["eval_batch_size"]) for s in table["sweeps"]] == [(1, 1), (1, 4), (2, 1), (2, 4)]
+    for sweep in table["sweeps"]:
+        assert set(sweep["training"]) == {"stage1", "stage2"}         # from the batch-1 run that trained them
+        assert sweep["report"][0]["setting"] == "plain" and sweep["report"][-1]["setting"] == "no exit"
+        assert len(sweep["per_layer_report"]) == sweep["report"][-1]["mean_exit_layer"]  # one figure per layer
+        assert [r["setting"] for r in sweep["selection"]][:2] == ["plain", "S=0"]
+        chosen = [r for r in table["paired"] if r["seed"] == sweep["seed"]
+                  and r["row"] == f"chosen-b{sweep['eval_batch_size']}"]
+        assert [r["setting"] for r in chosen] == ([sweep["chosen"]] if sweep["chosen"] else [])
