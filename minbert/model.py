@@ -204,17 +204,18 @@ class BertLayer(nn.Module):
 
 
 def on_real_tokens(
-    f: Callable[..., torch.Tensor], mask: torch.Tensor, *args: torch.Tensor | float,
+    f: Callable[..., torch.Tensor], mask: torch.Tensor, *args: torch.Tensor | float, gather: bool | None = None,
 ) -> torch.Tensor:
-    """f on the N real tokens of (B, T, H) arguments only, its (N, H) result put back in place, 0 at padding
-    (on a GPU f runs on every position and padding is multiplied by 0: no wait for the device).
+    """f on the N real tokens of (B, T, H) arguments only, its (N, H) result put back in place, 0 at padding.
+    gather=False (the default on a GPU, where the gather waits for the device) runs f on every position and
+    multiplies padding by 0 instead.
 
     Eqs. 2-5 act on each position alone, and attention never lets a padding position reach a real one, so
     they can skip the padding: a quarter to a half less work on typical padded batches. mask: additive (B, 1, 1, T).
     """
     B, T = mask.shape[0], mask.shape[-1]
     keep = (mask == 0).view(B, T)                                     # (B, T), True at real tokens
-    if mask.is_cuda:  # on a GPU the gather waits for the device each layer: run every position, 0 at padding
+    if not (gather if gather is not None else not mask.is_cuda):      # every position, padding times 0
         out = f(*args)                                                # (B, T, H)
         return out * keep.unsqueeze(-1).to(out.dtype)
     if bool(keep.all()):                                              # no padding: nothing to skip

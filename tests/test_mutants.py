@@ -260,3 +260,22 @@ def test_on_real_tokens_without_padding_hands_over_the_batch_itself():
     mask = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, -1e9]]).view(2, 1, 1, 3)
     out = on_real_tokens(f, mask, x, 2.0)
     assert seen[-1].shape == (5, 4) and torch.equal(out[1, 2], torch.zeros(4)) and torch.equal(out[0], 2.0 * x[0])
+
+
+def test_on_real_tokens_without_the_gather_gives_the_same_values_and_0_at_padding():
+    """The GPU's path (gather=False, run on the CPU here): f sees the whole (B, T, H) batch, and the output equals
+    by hand f at real tokens and 0 at padding, as the gather path's does."""
+    seen = []
+
+    def f(a: torch.Tensor, b: float) -> torch.Tensor:
+        seen.append(a)
+        return a * b + 1.0                                            # nonzero at padding before the mask
+
+    x = torch.randn(2, 3, 4)
+    mask = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, -1e9]]).view(2, 1, 1, 3)
+    out = on_real_tokens(f, mask, x, 2.0, gather=False)
+    assert seen[-1] is x
+    expected = 2.0 * x + 1.0
+    expected[1, 2] = 0.0
+    assert torch.equal(out, expected)
+    assert torch.equal(on_real_tokens(f, mask, x, 2.0, gather=True), expected)
