@@ -40,16 +40,18 @@ def dev_line(dev: dict) -> str:
 
 
 def provenance() -> dict:
-    """The commit this process loaded, whether minbert/ or tasks/ had uncommitted changes, and the CPU's bf16 support."""
+    """The commit this process loaded, whether minbert/ or tasks/ had uncommitted changes, and the CPU's bf16 support, model name and core count."""
     def git(*cmd: str) -> str:
         try:
             return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             return ""
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    model = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("model name")), "")
     return {"commit": git("rev-parse", "--short", "HEAD") or None,
             "code_modified": bool(git("status", "--porcelain", "--", "minbert", "tasks")),
-            "cpu": "avx512_bf16" if "avx512_bf16" in flags else "avx2" if "avx2" in flags else "other"}
+            "cpu": "avx512_bf16" if "avx512_bf16" in flags else "avx2" if "avx2" in flags else "other",
+            "cpu_model": model or None, "cores": os.cpu_count()}
 
 
 def main(argv: list[str] | None = None) -> int:

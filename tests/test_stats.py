@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -80,7 +81,9 @@ def test_paired_runs_writes_rows_per_seed_with_smarts_log_and_the_paired_table(t
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                           check=False).stdout.strip() or None           # None outside a git checkout
     assert records[0]["commit"] == head and records[0]["cpu"] in ("avx512_bf16", "avx2", "other")
-    assert isinstance(records[0]["code_modified"], bool)
+    assert isinstance(records[0]["code_modified"], bool) and records[0]["cores"] == os.cpu_count()
+    if Path("/proc/cpuinfo").is_file():                                  # the model name, as lscpu prints it
+        assert records[0]["cpu_model"] and records[0]["cpu_model"] in Path("/proc/cpuinfo").read_text()
     assert "| smart | 1,2 |" in capsys.readouterr().out
     paired_runs.main(["--out", str(out), "--row", "smart", "--seeds", "2"])   # done already: skipped
     assert len(json.loads(out.read_text())) == 4
