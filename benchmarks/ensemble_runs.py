@@ -57,6 +57,26 @@ def against_peer(table: dict, peer: dict[int, float], metric: str = "overall") -
     return stats.unpaired_difference([e["dev"][metric] for e in table["ensembles"]], list(peer.values()))
 
 
+def add_peer(table: dict, results: str, row: str) -> None:
+    """Put the ensembles' overall score against `row` of the paired_runs JSON `results` into table["against_peer"]."""
+    peer = stats.load_rows([results], "overall").get(row, {})
+    if len(peer) < 2 or len(table["ensembles"]) < 2:
+        print(f"== against {row!r}: {len(peer)} runs of it and {len(table['ensembles'])} ensembles; "
+              "an interval needs 2 of each", flush=True)
+        return
+    d = table["against_peer"] = {"row": row, "seeds": sorted(peer), **against_peer(table, peer)}
+    print(f"== ensemble - {row}, overall: {100 * d['mean']:+.2f} points (unpaired, n={d['n']}), "
+          f"95% interval [{100 * d['lo']:+.2f}, {100 * d['hi']:+.2f}]", flush=True)
+
+
+def write_table(path: Path, table: dict) -> None:
+    """Write the results JSON atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(table, indent=1))
+    os.replace(tmp, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -70,7 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peer", nargs=2, metavar=("RESULTS", "ROW"), default=None,
                    help="also compare the ensembles' overall score with this row of a paired_runs JSON, unpaired "
                         "(one run at the ensemble's total budget, e.g. power.json 'baseline 3 epochs')")
+    p.add_argument("--peer-only", action="store_true",
+                   help="no training and no runs dir: read the table already in --out and add --peer's comparison")
     args = p.parse_args(argv)
+    if args.peer_only:
+        if args.peer is None or not Path(args.out).is_file():
+            p.error(f"--peer-only needs --peer and an existing --out table ({args.out} "
+                    f"{'exists' if Path(args.out).is_file() else 'does not exist'})")
+        table = json.loads(Path(args.out).read_text())
+        add_peer(table, *args.peer)
+        write_table(Path(args.out), table)
+        return 0
     seeds = [int(s) for s in args.seeds.split(",")]
     runs, minutes = Path(args.runs_dir), {}
     for seed in seeds:
@@ -104,19 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         if d["n"] < 2:
             d.update(sd=None, lo=None, hi=None)          # JSON has no NaN
     if args.peer is not None:
-        peer = stats.load_rows([args.peer[0]], "overall").get(args.peer[1], {})
-        if len(peer) < 2 or len(table["ensembles"]) < 2:
-            print(f"== against {args.peer[1]!r}: {len(peer)} runs of it and {len(table['ensembles'])} ensembles; "
-                  "an interval needs 2 of each", flush=True)
-        else:
-            d = table["against_peer"] = {"row": args.peer[1], "seeds": sorted(peer), **against_peer(table, peer)}
-            print(f"== ensemble - {args.peer[1]}, overall: {100 * d['mean']:+.2f} points (unpaired, n={d['n']}), "
-                  f"95% interval [{100 * d['lo']:+.2f}, {100 * d['hi']:+.2f}]", flush=True)
-    out_path = Path(args.out)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(table, indent=1))
-    os.replace(tmp, out_path)
+        add_peer(table, *args.peer)
+    write_table(Path(args.out), table)
     return 0
 
 

@@ -73,3 +73,22 @@ def test_trains_each_seed_once_and_scores_the_ensemble_against_its_members(tiny_
     values = [e["dev"]["overall"] for e in table["ensembles"]]
     assert table["against_peer"]["mean"] == pytest.approx(sum(values) / 2 - 0.55)
     assert "ensemble - long, overall" in capsys.readouterr().out
+
+
+def test_peer_only_adds_the_peer_to_a_written_table_without_training_or_runs(tmp_path, capsys):
+    out, peer = tmp_path / "ensemble.json", tmp_path / "power.json"
+    table = {"flags": [], "members": {}, "minutes": {}, "against_members": {},
+             "ensembles": [{"seeds": [1, 2, 3], "dev": dev(0.74)}, {"seeds": [4, 5, 6], "dev": dev(0.73)}]}
+    out.write_text(json.dumps(table))
+    peer.write_text(json.dumps([{"row": "baseline 3 epochs", "seed": s, "dev": dev(v)}
+                                for s, v in ((1, 0.72), (2, 0.70), (3, 0.71))]))
+    cmd = ["--out", str(out), "--runs-dir", str(tmp_path / "absent"), "--peer-only"]
+    assert ensemble_runs.main([*cmd, "--peer", str(peer), "baseline 3 epochs"]) == 0
+    written = json.loads(out.read_text())
+    assert written["ensembles"] == table["ensembles"] and not (tmp_path / "absent").exists()
+    assert written["against_peer"]["mean"] == pytest.approx(0.735 - 0.71) and written["against_peer"]["seeds"] == [1, 2, 3]
+    assert "ensemble - baseline 3 epochs, overall: +2.50 points" in capsys.readouterr().out
+    with pytest.raises(SystemExit):                   # no --peer: refused with a message, the table untouched
+        ensemble_runs.main(cmd)
+    assert "--peer-only needs --peer" in capsys.readouterr().err
+    assert json.loads(out.read_text()) == written
