@@ -104,13 +104,18 @@ def markdown_table(rows: dict[str, dict[int, float]], baseline: str, metric: str
              "|---|---|---|---|---|---|---|"]
     for name, values in rows.items():
         mean, sd = mean_sd(list(values.values()))
-        cells = [name, ",".join(str(s) for s in sorted(values)), f"{mean * scale:.2f}", f"{sd * scale:.2f}"]
+        cells = [name, ",".join(str(s) for s in sorted(values)), f"{mean * scale:.2f}",
+                 "-" if math.isnan(sd) else f"{sd * scale:.2f}"]
         if name == baseline:
             cells += ["-", "-", "-"]
         else:
             d = paired_difference(values, rows[baseline])
-            cells += [f"{d['mean'] * scale:+.2f} (n={d['n']})", f"[{d['lo'] * scale:+.2f}, {d['hi'] * scale:+.2f}]",
-                      "yes" if d["excludes_zero"] else "no"]
+            diff = "no shared seed" if d["n"] == 0 else f"{d['mean'] * scale:+.2f} (n={d['n']})"
+            if d["n"] < 2:  # no interval from fewer than two paired seeds
+                cells += [diff, "needs 2 paired seeds", "-"]
+            else:
+                cells += [diff, f"[{d['lo'] * scale:+.2f}, {d['hi'] * scale:+.2f}]",
+                          "yes" if d["excludes_zero"] else "no"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

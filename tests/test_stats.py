@@ -66,6 +66,15 @@ def test_markdown_table_from_paired_runs_json(tmp_path):
         stats.markdown_table({"a": {1: 1.0}}, "baseline", "overall")
 
 
+def test_markdown_table_prints_no_nan_for_a_row_with_one_seed_or_none_shared():
+    rows = {"baseline": {1: 0.50}, "one": {1: 0.53}, "apart": {2: 0.40}}
+    lines = stats.markdown_table(rows, "baseline", "overall").splitlines()
+    assert "nan" not in "\n".join(lines)
+    assert lines[2] == "| baseline | 1 | 50.00 | - | - | - | - |"
+    assert lines[3] == "| one | 1 | 53.00 | - | +3.00 (n=1) | needs 2 paired seeds | - |"
+    assert lines[4] == "| apart | 2 | 40.00 | - | no shared seed | needs 2 paired seeds | - |"
+
+
 def test_paired_runs_writes_rows_per_seed_with_smarts_log_and_the_paired_table(tiny_dir, files, tmp_path, capsys):  # noqa: F811
     import paired_runs
     from test_multitask import argv
