@@ -9,7 +9,7 @@ its first N rows would be a skewed sample), so that every row of a seed reads th
 file). The random controls draw from the layers and the pooler only (as the reference code's rand_row_col;
 rand_row_col_ref is that code's own per-matrix scheme);
 rand_uniform_emb and rand_row_col_emb, which draw from the embedding tables too, run only when --rows names
-them. After every run OUT/results.json (paired_runs-style: "row", "seed", "dev": {"accuracy"}) and
+them. After every run OUT/results.json (paired_runs-style: "row", "seed", "dev": {"accuracy"}, and the commit and CPU it ran on) and
 OUT/table3.md are rewritten, so an interrupted run keeps the runs that finished (and skips them when run again);
 table3.md ends with benchmarks/stats.py's table: each row's mean and sd over seeds and its paired difference
 against --baseline (default "bitfit all") with a 95% interval. At the end it draws the paper's Figure 1
@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import stats
+from paired_runs import provenance
 
 ROWS = {  # row name -> classifier flags (learning rates: each mode's default unless given here)
     "full-model": ["--fine-tune-mode", "full-model"],
@@ -67,6 +68,7 @@ def run_row(row: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
            "--checkpoint", str(out / f"{name}.pt"), "--predictions-dir", str(out / f"pred-{name}")]
     if args.train_examples:
         cmd += ["--train-file", str(out / f"sst-train-sample-s{seed}.csv")]
+    started = provenance()          # the commit and CPU this run's process starts on
     t0 = time.time()
     with open(out / f"{name}.log", "w") as log:
         log.write(" ".join(cmd) + "\n")
@@ -79,7 +81,7 @@ def run_row(row: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
             "dev_accuracy": float(best.group(1)) if best else None,
             "dev": {"accuracy": float(best.group(1))} if best else {},
             "trainable": trains.group(1) if trains else None, "lr": trains.group(3) if trains else None,
-            "log": str(out / f"{name}.log")}
+            "log": str(out / f"{name}.log"), **started}
 
 
 def sample_training_file(n: int, seed: int, out: Path) -> Path:
