@@ -8,7 +8,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import bitfit_table3  # noqa: E402
+import bitfit_table3
 
 
 def test_run_row_reads_the_classifiers_log_and_records_the_commit_and_cpu(tiny_dir, multitask_files, tmp_path,
