@@ -28,6 +28,7 @@ from .data import TASKS, Records, token_lengths
 from .distributed import is_main_process
 from .errors import existing_file, positive_float, positive_int
 from .evaluation import write_predictions
+from .precision import resolve_precision
 from .recipe import add_loop_arguments
 from .train import pick_device, seed_everything
 
@@ -99,9 +100,11 @@ def add_common_arguments(p: argparse.ArgumentParser, **changes: dict) -> None:
 
 
 def setup(args: argparse.Namespace) -> tuple[torch.device, minbert.Tokenizer]:
-    """The device (--device), torch's threads (--threads), the seed (--seed) and --model's tokenizer."""
+    """The device (--device), torch's threads (--threads), the seed (--seed) and --model's tokenizer;
+    --precision auto becomes the device's choice, so that the run's settings say what it trained in."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     device = pick_device(args.device)
+    args.precision = resolve_precision(device, args.precision)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     seed_everything(args.seed)

@@ -17,9 +17,13 @@ import torch
 
 import minbert
 
-from .errors import ConfigurationError
+from .precision import (  # the rules live in precision.py; check_precision, cpu_has_bf16 are re-exported
+    PRECISION_CHOICES,
+    PRECISIONS,
+    check_precision,  # noqa: F401
+    cpu_has_bf16,  # noqa: F401
+)
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("minbert", "fused")
 
 
@@ -37,24 +41,6 @@ class Recipe:
     def loop(self) -> dict:
         """fit()'s keyword arguments."""
         return {k: v for k, v in asdict(self).items() if k != "optimizer"}
-
-
-def check_precision(device: torch.device, precision: str) -> None:
-    """A clear error for a precision the device cannot train in: fp16 needs CUDA, bf16 a CPU, MPS or a bf16 GPU."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
-    if precision == "fp16" and device.type != "cuda":
-        raise ConfigurationError(f"--precision fp16 trains on CUDA only (with a gradient scaler), not on "
-                                 f"{device.type}: use bf16 there (the same range as fp32, no scaler needed) or fp32")
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ConfigurationError(f"--precision bf16: {torch.cuda.get_device_name(device)} has no bf16 support; "
-                                 "use fp16")
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (avx512_bf16 or AMX); without, bf16 autocast is slower than fp32."""
-    probes = [getattr(torch.cpu, f, None) for f in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    return any(probe is not None and probe() for probe in probes)
 
 
 def autocast(device: torch.device, precision: str) -> torch.autocast:
@@ -137,10 +123,11 @@ def add_loop_arguments(parser: argparse.ArgumentParser) -> None:
         "CPU or GPU has it natively). On several processes or machines, start the "
         "same command with torchrun (torchrun --nproc-per-node N -m tasks.NAME ...): --batch-size stays the "
         "global batch, each process takes its share, and only rank 0 writes files.")
-    group.add_argument("--precision", choices=PRECISIONS, default=Recipe.precision,
+    group.add_argument("--precision", choices=PRECISION_CHOICES, default=Recipe.precision,
                        help="fp32 (default); bf16: autocast matrix products to bfloat16, recommended on CPUs with "
                             "avx512_bf16 or AMX and on GPUs from Ampere on; fp16: float16 with a gradient scaler, "
-                            "CUDA only (older GPUs). Parameters and the optimiser stay fp32")
+                            "for GPUs without native bf16 and MPS (torch 2.8 on); auto: the device's fastest safe "
+                            "one (docs/training.md). Parameters and the optimiser stay fp32")
     group.add_argument("--warmup-ratio", type=_ratio, default=Recipe.warmup_ratio, metavar="R",
                        help="linear warm-up of the learning rate over this fraction of all optimiser steps, then "
                             "linear decay to 0 (recommended: 0.1, BERT's fine-tuning recipe; default: a constant "

@@ -4,10 +4,10 @@ result as an uninterrupted one; the recipe (mixed precision, warm-up and decay, 
 flags and defaults in tasks/recipe.py) and data parallelism through torchrun (tasks/distributed.py).
 
 The recipe: precision "bf16" or "fp16" runs loss_fn and evaluate under torch.autocast (fp16 with a gradient
-scaler, CUDA only); warmup_ratio (None: a constant learning rate) warms the learning rate up linearly over that
-fraction of the optimiser steps of all epochs, then decays it linearly to 0; max_grad_norm clips the gradients'
-total norm; grad_accum sums the gradients of that many consecutive batches, weighted by their sizes, into one
-optimiser step, as if they were one batch.
+scaler; which precision trains on which device, and what "auto" picks: tasks/precision.py); warmup_ratio (None: a
+constant learning rate) warms the learning rate up linearly over that fraction of the optimiser steps of all
+epochs, then decays it linearly to 0; max_grad_norm clips the gradients' total norm; grad_accum sums the gradients
+of that many consecutive batches, weighted by their sizes, into one optimiser step, as if they were one batch.
 
 Under torchrun (WORLD_SIZE > 1) each process takes its rows of every batch, DDP averages the gradients (each loss
 weighted so that the step equals one process's on the whole batch), every process evaluates the whole dev set
@@ -29,7 +29,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +52,8 @@ from .curves import Curves, curves_path
 from .data import to_device
 from .distributed import is_main_process, rank, world_size
 from .errors import ConfigurationError, ResumeError, TrainingError
-from .recipe import LinearSchedule, Recipe, autocast, check_precision, cpu_has_bf16
+from .precision import check_precision, cpu_has_bf16, resolve_precision
+from .recipe import LinearSchedule, Recipe, autocast
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -189,6 +190,7 @@ class _Loop:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
                  loss_fn: Callable[[nn.Module, dict], torch.Tensor], device: torch.device, recipe: Recipe,
                  metric: str, unit: str, log: Callable[[str], None], progress: bool, patience: int | None):
+        asked, recipe = recipe.precision, replace(recipe, precision=resolve_precision(device, recipe.precision))
         _check_settings(device, recipe, patience)
         self.model, self.optimizer, self.device, self.recipe = model, optimizer, device, recipe
         self.metric, self.unit, self.progress = metric, unit, progress
@@ -196,6 +198,8 @@ class _Loop:
         self.parallel = dp.init_distributed(device)
         self.me, self.world, self.main = rank(), world_size(), is_main_process()
         self.say = log if self.main else (lambda message: None)
+        if asked == "auto":
+            self.say(f"--precision auto: {recipe.precision} on {device}")
         if recipe.precision == "bf16" and device.type == "cpu" and not cpu_has_bf16():
             self.say("warning: this CPU has neither avx512_bf16 nor AMX: bf16 autocast will be slower than fp32 here")
         if self.parallel:

@@ -99,7 +99,7 @@ CASES = [  # (name, how the argv changes, exit status, what stderr's last line m
     ("NaN in the weights", lambda a, t, d: with_flag(a, "--model", damaged_model(d, t, "nan")), 1,
      r"model\.safetensors: tensor encoder\.layer\.0\.attention\.self\.query\.weight holds NaN or infinite values"),
     ("--precision fp16 on a CPU", lambda a, t, d: with_flag(with_flag(a, "--device", "cpu"), "--precision", "fp16"), 1,
-     r"--precision fp16 trains on CUDA only"),
+     r"--precision fp16 on cpu \(.*\): fp16 trains on CUDA and MPS, .*: use --precision"),
 ]
 
 
