@@ -35,17 +35,23 @@ def check_attention() -> None:
         F.scaled_dot_product_attention = fused
 
 
+def attention_check_hints(f: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every classic mistake the attention check names (eval mode): the fixture's, from the reference code, and
+    mistakes.py's, from the equations; keyed by the hint's text."""
+    from .mistakes import attention_hints
+    return {"the scores are not divided by sqrt(hs)": f["out_no_scale"],
+            "the mask is not added to the scores": f["out_no_mask"],
+            "the heads are merged without moving nh next to hs first": f["out_bad_merge"],
+            **attention_hints(f["q"], f["k"], f["v"], f["mask"])}
+
+
 def _check_attention() -> None:
     from minbert.model import attention
     f = load_fixture("attention")
     q, k, v, mask, p = f["q"], f["k"], f["v"], f["mask"], float(f["dropout_p"])
     what = "attention() in minbert/model.py"
-    from .mistakes import attention_hints
-    hints = {"the scores are not divided by sqrt(hs)": f["out_no_scale"],
-             "the mask is not added to the scores": f["out_no_mask"],
-             "the heads are merged without moving nh next to hs first": f["out_bad_merge"],
-             **attention_hints(q, k, v, mask)}
-    compare(f"{what} (training=False, so no dropout)", attention(q, k, v, mask, p, False), f["out"], hints=hints)
+    compare(f"{what} (training=False, so no dropout)", attention(q, k, v, mask, p, False), f["out"],
+            hints=attention_check_hints(f))
     torch.manual_seed(SEED)
     compare(f"{what} with training=True, dropout_p={p:g} (after torch.manual_seed({SEED}))",
             attention(q, k, v, mask, p, True), f["out_train"],
@@ -87,10 +93,20 @@ class _FixedAdapter(nn.Module):
         return h1, x @ self.A.T
 
 
+def layer_check_hints(f: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every classic mistake the layer check names (eval mode, no adapter): the fixture's, from the reference code,
+    and mistakes.py's, from the equations; keyed by the hint's text."""
+    from .mistakes import POST_LN, layer_hints
+    config = _tiny_config()
+    sublayer = "LayerNorm is applied before the residual add, to the sublayer's output: LN1(h2) + x, LN2(h5) + h3; "
+    return {sublayer + POST_LN: f["out_pre_ln"],
+            "the residual connections (+ x, + h3) are left out": f["out_no_residual"],
+            **layer_hints(f, config.num_attention_heads, config.layer_norm_eps)}
+
+
 def check_layer() -> None:
     from minbert.model import BertLayer
 
-    from .mistakes import layer_hints
     f = load_fixture("layer")
     # Torch's fused attention kernel stands in for attention() here, so that this part depends only on
     # the code after h1; attention_probs_dropout_prob=0 keeps the training-mode run's randomness in ours.
@@ -101,11 +117,7 @@ def check_layer() -> None:
     what = "BertLayer.after_attention in minbert/model.py"
     with torch.no_grad():
         layer.eval()
-        compare(f"{what} (eval mode)", layer(x, mask), f["out"],
-                hints={"LayerNorm is applied before the residual add, LN(h) + x, instead of LN(h + x)":
-                       f["out_pre_ln"],
-                       "the residual connections (+ x, + h3) are left out": f["out_no_residual"],
-                       **layer_hints(f, config.num_attention_heads, config.layer_norm_eps)})
+        compare(f"{what} (eval mode)", layer(x, mask), f["out"], hints=layer_check_hints(f))
         layer.train()
         torch.manual_seed(SEED)
         compare(f"{what} in training mode (after torch.manual_seed({SEED}))", layer(x, mask), f["out_train"],

@@ -19,10 +19,11 @@ def attention_variant(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
                       softmax_dim: int = -1, mask_sign: float = 1.0, scale: str = "sqrt") -> torch.Tensor:
     """softmax(q k^T / sqrt(hs) + mask) v with the heads merged, (B, T, nh*hs); no dropout.
 
-    softmax_dim=-2 normalises over the queries, mask_sign=-1 subtracts the mask, scale="hs" divides by hs.
+    softmax_dim=-2 normalises over the queries, mask_sign=-1 subtracts the mask, scale="hs" divides by hs,
+    scale="H" by sqrt(H) = sqrt(nh * hs), the hidden size (what math.sqrt(nh * hs) or q.shape[1] * q.shape[-1] gives).
     """
     B, nh, T, hs = q.shape
-    div = {"sqrt": math.sqrt(hs), "hs": float(hs), "none": 1.0}[scale]
+    div = {"sqrt": math.sqrt(hs), "hs": float(hs), "H": math.sqrt(nh * hs), "none": 1.0}[scale]
     scores = q @ k.transpose(-2, -1) / div + mask_sign * mask          # (B, nh, T, T)
     out = scores.softmax(dim=softmax_dim) @ v                           # (B, nh, T, hs)
     return out.transpose(1, 2).reshape(B, T, nh * hs)                   # (B, T, H)
@@ -38,6 +39,9 @@ def attention_hints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
         "the mask is subtracted instead of added (it already holds the huge negative numbers: scores + mask)":
             attention_variant(q, k, v, mask, mask_sign=-1.0),
         "the scores are divided by hs instead of sqrt(hs)": attention_variant(q, k, v, mask, scale="hs"),
+        "the scores are divided by sqrt(nh * hs), the square root of the hidden size H, instead of sqrt(hs), "
+        "that of one head's size (hs = q.shape[-1]): each head's dot products sum over hs numbers only":
+            attention_variant(q, k, v, mask, scale="H"),
     }
 
 
@@ -149,10 +153,14 @@ def adamw_hints(style: str) -> dict[str, AdamWSpec]:
 # ---------------------------------------------------------------- the layer (BitFit eqs. 2-5)
 
 def layer_variant(f: dict[str, torch.Tensor], nh: int, eps: float, *, act: str = "gelu",
-                  second_residual: str = "h3") -> torch.Tensor:
+                  second_residual: str = "h3", norm: str = "post") -> torch.Tensor:
     """The layer check's BertLayer on f["x"], f["mask"] with f's "param.*" weights, eval mode, (B, T, H), 0 at padding.
 
     act="tanh" uses GELU's tanh approximation, act="relu" a ReLU; second_residual="x" adds x in the last add-and-norm.
+    norm places the LayerNorms: "post" is BERT's, LN(sublayer + residual); "sublayer" normalises the sublayer's
+    output before the add, LN1(h2) + x and LN2(h5) + h3; "residual" normalises the residual before the add,
+    h2 + LN1(x) and h5 + LN2(h3); "pre" and "pre-LN1" are a pre-LN layer (Xiong et al., 2020; GPT-2) written after
+    an attention that has already run on x: h3 = h2 + x, out = h3 + FFN(LN(h3)) with LN2's (or LN1's) weights.
     """
     x, mask = f["x"], f["mask"]
     B, T, H = x.shape
@@ -163,25 +171,49 @@ def layer_variant(f: dict[str, torch.Tensor], nh: int, eps: float, *, act: str =
     def heads(a: torch.Tensor) -> torch.Tensor:
         return a.view(B, T, nh, H // nh).transpose(1, 2)                # (B, T, H) -> (B, nh, T, hs)
 
-    def norm(a: torch.Tensor, g: str, b: str) -> torch.Tensor:
-        return F.layer_norm(a, (H,), w(g), w(b), eps)
+    def ln(a: torch.Tensor, i: int) -> torch.Tensor:
+        return F.layer_norm(a, (H,), w(f"gLN{i}"), w(f"bLN{i}"), eps)
+
+    def add_norm(a: torch.Tensor, r: torch.Tensor, i: int) -> torch.Tensor:    # sublayer output a, residual r
+        if norm == "sublayer":
+            return ln(a, i) + r
+        return a + ln(r, i) if norm == "residual" else ln(a + r, i)
+
+    def ffn(a: torch.Tensor) -> torch.Tensor:                           # (B, T, H) -> (B, T, I) -> (B, T, H)
+        a = F.linear(a, w("Wm2"), w("bm2"))
+        h4 = {"gelu": F.gelu(a), "tanh": F.gelu(a, approximate="tanh"), "relu": F.relu(a)}[act]
+        return F.linear(h4, w("Wm3"), w("bm3"))
 
     h1 = attention_variant(heads(F.linear(x, w("Wq"), w("bq"))), heads(F.linear(x, w("Wk"), w("bk"))),
                            heads(F.linear(x, w("Wv"), w("bv"))), mask)  # (B, T, H)
-    h3 = norm(F.linear(h1, w("Wm1"), w("bm1")) + x, "gLN1", "bLN1")
-    a = F.linear(h3, w("Wm2"), w("bm2"))                                # (B, T, I)
-    h4 = {"gelu": F.gelu(a), "tanh": F.gelu(a, approximate="tanh"), "relu": F.relu(a)}[act]
-    h5 = F.linear(h4, w("Wm3"), w("bm3"))
-    out = norm(h5 + (h3 if second_residual == "h3" else x), "gLN2", "bLN2")
+    h2 = F.linear(h1, w("Wm1"), w("bm1"))
+    if norm in ("pre", "pre-LN1"):                                      # no LayerNorm after either residual add
+        h3 = h2 + x
+        out = h3 + ffn(ln(h3, 1 if norm == "pre-LN1" else 2))
+    else:
+        h3 = add_norm(h2, x, 1)
+        out = add_norm(ffn(h3), h3 if second_residual == "h3" else x, 2)
     return out * (mask == 0).view(B, T, 1)                              # zeros at padding, as the layer returns
 
 
+POST_LN = "BERT is post-LN: normalise each sum, h3 = LN1(h2 + x) and out = LN2(h5 + h3 + ts)"
+
+
 def layer_hints(f: dict[str, torch.Tensor], nh: int, eps: float) -> dict[str, torch.Tensor]:
-    """What BertLayer returns (eval mode, no adapter) under each classic mistake, keyed by the hint's text."""
+    """What BertLayer returns (eval mode, no adapter) under each classic mistake, keyed by the hint's text.
+
+    (The check adds the fixture's own LN(h) + x, written from the reference code: layer_variant's norm="sublayer".)
+    """
     return {
         "GELU's tanh approximation is used; BERT's GELU is the exact one, gelu() at the top of model.py":
             layer_variant(f, nh, eps, act="tanh"),
         "a ReLU is used instead of GELU (gelu())": layer_variant(f, nh, eps, act="relu"),
         "the last add-and-norm adds x instead of h3: out = LN2(h5 + h3 + ts)":
             layer_variant(f, nh, eps, second_residual="x"),
+        f"LayerNorm is applied before the residual add, to the residual: h2 + LN1(x), h5 + LN2(h3); {POST_LN}":
+            layer_variant(f, nh, eps, norm="residual"),
+        f"the layer is written pre-LN, as GPT-2 is: h3 = h2 + x, out = h3 + FFN(LN2(h3)); {POST_LN}":
+            layer_variant(f, nh, eps, norm="pre"),
+        f"the layer is written pre-LN, as GPT-2 is: h3 = h2 + x, out = h3 + FFN(LN1(h3)); {POST_LN}":
+            layer_variant(f, nh, eps, norm="pre-LN1"),
     }

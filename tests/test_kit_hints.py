@@ -146,32 +146,61 @@ def test_adamw_problem_first_step_by_hand() -> None:
 
 # ---------------------------------------------------------------- attention and embeddings
 
-def _attention(softmax_dim: int = -1, mask_sign: float = 1.0, div: str = "sqrt"):
-    def attention(q, k, v, mask, dropout_p=0.0, training=False):
+def _attention(softmax_dim: int = -1, mask_sign: float = 1.0, div: str = "sqrt", mask: bool = True,
+               merge: bool = True):
+    """attention() with one mistake (the defaults are the right answer), as a student might write it."""
+    def attention(q, k, v, mask_, dropout_p=0.0, training=False):
         B, nh, T, hs = q.shape
-        scale = math.sqrt(hs) if div == "sqrt" else hs
-        scores = q @ k.transpose(-2, -1) / scale + mask_sign * mask
+        scale = {"sqrt": math.sqrt(hs), "hs": hs, "none": 1.0,
+                 "H": math.sqrt(q.shape[1] * q.shape[-1])}[div]           # "H": the hidden size, nh * hs
+        scores = q @ k.transpose(-2, -1) / scale + (mask_sign * mask_ if mask else 0.0)
         probs = F.dropout(scores.softmax(dim=softmax_dim), dropout_p, training)
-        return (probs @ v).transpose(1, 2).reshape(B, T, nh * hs)
+        out = probs @ v                                                    # (B, nh, T, hs)
+        return (out.transpose(1, 2) if merge else out).reshape(B, T, nh * hs)
     return attention
 
 
-@pytest.mark.parametrize("impl, says", [
-    (_attention(), None),
-    (_attention(softmax_dim=-2), "the softmax runs over the queries (dim=-2)"),
-    (_attention(softmax_dim=1), "the softmax runs over the heads (dim=1)"),
-    (_attention(mask_sign=-1.0), "the mask is subtracted instead of added"),
-    (_attention(div="hs"), "the scores are divided by hs instead of sqrt(hs)"),
-], ids=["right", "softmax-over-queries", "softmax-over-heads", "mask-sign", "divided-by-hs"])
-def test_attention_hint_fires_on_its_mistake_only(monkeypatch: pytest.MonkeyPatch, impl: object,
-                                                  says: str | None) -> None:
+ATTENTION_MISTAKES = {   # id: (the student's attention(), what the hint says)
+    "softmax-over-queries": (_attention(softmax_dim=-2), "the softmax runs over the queries (dim=-2)"),
+    "softmax-over-heads": (_attention(softmax_dim=1), "the softmax runs over the heads (dim=1)"),
+    "mask-sign": (_attention(mask_sign=-1.0), "the mask is subtracted instead of added"),
+    "no-mask": (_attention(mask=False), "the mask is not added to the scores"),
+    "divided-by-hs": (_attention(div="hs"), "the scores are divided by hs instead of sqrt(hs)"),
+    "not-scaled": (_attention(div="none"), "the scores are not divided by sqrt(hs)"),
+    "divided-by-sqrt-H": (_attention(div="H"), "the scores are divided by sqrt(nh * hs)"),
+    "merge-without-transpose": (_attention(merge=False), "the heads are merged without moving nh next to hs"),
+}
+
+
+@pytest.mark.parametrize("bug", ["", *ATTENTION_MISTAKES])
+def test_attention_hint_fires_on_its_mistake_only(monkeypatch: pytest.MonkeyPatch, bug: str) -> None:
     import minbert.model
-    monkeypatch.setattr(minbert.model, "attention", impl)
-    if says is None:
-        check_attention()
+    monkeypatch.setattr(minbert.model, "attention", ATTENTION_MISTAKES[bug][0] if bug else _attention())
+    if not bug:
+        check_attention()                              # the right answer passes: no hint fires
         return
-    with pytest.raises(Fail, match=re.escape(says)):
+    with pytest.raises(Fail) as e:
         check_attention()
+    msg, says = str(e.value), ATTENTION_MISTAKES[bug][1]
+    assert says in msg, msg
+    assert not [text for _, text in ATTENTION_MISTAKES.values() if text != says and text in msg], msg
+
+
+def _hints_apart(hints: dict[str, torch.Tensor], right: torch.Tensor) -> None:
+    """No hint's tensor is within the checks' tolerance of another's or of the right answer: none can shadow one."""
+    from assignments.common import ATOL, RTOL, _close
+    named = {"the right answer": right, **hints}
+    for a, x in named.items():
+        for b, y in named.items():
+            if a != b:
+                assert _close(x, y, RTOL, ATOL).any(), f"{a!r} matches {b!r}"
+
+
+def test_attention_hints_are_apart() -> None:
+    from assignments.checks import attention_check_hints
+    from assignments.common import load_fixture
+    f = load_fixture("attention")
+    _hints_apart(attention_check_hints(f), f["out"])
 
 
 def test_embeddings_without_layernorm_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -194,26 +223,78 @@ def test_the_layer_equations_reproduce_the_fixture() -> None:
     assert torch.allclose(layer_variant(f, config.num_attention_heads, config.layer_norm_eps), f["out"], atol=1e-5)
 
 
-@pytest.mark.parametrize("act, residual, says", [
-    ("tanh", "h3", "GELU's tanh approximation is used"),
-    ("relu", "h3", "a ReLU is used instead of GELU"),
-    ("gelu", "x", "the last add-and-norm adds x instead of h3"),
-], ids=["gelu-tanh", "relu", "second-residual-x"])
-def test_layer_hint_fires_on_its_mistake(monkeypatch: pytest.MonkeyPatch, act: str, residual: str, says: str) -> None:
+def test_the_sublayer_norm_equations_reproduce_the_fixture() -> None:
+    # layer_variant's LayerNorm placement against the fixture's LN(h) + x mistake, written from the reference code
+    from assignments.common import _tiny_config, load_fixture
+    from assignments.mistakes import layer_variant
+    f, config = load_fixture("layer"), _tiny_config()
+    got = layer_variant(f, config.num_attention_heads, config.layer_norm_eps, norm="sublayer")
+    assert torch.allclose(got, f["out_pre_ln"], atol=1e-5)
+
+
+def _student_after_attention(bug: str):
+    """A BertLayer.after_attention with one mistake (bug="" is the right answer), as a student might write it."""
+    from minbert.model import layer_norm
+
+    def after_attention(self, h1, x, ts=0.0):
+        def ln1(a):
+            return layer_norm(a, self.gLN1, self.bLN1, self.eps)
+
+        def ln2(a):
+            return layer_norm(a, self.gLN2, self.bLN2, self.eps)
+
+        act = {"tanh": lambda a: F.gelu(a, approximate="tanh"), "relu": F.relu}.get(bug, self.act)
+
+        def ffn(a):                                    # h5 from the feed-forward block's input
+            return F.dropout(F.linear(act(F.linear(a, self.Wm2, self.bm2)), self.Wm3, self.bm3), self.p, self.training)
+
+        h2 = F.dropout(F.linear(h1, self.Wm1, self.bm1), self.p, self.training)
+        if bug == "norm-sublayer":                     # normalise the sublayer's output, then add
+            h3 = ln1(h2) + x
+            return ln2(ffn(h3)) + h3 + ts
+        if bug == "norm-residual":                     # normalise the residual, then add
+            h3 = h2 + ln1(x)
+            return ffn(h3) + ln2(h3) + ts
+        if bug in ("pre-ln", "pre-ln1"):               # GPT-2's pre-LN, attention having already run on x
+            h3 = h2 + x
+            return h3 + ffn(ln1(h3) if bug == "pre-ln1" else ln2(h3)) + ts
+        if bug == "no-residual":
+            h3 = ln1(h2)
+            return ln2(ffn(h3) + ts)
+        h3 = ln1(h2 + x)
+        return ln2(ffn(h3) + (x if bug == "second-residual-x" else h3) + ts)
+    return after_attention
+
+
+LAYER_MISTAKES = {   # id: what the hint says
+    "tanh": "GELU's tanh approximation is used",
+    "relu": "a ReLU is used instead of GELU",
+    "second-residual-x": "the last add-and-norm adds x instead of h3",
+    "no-residual": "the residual connections (+ x, + h3) are left out",
+    "norm-sublayer": "LayerNorm is applied before the residual add, to the sublayer's output",
+    "norm-residual": "LayerNorm is applied before the residual add, to the residual:",
+    "pre-ln": "the layer is written pre-LN, as GPT-2 is: h3 = h2 + x, out = h3 + FFN(LN2(h3))",
+    "pre-ln1": "the layer is written pre-LN, as GPT-2 is: h3 = h2 + x, out = h3 + FFN(LN1(h3))",
+}
+
+
+@pytest.mark.parametrize("bug", ["", *LAYER_MISTAKES])
+def test_layer_hint_fires_on_its_mistake_only(monkeypatch: pytest.MonkeyPatch, bug: str) -> None:
     import minbert.model
     from assignments.checks import check_layer
-
-    def forward(self, x, mask):
-        B, T, _ = x.shape
-        q, k, v = (self.split_heads(F.linear(x, W, b)) for W, b in ((self.Wq, self.bq), (self.Wk, self.bk),
-                                                                   (self.Wv, self.bv)))
-        h1 = self.attend(q, k, v, mask, self.p_attn, self.training)
-        h3 = minbert.model.layer_norm(F.linear(h1, self.Wm1, self.bm1) + x, self.gLN1, self.bLN1, self.eps)
-        a = F.linear(h3, self.Wm2, self.bm2)
-        h4 = F.gelu(a, approximate="tanh") if act == "tanh" else F.relu(a) if act == "relu" else F.gelu(a)
-        h5 = F.linear(h4, self.Wm3, self.bm3)
-        out = minbert.model.layer_norm(h5 + (h3 if residual == "h3" else x), self.gLN2, self.bLN2, self.eps)
-        return out * (mask == 0).view(B, T, 1)
-    monkeypatch.setattr(minbert.model.BertLayer, "forward", forward)
-    with pytest.raises(Fail, match=re.escape(says)):
+    monkeypatch.setattr(minbert.model.BertLayer, "after_attention", _student_after_attention(bug))
+    if not bug:
+        check_layer()                                  # the right answer passes (training mode, adapter): no hint
+        return
+    with pytest.raises(Fail) as e:
         check_layer()
+    msg, says = str(e.value), LAYER_MISTAKES[bug]
+    assert "(eval mode)" in msg and says in msg, msg
+    assert not [text for text in LAYER_MISTAKES.values() if text != says and text in msg], msg
+
+
+def test_layer_hints_are_apart() -> None:
+    from assignments.checks import layer_check_hints
+    from assignments.common import load_fixture
+    f = load_fixture("layer")
+    _hints_apart(layer_check_hints(f), f["out"])
