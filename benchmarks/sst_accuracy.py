@@ -14,7 +14,7 @@ import json
 import time
 from pathlib import Path
 
-from tasks.classifier import build_parser, run
+from tasks.classifier import parse_settings, run
 
 
 def main() -> None:
@@ -32,7 +32,7 @@ def main() -> None:
                 "--predictions-dir", str(out / mode), "--checkpoint", str(out / f"{mode}.pt"), *args.extra]
         print("python -m tasks.classifier " + " ".join(argv), flush=True)
         t0 = time.perf_counter()
-        summary = run(build_parser().parse_args(argv))
+        summary = run(parse_settings(argv))
         summary["wall_seconds"] = time.perf_counter() - t0
         summary["argv"] = argv
         (out / f"{mode}.json").write_text(json.dumps(summary, indent=2))

@@ -2,16 +2,18 @@
 
     python -m tasks.classifier --task sst --fine-tune-mode full-model
 
-After every epoch it prints the training loss and the dev accuracy; the best dev epoch is kept,
-and its predictions are written to predictions/{task}-dev-output.csv and
-predictions/{task}-test-output.csv in the course leaderboard's format. A checkpoint is written
-after every epoch; `--resume` on it continues a killed run to the same result.
+After every epoch it prints the training loss and the dev accuracy; the best dev epoch is kept, and its predictions
+are written to RUN_DIR/predictions/{task}-dev-output.csv and {task}-test-output.csv in the course leaderboard's
+format. The run directory (--run-dir, default runs/classifier-TASK-MODE-DATE-TIME) holds run.json (the command and
+its full settings), the checkpoint written after every epoch and the curves; `--resume RUN_DIR` continues a killed
+run to the same result. `--print-config` prints the settings as JSON, `--config FILE` reads them back.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -20,15 +22,17 @@ from torch import nn
 import minbert
 from minbert.pooling import POOLINGS
 
-from .cli import Split, add_common_arguments, load_split, run_settings, setup, write_split
+from .cli import Split, Training, load_split, start, write_split
 from .data import TASKS, Collator, Records, batches, model_inputs, to_device
 from .distributed import is_main_process
-from .errors import existing_file, nonnegative_float, probability, run_cli
-from .evaluation import LEADERBOARD, accuracy, prediction_path
-from .finetune import add_mode_arguments, get_mode
-from .recipe import autocast, loop_kwargs, make_optimizer
+from .errors import ConfigurationError, existing_file, run_cli
+from .evaluation import LEADERBOARD, accuracy, prediction_path, write_raw
+from .finetune import FineTune
+from .precision import resolve_precision
+from .recipe import Recipe, autocast, make_optimizer
+from .runs import RunOptions, RunPaths, resume_base, run_paths, write_run_json
+from .settings import parse, parser_for, resume_config, section, setting
 from .starter_flags import translate
-from .toolkit import raw_path, write_raw
 from .train import fit
 from .unfinished import explain_unfinished
 
@@ -104,110 +108,128 @@ def predict(model: nn.Module, examples: Records, collate: Collator, batch_size: 
     return logits_of(model, examples, collate, batch_size, lengths, device).argmax(-1).tolist()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tasks.classifier", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", choices=sorted(NUM_LABELS), default="sst",
-                   help="sst: 5-way sentiment of movie-review phrases; cfimdb: binary sentiment of long reviews")
-    add_mode_arguments(p)
-    p.add_argument("--weight-decay", type=nonnegative_float, default=0.0,
-                   help="AdamW's decoupled weight decay (default 0)")
-    p.add_argument("--dropout", type=probability, default=None,
-                   help="dropout before the head (default: the model's, 0.1)")
-    p.add_argument("--no-bucket", dest="bucket", action="store_false",
-                   help="batch training examples in random order instead of by similar length")
-    p.add_argument("--train-file", default=None, type=existing_file,
-                   help="training file (default: DATA_DIR/ids-{task}-train.csv)")
-    p.add_argument("--dev-file", default=None, type=existing_file,
-                   help="dev file for model selection (default: DATA_DIR/ids-{task}-dev.csv)")
-    p.add_argument("--test-file", default=None, type=existing_file,
-                   help="test file to predict (default: DATA_DIR/ids-{task}-test-student.csv); scored too if labelled")
-    p.add_argument("--predictions-dir", default="predictions",
-                   help="where {task}-dev-output.csv and {task}-test-output.csv go (default: predictions)")
-    p.add_argument("--checkpoint", default=None,
-                   help="checkpoint written after every epoch (default: checkpoints/{task}-{mode}.pt)")
-    p.add_argument("--raw-outputs", action="store_true",
-                   help="also write {task}-{split}-raw.csv beside the prediction files: each example's logits")
-    add_common_arguments(
-        p, model={"help": "checkpoint: the offline alias 'minilm' (default), a Hub name such as bert-base-uncased, "
-                          "or a local directory with config.json and weights"},
-        pooling={"choices": POOLINGS, "help": "sentence vector for the head: mean of the final hidden states "
-                                              "(default), the [CLS] state, or the pooler output"})
-    return p
+@dataclass
+class Files:
+    """The task's files (each default: DATA_DIR/ids-TASK-SPLIT.csv)."""
+
+    data_dir: str = setting("data", help="where the default task files live")
+    train_file: str | None = setting(None, parse=existing_file, metavar="PATH",
+                                     help="training file (none: DATA_DIR/ids-{task}-train.csv)")
+    dev_file: str | None = setting(None, parse=existing_file, metavar="PATH",
+                                   help="dev file for model selection (none: DATA_DIR/ids-{task}-dev.csv)")
+    test_file: str | None = setting(None, parse=existing_file, metavar="PATH",
+                                    help="test file to predict, scored too if labelled (none: "
+                                         "DATA_DIR/ids-{task}-test-student.csv)")
+
+    def path(self, task: str, split: str) -> str:
+        given = getattr(self, f"{split}_file")
+        return given or str(TASKS[task].path(self.data_dir, split))
 
 
-def run(args: argparse.Namespace) -> dict:
+@dataclass
+class Settings:
+    """python -m tasks.classifier: everything a run is."""
+
+    task: str = setting("sst", choices=tuple(sorted(NUM_LABELS)),
+                        help="sst: 5-way sentiment of movie-review phrases; cfimdb: binary sentiment of long reviews")
+    fine_tune: FineTune = section(FineTune)
+    training: Training = section(Training)
+    recipe: Recipe = section(Recipe)
+    files: Files = section(Files)
+    run: RunOptions = section(RunOptions)
+
+
+def run(settings: Settings) -> dict:
     """Train, select on dev, write the prediction files; returns the dev (and test) accuracy and history."""
-    mode = get_mode(args.fine_tune_mode)
-    lr = args.lr if args.lr is not None else mode.default_lr
-    device, tokenizer = setup(args)
-    files = TASKS[args.task]
-    train = load_split("train", args.train_file or files.path(args.data_dir, "train"), args.task, tokenizer,
-                       args.max_train_examples, args.seed)
-    dev = load_split("dev", args.dev_file or files.path(args.data_dir, "dev"), args.task, tokenizer)
-    test = load_split("test", args.test_file or files.path(args.data_dir, "test"), args.task, tokenizer)
+    task, tr, ft = settings.task, settings.training, settings.fine_tune
+    mode = ft.mode
+    lr = tr.lr if tr.lr is not None else mode.default_lr
+    paths = run_paths(settings.run, "classifier", task, ft.fine_tune_mode)
+    device, tokenizer = start(settings.run.device, settings.run.threads, tr.seed, tr.model, tr.max_length)
+    settings = replace(settings, recipe=replace(settings.recipe,   # --precision auto: the run says what it chose
+                                                precision=resolve_precision(device, settings.recipe.precision)))
+    train = load_split("train", settings.files.path(task, "train"), task, tokenizer, tr.max_train_examples, tr.seed)
+    dev = load_split("dev", settings.files.path(task, "dev"), task, tokenizer)
+    test = load_split("test", settings.files.path(task, "test"), task, tokenizer)
     if not (train.records.labelled and dev.records.labelled):
-        raise SystemExit("the training and dev files must have labels")
+        raise ConfigurationError(f"the training and dev files must have labels ({train.records.path}, "
+                                 f"{dev.records.path})")
 
-    model = SentimentClassifier(minbert.load_pretrained(args.model), NUM_LABELS[args.task], args.dropout,
-                                args.pooling)
-    params = mode.setup(model, args)
+    model = SentimentClassifier(minbert.load_pretrained(tr.model), NUM_LABELS[task], tr.dropout, tr.pooling)
+    params = mode.setup(model, ft, tr.seed)
     model.to(device)
-    optimizer = make_optimizer(params, lr, args.weight_decay, args.optimizer)
+    optimizer = make_optimizer(params, lr, tr.weight_decay, settings.recipe.optimizer)
     if is_main_process():
-        print(f"{args.task}: {len(train.records)} train, {len(dev.records)} dev, {len(test.records)} test examples; "
-              f"{args.fine_tune_mode} trains {sum(p.numel() for p in params):,} of "
-              f"{sum(p.numel() for p in model.parameters()):,} parameters; lr {lr:g}; device {device}", file=sys.stderr)
+        if paths.resume is None:   # a resumed run rewrites run.json once it has finished, its settings accepted
+            write_run_json(paths, "classifier", settings)
+        print(f"{task}: {len(train.records)} train, {len(dev.records)} dev, {len(test.records)} test examples; "
+              f"{ft.fine_tune_mode} trains {sum(p.numel() for p in params):,} of "
+              f"{sum(p.numel() for p in model.parameters()):,} parameters; lr {lr:g}; device {device}; run "
+              f"{paths.dir}", file=sys.stderr)
 
     collate = Collator(tokenizer)
 
     def epoch_batches(epoch: int) -> list[dict]:
-        return batches(train.records, collate, args.batch_size, shuffle=True, seed=args.seed * 1_000_003 + epoch,
-                       bucket=args.bucket, lengths=train.lengths)
+        return batches(train.records, collate, tr.batch_size, shuffle=True, seed=tr.seed * 1_000_003 + epoch,
+                       bucket=tr.bucket, lengths=train.lengths)
 
     def evaluate(m: nn.Module) -> dict[str, float]:
-        preds = predict(m, dev.records, collate, args.eval_batch_size, dev.lengths, device)
+        preds = predict(m, dev.records, collate, settings.run.eval_batch_size, dev.lengths, device)
         return {"accuracy": accuracy(preds, [e.label for e in dev.records])}
 
-    checkpoint = args.checkpoint or f"checkpoints/{args.task}-{args.fine_tune_mode}.pt"
-    post_step = (lambda m: mode.post_step(m, args)) if mode.post_step is not None else None
+    post_step = (lambda m: mode.post_step(m, ft)) if mode.post_step is not None else None
     result = fit(model, optimizer, epoch_batches, classification_loss, evaluate, metric="accuracy",
-                 epochs=args.epochs, device=device, seed=args.seed, checkpoint=checkpoint, resume=args.resume,
-                 config=run_settings(args, lr=lr), post_step=post_step, progress=args.progress, **loop_kwargs(args))
+                 epochs=tr.epochs, device=device, seed=tr.seed, checkpoint=paths.checkpoint, resume=paths.resume,
+                 config=resume_config(settings) | {"training.lr": lr, "command": "classifier"}, post_step=post_step,
+                 progress=settings.run.progress, **settings.recipe.loop())
 
-    summary = {"task": args.task, "best_epoch": result.best_epoch, "dev_accuracy": result.best_score,
-               "history": result.history, "checkpoint": checkpoint}
+    summary = {"task": task, "best_epoch": result.best_epoch, "dev_accuracy": result.best_score,
+               "history": result.history, "checkpoint": str(paths.checkpoint), "run_dir": str(paths.dir)}
     if not is_main_process():  # under torchrun, rank 0 alone writes the files
         return summary
     model.load_state_dict(result.best_state)
     if mode.after_fit is not None:
-        mode.after_fit(model, args)
+        mode.after_fit(model, ft, {"task": task, "model": tr.model, "pooling": tr.pooling,
+                                   "fine_tune_mode": ft.fine_tune_mode, "bitfit_terms": ft.bitfit_terms})
     for split in (dev, test):
-        write_outputs(args, model, split, collate, device, summary)
+        write_outputs(settings, paths, model, split, collate, device, summary)
+    write_run_json(paths, "classifier", settings, result={k: v for k, v in summary.items() if k != "history"})
     print(f"best dev accuracy {result.best_score:.4f} at epoch {result.best_epoch}")
     return summary
 
 
-def write_outputs(args: argparse.Namespace, model: nn.Module, split: Split, collate: Collator, device: torch.device,
-                  summary: dict) -> None:
+def write_outputs(settings: Settings, paths: RunPaths, model: nn.Module, split: Split, collate: Collator,
+                  device: torch.device, summary: dict) -> None:
     """A split's prediction file (and with --raw-outputs its logits), its accuracy into `summary` when labelled."""
-    with autocast(device, args.precision):  # as fit() evaluated: the dev accuracy matches its best_score
-        logits = logits_of(model, split.records, collate, args.eval_batch_size, split.lengths, device)  # (N, C)
-    preds = logits.argmax(-1).tolist()
-    if args.raw_outputs:
-        write_raw(raw_path(args.predictions_dir, args.task, split.name), [e.id for e in split.records], logits)
-    path = prediction_path(args.predictions_dir, args.task, split.name)
-    value = write_split(path, args.task, split.records, preds, f"{split.name} accuracy", accuracy,
-                        what=f"{LEADERBOARD[args.task].column}, ")
+    task = settings.task
+    with autocast(device, settings.recipe.precision):  # as fit() evaluated: the dev accuracy matches its best_score
+        logits = logits_of(model, split.records, collate, settings.run.eval_batch_size, split.lengths, device)
+    preds = logits.argmax(-1).tolist()                                                               # (N, C) -> (N,)
+    if settings.run.raw_outputs:
+        write_raw(paths.predictions / f"{task}-{split.name}-raw.csv", [e.id for e in split.records], logits)
+    path = prediction_path(paths.predictions, task, split.name)
+    value = write_split(path, task, split.records, preds, f"{split.name} accuracy", accuracy,
+                        what=f"{LEADERBOARD[task].column}, ")
     if value is not None:
         summary[f"{split.name}_accuracy"] = value
     summary[f"{split.name}_predictions"] = str(path)
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: Settings' flags, --config and --print-config."""
+    return parser_for(Settings, "python -m tasks.classifier", __doc__)
+
+
+def parse_settings(argv: list[str] | None = None) -> Settings:
+    """The settings from the command line (the course's starter spellings too), --config and --resume DIR."""
+    return parse(Settings, translate(argv, "classifier"), prog="python -m tasks.classifier", description=__doc__,
+                 base=lambda given: resume_base(getattr(given, "run.resume", None), Settings))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(translate(argv, "classifier"))   # the course's starter spellings too
+    settings = parse_settings(argv)
     with explain_unfinished():
-        run(args)
+        run(settings)
     return 0
 
 

@@ -23,13 +23,15 @@ from pathlib import Path
 import torch
 
 import minbert
+from minbert.pooling import POOLINGS
 
 from .data import TASKS, Records, token_lengths
 from .distributed import is_main_process
-from .errors import existing_file, positive_float, positive_int
+from .errors import existing_file, nonnegative_float, positive_float, positive_int, probability
 from .evaluation import write_predictions
 from .precision import resolve_precision
 from .recipe import add_loop_arguments
+from .settings import ListAction, setting
 from .train import pick_device, seed_everything
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -39,25 +41,30 @@ NOT_SETTINGS = ("progress", "threads", "eval_batch_size", "checkpoint", "resume"
                 "raw_outputs", "predictions", "out")
 
 
-class ListFlag(argparse.Action):
-    """A list flag: `--f a,b,c`, `--f a b c` and `--f a,b c` give the same items, each parsed by `item`; with
-    joined=True the value is the items joined by commas (a string, as flags that always took commas store it)."""
+ListFlag = ListAction   # `--f a,b,c`, `--f a b c`; joined=True keeps the items as one comma-joined string
 
-    def __init__(self, option_strings: list[str], dest: str, item: Callable[[str], object] = str,
-                 joined: bool = False, **kwargs):
-        self.item, self.joined = item, joined
-        super().__init__(option_strings, dest, nargs="+", **kwargs)
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: list[str],
-                 option_string: str | None = None) -> None:
-        parts = [part.strip() for value in values for part in value.split(",") if part.strip()]
-        if not parts:
-            parser.error(f"{option_string}: give at least one value")
-        try:
-            items = [self.item(part) for part in parts]
-        except (argparse.ArgumentTypeError, ValueError) as e:
-            parser.error(f"{option_string}: {e}")
-        setattr(namespace, self.dest, ",".join(map(str, items)) if self.joined else items)
+@dataclass
+class Training:
+    """The model, the training sample and the loop's size (each command may redeclare a field's default)."""
+
+    model: str = setting("minilm", help="checkpoint: 'minilm' (the offline default), a Hub name such as "
+                                        "bert-base-uncased, or a local directory with config.json and weights")
+    epochs: int = setting(3, parse=positive_int, on_resume="free", help="training epochs")
+    lr: float | None = setting(None, parse=positive_float, help="learning rate (none: the fine-tune mode's own)")
+    batch_size: int = setting(32, parse=positive_int, help="training batch size")
+    weight_decay: float = setting(0.0, parse=nonnegative_float, help="AdamW's decoupled weight decay")
+    dropout: float | None = setting(None, parse=probability,
+                                    help="dropout before the head (none: the model's hidden dropout, 0.1)")
+    pooling: str = setting("mean", choices=POOLINGS, help="sentence vector: the mean of the real tokens' final "
+                                                         "states, the [CLS] state, or the pooler output")
+    max_length: int | None = setting(None, parse=positive_int,
+                                     help="truncate inputs to this many tokens (none: the model's limit, 512)")
+    seed: int = setting(11711, parse=int, help="random seed for initialisation, order and dropout")
+    max_train_examples: int | None = setting(None, parse=positive_int,
+                                             help="train on a random sample of N examples, drawn with --seed "
+                                                  "(quick runs; none: all)")
+    bucket: bool = setting(True, help="batch training examples in random order instead of by similar length")
 
 
 def add_common_arguments(p: argparse.ArgumentParser, **changes: dict) -> None:
@@ -102,13 +109,20 @@ def add_common_arguments(p: argparse.ArgumentParser, **changes: dict) -> None:
 def setup(args: argparse.Namespace) -> tuple[torch.device, minbert.Tokenizer]:
     """The device (--device), torch's threads (--threads), the seed (--seed) and --model's tokenizer;
     --precision auto becomes the device's choice, so that the run's settings say what it trained in."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    device = pick_device(args.device)
+    device, tokenizer = start(args.device, args.threads, args.seed, args.model, args.max_length)
     args.precision = resolve_precision(device, args.precision)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    seed_everything(args.seed)
-    return device, minbert.Tokenizer.from_pretrained(args.model, max_length=args.max_length)
+    return device, tokenizer
+
+
+def start(device: str, threads: int | None, seed: int, model: str,
+          max_length: int | None) -> tuple[torch.device, minbert.Tokenizer]:
+    """The device, torch's threads, the seed and the model's tokenizer."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    picked = pick_device(device)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    seed_everything(seed)
+    return picked, minbert.Tokenizer.from_pretrained(model, max_length=max_length)
 
 
 def run_settings(args: argparse.Namespace, excluded: Sequence[str] = (), **extra) -> dict:

@@ -313,8 +313,13 @@ def sweep_and_predict(args: argparse.Namespace, model: DeeBert, splits: tuple[Sp
     print(f"wrote {out}/sweep.csv, sweep.json, curve.png, exit_layers.png, per_layer.png")
 
 
+def parse_settings(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's settings from the command line."""
+    return build_parser().parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    run(build_parser().parse_args(argv))
+    run(parse_settings(argv))
     return 0
 
 

@@ -219,3 +219,26 @@ def gold_records(data_dir: str | Path, task: str, split: str) -> Records | None:
     """The gold (or test-input) records of a leaderboard task's split, None where the file does not exist."""
     path = TASKS[task].path(data_dir, split)
     return TASKS[task].read(path) if path.is_file() else None
+
+
+def raw_path(pred_dir: str | Path, task: str, split: str) -> Path:
+    """PRED_DIR/{task}-{split}-raw.csv: a split's raw outputs (logits or scores), for ensembles."""
+    return Path(pred_dir) / f"{task}-{split}-raw.csv"
+
+
+def write_raw(path: str | Path, ids: Sequence[str], rows: torch.Tensor) -> Path:
+    """id and the raw output (N,) or (N, C) of every record, one line each: `id , v1 v2 ...` (exact float reprs)."""
+    rows = rows.reshape(len(ids), -1).tolist()                           # (N,) or (N, C) -> (N, C)
+    return write_text(path, "id , output\n" + "".join(f"{i} , {' '.join(repr(float(x)) for x in r)}\n"
+                                                      for i, r in zip(ids, rows)))
+
+
+def read_raw(path: str | Path) -> dict[str, list[float]]:
+    """id -> raw output values, from a file write_raw wrote."""
+    out = {}
+    for n, line in enumerate(Path(path).read_text().splitlines()[1:], 2):
+        ident, sep, values = line.partition(" , ")
+        if not sep:
+            raise ValueError(f"{path}:{n}: expected 'id , values', got {line!r}")
+        out[ident] = [float(x) for x in values.split()]
+    return out

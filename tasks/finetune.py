@@ -1,10 +1,10 @@
 """Fine-tune modes: which parameters train. A registry, so that a new mode needs no change to the loop.
 
-A mode is a function (model, args) -> the parameters to optimise; it sets requires_grad itself.
-The model is a task model with an encoder `bert` and a task head `head` (an nn.Module or
-nn.ModuleDict). A mode may add its own command-line flags (add_arguments), pick its own default
-learning rate, run a hook after every optimiser step (post_step), e.g. to re-apply a mask, and one
-on the selected model after training (after_fit), e.g. to save a small per-task file:
+A mode is a function (model, settings, seed) -> the parameters to optimise, where settings is the command's FineTune
+section; it sets requires_grad itself. The model is a task model with an encoder `bert` and a task head `head` (an
+nn.Module or nn.ModuleDict). A mode may pick its own default learning rate, run a hook after every optimiser step
+(post_step), e.g. to re-apply a mask, and one on the selected model after training (after_fit(model, settings,
+meta)), e.g. to save a small per-task file; a setting of its own is a field of FineTune:
 
     register(FineTuneMode("my-mode", my_setup, default_lr=1e-4, help="..."))
 """
@@ -19,7 +19,7 @@ from torch import nn
 
 from minbert import bitfit, bitfit_controls, bitfit_tasks
 
-from .cli import ListFlag
+from .settings import add_flat_arguments, setting
 
 
 @dataclass(frozen=True)
@@ -27,12 +27,11 @@ class FineTuneMode:
     """A named way of choosing the trainable parameters, with its default learning rate."""
 
     name: str
-    setup: Callable[[nn.Module, argparse.Namespace], list[nn.Parameter]]
+    setup: Callable[[nn.Module, FineTune, int], list[nn.Parameter]]
     default_lr: float
     help: str
-    post_step: Callable[[nn.Module, argparse.Namespace], None] | None = None
-    after_fit: Callable[[nn.Module, argparse.Namespace], None] | None = None  # on the best model, once
-    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    post_step: Callable[[nn.Module, FineTune], None] | None = None
+    after_fit: Callable[[nn.Module, FineTune, dict], None] | None = None  # on the best model, once
 
 
 MODES: dict[str, FineTuneMode] = {}
@@ -55,18 +54,18 @@ def trainable(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def _last_linear_layer(model: nn.Module, args: argparse.Namespace) -> list[nn.Parameter]:
+def _last_linear_layer(model: nn.Module, settings: FineTune, seed: int) -> list[nn.Parameter]:
     model.bert.requires_grad_(False)
     model.head.requires_grad_(True)
     return trainable(model)
 
 
-def _full_model(model: nn.Module, args: argparse.Namespace) -> list[nn.Parameter]:
+def _full_model(model: nn.Module, settings: FineTune, seed: int) -> list[nn.Parameter]:
     model.requires_grad_(True)
     return trainable(model)
 
 
-def _full_frozen_words(model: nn.Module, args: argparse.Namespace) -> list[nn.Parameter]:
+def _full_frozen_words(model: nn.Module, settings: FineTune, seed: int) -> list[nn.Parameter]:
     model.requires_grad_(True)
     model.bert.embeddings.word.requires_grad_(False)      # (vocab, H): half of MiniLM's parameters
     return trainable(model)
@@ -95,50 +94,36 @@ def _bitfit_terms(value: str) -> str:
     return value
 
 
-def _bitfit_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bitfit-terms", action=ListFlag, item=_bitfit_terms, joined=True, default="all",
-                        metavar="TERM",
-                        help="bitfit: the bias terms to train, 'all' (every bias, the embedding LayerNorm's and the "
-                             "pooler's included) or a comma- or space-separated subset of bq,bk,bv,bm1,bLN1,bm2,bm3,bLN2 "
-                             "such as bq,bm2; rand_*: the budget is what bitfit with these terms trains")
-    parser.add_argument("--bitfit-task-file", default=None, metavar="PATH",
-                        help="bitfit, frozen: also save the trained biases and the head, a few kilobytes, as a "
-                             "per-task file that minbert.bitfit_tasks.SharedBackbone.switch loads onto the backbone")
-
-
-def _bitfit(model: nn.Module, args: argparse.Namespace) -> list[nn.Parameter]:
-    bitfit.freeze(model.bert, getattr(args, "bitfit_terms", "all"))
+def _bitfit(model: nn.Module, settings: FineTune, seed: int) -> list[nn.Parameter]:
+    bitfit.freeze(model.bert, settings.bitfit_terms)
     model.head.requires_grad_(True)
     return trainable(model)
 
 
-def _frozen(model: nn.Module, args: argparse.Namespace) -> list[nn.Parameter]:
+def _frozen(model: nn.Module, settings: FineTune, seed: int) -> list[nn.Parameter]:
     bitfit.freeze(model.bert, "none")
     model.head.requires_grad_(True)
     return trainable(model)
 
 
-def _save_task_file(model: nn.Module, args: argparse.Namespace) -> None:
-    path = getattr(args, "bitfit_task_file", None)
+def _save_task_file(model: nn.Module, settings: FineTune, meta: dict) -> None:
+    path = settings.bitfit_task_file
     if path:
-        meta = {k: str(v) for k, v in vars(args).items() if k in ("task", "model", "pooling", "fine_tune_mode",
-                                                                   "bitfit_terms") and v is not None}
-        size = bitfit_tasks.save_task(path, model.bert, model.head, meta)
+        size = bitfit_tasks.save_task(path, model.bert, model.head, {k: str(v) for k, v in meta.items()})
         print(f"wrote {path} ({size / 1024:.0f} KiB: the trained biases and the head)")
 
 
-def _random_control(how: str, scope: str = "encoder") -> Callable[[nn.Module, argparse.Namespace], list[nn.Parameter]]:
-    def setup(model: nn.Module, args: argparse.Namespace) -> list[nn.Parameter]:
-        terms = getattr(args, "bitfit_terms", "all")
-        budget = None if how == "rand_row_col_ref" else bitfit.bitfit_budget(model.bert, terms)
-        bitfit_controls.freeze_random(model.bert, how, budget=budget, seed=getattr(args, "seed", 0), scope=scope)
+def _random_control(how: str, scope: str = "encoder") -> Callable[[nn.Module, FineTune, int], list[nn.Parameter]]:
+    def setup(model: nn.Module, settings: FineTune, seed: int) -> list[nn.Parameter]:
+        budget = None if how == "rand_row_col_ref" else bitfit.bitfit_budget(model.bert, settings.bitfit_terms)
+        bitfit_controls.freeze_random(model.bert, how, budget=budget, seed=seed, scope=scope)
         model.head.requires_grad_(True)
         return trainable(model)
     return setup
 
 
 register(FineTuneMode(
-    "bitfit", _bitfit, default_lr=1e-3, add_arguments=_bitfit_arguments, after_fit=_save_task_file,
+    "bitfit", _bitfit, default_lr=1e-3, after_fit=_save_task_file,
     help="BitFit: train only the bias terms named by --bitfit-terms, and the head"))
 register(FineTuneMode(
     "frozen", _frozen, default_lr=1e-3, after_fit=_save_task_file,
@@ -162,11 +147,42 @@ register(FineTuneMode(
     help="rand_row_col drawing from the embedding tables too (a weaker control)"))
 
 
+def _registered(name: str) -> str:
+    """A fine-tune mode's name, checked against the registry when the flag is read (a mode registered after this
+    module loaded counts)."""
+    if name not in MODES:
+        raise argparse.ArgumentTypeError(f"unknown fine-tune mode {name!r}; known: {', '.join(sorted(MODES))}")
+    return name
+
+
+@dataclass
+class FineTune:
+    """Which parameters train: the fine-tune mode, and BitFit's choices."""
+
+    fine_tune_mode: str = setting(
+        "full-model", parse=lambda name: _registered(name), metavar="MODE",
+        help="which parameters train. " + "; ".join(f"{m.name}: {m.help} (default lr {m.default_lr:g})"
+                                                    for m in MODES.values()))
+    bitfit_terms: str = setting(
+        "all", item=_bitfit_terms, metavar="TERM",
+        help="bitfit: the bias terms to train, 'all' (every bias, the embedding LayerNorm's and the pooler's "
+             "included) or a comma- or space-separated subset of bq,bk,bv,bm1,bLN1,bm2,bm3,bLN2 such as bq,bm2; "
+             "rand_*: the budget is what bitfit with these terms trains")
+    bitfit_task_file: str | None = setting(
+        None, metavar="PATH",
+        help="bitfit, frozen: also save the trained biases and the head, a few kilobytes, as a per-task file that "
+             "minbert.bitfit_tasks.SharedBackbone.switch loads onto the backbone")
+
+    @property
+    def mode(self) -> FineTuneMode:
+        return get_mode(self.fine_tune_mode)
+
+
 def add_mode_arguments(parser: argparse.ArgumentParser) -> None:
-    """--fine-tune-mode, plus the flags every registered mode declares."""
-    lines = "; ".join(f"{m.name}: {m.help} (default lr {m.default_lr:g})" for m in MODES.values())
-    parser.add_argument("--fine-tune-mode", default="full-model", choices=sorted(MODES),
-                        help=f"which parameters train. {lines}")
-    for mode in MODES.values():
-        if mode.add_arguments is not None:
-            mode.add_arguments(parser)
+    """--fine-tune-mode and the modes' own flags, from FineTune's fields (for the commands that read a Namespace)."""
+    add_flat_arguments(parser, FineTune)
+
+
+def fine_tune_of(args: argparse.Namespace) -> FineTune:
+    """The FineTune section from a Namespace parsed with add_mode_arguments."""
+    return FineTune(args.fine_tune_mode, args.bitfit_terms, args.bitfit_task_file)

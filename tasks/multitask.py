@@ -36,7 +36,7 @@ from .data import TASKS, Records, batch_indices, to_device
 from .distributed import is_main_process, world_size
 from .errors import existing_file, fraction, nonnegative_float, positive_float, positive_int, probability, run_cli
 from .evaluation import accuracy, overall_score, pearson, prediction_path, write_text
-from .finetune import add_mode_arguments, get_mode
+from .finetune import add_mode_arguments, fine_tune_of, get_mode
 from .multitask_data import Encoded, EpochBatches, collate, load
 from .recipe import autocast, loop_kwargs, make_optimizer
 from .simcse_quora import SIMCSE_QUORA_REST
@@ -305,7 +305,7 @@ def run(args: argparse.Namespace) -> dict:
     config = MultitaskConfig(args.design, args.pooling, args.head_hidden, args.dropout,
                              similarity_bias=args.sts_head_bias, symmetric_pairs=args.symmetric_pairs)
     model = model_class(vars(args))(minbert.load_pretrained(args.model), config)
-    params = mode.setup(model, args)
+    params = mode.setup(model, fine_tune_of(args), args.seed)
     params = add_smart_pals(model, args, params)
     model.to(device)
     optimizer = make_optimizer(params, lr, args.weight_decay, args.optimizer)
@@ -340,7 +340,7 @@ def run(args: argparse.Namespace) -> dict:
 
     run_config = toolkit_settings(run_settings(args, lr=lr))
     checkpoint = args.checkpoint or f"checkpoints/multitask-{args.design}-{args.schedule}-{args.fine_tune_mode}.pt"
-    post_step = (lambda m: mode.post_step(m, args)) if mode.post_step is not None else None
+    post_step = (lambda m: mode.post_step(m, fine_tune_of(args))) if mode.post_step is not None else None
     post_step = smart_post_step(post_step) if args.smart else post_step
     result = fit(model, optimizer, epoch_batches, toolkit_loss(args, device, toolkit_log), evaluate, metric=metric,
                  epochs=args.epochs, device=device, seed=args.seed, checkpoint=checkpoint, resume=args.resume,
@@ -350,7 +350,8 @@ def run(args: argparse.Namespace) -> dict:
 
     model.load_state_dict(result.best_state)
     if mode.after_fit is not None:
-        mode.after_fit(model, args)
+        mode.after_fit(model, fine_tune_of(args), {k: v for k, v in vars(args).items() if k in (
+            "model", "pooling", "fine_tune_mode", "bitfit_terms") and v is not None})
     summary: dict = {"tasks": tasks, "best_epoch": result.best_epoch, f"dev_{metric}": result.best_score,
                      "history": result.history, "checkpoint": checkpoint, "trainable": sum(p.numel() for p in params),
                      "dev": {}, "test": {}}
@@ -393,8 +394,13 @@ def write_outputs(args: argparse.Namespace, model: MultitaskBert, result: FitRes
     print(f"best epoch {result.best_epoch}; dev {dev_table(summary['dev'])}")
 
 
+def parse_settings(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's settings from the command line (the course's starter spellings too)."""
+    return build_parser().parse_args(translate(argv, "multitask"))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(translate(argv, "multitask"))   # the course's starter spellings too
+    args = parse_settings(argv)
     with explain_unfinished():
         run(args)
     return 0

@@ -29,10 +29,12 @@ from minbert.pals import PalsConfig
 
 from .checkpoints import load_checkpoint
 from .cli import DEVICES
+from .errors import ConfigurationError
+from .runs import CHECKPOINT, RUN_FILE, read_run_json
 from .data import TASKS, Collator
-from .evaluation import prediction_path, write_predictions
+from .evaluation import prediction_path, raw_path, write_predictions, write_raw
 from .recipe import autocast
-from .toolkit import model_class, raw_path, write_raw
+from .toolkit import model_class
 from .train import pick_device
 
 KINDS = ("classifier", "multitask", "deebert")
@@ -52,9 +54,35 @@ def kind_of(config: dict) -> str | None:
     return None
 
 
+def from_run_json(directory: Path) -> tuple[str, dict, Path]:
+    """(the command, its settings under their plain field names, the checkpoint) of a run directory's run.json."""
+    record = read_run_json(directory)
+    flat = {path.rsplit(".", 1)[-1]: value for path, value in _leaves_of(record["settings"])}
+    run = record["settings"].get("run", {})
+    return record["command"], flat, Path(run["checkpoint"]) if run.get("checkpoint") else directory / CHECKPOINT
+
+
+def _leaves_of(data: dict, prefix: str = "") -> list[tuple[str, object]]:
+    out: list[tuple[str, object]] = []
+    for k, v in data.items():
+        out += _leaves_of(v, f"{prefix}{k}.") if isinstance(v, dict) else [(prefix + k, v)]
+    return out
+
+
 def load_run(path: str | Path) -> tuple[str, dict, dict[str, torch.Tensor], Path | None]:
-    """(kind, run settings, the best epoch's weights, the encoder directory of an export or None) of a run."""
+    """(kind, run settings, the best epoch's weights, the encoder directory of an export or None) of a run: a run
+    directory (its run.json says which command wrote it), its checkpoint, an export directory, or a checkpoint written
+    before run directories (its kind read from the settings it stores)."""
     path = Path(path)
+    if path.is_file() and (path.parent / RUN_FILE).is_file():
+        path = path.parent
+    if path.is_dir() and (path / RUN_FILE).is_file():
+        kind, settings, checkpoint = from_run_json(path)
+        if kind not in KINDS:
+            raise ConfigurationError(f"{path}: a run of python -m tasks.{kind}, which has no model to predict with")
+        state = load_checkpoint(checkpoint)
+        settings["lr"] = state.get("config", {}).get("training.lr", settings.get("lr"))
+        return kind, settings, state["best_state"], None
     if path.is_dir() and (path / EXPORT_SETTINGS).is_file():
         meta = json.loads((path / EXPORT_SETTINGS).read_text())
         heads = torch.load(path / EXPORT_HEADS, map_location="cpu", weights_only=True)
@@ -66,7 +94,9 @@ def load_run(path: str | Path) -> tuple[str, dict, dict[str, torch.Tensor], Path
         path = path / "stage2.pt"
     state = load_checkpoint(path)
     config = state.get("config", {})
-    kind = kind_of(config)
+    if any("." in k for k in config):        # typed settings: {dotted path: value}, and the command that wrote it
+        config = {k.rsplit(".", 1)[-1]: v for k, v in config.items()}
+    kind = config.get("command") or kind_of(config)
     if kind is None:
         raise SystemExit(f"{path}: not a checkpoint of tasks.classifier, tasks.multitask or tasks.deebert (its "
                          f"settings: {', '.join(sorted(config)) or 'none'}); nothing to predict with")
@@ -182,7 +212,8 @@ def predict_deebert(args: argparse.Namespace, settings: dict, state: dict, devic
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tasks.predict", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="a CLI's checkpoint (.pt), a DeeBERT --out directory, or a tasks.export directory")
+    p.add_argument("checkpoint", help="a run directory (its run.json), a CLI's checkpoint (.pt), a DeeBERT --out "
+                                      "directory, or a tasks.export directory")
     p.add_argument("--kind", choices=KINDS, default=None, help="the model you expect; a checkpoint of another is refused")
     p.add_argument("--out", default="predictions", help="where the prediction files go (default: predictions)")
     p.add_argument("--splits", type=lambda s: [x for x in s.split(",") if x], default=["dev", "test"],

@@ -23,24 +23,50 @@ from .precision import (  # the rules live in precision.py; check_precision, cpu
     check_precision,  # noqa: F401
     cpu_has_bf16,  # noqa: F401
 )
+from .settings import add_flat_arguments, setting
 
 OPTIMIZERS = ("minbert", "fused")
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """The recipe's settings at their defaults: plain fp32, a constant learning rate, no clipping, one batch per
-    step, minbert's own AdamW. fit() takes all but `optimizer` (make_optimizer's)."""
+    """The fine-tuning recipe: precision, warm-up and decay, clipping, accumulation, the optimiser.
 
-    precision: str = "fp32"
-    warmup_ratio: float | None = None
-    max_grad_norm: float | None = None
-    grad_accum: int = 1
-    optimizer: str = "minbert"
+    The defaults are the recommended recipe (BERT's: warm-up over 10% of the steps then linear decay, clipping at
+    1.0; torch's fused AdamW), in fp32 so that a result does not depend on the machine. fit() takes all but
+    `optimizer` (make_optimizer's)."""
+
+    precision: str = setting(
+        "fp32", choices=PRECISION_CHOICES,
+        help="fp32; bf16: autocast matrix products to bfloat16, recommended on CPUs with avx512_bf16 or AMX and on "
+             "GPUs from Ampere on; fp16: float16 with a gradient scaler, for GPUs without native bf16 and MPS "
+             "(torch 2.8 on); auto: the device's fastest safe one (docs/training.md). Parameters and the "
+             "optimiser stay fp32")
+    warmup_ratio: float | None = setting(
+        0.1, parse=lambda text: _ratio(text), metavar="R",
+        help="linear warm-up of the learning rate over this fraction of all optimiser steps, then linear decay to 0 "
+             "(BERT's fine-tuning recipe)")
+    max_grad_norm: float | None = setting(
+        1.0, parse=lambda text: _positive(float)(text), metavar="N",
+        help="clip the gradients' total norm to N before each step")
+    grad_accum: int = setting(
+        1, parse=lambda text: _positive(int)(text), metavar="K",
+        help="one optimiser step per K batches, as one batch of K x --batch-size")
+    optimizer: str = setting(
+        "fused", choices=OPTIMIZERS,
+        help="fused: torch.optim.AdamW(fused=True), the update in one kernel; minbert: minbert.AdamW, the same "
+             "update written out in minbert/optim.py (benchmarks/optimizer.py measures both; they differ in "
+             "rounding only)")
 
     def loop(self) -> dict:
         """fit()'s keyword arguments."""
         return {k: v for k, v in asdict(self).items() if k != "optimizer"}
+
+
+# What a checkpoint that predates a recipe setting ran with: the recipe's defaults before they became the recommended
+# recipe (a constant learning rate, no clipping, minbert's AdamW).
+RECIPE_BEFORE = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1,
+                 "optimizer": "minbert"}
 
 
 def autocast(device: torch.device, precision: str) -> torch.autocast:
@@ -114,35 +140,18 @@ def _ratio(text: str) -> float:
 
 
 def add_loop_arguments(parser: argparse.ArgumentParser) -> None:
-    """The shared loop's flags: --precision, --warmup-ratio, --max-grad-norm, --grad-accum (read by loop_kwargs),
-    and --optimizer (read by make_optimizer)."""
+    """The shared loop's flags, generated from Recipe's fields: --precision, --warmup-ratio, --max-grad-norm,
+    --grad-accum (read by loop_kwargs) and --optimizer (read by make_optimizer)."""
     group = parser.add_argument_group(
         "training recipe and scale",
-        "The defaults train as plain fp32 with a constant learning rate and minbert's own AdamW. The recommended "
-        "recipe is --precision bf16 --warmup-ratio 0.1 --max-grad-norm 1.0 --optimizer fused (bf16 only where the "
-        "CPU or GPU has it natively). On several processes or machines, start the "
+        "The defaults are the recommended recipe in fp32: --warmup-ratio 0.1 --max-grad-norm 1.0 --optimizer fused "
+        "(add --precision bf16 where the CPU or GPU has it natively). On several processes or machines, start the "
         "same command with torchrun (torchrun --nproc-per-node N -m tasks.NAME ...): --batch-size stays the "
         "global batch, each process takes its share, and only rank 0 writes files.")
-    group.add_argument("--precision", choices=PRECISION_CHOICES, default=Recipe.precision,
-                       help="fp32 (default); bf16: autocast matrix products to bfloat16, recommended on CPUs with "
-                            "avx512_bf16 or AMX and on GPUs from Ampere on; fp16: float16 with a gradient scaler, "
-                            "for GPUs without native bf16 and MPS (torch 2.8 on); auto: the device's fastest safe "
-                            "one (docs/training.md). Parameters and the optimiser stay fp32")
-    group.add_argument("--warmup-ratio", type=_ratio, default=Recipe.warmup_ratio, metavar="R",
-                       help="linear warm-up of the learning rate over this fraction of all optimiser steps, then "
-                            "linear decay to 0 (recommended: 0.1, BERT's fine-tuning recipe; default: a constant "
-                            "learning rate)")
-    group.add_argument("--max-grad-norm", type=_positive(float), default=Recipe.max_grad_norm, metavar="N",
-                       help="clip the gradients' total norm to N before each step (recommended: 1.0; "
-                            "default: no clipping)")
-    group.add_argument("--grad-accum", type=_positive(int), default=Recipe.grad_accum, metavar="K",
-                       help="one optimiser step per K batches, as one batch of K x --batch-size (default 1)")
-    group.add_argument("--optimizer", choices=OPTIMIZERS, default=Recipe.optimizer,
-                       help="minbert (default): minbert.AdamW, the update written out in minbert/optim.py; fused: "
-                            "torch.optim.AdamW(fused=True), the same update in one kernel, faster per step "
-                            "(benchmarks/optimizer.py measures both); the two differ in rounding only")
+    add_flat_arguments(group, Recipe)
 
 
 def loop_kwargs(args: argparse.Namespace) -> dict:
-    """fit()'s keyword arguments from the flags of add_loop_arguments."""
+    """fit()'s keyword arguments from the flags of add_loop_arguments (for the commands that still parse flags
+    into a Namespace)."""
     return Recipe(**{k: getattr(args, k) for k in Recipe.__dataclass_fields__}).loop()

@@ -337,8 +337,13 @@ def run(args: argparse.Namespace) -> dict:
     return summary
 
 
+def parse_settings(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's settings from the command line."""
+    return build_parser().parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    run(build_parser().parse_args(argv))
+    run(parse_settings(argv))
     return 0
 
 

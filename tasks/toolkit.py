@@ -31,6 +31,7 @@ from minbert.sentence_losses import cosent_loss, cosine_similarity_loss, mnrl_lo
 
 from .data import to_device
 from .distributed import batch_rows, is_main_process
+from .evaluation import raw_path, read_raw, write_raw  # noqa: F401  (the raw-output files, re-exported)
 
 TOOLKIT_DEFAULTS = {"gradient_surgery": "none", "sts_embedding_loss": "none", "para_embedding_loss": "none",
                     "embedding_loss_weight": 1.0, "cosent_lambda": 20.0, "mnrl_scale": 20.0, "sts_output": "head"}
@@ -214,28 +215,3 @@ def toolkit_loss(args: argparse.Namespace, device: torch.device,
                 log.add(f"pcgrad_{k}", v)
         return loss
     return loss_fn
-
-
-def raw_path(pred_dir: str | Path, task: str, split: str) -> Path:
-    return Path(pred_dir) / f"{task}-{split}-raw.csv"
-
-
-def write_raw(path: str | Path, ids: Sequence[str], rows: torch.Tensor) -> Path:
-    """id and the raw output (N,) or (N, C) of every record, one line each: `id , v1 v2 ...` (exact float reprs)."""
-    rows = rows.reshape(len(ids), -1).tolist()                           # (N,) or (N, C) -> (N, C)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("id , output\n" + "".join(f"{i} , {' '.join(repr(float(x)) for x in r)}\n"
-                                             for i, r in zip(ids, rows)))
-    return path
-
-
-def read_raw(path: str | Path) -> dict[str, list[float]]:
-    """id -> raw output values, from a file write_raw wrote."""
-    out = {}
-    for n, line in enumerate(Path(path).read_text().splitlines()[1:], 2):
-        ident, sep, values = line.partition(" , ")
-        if not sep:
-            raise ValueError(f"{path}:{n}: expected 'id , values', got {line!r}")
-        out[ident] = [float(x) for x in values.split()]
-    return out

@@ -29,7 +29,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +53,7 @@ from .data import to_device
 from .distributed import is_main_process, rank, world_size
 from .errors import ConfigurationError, ResumeError, TrainingError
 from .precision import check_precision, cpu_has_bf16, resolve_precision
-from .recipe import LinearSchedule, Recipe, autocast
+from .recipe import RECIPE_BEFORE, LinearSchedule, Recipe, autocast
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -379,9 +379,17 @@ IGNORED_ON_RESUME = {"epochs", "checkpoint", "resume", "out_dir", "device", "pre
 
 
 def check_config(path: str | Path, stored: dict, current: dict) -> None:
-    """The settings must match; a recipe flag absent from an older checkpoint counts as its default."""
-    defaults = asdict(Recipe())
-    if set(defaults) & set(current):
+    """The settings must match; a recipe flag absent from an older checkpoint counts as what it ran with then.
+
+    A command with typed settings stores {dotted path: value} of what a resumed run must keep (tasks.settings.
+    resume_config); a checkpoint written before that, with flat flag names, is read through the paths' last parts."""
+    defaults = dict(RECIPE_BEFORE)
+    if any("." in k for k in current) and not any("." in k for k in stored):
+        short = {}
+        for k in current:
+            short.setdefault(k.rsplit(".", 1)[-1], []).append(k)
+        stored = {short[k][0]: v for k, v in (defaults | stored).items() if len(short.get(k, ())) == 1}
+    elif set(defaults) & set(current):
         stored, current = defaults | stored, defaults | current
     diffs = [f"{k}: checkpoint {stored.get(k)!r}, now {current.get(k)!r}"
              for k in sorted((set(stored) | set(current)) - IGNORED_ON_RESUME) if stored.get(k) != current.get(k)]

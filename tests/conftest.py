@@ -20,6 +20,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 
+@pytest.fixture(autouse=True)
+def runs_in_tmp(tmp_path, monkeypatch) -> Path:
+    """Run directories a test does not name go under its own tmp_path, never into the repository's runs/."""
+    monkeypatch.setenv("MINBERT_RUNS", str(tmp_path / "runs"))
+    return tmp_path / "runs"
+
+
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """The packaged checkpoint's directory (config.json, vocab.txt, model.safetensors)."""

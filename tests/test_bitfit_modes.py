@@ -7,16 +7,15 @@ import torch
 
 import minbert
 from minbert import bitfit, bitfit_tasks
-from tasks.classifier import SentimentClassifier, build_parser
-from tasks.finetune import get_mode
+from tasks.classifier import SentimentClassifier, parse_settings
 
 
 def setup(tiny_config, *argv):
-    args = build_parser().parse_args(list(argv))
+    settings = parse_settings(list(argv))
     torch.manual_seed(0)
     model = SentimentClassifier(minbert.BertModel(tiny_config), 5)
-    mode = get_mode(args.fine_tune_mode)
-    return model, mode.setup(model, args), mode, args
+    ft = settings.fine_tune
+    return model, ft.mode.setup(model, ft, settings.training.seed), ft.mode, ft
 
 
 def test_bitfit_mode_defaults_to_all_terms_and_a_bitfit_learning_rate(tiny_config):
@@ -32,7 +31,7 @@ def test_bitfit_terms_subset_and_bad_terms(tiny_config, capsys):
     _, params, _, _ = setup(tiny_config, "--fine-tune-mode", "bitfit", "--bitfit-terms", "bq,bm2")
     assert sum(p.numel() for p in params) == 2 * (32 + 64) + 32 * 5 + 5
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["--fine-tune-mode", "bitfit", "--bitfit-terms", "bq,Wq"])
+        parse_settings(["--fine-tune-mode", "bitfit", "--bitfit-terms", "bq,Wq"])
     assert "unknown bias term" in capsys.readouterr().err
 
 
@@ -57,7 +56,7 @@ def test_after_fit_writes_a_task_file(tiny_config, tmp_path):
     with torch.no_grad():
         model.bert.layers[1].bm2.add_(1.0)
         model.head.bias.add_(2.0)
-    mode.after_fit(model, args)
+    mode.after_fit(model, args, {"task": "sst", "fine_tune_mode": "bitfit", "bitfit_terms": args.bitfit_terms})
     fresh = SentimentClassifier(minbert.BertModel(tiny_config), 5)
     fresh.bert.load_state_dict(model.bert.state_dict())
     with torch.no_grad():

@@ -10,6 +10,7 @@ from conftest import TEST_DEVICE
 
 from tasks import classifier, deebert, multitask, simcse
 from tasks.cli import run_settings
+from tasks.settings import resume_config
 
 TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
 
@@ -26,13 +27,13 @@ def test_deebert_list_flags_take_commas_and_spaces(flag, spellings, value):
 def test_tasks_and_bitfit_terms_take_spaces_too_and_store_the_comma_form():
     parse = multitask.build_parser().parse_args
     assert parse(["--tasks", "sst", "sts"]).tasks == parse(["--tasks", "sst,sts"]).tasks == "sst,sts"
-    args = classifier.build_parser().parse_args(["--fine-tune-mode", "bitfit", "--bitfit-terms", "bq", "bm2"])
-    assert args.bitfit_terms == "bq,bm2"
+    settings = classifier.parse_settings(["--fine-tune-mode", "bitfit", "--bitfit-terms", "bq", "bm2"])
+    assert settings.fine_tune.bitfit_terms == "bq,bm2"
     for bad in (["--thresholds", "0,x"], ["--patience", "1,1.5"]):
         with pytest.raises(SystemExit):
             deebert.build_parser().parse_args(bad)
     with pytest.raises(SystemExit):
-        classifier.build_parser().parse_args(["--bitfit-terms", "bq,nope"])
+        classifier.parse_settings(["--bitfit-terms", "bq,nope"])
 
 
 def test_each_common_flag_is_declared_once_and_per_cli_defaults_stay():
@@ -41,22 +42,27 @@ def test_each_common_flag_is_declared_once_and_per_cli_defaults_stay():
                  "--max-length", "--precision", "--optimizer"):
         training_clis = [TASKS_DIR / f"{name}.py" for name in ("classifier", "multitask", "simcse", "deebert")]
         assert not any(f'add_argument("{flag}"' in f.read_text() for f in training_clis), flag
-        assert (TASKS_DIR / "cli.py").read_text().count(f'add_argument("{flag}"') + (
-            TASKS_DIR / "recipe.py").read_text().count(f'add_argument("{flag}"') == 1, flag
+        declared = (TASKS_DIR / "cli.py").read_text().count(f'add_argument("{flag}"')   # the Namespace commands'
+        generated = flag in ("--precision", "--optimizer")                    # from tasks.recipe.Recipe's fields
+        assert declared + generated == 1, flag
+        assert flag in classifier.build_parser().format_help(), flag          # the typed command's, from its fields
     assert sum(f.read_text().count('add_argument("--seed"') for f in TASKS_DIR.glob("*.py")) == 1
     assert simcse.build_parser().parse_args([]).batch_size == 64
     assert simcse.build_parser().parse_args([]).max_length == 64
     assert deebert.build_parser().parse_args([]).eval_batch_size == 1
     assert deebert.build_parser().parse_args([]).lr == 3e-5
-    assert classifier.build_parser().parse_args([]).epochs == 3 and simcse.build_parser().parse_args([]).epochs is None
+    assert classifier.parse_settings([]).training.epochs == 3 and simcse.build_parser().parse_args([]).epochs is None
     assert deebert.build_parser().parse_args(["--precision", "bf16", "--optimizer", "fused"]).optimizer == "fused"
 
 
 def test_run_settings_leave_out_where_and_how_a_run_writes():
-    args = classifier.build_parser().parse_args(["--threads", "2", "--no-progress", "--checkpoint", "x.pt"])
+    args = multitask.build_parser().parse_args(["--threads", "2", "--no-progress", "--checkpoint", "x.pt"])
     settings = run_settings(args, lr=0.5)
     assert {"threads", "progress", "checkpoint", "device", "resume", "eval_batch_size"}.isdisjoint(settings)
     assert settings["lr"] == 0.5 and settings["seed"] == 11711 and settings["precision"] == "fp32"
+    typed = resume_config(classifier.parse_settings(["--threads", "2", "--no-progress", "--checkpoint", "x.pt"]))
+    assert not any(k.startswith("run.") for k in typed) and "training.epochs" not in typed   # free on resume
+    assert typed["training.seed"] == 11711 and typed["recipe.precision"] == "fp32"
 
 
 def test_deebert_trains_both_stages_with_the_recipe_flags(tiny_dir, tmp_path, monkeypatch):

@@ -131,8 +131,8 @@ def worker(rank: int, world: int, port: int, root: str, files: dict) -> None:
     os.replace = spy
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            classifier.run(classifier.build_parser().parse_args(argv(root, files, "ddp", "tiny0", "--epochs", "2")))
-            classifier.run(classifier.build_parser().parse_args(argv(root, files, "whole", "tiny1", *RECIPE)))
+            classifier.run(classifier.parse_settings(argv(root, files, "ddp", "tiny0", "--epochs", "2")))
+            classifier.run(classifier.parse_settings(argv(root, files, "whole", "tiny1", *RECIPE)))
             real_fit = classifier.fit
 
             def killed(*args, **kwargs):
@@ -142,9 +142,9 @@ def worker(rank: int, world: int, port: int, root: str, files: dict) -> None:
                 return real_fit(*args, **kwargs, on_epoch_end=kill)
             classifier.fit = killed
             with contextlib.suppress(Interrupted):
-                classifier.run(classifier.build_parser().parse_args(argv(root, files, "split", "tiny1", *RECIPE)))
+                classifier.run(classifier.parse_settings(argv(root, files, "split", "tiny1", *RECIPE)))
             classifier.fit = real_fit
-            classifier.run(classifier.build_parser().parse_args(
+            classifier.run(classifier.parse_settings(
                 argv(root, files, "split", "tiny1", *RECIPE, "--resume", str(root / "split.pt"))))
             two_task_fit(root / "two_tasks_ddp.pt")
     finally:
@@ -174,7 +174,7 @@ def test_two_processes_train_as_one(tmp_path: Path, minilm_dir: Path) -> None:
     assert not [p for p in tmp_path.rglob(".*")], "no temporary file left behind"
 
     # two ranks with global batch 8 = one process with batch 8 (dropout off): parameters, losses, dev accuracy
-    one = classifier.run(classifier.build_parser().parse_args(argv(tmp_path, files, "one", "tiny0", "--epochs", "2",
+    one = classifier.run(classifier.parse_settings(argv(tmp_path, files, "one", "tiny0", "--epochs", "2",
                                                                    "--no-progress")))
     a, b = load_checkpoint(tmp_path / "ddp.pt"), load_checkpoint(tmp_path / "one.pt")
     assert len(a["rng_ranks"]) == 2 and a["optimizer_steps"] == b["optimizer_steps"] == 12

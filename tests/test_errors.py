@@ -124,7 +124,7 @@ def test_resume_with_other_settings_and_bad_rows_are_reported(base, tmp_path, ca
     code, err = cli(with_flag(base, "--lr", "0.5") + ["--resume", str(tmp_path / "run.pt")], capsys)
     assert code == 1 and "Traceback" not in err
     assert err.splitlines()[-1].startswith(f"error: {tmp_path / 'run.pt'}: cannot resume a different run; settings "
-                                           "differ: lr: checkpoint 3e-05, now 0.5")
+                                           "differ: training.lr: checkpoint 3e-05, now 0.5")
     rows = (b"\tid\tsentence\tsentiment\n0\ta\tgood\t4\n1\ta\tbad\t0\n2\tb\r\n3\tc\xfft\t2\n4\td\x00\t1\n5\te\tok\t3\n")
     code, err = cli(with_flag(base, "--train-file", bytes_file(tmp_path, rows)), capsys)
     assert code == 0, err

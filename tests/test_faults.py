@@ -78,7 +78,7 @@ def assert_same_run(a: dict, b: dict) -> None:
 @pytest.mark.parametrize("cli", sorted(CLIS))
 def test_sigkill_at_a_random_step_then_resume_equals_an_uninterrupted_run(cli, tiny_dir, tmp_path):
     module = CLIS[cli]
-    module.run(module.build_parser().parse_args(cli_argv(cli, tiny_dir, tmp_path, "whole")))
+    module.run(module.parse_settings(cli_argv(cli, tiny_dir, tmp_path, "whole")))
     where = {"whole": tmp_path / "whole.pt", "split": tmp_path / "split.pt"}
     if cli == "deebert":   # killed in stage 1 (each stage counts its own steps), stage 2 then runs after the resume
         where = {name: tmp_path / name / "stage1.pt" for name in where}
@@ -91,7 +91,7 @@ def test_sigkill_at_a_random_step_then_resume_equals_an_uninterrupted_run(cli, t
     state = load_checkpoint(where["split"])
     assert state["epoch"] == (step - 1) // per_epoch            # the epoch in progress is all that was lost
     resume = ["--resume-training"] if cli == "deebert" else ["--resume", str(where["split"])]
-    module.run(module.build_parser().parse_args(argv + resume))
+    module.run(module.parse_settings(argv + resume))
     assert_same_run(whole, load_checkpoint(where["split"]))
     if cli == "deebert":
         assert_same_run(*(load_checkpoint(tmp_path / name / "stage2.pt") for name in ("whole", "split")))
@@ -115,7 +115,7 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_the_checkpoint(tiny_
     monkeypatch.setattr(classifier, "classification_loss", loss)
     argv = cli_argv("classifier", tiny_dir, tmp_path, "nan")
     with pytest.raises(TrainingError, match=r"loss is nan in epoch 2, optimiser step 8; .*nan.pt still holds"):
-        classifier.run(classifier.build_parser().parse_args(argv))
+        classifier.run(classifier.parse_settings(argv))
     assert load_checkpoint(tmp_path / "nan.pt")["epoch"] == 1
     calls.clear()
     assert run_cli(lambda: classifier.main(argv)) == 1            # through the CLI: one line, no traceback

@@ -14,7 +14,7 @@ from minbert.model import layer_norm
 from minbert.multitask import TASK_NAMES, MultitaskBert, MultitaskConfig
 from minbert.pals import PALs, PalsConfig
 from tasks.checkpoints import load_checkpoint
-from tasks.finetune import MODES, get_mode
+from tasks.finetune import MODES, fine_tune_of, get_mode
 from tasks.multitask import add_smart_pals, build_parser, run
 from tasks.train import seed_everything
 
@@ -136,7 +136,7 @@ def test_pals_train_in_every_fine_tune_mode(mode, tiny_config):
     model = MultitaskBert(minbert.BertModel(tiny_config), MultitaskConfig(head_hidden=16))
     args = build_parser().parse_args(["--fine-tune-mode", mode, "--pals", "standard", "--pals-size", "12",
                                       "--pals-heads", "3"])
-    params = add_smart_pals(model, args, get_mode(mode).setup(model, args))
+    params = add_smart_pals(model, args, get_mode(mode).setup(model, fine_tune_of(args), args.seed))
     chosen = {id(p) for p in params}
     assert all(p.requires_grad and id(p) in chosen for p in model.pals.parameters())
     assert len(chosen) == len(params)
@@ -154,7 +154,7 @@ def test_pals_cli_trains_the_pals(variant, mode, tiny_dir, files, tmp_path):  # 
     seed_everything(11711)                                          # as run() builds its model: the same initial PALs
     args = build_parser().parse_args(flags)
     fresh = MultitaskBert(minbert.load_pretrained(str(tiny_dir)), MultitaskConfig(head_hidden=16))
-    add_smart_pals(fresh, args, get_mode(mode).setup(fresh, args))
+    add_smart_pals(fresh, args, get_mode(mode).setup(fresh, fine_tune_of(args), args.seed))
     initial = fresh.state_dict()
     assert set(initial) == set(state)
     trained = [k for k in state if k.startswith("pals.tasks.") and k.rsplit(".", 1)[-1] in ("weight", "Wq")]

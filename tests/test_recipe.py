@@ -11,13 +11,15 @@ from torch import nn
 
 import minbert
 from tasks.checkpoints import load_checkpoint
-from tasks.classifier import SentimentClassifier, build_parser, classification_loss
+from tasks.classifier import SentimentClassifier, classification_loss, parse_settings
 from tasks.recipe import LinearSchedule, add_loop_arguments, loop_kwargs, make_optimizer
 from tasks.train import Interrupted, check_config, fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 # the recipe flags at their defaults, written out here (tasks.recipe.Recipe is what they are checked against)
-LOOP_DEFAULTS = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1}
+LOOP_DEFAULTS = {"precision": "fp32", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 1}
+# what a run took before the recipe flags existed: a constant learning rate, no clipping
+BEFORE_FLAGS = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1}
 CPU = torch.device("cpu")
 
 
@@ -158,37 +160,41 @@ def test_fp16_is_refused_on_a_cpu(tiny_config):
 
 
 def test_loop_flags_defaults_and_help():
-    parser = build_parser()
-    assert loop_kwargs(parser.parse_args([])) == LOOP_DEFAULTS            # a plain run: fp32, constant lr, no clip
-    args = parser.parse_args(["--precision", "bf16", "--warmup-ratio", "0.1", "--max-grad-norm", "1",
+    import argparse
+    parser = argparse.ArgumentParser()
+    add_loop_arguments(parser)                                             # a Namespace CLI gets them with one call
+    assert loop_kwargs(parser.parse_args([])) == LOOP_DEFAULTS            # a plain run: the recommended recipe, fp32
+    args = parser.parse_args(["--precision", "bf16", "--warmup-ratio", "0.2", "--max-grad-norm", "2",
                               "--grad-accum", "4"])
-    assert loop_kwargs(args) == {"precision": "bf16", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 4}
-    text = parser.format_help()
-    assert "--precision bf16 --warmup-ratio 0.1 --max-grad-norm 1.0" in text and "torchrun" in text
+    assert loop_kwargs(args) == {"precision": "bf16", "warmup_ratio": 0.2, "max_grad_norm": 2.0, "grad_accum": 4}
+    off = parser.parse_args(["--warmup-ratio", "none", "--max-grad-norm", "none"])
+    assert loop_kwargs(off) == BEFORE_FLAGS                                # 'none' switches each off
+    text = " ".join(parser.format_help().split())
+    assert "the recommended recipe in fp32" in text and "torchrun" in text
     for bad in ("--warmup-ratio 1.5", "--grad-accum 0", "--max-grad-norm -1", "--precision fp8"):
         with pytest.raises(SystemExit):
             parser.parse_args(bad.split())
-    import argparse
-    other = argparse.ArgumentParser()
-    add_loop_arguments(other)                                              # any CLI gets them with one call
-    assert loop_kwargs(other.parse_args([])) == LOOP_DEFAULTS
+    typed = parse_settings(["--precision", "bf16", "--grad-accum", "4"]).recipe   # a typed command: the same fields
+    assert typed.loop() == LOOP_DEFAULTS | {"precision": "bf16", "grad_accum": 4} and typed.optimizer == "fused"
 
 
 def test_checkpoints_from_before_the_recipe_flags_still_resume():
     old = {"lr": 1e-3, "task": "sst"}                                      # stored before the loop flags existed
-    check_config("old.pt", old, old | LOOP_DEFAULTS)
-    check_config("old.pt", old, old | LOOP_DEFAULTS | {"optimizer": "minbert"})
+    check_config("old.pt", old, old | BEFORE_FLAGS)
+    check_config("old.pt", old, old | BEFORE_FLAGS | {"optimizer": "minbert"})
     with pytest.raises(ValueError, match="precision: checkpoint 'fp32', now 'bf16'"):
-        check_config("old.pt", old, old | LOOP_DEFAULTS | {"precision": "bf16"})
+        check_config("old.pt", old, old | BEFORE_FLAGS | {"precision": "bf16"})
     with pytest.raises(ValueError, match="optimizer: checkpoint 'minbert', now 'fused'"):  # its state is another kind
-        check_config("old.pt", old, old | LOOP_DEFAULTS | {"optimizer": "fused"})
+        check_config("old.pt", old, old | BEFORE_FLAGS | {"optimizer": "fused"})
+    with pytest.raises(ValueError, match="warmup_ratio: checkpoint None, now 0.1"):  # today's default is not what ran
+        check_config("old.pt", old, old | LOOP_DEFAULTS)
 
 
 def test_the_optimizer_flag_picks_minbert_adamw_or_torch_fused_adamw(tiny_config):
-    parser = build_parser()
-    assert parser.parse_args([]).optimizer == "minbert" and parser.parse_args(["--optimizer", "fused"]).optimizer == "fused"
+    assert parse_settings([]).recipe.optimizer == "fused"
+    assert parse_settings(["--optimizer", "minbert"]).recipe.optimizer == "minbert"
     with pytest.raises(SystemExit):
-        parser.parse_args(["--optimizer", "sgd"])
+        parse_settings(["--optimizer", "sgd"])
     model = classifier(tiny_config)
     ours, fused = (make_optimizer(model.parameters(), 2e-5, 0.01, kind) for kind in ("minbert", "fused"))
     assert type(ours) is minbert.AdamW and type(fused) is torch.optim.AdamW and fused.defaults["fused"]

@@ -9,7 +9,7 @@ from conftest import DATA, TEST_DEVICE, killed_after_first_epoch
 import minbert
 from tasks import classifier, finetune
 from tasks.checkpoints import load_checkpoint, save_checkpoint
-from tasks.classifier import SentimentClassifier, build_parser, run
+from tasks.classifier import SentimentClassifier, build_parser, parse_settings, run
 from tasks.errors import ConfigurationError, ResumeError
 from tasks.train import Interrupted, pick_device
 
@@ -36,16 +36,16 @@ def argv(tiny_dir, files, tmp_path, name, *extra):
 
 
 def test_kill_and_resume_reproduces_an_uninterrupted_run(tiny_dir, files, tmp_path, monkeypatch):
-    whole = run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "whole", "--epochs", "3")))
+    whole = run(parse_settings(argv(tiny_dir, files, tmp_path, "whole", "--epochs", "3")))
 
     real_fit = classifier.fit
 
     monkeypatch.setattr(classifier, "fit", killed_after_first_epoch(real_fit))
     with pytest.raises(Interrupted):
-        run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "split", "--epochs", "3")))
+        run(parse_settings(argv(tiny_dir, files, tmp_path, "split", "--epochs", "3")))
     assert load_checkpoint(tmp_path / "split.pt")["epoch"] == 1
     monkeypatch.setattr(classifier, "fit", real_fit)
-    resumed = run(build_parser().parse_args(
+    resumed = run(parse_settings(
         argv(tiny_dir, files, tmp_path, "split", "--epochs", "3", "--resume", str(tmp_path / "split.pt"))))
 
     a, b = load_checkpoint(tmp_path / "whole.pt"), load_checkpoint(tmp_path / "split.pt")
@@ -66,14 +66,14 @@ def test_kill_and_resume_reproduces_an_uninterrupted_run(tiny_dir, files, tmp_pa
 
 
 def test_resume_refuses_a_checkpoint_of_a_different_run(tiny_dir, files, tmp_path):
-    run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "one", "--epochs", "1")))
-    with pytest.raises(ValueError, match=r"cannot resume a different run; settings differ: lr: checkpoint 0.001, now 0.01"):
-        run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "one", "--epochs", "2", "--lr", "0.01",
+    run(parse_settings(argv(tiny_dir, files, tmp_path, "one", "--epochs", "1")))
+    with pytest.raises(ValueError, match=r"cannot resume a different run; settings differ: training.lr: checkpoint 0.001, now 0.01"):
+        run(parse_settings(argv(tiny_dir, files, tmp_path, "one", "--epochs", "2", "--lr", "0.01",
                                            "--resume", str(tmp_path / "one.pt"))))
 
 
 def test_last_linear_layer_trains_the_head_only(tiny_dir, files, tmp_path):
-    run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "frozen", "--epochs", "1",
+    run(parse_settings(argv(tiny_dir, files, tmp_path, "frozen", "--epochs", "1",
                                        "--fine-tune-mode", "last-linear-layer")))
     state = load_checkpoint(tmp_path / "frozen.pt")
     initial = minbert.load_pretrained(str(tiny_dir)).state_dict()
@@ -85,15 +85,15 @@ def test_last_linear_layer_trains_the_head_only(tiny_dir, files, tmp_path):
 def test_a_registered_mode_plugs_into_the_loop_without_changes(tiny_dir, files, tmp_path):
     calls = []
 
-    def biases_only(model, args):
+    def biases_only(model, settings, seed):
         for name, p in model.named_parameters():
             p.requires_grad_(name.startswith("head.") or name.rsplit(".", 1)[-1].startswith("b"))
         return finetune.trainable(model)
 
     finetune.register(finetune.FineTuneMode("biases-only", biases_only, default_lr=1e-2, help="test mode",
-                                            post_step=lambda model, args: calls.append(1)))
+                                            post_step=lambda model, settings: calls.append(1)))
     try:
-        out = run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "bias", "--epochs", "1",
+        out = run(parse_settings(argv(tiny_dir, files, tmp_path, "bias", "--epochs", "1",
                                                  "--fine-tune-mode", "biases-only")))
     finally:
         del finetune.MODES["biases-only"]

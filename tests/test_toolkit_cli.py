@@ -122,7 +122,7 @@ def test_predict_a_classifier_run_writes_its_files(tiny_dir, tmp_path):
             piece("ids-sst-dev.csv", 0, 24), "--test-file", piece("ids-sst-dev.csv", 24, 40), "--device", TEST_DEVICE,
             "--batch-size", "8", "--lr", "1e-3", "--no-progress", "--epochs", "1",
             "--checkpoint", str(tmp_path / "sst.pt"), "--predictions-dir", str(tmp_path / "sst"), "--raw-outputs"]
-    classifier.run(classifier.build_parser().parse_args(argv))
+    classifier.run(classifier.parse_settings(argv))
     assert predict.main([str(tmp_path / "sst.pt"), "--kind", "classifier", "--out", str(tmp_path / "again"),
                          "--raw-outputs"]) == 0
     same_files(tmp_path / "sst", tmp_path / "again", [f"sst-{s}-{k}.csv" for s in ("dev", "test") for k in ("output", "raw")])

@@ -1,0 +1,182 @@
+"""A directory per run: run.json (the command, its full typed settings, minbert's commit, torch and Python, the CPU or
+GPU), the training checkpoint, the curves and predictions/. `--resume DIR` continues the run in DIR with the
+settings in its run.json (flags given beside it may change only what a resumed run may change); `tasks.predict DIR`
+and `tasks.export DIR` read run.json to know which command wrote it.
+
+    runs/classifier-sst-full-model-20261125-153012/
+        run.json  checkpoint.pt  checkpoint.curves.jsonl  checkpoint.curves.png  predictions/
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import ConfigurationError, ResumeError, existing_path, positive_int
+from .evaluation import write_text
+from .settings import dump, read_config, setting
+
+RUN_FILE = "run.json"
+CHECKPOINT = "checkpoint.pt"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class RunOptions:
+    """Where the run writes, what hardware it uses and how it shows progress (a resumed run may change these)."""
+
+    run_dir: str | None = setting(None, metavar="DIR", on_resume="free",
+                                  help="the run's directory: run.json, the checkpoint, the curves, predictions/ "
+                                       "(none: runs/COMMAND-...-DATE-TIME, or under $MINBERT_RUNS)")
+    resume: str | None = setting(None, parse=existing_path, metavar="DIR", on_resume="free", in_config=False,
+                                 help="continue the run in this directory (or a checkpoint file written by an older "
+                                      "version) with the settings it started with, to the same result as an "
+                                      "uninterrupted run; a killed run repeats the epoch in progress")
+    checkpoint: str | None = setting(None, metavar="PATH", on_resume="free",
+                                     help="the training checkpoint, written after every epoch (none: RUN_DIR/"
+                                          "checkpoint.pt)")
+    predictions_dir: str | None = setting(None, metavar="DIR", on_resume="free",
+                                          help="where the prediction files go (none: RUN_DIR/predictions)")
+    raw_outputs: bool = setting(False, on_resume="free",
+                                help="also write {task}-{split}-raw.csv beside the prediction files: each example's "
+                                     "raw outputs (logits or scores)")
+    device: str = setting("auto", choices=("auto", "cpu", "cuda", "mps"), on_resume="free",
+                          help="auto picks cuda, then mps, then cpu")
+    threads: int | None = setting(None, parse=positive_int, on_resume="free",
+                                  help="CPU threads for torch (none: torch's choice); 1 is often faster on a busy "
+                                       "shared machine")
+    eval_batch_size: int = setting(128, parse=positive_int, on_resume="free",
+                                   help="batch size for dev/test prediction")
+    progress: bool = setting(True, on_resume="free", help="no tqdm progress bar")
+
+
+def runs_root() -> Path:
+    """Where new run directories go: $MINBERT_RUNS, or runs/ in the working directory."""
+    return Path(os.environ.get("MINBERT_RUNS") or "runs")
+
+
+def default_run_dir(*parts: str) -> Path:
+    """RUNS/PARTS-YYYYmmdd-HHMMSS, a new name for each run started (a second within one second gets -2, -3, ...)."""
+    stem = "-".join(p for p in parts if p) + time.strftime("-%Y%m%d-%H%M%S")
+    path, k = runs_root() / stem, 2
+    while path.exists():
+        path, k = runs_root() / f"{stem}-{k}", k + 1
+    return path
+
+
+def resume_base(resume: str | None, cls: type) -> dict[str, Any]:
+    """The settings to start from when --resume names a run directory: its run.json's (and its run_dir)."""
+    if resume is None:
+        return {}
+    path = Path(resume)
+    if path.is_dir():
+        if not (path / RUN_FILE).is_file():
+            raise ResumeError(f"{path}: not a run directory (no {RUN_FILE}); give the directory a run wrote, or its "
+                              "checkpoint file")
+        return read_config(path / RUN_FILE, cls) | {"run.run_dir": str(path)}
+    if not path.is_file():
+        raise ResumeError(f"--resume {resume}: no such run directory or checkpoint file")
+    return {}
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where one run writes: its directory, run.json, the checkpoint and the predictions."""
+
+    dir: Path
+    checkpoint: Path
+    predictions: Path
+    resume: Path | None       # the checkpoint to continue from, or None for a new run
+
+    @property
+    def run_json(self) -> Path:
+        return self.dir / RUN_FILE
+
+
+def run_paths(run: RunOptions, *name: str) -> RunPaths:
+    """The run's paths from its options; a new run may not reuse a directory that holds a run already."""
+    resume = Path(run.resume) if run.resume is not None else None
+    if run.run_dir is not None:
+        directory = Path(run.run_dir)
+    elif resume is not None and resume.is_dir():
+        directory = resume
+    elif resume is not None:                                 # an older version's checkpoint file: a run beside it
+        directory = resume.parent
+    else:
+        directory = default_run_dir(*name)
+    if resume is None and (directory / RUN_FILE).is_file():
+        raise ConfigurationError(f"{directory} holds a run already ({RUN_FILE}): continue it with --resume "
+                                 f"{directory}, or give another --run-dir")
+    checkpoint = Path(run.checkpoint) if run.checkpoint else directory / CHECKPOINT
+    if resume is not None and resume.is_file():
+        start = resume
+    elif resume is not None:
+        start = checkpoint
+        if not start.is_file():
+            raise ResumeError(f"{resume}: no checkpoint to continue from ({start} is missing: the run was stopped "
+                              "before its first checkpoint; start it again without --resume)")
+    else:
+        start = None
+    predictions = Path(run.predictions_dir) if run.predictions_dir else directory / "predictions"
+    return RunPaths(directory, checkpoint, predictions, start)
+
+
+def environment() -> dict[str, Any]:
+    """minbert's commit (and whether the tree had changes), torch, Python, the CPU and any GPU."""
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10,
+                                  check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD"), "uncommitted_changes": bool(status) if status is not None else None,
+            "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
+            "cpu": cpu, "cpu_count": os.cpu_count(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def write_run_json(paths: RunPaths, command: str, settings: Any, argv: list[str] | None = None,
+                   **extra: Any) -> Path:
+    """run.json: the command as typed, its full settings, the environment, and `extra` (e.g. the result at the end).
+    A resumed run keeps the first start's record under "started" and adds one line per resume."""
+    paths.dir.mkdir(parents=True, exist_ok=True)
+    argv = sys.argv[1:] if argv is None else argv
+    record: dict[str, Any] = {"command": command, "argv": f"python -m tasks.{command} {shlex.join(argv)}".strip(),
+                              "settings": dump(settings), "environment": environment()}
+    if paths.run_json.is_file():
+        old = read_run_json(paths.dir)
+        record["started"] = old.get("started", {"argv": old.get("argv"), "environment": old.get("environment")})
+        record["resumed"] = old.get("resumed", []) + ([{"argv": record["argv"]}] if paths.resume else [])
+    write_text(paths.run_json, json.dumps(record | extra, indent=1) + "\n")
+    return paths.run_json
+
+
+def read_run_json(directory: str | Path) -> dict[str, Any]:
+    """A run directory's run.json as a dict (the command, settings, environment, result)."""
+    path = Path(directory) / RUN_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigurationError(f"{directory}: not a run directory (no {RUN_FILE})") from None
+    except json.JSONDecodeError as e:
+        raise ConfigurationError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None

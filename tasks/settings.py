@@ -1,0 +1,384 @@
+"""Typed settings: a command's settings are one dataclass, its flags are generated from the fields, and a run can be
+written down as a JSON config file and read back.
+
+Each field is declared once with `setting(...)`: its default, its help text, its check (a parser from the
+command line's text, also applied to a config file's values) and what a resumed run may do with it
+(on_resume="same": the run continues only with the value it started with; "free": it says where the run writes,
+how it shows progress or what hardware it uses, and may change). A field whose type is a dataclass is a section:
+its flags join the same command line (flat, as they have always been spelt), its values nest in the JSON.
+
+    @dataclass
+    class Settings:
+        task: str = setting("sst", help="which task", choices=("sst", "cfimdb"))
+        recipe: Recipe = section(Recipe)
+
+    settings = parse(Settings, argv, prog="python -m tasks.x", description=__doc__)
+
+`--config FILE` reads a JSON file of settings (flags on the command line override it), `--print-config` prints the
+full settings as that JSON and exits; dump() and load() are the same two ways in code. Parsing a hand-written file
+reports the file and the setting that is wrong, as a flag's error names the flag. Written by hand rather than with a
+kept library (jsonargparse, tyro, simple-parsing): the CLIs keep every flag spelling in use (aliases, `--no-X`
+switches, comma lists, the course's starter spellings) and the student's requirements stay torch and tokenizers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigurationError
+
+ON_RESUME = ("same", "free")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How one field appears on the command line and in a config file (the metadata of `setting`)."""
+
+    help: str
+    flags: tuple[str, ...] = ()             # spellings; default `--the-name`; for a switch that defaults to True `--no-the-name`
+    parse: Callable[[str], Any] | None = None   # text -> value, raising argparse.ArgumentTypeError; the field's check
+    choices: tuple | None = None
+    metavar: str | None = None
+    on_resume: str = "same"
+    item: Callable[[str], Any] | None = None    # a list field: each item's parser (`--f a,b c` as in tasks.cli.ListFlag)
+    in_config: bool = True                  # False: an action (--resume), not part of what the run is
+
+
+def setting(default: Any = MISSING, *, help: str, flags: Sequence[str] = (), parse: Callable[[str], Any] | None = None,
+            choices: Sequence | None = None, metavar: str | None = None, on_resume: str = "same",
+            item: Callable[[str], Any] | None = None, in_config: bool = True,
+            default_factory: Callable[[], Any] | None = None) -> Any:
+    """A dataclass field with its help text, flag spellings, check and resume rule."""
+    if on_resume not in ON_RESUME:
+        raise ValueError(f"on_resume must be one of {ON_RESUME}, not {on_resume!r}")
+    spec = Spec(help, tuple(flags), parse, tuple(choices) if choices is not None else None, metavar, on_resume, item,
+                in_config)
+    if default_factory is not None:
+        return field(default_factory=default_factory, metadata={"setting": spec})
+    return field(default=default, metadata={"setting": spec})
+
+
+def section(cls: type) -> Any:
+    """A field holding another settings dataclass at its defaults."""
+    return field(default_factory=cls)
+
+
+def spec_of(f: dataclasses.Field) -> Spec:
+    if "setting" not in f.metadata:
+        raise TypeError(f"field {f.name!r} is neither a setting(...) nor a section: declare its help text")
+    return f.metadata["setting"]
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _is_section(tp: Any) -> bool:
+    return isinstance(tp, type) and is_dataclass(tp)
+
+
+def _base(tp: Any) -> tuple[Any, bool]:
+    """The type a value has, and whether None is allowed too (`float | None`)."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0], True
+    return tp, False
+
+
+def walk(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field, Any]]:
+    """Every leaf field of a settings class as (dotted path, field, type), sections expanded in order."""
+    out = []
+    hints = _hints(cls)
+    for f in fields(cls):
+        tp = hints[f.name]
+        if _is_section(tp):
+            out += walk(tp, f"{prefix}{f.name}.")
+        else:
+            spec_of(f)
+            out.append((f"{prefix}{f.name}", f, tp))
+    return out
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
+
+
+def _flags(path: str, f: dataclasses.Field, tp: Any) -> list[str]:
+    spec = spec_of(f)
+    if spec.flags:
+        return list(spec.flags)
+    name = f.name.replace("_", "-")
+    return [f"--no-{name}" if _base(tp)[0] is bool and _default(f) is True else f"--{name}"]
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value)) if value else "none"
+    return "none" if value is None else str(value)
+
+
+class ListAction(argparse.Action):
+    """`--f a,b,c`, `--f a b c` and `--f a,b c` give the same list, each item parsed."""
+
+    def __init__(self, option_strings: list[str], dest: str, item: Callable[[str], Any] = str, joined: bool = False,
+                 **kwargs):
+        self.item, self.joined = item, joined
+        super().__init__(option_strings, dest, nargs="+", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parts = [part.strip() for value in values for part in value.split(",") if part.strip()]
+        if not parts:
+            parser.error(f"{option_string}: give at least one value")
+        try:
+            items = [self.item(part) for part in parts]
+        except (argparse.ArgumentTypeError, ValueError) as e:
+            parser.error(f"{option_string}: {e}")
+        setattr(namespace, self.dest, ",".join(map(str, items)) if self.joined else items)
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """A flag for every leaf field of `cls` (dest = its dotted path); each section becomes an argument group."""
+    groups: dict[str, Any] = {}
+    hints = _hints(cls)
+    for f in fields(cls):
+        tp = hints[f.name]
+        if _is_section(tp):
+            doc = (tp.__doc__ or "").strip().splitlines()
+            group = groups.setdefault(f.name, parser.add_argument_group(f.name, doc[0] if doc else None))
+            for path, leaf, leaf_tp in walk(tp, f"{f.name}."):
+                _add_flag(group, path, leaf, leaf_tp)
+        else:
+            _add_flag(parser, f.name, f, tp)
+
+
+def add_flat_arguments(parser: Any, cls: type) -> None:
+    """A flag for every field of a settings class with dest = the field's own name, at its default (for the
+    commands that still read a Namespace)."""
+    for path, f, tp in walk(cls):
+        _add_flag(parser, path.rsplit(".", 1)[-1], f, tp, default=_default(f))
+
+
+def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A parser that also takes 'none' (a setting that may be switched off, such as --warmup-ratio none)."""
+    def parse_or_none(text: str) -> Any:
+        return None if text.strip().lower() == "none" else parse(text)
+    parse_or_none.__name__ = getattr(parse, "__name__", "value")
+    return parse_or_none
+
+
+def _add_flag(parser: Any, path: str, f: dataclasses.Field, tp: Any, default: Any = argparse.SUPPRESS) -> None:
+    spec = spec_of(f)
+    base, optional = _base(tp)
+    kw: dict[str, Any] = {"dest": path, "default": default}
+    default = _default(f)
+    help = spec.help
+    if base is bool:
+        kw["action"] = "store_false" if default is True else "store_true"
+    else:
+        if typing.get_origin(base) is list:
+            kw["action"], kw["item"] = ListAction, spec.item or typing.get_args(base)[0]
+        elif spec.item is not None:                      # a string of comma-separated items, `a,b` or `a b`
+            kw["action"], kw["item"], kw["joined"] = ListAction, spec.item, True
+        else:
+            kw["type"] = _or_none(spec.parse or base) if optional else spec.parse or base
+        if spec.choices is not None:
+            kw["choices"] = spec.choices
+        if spec.metavar is not None or spec.choices is None:
+            kw["metavar"] = spec.metavar or f.name.upper()
+        if "default" not in help:
+            help += f" (default: {_shown(default)}{'; none switches it off' if optional and default is not None else ''})"
+    parser.add_argument(*_flags(path, f, tp), help=help, **kw)
+
+
+def check_value(path: str, f: dataclasses.Field, tp: Any, value: Any, source: str) -> Any:
+    """A config file's value for a field, checked as the flag's text would be; an error names the file and setting."""
+    spec = spec_of(f)
+    base, optional = _base(tp)
+
+    def bad(why: str) -> ConfigurationError:
+        return ConfigurationError(f"{source}: setting {path!r}: {why}")
+
+    if value is None:
+        if optional:
+            return None
+        raise bad("may not be null")
+    if base is bool:
+        if not isinstance(value, bool):
+            raise bad(f"must be true or false, not {value!r}")
+        return value
+    if typing.get_origin(base) is list:
+        if not isinstance(value, list):
+            raise bad(f"must be a list, not {value!r}")
+        parse = spec.item or typing.get_args(base)[0]
+        items = value
+    elif spec.item is not None:                          # a string of comma-separated items
+        if not isinstance(value, str):
+            raise bad(f"must be a string of comma-separated items, not {value!r}")
+        parse, items = spec.item, [v.strip() for v in value.split(",") if v.strip()]
+        if not items:
+            raise bad("give at least one item")
+    else:
+        if isinstance(value, (dict, list)) or (base in (int, float) and isinstance(value, bool)):
+            raise bad(f"must be a {base.__name__}, not {value!r}")
+        parse, items = spec.parse or base, [value]
+    out = []
+    for v in items:
+        if base is str and not isinstance(v, str):
+            raise bad(f"must be a string, not {v!r}")
+        try:
+            checked = parse(str(v))
+        except (argparse.ArgumentTypeError, ValueError, TypeError) as e:
+            raise bad(str(e)) from None
+        if spec.choices is not None and checked not in spec.choices:
+            raise bad(f"must be one of {', '.join(map(str, spec.choices))}, not {v!r}")
+        out.append(checked)
+    if spec.item is not None and base is str:
+        return ",".join(map(str, out))
+    return out if typing.get_origin(base) is list else out[0]
+
+
+def flatten(cls: type, data: dict, source: str, prefix: str = "") -> dict[str, Any]:
+    """A (nested) JSON object of settings -> {dotted path: checked value}; unknown keys are an error."""
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"{source}: {prefix.rstrip('.') or 'the file'} must be a JSON object of settings")
+    hints, known = _hints(cls), {f.name: f for f in fields(cls)}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in known:
+            raise ConfigurationError(f"{source}: unknown setting {prefix + key!r}; known here: "
+                                     f"{', '.join(sorted(known))}")
+        f, tp = known[key], hints[key]
+        if _is_section(tp):
+            out |= flatten(tp, value, source, f"{prefix}{key}.")
+        elif spec_of(f).in_config:
+            out[prefix + key] = check_value(prefix + key, f, tp, value, source)
+    return out
+
+
+def build(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
+    """The settings object from {dotted path: value}; fields absent there take their defaults."""
+    hints, kw = _hints(cls), {}
+    for f in fields(cls):
+        tp = hints[f.name]
+        if _is_section(tp):
+            kw[f.name] = build(tp, values, f"{prefix}{f.name}.")
+        elif prefix + f.name in values:
+            kw[f.name] = values[prefix + f.name]
+    return cls(**kw)
+
+
+def dump(settings: Any) -> dict:
+    """The settings as plain JSON values, nested by section (what --print-config prints and run.json holds)."""
+    out = {}
+    for f in fields(settings):
+        value = getattr(settings, f.name)
+        if is_dataclass(value):
+            out[f.name] = dump(value)
+        elif spec_of(f).in_config:
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def load(cls: type, data: dict, source: str = "settings") -> Any:
+    """dump()'s inverse, each value checked as its flag would be."""
+    return build(cls, flatten(cls, data, source))
+
+
+def read_config(path: str | Path, cls: type) -> dict[str, Any]:
+    """A JSON config file -> {dotted path: checked value}; a syntax error names the file, line and column."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigurationError(f"{path}: no such config file") from None
+    except OSError as e:
+        raise ConfigurationError(f"{path}: cannot read the config file ({e.strerror})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigurationError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
+    if isinstance(data, dict) and "settings" in data and "command" in data:   # a run.json: its settings
+        data = data["settings"]
+    return flatten(cls, data, str(path))
+
+
+def differences(cls: type, stored: dict, current: Any) -> list[str]:
+    """The settings a resumed run may not change (on_resume="same") on which `stored` (dump()'s JSON) and
+    `current` disagree, one 'path: was X, now Y' each."""
+    was = flatten(cls, stored, "the stored settings")
+    now = {path: value for path, value in _leaves(current)}
+    out = []
+    for path, f, _ in walk(cls):
+        spec = spec_of(f)
+        if spec.on_resume == "same" and spec.in_config and path in was and was[path] != now.get(path):
+            out.append(f"{path}: was {was[path]!r}, now {now.get(path)!r}")
+    return out
+
+
+def resume_config(settings: Any) -> dict[str, Any]:
+    """{dotted path: value} of the settings a resumed run must keep (on_resume="same"): what fit() stores in the
+    checkpoint and compares on --resume."""
+    specs = {path: spec_of(f) for path, f, _ in walk(type(settings))}
+    return {path: list(v) if isinstance(v, tuple) else v for path, v in _leaves(settings)
+            if specs[path].on_resume == "same" and specs[path].in_config}
+
+
+def from_flat_names(cls: type, stored: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's settings stored under plain flag names (before typed settings) -> dotted paths, for the
+    names that are one field's; the others are dropped."""
+    by_name: dict[str, list[str]] = {}
+    for path, _, _ in walk(cls):
+        by_name.setdefault(path.rsplit(".", 1)[-1], []).append(path)
+    return {by_name[k][0]: v for k, v in stored.items() if len(by_name.get(k, ())) == 1}
+
+
+def _leaves(settings: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    out = []
+    for f in fields(settings):
+        value = getattr(settings, f.name)
+        out += _leaves(value, f"{prefix}{f.name}.") if is_dataclass(value) else [(prefix + f.name, value)]
+    return out
+
+
+def parser_for(cls: type, prog: str, description: str | None) -> argparse.ArgumentParser:
+    """The command's parser: its settings' flags, then --config and --print-config."""
+    p = argparse.ArgumentParser(prog=prog, description=description,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p, cls)
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="read the settings from this JSON file (as --print-config writes it, or a run directory's "
+                        "run.json); flags given beside it override it")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the full settings as JSON (a file --config takes) and exit without running")
+    return p
+
+
+def parse(cls: type, argv: Sequence[str] | None, prog: str, description: str | None = None,
+          base: Callable[[argparse.Namespace], dict[str, Any]] | None = None) -> Any:
+    """The settings from defaults < `base` (e.g. a resumed run's run.json) < --config FILE < flags.
+
+    base(first_pass) gets a first parse of the command line (every flag, no defaults applied) and returns
+    {dotted path: value} to start from. With --print-config the JSON is printed and the process exits 0.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = parser_for(cls, prog, description)
+    given = parser.parse_args(argv)
+    values: dict[str, Any] = base(given) if base is not None else {}
+    if given.config is not None:
+        values |= read_config(given.config, cls)
+    values |= {k: v for k, v in vars(given).items() if k not in ("config", "print_config")}
+    settings = build(cls, values)
+    if given.print_config:
+        print(json.dumps(dump(settings), indent=2))
+        raise SystemExit(0)
+    return settings
