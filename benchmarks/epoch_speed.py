@@ -19,7 +19,9 @@ pairs; length-grouped as the run groups them, and at random (--no-bucket's batch
 
 --compare REV extracts REV's minbert/ (git archive) into a temporary directory and times the same batches with it;
 each round runs both trees, in a random order, in fresh processes, and the ratio is taken per round; --rev REV
-times REV's minbert/ in place of this tree's files. The batches are made once, by this tree's tasks/, so only the
+times REV's minbert/ in place of this tree's files; --compare-env K=V,... adds the main tree run with those environment
+variables (glibc's malloc settings, say) as another arm. Each worker also reports its CPU time per step, user and
+system, and its page faults per step (getrusage). The batches are made once, by this tree's tasks/, so only the
 model differs.
 
     python benchmarks/epoch_speed.py --batches 60 --rounds 5 --compare 116f628 --out benchmarks/results/epoch.json
@@ -34,6 +36,7 @@ import json
 import math
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -137,7 +140,10 @@ def worker(spec: dict) -> dict:
 
     for batch in batches["warmup"]:
         step(batch)
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
     times = [step(batch) for batch in batches["timed"]]
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    k = len(times)
     n = spec["mm_size"]
     a, b = torch.randn(n, n), torch.randn(n, n)
     torch.mm(a, b)
@@ -147,11 +153,13 @@ def worker(spec: dict) -> dict:
         torch.mm(a, b)
         best = min(best, time.perf_counter() - t0)
     return {"times": times, "mm_gflops": 2 * n ** 3 / best / 1e9, "threads": torch.get_num_threads(),
+            "user_s": (r1.ru_utime - r0.ru_utime) / k, "sys_s": (r1.ru_stime - r0.ru_stime) / k,
+            "page_faults": (r1.ru_minflt - r0.ru_minflt) / k,
             "minbert": minbert.__file__, "torch": torch.__version__}
 
 
-def run_worker(spec: dict) -> dict:
-    env = dict(os.environ, PYTHONPATH=spec["tree"], TOKENIZERS_PARALLELISM="false")
+def run_worker(spec: dict, extra_env: dict[str, str]) -> dict:
+    env = dict(os.environ, PYTHONPATH=spec["tree"], TOKENIZERS_PARALLELISM="false", **extra_env)
     out = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True,
                          env=env, cwd=spec["tree"])
     if out.returncode != 0:
@@ -185,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="0: the padding and FLOP figures only, no timing")
     p.add_argument("--compare", metavar="REV", help="also time REV's minbert, interleaved with this tree's")
     p.add_argument("--rev", metavar="REV", help="time REV's minbert in place of this tree's files as they are")
+    p.add_argument("--compare-env", metavar="K=V,K=V", help="also time the main tree with these environment "
+                   "variables set (e.g. glibc's MALLOC_MMAP_THRESHOLD_), interleaved")
     p.add_argument("--threads", type=int, default=None, help="torch threads in the workers (default: torch's)")
     p.add_argument("--sample-seed", type=int, default=0, help="seeds the sample of batches and the round orders")
     p.add_argument("--seed", type=int, default=11711, help="make train's seed: the batches' order")
@@ -240,9 +250,14 @@ def main(argv: list[str] | None = None) -> int:
             trees = {"this tree": str(ROOT)}
             described = {"this tree": git("rev-parse", "--short", "HEAD") + (
                 " + uncommitted minbert/" if git("status", "--porcelain", "--", "minbert") else "")}
+        envs = {name: {} for name in trees}
         if args.compare:
             trees[args.compare] = str(extract(args.compare, tmp / "compare"))
-            described[args.compare] = git("rev-parse", "--short", args.compare)
+            described[args.compare], envs[args.compare] = git("rev-parse", "--short", args.compare), {}
+        if args.compare_env:
+            name = f"{main_name} + env"
+            envs[name] = dict(kv.split("=", 1) for kv in args.compare_env.split(","))
+            trees[name], described[name] = trees[main_name], f"{described[main_name]}, {args.compare_env}"
         torch.save({"timed": [bucketed[i] for i in timed], "warmup": [bucketed[i] for i in warm]},
                    tmp / "batches.pt")
         results: dict[str, list[dict]] = {name: [] for name in trees}
@@ -252,10 +267,12 @@ def main(argv: list[str] | None = None) -> int:
             for name in order:
                 spec = {"tree": trees[name], "batches": str(tmp / "batches.pt"), "threads": args.threads,
                         "model": args.model, "mm_size": args.mm_size, "seed": args.seed}
-                res = run_worker(spec)
+                res = run_worker(spec, envs[name])
                 results[name].append(res)
                 print(f"round {r + 1}/{args.rounds} {name} ({described[name]}): "
-                      f"{statistics.fmean(res['times']) * 1000:.1f} ms a step, torch.mm {res['mm_gflops']:.0f} GFLOP/s")
+                      f"{statistics.fmean(res['times']) * 1000:.1f} ms a step (CPU user {res['user_s'] * 1000:.0f} "
+                      f"ms, sys {res['sys_s'] * 1000:.0f} ms, {res['page_faults']:.0f} page faults), "
+                      f"torch.mm {res['mm_gflops']:.0f} GFLOP/s")
 
     epoch_steps = len(bucketed)
     report: dict = {"settings": {k: v for k, v in vars(args).items() if k != "worker"}, "cpu": cpu,
@@ -269,17 +286,19 @@ def main(argv: list[str] | None = None) -> int:
         report["trees"][name] = {"commit": described[name], "step_seconds": t, "epoch_seconds": {
             k: v * epoch_steps if k != "n" else v for k, v in t.items()}, "gflops": summary(rates),
             "mm_gflops": summary(mm), "share_of_mm": statistics.median(rates) / statistics.median(mm),
+            "sys_seconds": summary([res["sys_s"] for res in rounds]),
+            "page_faults": summary([res["page_faults"] for res in rounds]), "env": envs[name],
             "threads": rounds[0]["threads"], "rounds": rounds}
         print(f"{name} ({described[name]}): step {t['median'] * 1000:.1f} ms [{t['min'] * 1000:.1f}, "
               f"{t['max'] * 1000:.1f}] over {t['n']} rounds; epoch {t['median'] * epoch_steps / 60:.1f} min "
               f"({epoch_steps} steps); {statistics.median(rates):.1f} GFLOP/s on real tokens, torch.mm "
               f"{statistics.median(mm):.1f} ({report['trees'][name]['share_of_mm']:.0%}); "
               f"threads {rounds[0]['threads']}")
-    if args.compare and args.rounds:
+    for other in list(results)[1:] if args.rounds else ():
         ratio = [statistics.fmean(b["times"]) / statistics.fmean(a["times"])
-                 for a, b in zip(results[main_name], results[args.compare])]
-        report["speedup"] = summary(ratio)
-        print(f"{main_name} against {args.compare}: {statistics.median(ratio):.3f}x faster a step (median of "
+                 for a, b in zip(results[main_name], results[other])]
+        report.setdefault("speedup", {})[other] = summary(ratio)
+        print(f"{main_name} against {other}: {statistics.median(ratio):.3f}x faster a step (median of "
               f"{len(ratio)} paired rounds, range [{min(ratio):.3f}, {max(ratio):.3f}])")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
