@@ -24,11 +24,11 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'minbert-reference.pth').write_text(r'$(CURDIR)' + '\\n')"
 	touch $@
 
-# The leaderboard run: the multitask model on SST, Quora and STS, its six prediction files, and the submission zip.
+# The leaderboard run: the multitask model on SST, Quora and STS (its settings: tasks/configs/main-job.json), its six
+# prediction files, and the submission zip; the run's directory (run.json, checkpoint, curves) goes under runs/.
 train: install
-	$(PY) -m tasks.multitask --design cross-encoder --schedule round-robin --fine-tune-mode $(FINE_TUNE) --model minilm \
-		--lr 5e-5 --batch-size 16 --warmup-ratio 0.1 --max-grad-norm 1.0 --sts-head-bias 2.5 --epochs 2 \
-		--symmetric-pairs --optimizer fused --precision $(PRECISION) --predictions-dir predictions
+	$(PY) -m tasks.multitask --config tasks/configs/main-job.json --fine-tune-mode $(FINE_TUNE) --precision $(PRECISION) \
+		--predictions-dir predictions
 	$(PY) -m tasks.submit --pred-dir predictions --out submission.zip
 
 # The first exercise: the SST sentiment classifier alone.

@@ -6,10 +6,10 @@
     python benchmarks/deebert.py --task cfimdb --seeds 1,2,3 --results benchmarks/results/deebert-cfimdb.json \
         --machine "A (2-core AMD EPYC, avx2 only), quiet" -- --no-progress   # also the table's JSON, at the end
 
-Each part is `python -m tasks.deebert --seed S` (files in OUT/{task}-s{S}-b1 and -b32) with its protocol: a
-seeded half of dev selects the epochs and the exit setting (the fewest layers within --max-drop), the other
-half is timed and reported; every setting, plain included, runs in a fresh seeded order in each of --rounds
-rounds after an untimed pass. For each seed and batch size this script prints the chosen setting's drop and
+Each part is `python -m tasks.deebert --seed S` (run directories OUT/{task}-s{S}-b1, which trains, and -b32,
+which loads that model with --from-run) with its protocol: a seeded half of dev selects the epochs and the exit
+setting (the fewest layers within --max-drop), the other half is timed and reported; every setting, plain
+included, runs in a fresh seeded order in each of --rounds rounds after an untimed pass. For each seed and batch size this script prints the chosen setting's drop and
 time saved on the report half (median over rounds, range) against plain and against "no exit", and appends
 paired_runs-style rows to OUT/{task}-paired.json: row plain-bN (time_saved 0) and chosen-bN, with dev
 {"quality", "time_saved", "time_saved_vs_no_exit", "layers_run"}, so that benchmarks/stats.py gives the mean
@@ -31,7 +31,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import stats
 from paired_runs import provenance
 
-from tasks.deebert import build_parser, run
+from tasks.deebert import parse_settings, run
 from tasks.evaluation import write_text
 
 
@@ -116,9 +116,9 @@ def main() -> None:
             argv = ["--task", args.task, "--seed", str(seed), "--rounds", str(args.rounds), "--max-drop",
                     str(args.max_drop), "--eval-batch-size", str(batch), "--out",
                     str(out / f"{args.task}-s{seed}-b{batch}"), *args.extra]
-            argv += ["--resume", str(first)] if batch != 1 else []
+            argv += ["--from-run", str(first)] if batch != 1 else []   # the model seed S trained at batch 1
             print("python -m tasks.deebert " + " ".join(argv), flush=True)
-            summary = run(build_parser().parse_args(argv))
+            summary = run(parse_settings(argv))
             print(f"== seed {seed}: " + report(summary), flush=True)
             done = json.loads(paired.read_text()) if paired.is_file() else []
             write_text(paired, json.dumps(done + rows_of(summary, batch, seed), indent=1))

@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             minutes[seed] = json.loads((pred / "minutes.json").read_text()) if (pred / "minutes.json").is_file() else None
             continue
         t0 = time.perf_counter()
-        multitask.run(multitask.build_parser().parse_args([
+        multitask.run(multitask.parse_settings([
             *extra, "--seed", str(seed), "--no-progress", "--raw-outputs", "--predictions-dir", str(pred),
             "--checkpoint", str(runs / f"seed-{seed}.pt")]))
         minutes[seed] = (time.perf_counter() - t0) / 60

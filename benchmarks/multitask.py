@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                             "--no-predictions", *(["--lr", str(args.full_lr)] if lr else []), *extra]
                 print(f"== {row} seed {seed}", flush=True)
                 t0 = time.perf_counter()
-                summary = multitask.run(multitask.build_parser().parse_args(row_argv))
+                summary = multitask.run(multitask.parse_settings(row_argv))
                 minutes = (time.perf_counter() - t0) / 60
             results.append({"row": row, "name": f"{row} seed={seed}", "design": design, "schedule": schedule,
                             "mode": mode, "extra": extra, "seed": seed, "max_train_examples": args.max_train_examples,

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                         "--checkpoint", os.path.join(tmp, "run.pt")]
             print(f"== {args.row} seed {seed}: python -m tasks.multitask {' '.join(extra)}", flush=True)
             t0 = time.perf_counter()
-            summary = multitask.run(multitask.build_parser().parse_args(row_argv))
+            summary = multitask.run(multitask.parse_settings(row_argv))
             minutes = (time.perf_counter() - t0) / 60
         results = json.loads(out.read_text()) if out.is_file() else []
         results.append({"row": args.row, "seed": seed, "flags": extra, "dev": summary["dev"],

@@ -33,7 +33,7 @@ import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from tasks.multitask import collate, load
 from tasks.recipe import autocast, make_optimizer
-from tasks.toolkit import TOOLKIT_DEFAULTS, toolkit_loss
+from tasks.toolkit import ToolkitSettings, toolkit_loss
 from tasks.train import pick_device
 
 FILES = {"sst": "ids-sst-train.csv", "para": "quora-train.csv", "sts": "sts-train.csv"}
@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     kinds = ("plain", "pcgrad", "embedding")
     models = {k: copy.deepcopy(base) for k in kinds}
     opts = {k: make_optimizer(list(m.parameters()), 1e-5, 0.0, args.optimizer) for k, m in models.items()}
-    settings = {k: argparse.Namespace(**TOOLKIT_DEFAULTS) for k in kinds}
-    settings["embedding"].sts_embedding_loss, settings["embedding"].para_embedding_loss = "cosent", "mnrl"
+    settings = {k: ToolkitSettings() for k in kinds}
+    settings["embedding"] = ToolkitSettings(sts_embedding_loss="cosent", para_embedding_loss="mnrl")
     losses = {k: toolkit_loss(settings[k], device) for k in kinds}
     encoder_passes = {k: [0] for k in kinds}
     for k, m in models.items():

@@ -1,10 +1,10 @@
 """DeeBERT's sweep on a split: each exit setting's quality, exit layers and time against the plain model
 (sweep_table), the same untimed for choosing the setting (quality_table, choose), early-exit predictions in the
-file's order, and the seeded dev halves of the selection protocol."""
+file's order, and the seeded dev halves of the selection protocol; its settings are tasks/deebert_settings.py's
+Sweep."""
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import statistics
@@ -18,10 +18,10 @@ from minbert.deebert import DeeBert, EntropyExit, PatienceExit
 from .cli import Split
 from .data import Collator, Records, batches, model_inputs, to_device
 from .deebert_report import savings
+from .deebert_settings import NUM_LABELS, Sweep
 from .deebert_timing import sweep
 from .evaluation import accuracy, pearson
 
-NUM_LABELS = {"sst": 5, "sst2": 2, "cfimdb": 2, "sts": 1}
 EVAL_BATCH = 64           # batch size of the dev evaluations during training and of the prediction files
 
 
@@ -35,41 +35,43 @@ def quality(task: str, preds: list, labels: list) -> float:
     return pearson(preds, labels) if task == "sts" else accuracy(preds, labels)
 
 
-def exit_rules(args: argparse.Namespace, L: int) -> tuple[dict[str, deebert.ExitRule], deebert.ExitRule]:
-    """The swept rules by name, and one that evaluates every off-ramp but never exits (their own cost)."""
-    if args.exit == "entropy":
-        return ({f"S={s:g}": EntropyExit(s, args.normalize_entropy) for s in args.thresholds},
-                EntropyExit(-math.inf, args.normalize_entropy))
-    patience = args.patience or list(range(1, max(L - 1, 2)))
-    return {f"P={p}": PatienceExit(p, args.change_threshold) for p in patience}, PatienceExit(L, args.change_threshold)
+def exit_rules(sweep: Sweep, L: int) -> tuple[dict[str, deebert.ExitRule], deebert.ExitRule]:
+    """The swept rules by name, and one that evaluates every off-ramp but never exits (their own cost); `sweep`
+    resolved."""
+    if sweep.exit == "entropy":
+        return ({f"S={s:g}": EntropyExit(s, sweep.normalize_entropy) for s in sweep.thresholds},
+                EntropyExit(-math.inf, sweep.normalize_entropy))
+    patience = sweep.patience or list(range(1, max(L - 1, 2)))
+    return ({f"P={p}": PatienceExit(p, sweep.change_threshold) for p in patience},
+            PatienceExit(L, sweep.change_threshold))
 
 
 def setting_of(name: str) -> float | None:
     return float(name.split("=", 1)[1]) if "=" in name else None
 
 
-def sweep_table(args: argparse.Namespace, model: DeeBert, split: Split, collate: Collator,
-                device: torch.device) -> dict:
-    """Quality, exit layers and measured time of each setting against the plain model, on one split."""
+def sweep_table(task: str, settings: Sweep, model: DeeBert, split: Split, collate: Collator, device: torch.device,
+                batch_size: int, seed: int, progress: bool = False) -> dict:
+    """Quality, exit layers and measured time of each setting against the plain model, on one split, at
+    `batch_size` (1: the paper's); `settings` resolved, `seed` orders the timing rounds."""
     L = model.num_layers
-    split_batches = [to_device(b, device) for b in batches(split.records, collate, args.eval_batch_size,
-                                                           bucket=args.eval_batch_size > 1, lengths=split.lengths)]
+    split_batches = [to_device(b, device) for b in batches(split.records, collate, batch_size,
+                                                           bucket=batch_size > 1, lengths=split.lengths)]
     ids = [i for b in split_batches for i in b["ids"]]
     labels = [split.records[k].label for k in _positions(split.records, ids)]
-    rules, no_exit = exit_rules(args, L)
-    log = (lambda s: print(s, file=sys.stderr)) if args.progress else None
-    plain, runs = sweep(model, split_batches, {**rules, "no exit": no_exit}, rounds=args.rounds,
-                       seed=args.seed, log=log)
-    base_preds = predictions(args.task, plain.logits)
-    base = quality(args.task, base_preds, labels)
+    rules, no_exit = exit_rules(settings, L)
+    log = (lambda s: print(s, file=sys.stderr)) if progress else None
+    plain, runs = sweep(model, split_batches, {**rules, "no exit": no_exit}, rounds=settings.rounds, seed=seed, log=log)
+    base_preds = predictions(task, plain.logits)
+    base = quality(task, base_preds, labels)
     plain_work = plain.token_layers
     rows = []
     for run in [plain, *runs]:
-        preds = predictions(args.task, run.logits)
+        preds = predictions(task, run.logits)
         mean_layer = run.layers.float().mean().item()
         rows.append({
-            "setting": run.name, "value": setting_of(run.name), "quality": quality(args.task, preds, labels),
-            "quality_drop": base - quality(args.task, preds, labels), "mean_exit_layer": mean_layer,
+            "setting": run.name, "value": setting_of(run.name), "quality": quality(task, preds, labels),
+            "quality_drop": base - quality(task, preds, labels), "mean_exit_layer": mean_layer,
             "layers_run": mean_layer / L, "layers_saved": 1 - mean_layer / L,
             "tokens_run": run.token_layers / plain_work, "seconds": run.time, "seconds_all": run.seconds,
             "seconds_min": min(run.seconds), "seconds_max": max(run.seconds),
@@ -78,8 +80,8 @@ def sweep_table(args: argparse.Namespace, model: DeeBert, split: Split, collate:
             **savings(run.seconds, runs[-1].seconds, "time_saved_vs_no_exit_rounds"),
             "same_as_plain": sum(abs(a - b) <= 1e-5 for a, b in zip(preds, base_preds)) / len(preds),
             "exit_histogram": torch.bincount(run.layers, minlength=L + 1)[1:].tolist()})
-    return {"metric": "pearson" if args.task == "sts" else "accuracy", "examples": len(ids),
-            "eval_batch_size": args.eval_batch_size, "rounds": args.rounds, "num_layers": L,
+    return {"metric": "pearson" if task == "sts" else "accuracy", "examples": len(ids),
+            "eval_batch_size": batch_size, "rounds": settings.rounds, "num_layers": L,
             "ramp_cost": rows[-1]["seconds"] / rows[0]["seconds"] - 1, "rows": rows}
 
 
@@ -97,23 +99,23 @@ def split_halves(split: Split, seed: int) -> tuple[Split, Split]:
 
 
 @torch.no_grad()
-def quality_table(args: argparse.Namespace, model: DeeBert, split: Split, collate: Collator,
+def quality_table(task: str, settings: Sweep, model: DeeBert, split: Split, collate: Collator,
                   device: torch.device) -> dict:
     """Quality, drop and layers run of every setting on a split, untimed (batched exit: the same predictions as
-    batch 1); the rows as sweep_table's, plain first and "no exit" last, for choose()."""
+    batch 1); the rows as sweep_table's, plain first and "no exit" last, for choose(); `settings` resolved."""
     L = model.num_layers
-    rules, no_exit = exit_rules(args, L)
+    rules, no_exit = exit_rules(settings, L)
     labels = [e.label for e in split.records]
-    base_preds, _ = exit_predictions(model, args.task, split, collate, no_exit, device)   # = the plain model's
-    base = quality(args.task, base_preds, labels)
+    base_preds, _, _ = exit_predictions(model, task, split, collate, no_exit, device)   # = the plain model's
+    base = quality(task, base_preds, labels)
     rows = [{"setting": "plain", "value": None, "quality": base, "quality_drop": 0.0, "layers_run": 1.0}]
     for name, rule in rules.items():
-        preds, layers = exit_predictions(model, args.task, split, collate, rule, device)
-        q = quality(args.task, preds, labels)
+        preds, layers, _ = exit_predictions(model, task, split, collate, rule, device)
+        q = quality(task, preds, labels)
         rows.append({"setting": name, "value": setting_of(name), "quality": q, "quality_drop": base - q,
                      "layers_run": statistics.mean(layers) / L})
     rows.append({**rows[0], "setting": "no exit"})
-    return {"metric": "pearson" if args.task == "sts" else "accuracy", "examples": len(labels), "rows": rows}
+    return {"metric": "pearson" if task == "sts" else "accuracy", "examples": len(labels), "rows": rows}
 
 
 def _positions(records: Records, ids: list[str]) -> list[int]:
@@ -129,11 +131,14 @@ def choose(table: dict, max_drop: float) -> dict:
 
 @torch.no_grad()
 def exit_predictions(model: DeeBert, task: str, split: Split, collate: Collator, rule: deebert.ExitRule,
-                     device: torch.device) -> tuple[list, list[int]]:
-    """Early-exit predictions and exit layers of a split, in the file's order (batched exit equals batch 1)."""
+                     device: torch.device) -> tuple[list, list[int], torch.Tensor]:
+    """Early-exit predictions, exit layers and the exiting off-ramp's logits (N, C) of a split, in the file's order
+    (batched exit equals batch 1)."""
     got: dict[str, tuple] = {}
     for b in batches(split.records, collate, EVAL_BATCH, bucket=True, lengths=split.lengths):
         x = to_device(model_inputs(b), device)
         o = deebert.early_exit(model, x["input_ids"], x["attention_mask"], x["token_type_ids"], rule)
-        got.update(zip(b["ids"], zip(predictions(task, o.logits.cpu()), o.layers.tolist())))
-    return [got[e.id][0] for e in split.records], [got[e.id][1] for e in split.records]
+        logits = o.logits.cpu()                                                            # (B, C)
+        got.update(zip(b["ids"], zip(predictions(task, logits), o.layers.tolist(), logits.float())))
+    rows = [got[e.id] for e in split.records]
+    return [r[0] for r in rows], [r[1] for r in rows], torch.stack([r[2] for r in rows])

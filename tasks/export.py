@@ -1,6 +1,7 @@
 """Export a trained multitask run: its encoder as a Hugging Face directory, plus its heads and settings.
 
-    python -m tasks.export checkpoints/multitask-cross-encoder-round-robin-full-model.pt exported/
+    python -m tasks.export runs/multitask-cross-encoder-round-robin-full-model-DATE-TIME/ exported/
+    python -m tasks.export checkpoints/multitask-cross-encoder-round-robin-full-model.pt exported/   # an older run
 
 OUT/encoder/ holds config.json, model.safetensors (Hugging Face BERT names; transformers' BertModel.from_pretrained
 loads it) and the tokenizer's vocab.txt; OUT/heads.pt the weights outside the encoder (the three heads, PALs if
@@ -21,7 +22,16 @@ import torch
 import minbert
 
 from .checkpoints import load_checkpoint
-from .predict import EXPORT_ENCODER, EXPORT_HEADS, EXPORT_SETTINGS, build_multitask, load_run, load_weights
+from .predict import (
+    EXPORT_ENCODER,
+    EXPORT_HEADS,
+    EXPORT_SETTINGS,
+    build_multitask,
+    from_run_json,
+    load_run,
+    load_weights,
+)
+from .runs import RUN_FILE
 
 
 def export(checkpoint: str | Path, out: str | Path) -> Path:
@@ -41,7 +51,7 @@ def export(checkpoint: str | Path, out: str | Path) -> Path:
     encoder_keys = {f"bert.{k}" for k in minbert.BertModel(model.bert.config).state_dict()}
     heads = {k: v for k, v in model.state_dict().items() if k not in encoder_keys}
     torch.save(heads, out / EXPORT_HEADS)
-    full = load_checkpoint(checkpoint)
+    full = load_checkpoint(from_run_json(Path(checkpoint))[2] if (Path(checkpoint) / RUN_FILE).is_file() else checkpoint)
     best = full["history"][full["best_epoch"] - 1] if full.get("history") else {}
     (out / EXPORT_SETTINGS).write_text(json.dumps({
         "kind": "multitask", "settings": settings, "best_epoch": full.get("best_epoch"),
@@ -53,7 +63,7 @@ def export(checkpoint: str | Path, out: str | Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tasks.export", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="a checkpoint written by python -m tasks.multitask")
+    p.add_argument("checkpoint", help="a run directory of python -m tasks.multitask, or its checkpoint")
     p.add_argument("out", help="the directory to write")
     args = p.parse_args(argv)
     out = export(args.checkpoint, args.out)

@@ -24,17 +24,16 @@ from pathlib import Path
 import torch
 
 import minbert
-from minbert.multitask import MultitaskBert, MultitaskConfig
-from minbert.pals import PalsConfig
+from minbert.multitask import MultitaskBert
 
 from .checkpoints import load_checkpoint
 from .cli import DEVICES
-from .errors import ConfigurationError
-from .runs import CHECKPOINT, RUN_FILE, read_run_json
 from .data import TASKS, Collator
+from .errors import ConfigurationError
 from .evaluation import prediction_path, raw_path, write_predictions, write_raw
 from .recipe import autocast
-from .toolkit import model_class
+from .runs import CHECKPOINT, RUN_FILE, read_run_json
+from .settings import build, from_flat_names
 from .train import pick_device
 
 KINDS = ("classifier", "multitask", "deebert")
@@ -59,6 +58,10 @@ def from_run_json(directory: Path) -> tuple[str, dict, Path]:
     record = read_run_json(directory)
     flat = {path.rsplit(".", 1)[-1]: value for path, value in _leaves_of(record["settings"])}
     run = record["settings"].get("run", {})
+    if record["command"] == "deebert":   # its model: stage 2's checkpoint, or that of the run it loaded (--from-run)
+        from .deebert import trained_checkpoint
+        result = record.get("result") or {}
+        return "deebert", flat | {"prediction_setting": result.get("prediction_setting")}, trained_checkpoint(directory)
     return record["command"], flat, Path(run["checkpoint"]) if run.get("checkpoint") else directory / CHECKPOINT
 
 
@@ -74,13 +77,17 @@ def load_run(path: str | Path) -> tuple[str, dict, dict[str, torch.Tensor], Path
     directory (its run.json says which command wrote it), its checkpoint, an export directory, or a checkpoint written
     before run directories (its kind read from the settings it stores)."""
     path = Path(path)
+    given = path if path.is_file() else None
     if path.is_file() and (path.parent / RUN_FILE).is_file():
         path = path.parent
     if path.is_dir() and (path / RUN_FILE).is_file():
         kind, settings, checkpoint = from_run_json(path)
         if kind not in KINDS:
             raise ConfigurationError(f"{path}: a run of python -m tasks.{kind}, which has no model to predict with")
-        state = load_checkpoint(checkpoint)
+        state = load_checkpoint(given or checkpoint)
+        if kind == "deebert" and state.get("config", {}).get("stage") != 2:
+            raise ConfigurationError(f"{given}: a DeeBERT stage-1 checkpoint, whose off-ramps are not trained: give "
+                                     "the run's directory or its stage2.pt")
         settings["lr"] = state.get("config", {}).get("training.lr", settings.get("lr"))
         return kind, settings, state["best_state"], None
     if path.is_dir() and (path / EXPORT_SETTINGS).is_file():
@@ -119,15 +126,11 @@ def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], path: s
 
 
 def build_multitask(settings: dict, encoder: str | Path | None = None) -> MultitaskBert:  # or a subclass
-    """The multitask model a run's settings describe (heads, PALs), on the encoder `encoder` or the run's --model."""
-    config = MultitaskConfig(settings.get("design", "cross-encoder"), settings.get("pooling", "mean"),
-                             settings.get("head_hidden", 512), settings.get("dropout"),
-                             similarity_bias=settings.get("sts_head_bias", 0.0),
-                             symmetric_pairs=settings.get("symmetric_pairs", False))
-    model = model_class(settings)(minbert.load_pretrained(str(encoder or settings.get("model", "minilm"))), config)
-    if settings.get("pals"):
-        model.add_pals(PalsConfig(settings["pals"], settings.get("pals_size", 204), settings.get("pals_heads", 6)))
-    return model
+    """The multitask model a run's settings describe (heads, PALs), on the encoder `encoder` or the run's --model;
+    `settings` under their plain field names, each absent one at its default (tasks/multitask_settings.py)."""
+    from .multitask import build_model
+    from .multitask_settings import Settings
+    return build_model(build(Settings, from_flat_names(Settings, settings)), str(encoder) if encoder else None)
 
 
 def multitask_files(args: argparse.Namespace, settings: dict, task: str, split: str) -> Path:
@@ -186,26 +189,33 @@ def predict_classifier(args: argparse.Namespace, settings: dict, state: dict, de
 
 
 def predict_deebert(args: argparse.Namespace, settings: dict, state: dict, device: torch.device) -> list[Path]:
-    from minbert.deebert import DeeBert, DeeBertConfig, EntropyExit, PatienceExit
+    """At --threshold (default: the setting the run chose, from its run.json), with the run's exit rule; the files
+    named {task}-{split}-output.csv as the run's own."""
+    from minbert.deebert import DeeBert
 
-    from .deebert import BOARD, NUM_LABELS, SOURCE, exit_predictions, load_split
-    task = settings["task"]
-    if args.threshold is None:
-        raise SystemExit("a DeeBERT run: give the exit setting, --threshold S (entropy) or P (with --exit patience)")
-    exit_rule = args.exit or ("patience" if task == "sts" else "entropy")
-    rule = EntropyExit(args.threshold) if exit_rule == "entropy" else PatienceExit(int(args.threshold))
-    model = DeeBert(minbert.load_pretrained(settings.get("model", "minilm")),
-                    DeeBertConfig(NUM_LABELS[task], settings.get("pooling", "mean"), settings.get("ramp_pooler", True),
-                                  settings.get("dropout")))
+    from .deebert import BOARD, SOURCE, exit_predictions, load_split
+    from .deebert_settings import Settings, Sweep
+    stored = build(Settings, from_flat_names(Settings, settings))       # each absent setting at its default
+    task = stored.task
+    value = args.threshold if args.threshold is not None else settings.get("prediction_setting")
+    if value is None:
+        raise ConfigurationError("a DeeBERT run: give the exit setting, --threshold S (entropy) or P (with --exit "
+                                 "patience)")
+    sweep = Sweep(exit=args.exit or stored.sweep.exit, normalize_entropy=stored.sweep.normalize_entropy,
+                  change_threshold=stored.sweep.change_threshold).resolved(task)
+    model = DeeBert(minbert.load_pretrained(stored.training.model), stored.ramp_config())
     load_weights(model, state, args.checkpoint)
     model.to(device).eval()
-    tokenizer = minbert.Tokenizer.from_pretrained(settings.get("model", "minilm"), max_length=settings.get("max_length"))
+    tokenizer = minbert.Tokenizer.from_pretrained(stored.training.model, max_length=stored.training.max_length)
     collate, written = Collator(tokenizer, float_labels=task == "sts"), []
     for split in args.splits:
         s = load_split(split, single_files(args, settings, SOURCE[task], split), task, tokenizer)
-        preds, _ = exit_predictions(model, task, s, collate, rule, device)
-        written.append(write_predictions(prediction_path(args.out, BOARD[task], split), BOARD[task],
-                                         [e.id for e in s.records], preds))
+        with autocast(device, stored.recipe.precision):                 # as the run predicted
+            preds, _, logits = exit_predictions(model, task, s, collate, sweep.rule(value), device)
+        ids = [e.id for e in s.records]
+        written.append(write_predictions(prediction_path(args.out, task, split), BOARD[task], ids, preds))
+        if args.raw_outputs:
+            written.append(write_raw(raw_path(args.out, task, split), ids, logits))
     return written
 
 
@@ -225,9 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
                            help=f"multitask runs: the {t} {split} file (default: the run's own)")
     p.add_argument("--dev-file", default=None, help="classifier/DeeBERT runs: the dev file (default: the run's own)")
     p.add_argument("--test-file", default=None, help="classifier/DeeBERT runs: the test file (default: the run's own)")
-    p.add_argument("--threshold", type=float, default=None, help="DeeBERT: the exit setting, S (entropy) or P (patience)")
+    p.add_argument("--threshold", type=float, default=None, help="DeeBERT: the exit setting, S (entropy) or P (patience) "
+                   "(default: the one the run chose, from its run.json)")
     p.add_argument("--exit", choices=("entropy", "patience"), default=None,
-                   help="DeeBERT: the exit rule (default entropy; patience for sts)")
+                   help="DeeBERT: the exit rule (default: the run's; entropy, patience for sts)")
     p.add_argument("--raw-outputs", action="store_true",
                    help="also write {task}-{split}-raw.csv, the raw outputs, for python -m tasks.ensemble")
     p.add_argument("--eval-batch-size", type=int, default=128, help="prediction batch size (default 128)")

@@ -103,8 +103,10 @@ class RunPaths:
         return self.dir / RUN_FILE
 
 
-def run_paths(run: RunOptions, *name: str) -> RunPaths:
-    """The run's paths from its options; a new run may not reuse a directory that holds a run already."""
+def run_paths(run: RunOptions, *name: str, checkpoint_name: str = CHECKPOINT) -> RunPaths:
+    """The run's paths from its options; a new run may not reuse a directory that holds a run already.
+    `checkpoint_name`: the checkpoint's file name in the directory when run.checkpoint is not given (a command with
+    several checkpoints names the first, the one a resumed run needs)."""
     resume = Path(run.resume) if run.resume is not None else None
     if run.run_dir is not None:
         directory = Path(run.run_dir)
@@ -117,7 +119,7 @@ def run_paths(run: RunOptions, *name: str) -> RunPaths:
     if resume is None and (directory / RUN_FILE).is_file():
         raise ConfigurationError(f"{directory} holds a run already ({RUN_FILE}): continue it with --resume "
                                  f"{directory}, or give another --run-dir")
-    checkpoint = Path(run.checkpoint) if run.checkpoint else directory / CHECKPOINT
+    checkpoint = Path(run.checkpoint) if run.checkpoint else directory / checkpoint_name
     if resume is not None and resume.is_file():
         start = resume
     elif resume is not None:

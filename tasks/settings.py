@@ -72,6 +72,17 @@ def section(cls: type) -> Any:
     return field(default_factory=cls)
 
 
+def dropped() -> Any:
+    """Redeclares, in a subclass, an inherited setting that does not apply to this command: it has no flag and is
+    not part of the command's settings (the attribute stays, None)."""
+    return field(default=None, init=False, repr=False, compare=False, metadata={"dropped": True})
+
+
+def _fields(cls_or_settings: Any) -> list[dataclasses.Field]:
+    """The dataclass's fields but the dropped() ones."""
+    return [f for f in fields(cls_or_settings) if not f.metadata.get("dropped")]
+
+
 def spec_of(f: dataclasses.Field) -> Spec:
     if "setting" not in f.metadata:
         raise TypeError(f"field {f.name!r} is neither a setting(...) nor a section: declare its help text")
@@ -99,7 +110,7 @@ def walk(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field, Any]
     """Every leaf field of a settings class as (dotted path, field, type), sections expanded in order."""
     out = []
     hints = _hints(cls)
-    for f in fields(cls):
+    for f in _fields(cls):
         tp = hints[f.name]
         if _is_section(tp):
             out += walk(tp, f"{prefix}{f.name}.")
@@ -150,7 +161,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """A flag for every leaf field of `cls` (dest = its dotted path); each section becomes an argument group."""
     groups: dict[str, Any] = {}
     hints = _hints(cls)
-    for f in fields(cls):
+    for f in _fields(cls):
         tp = hints[f.name]
         if _is_section(tp):
             doc = (tp.__doc__ or "").strip().splitlines()
@@ -251,7 +262,7 @@ def flatten(cls: type, data: dict, source: str, prefix: str = "") -> dict[str, A
     """A (nested) JSON object of settings -> {dotted path: checked value}; unknown keys are an error."""
     if not isinstance(data, dict):
         raise ConfigurationError(f"{source}: {prefix.rstrip('.') or 'the file'} must be a JSON object of settings")
-    hints, known = _hints(cls), {f.name: f for f in fields(cls)}
+    hints, known = _hints(cls), {f.name: f for f in _fields(cls)}
     out: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:
@@ -268,7 +279,7 @@ def flatten(cls: type, data: dict, source: str, prefix: str = "") -> dict[str, A
 def build(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
     """The settings object from {dotted path: value}; fields absent there take their defaults."""
     hints, kw = _hints(cls), {}
-    for f in fields(cls):
+    for f in _fields(cls):
         tp = hints[f.name]
         if _is_section(tp):
             kw[f.name] = build(tp, values, f"{prefix}{f.name}.")
@@ -280,7 +291,7 @@ def build(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
 def dump(settings: Any) -> dict:
     """The settings as plain JSON values, nested by section (what --print-config prints and run.json holds)."""
     out = {}
-    for f in fields(settings):
+    for f in _fields(settings):
         value = getattr(settings, f.name)
         if is_dataclass(value):
             out[f.name] = dump(value)
@@ -344,7 +355,7 @@ def from_flat_names(cls: type, stored: dict[str, Any]) -> dict[str, Any]:
 
 def _leaves(settings: Any, prefix: str = "") -> list[tuple[str, Any]]:
     out = []
-    for f in fields(settings):
+    for f in _fields(settings):
         value = getattr(settings, f.name)
         out += _leaves(value, f"{prefix}{f.name}.") if is_dataclass(value) else [(prefix + f.name, value)]
     return out

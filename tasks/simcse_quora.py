@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .data import file_rows
+from .errors import ConfigurationError
 
 SIMCSE_QUORA_REST = "quora-train-rest.csv"  # the Quora training pairs a tasks.simcse stage left to tasks.multitask
 QUORA_STAGE = "quora-train-stage.csv"       # the Quora training pairs the stage used
@@ -59,6 +60,7 @@ def mine_hard_negatives(anchors: Sequence[str], positives: Sequence[str], candid
             if score > best_score and candidates[j] not in (anchor, positive):
                 best, best_score = j, score
         if best is None:
-            raise SystemExit(f"--hard-negatives: no candidate sentence differs from the pair {anchor!r} / {positive!r}")
+            raise ConfigurationError(f"--hard-negatives: no candidate sentence differs from the pair {anchor!r} / "
+                                     f"{positive!r}")
         picks.append(best)
     return picks

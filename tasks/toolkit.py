@@ -1,6 +1,5 @@
-"""The leaderboard entrant's additions to the multitask CLI: gradient surgery (PCGrad), sentence-embedding objectives
-for the pair tasks, and raw outputs for ensembles. tasks/multitask.py adds the flags (add_toolkit_arguments) and
-builds its loss with toolkit_loss; tasks/predict.py and tasks/ensemble.py read and write the raw-output files.
+"""The leaderboard entrant's additions to the multitask CLI: gradient surgery (PCGrad) and sentence-embedding objectives
+for the pair tasks. tasks/multitask.py takes their settings (ToolkitSettings) and builds its loss with toolkit_loss.
 
 --gradient-surgery pcgrad (Yu et al., 2020, Alg. 1): each optimiser step takes one batch of each task (a round of
 the schedule's order), computes every task's gradient at the same parameters, projects them off each other where
@@ -15,11 +14,10 @@ design) to the task's loss: 2 more encoder passes per pair batch with the cross-
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -31,42 +29,54 @@ from minbert.sentence_losses import cosent_loss, cosine_similarity_loss, mnrl_lo
 
 from .data import to_device
 from .distributed import batch_rows, is_main_process
+from .errors import ConfigurationError
 from .evaluation import raw_path, read_raw, write_raw  # noqa: F401  (the raw-output files, re-exported)
+from .settings import setting
 
-TOOLKIT_DEFAULTS = {"gradient_surgery": "none", "sts_embedding_loss": "none", "para_embedding_loss": "none",
-                    "embedding_loss_weight": 1.0, "cosent_lambda": 20.0, "mnrl_scale": 20.0, "sts_output": "head"}
+@dataclass
+class ToolkitSettings:
+    """Gradient surgery and the sentence-embedding objectives (the leaderboard toolkit)."""
 
+    gradient_surgery: str = setting(
+        "none", choices=("none", "pcgrad", "sum"),
+        help="pcgrad (Yu et al., 2020): each step takes one batch of every task and projects each task's gradient off "
+             "the others' where they conflict, on the shared parameters. sum: the same rounds and steps with the "
+             "gradients summed unprojected, the control that separates the projection from taking one step a round. "
+             "Not with --grad-accum > 1 or torchrun")
+    sts_embedding_loss: str = setting(
+        "none", choices=("none", "cosine", "cosent"),
+        help="add an STS objective on cos(u, v) of the sentences' own vectors: cosine (regression onto gold / 5; "
+             "Sentence-BERT) or cosent (Su, 2022; lambda --cosent-lambda)")
+    para_embedding_loss: str = setting(
+        "none", choices=("none", "mnrl"),
+        help="add multiple-negatives ranking on the Quora duplicates (Henderson et al., 2017): in-batch softmax over "
+             "--mnrl-scale * cosines")
+    sts_output: str = setting(
+        "head", choices=("head", "cosine"),
+        help="cosine: the bi-encoder design of Sentence-BERT for STS, the similarity is 5 cos(u, v) of the sentences' "
+             "own vectors and --sts-embedding-loss (required) its only loss; the STS head is unused. head: the STS "
+             "head's output")
+    embedding_loss_weight: float = setting(1.0, parse=float, metavar="W",
+                                           help="weight of the sentence-embedding objectives")
+    cosent_lambda: float = setting(20.0, parse=float, help="CoSENT's lambda")
+    mnrl_scale: float = setting(20.0, parse=float, help="MNRL's cosine scale")
 
-def add_toolkit_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags of gradient surgery, the sentence-embedding objectives and the raw outputs."""
-    g = p.add_argument_group("gradient surgery and sentence-embedding objectives")
-    g.add_argument("--gradient-surgery", choices=("none", "pcgrad", "sum"), default="none",
-                   help="pcgrad (Yu et al., 2020): each step takes one batch of every task and projects each task's "
-                        "gradient off the others' where they conflict, on the shared parameters (default none). sum: "
-                        "the same rounds and steps with the gradients summed unprojected, the control that separates "
-                        "the projection from taking one step a round. Not with --grad-accum > 1 or torchrun")
-    g.add_argument("--sts-embedding-loss", choices=("none", "cosine", "cosent"), default="none",
-                   help="add an STS objective on cos(u, v) of the sentences' own vectors: cosine (regression onto "
-                        "gold / 5; Sentence-BERT) or cosent (Su, 2022; lambda --cosent-lambda)")
-    g.add_argument("--para-embedding-loss", choices=("none", "mnrl"), default="none",
-                   help="add multiple-negatives ranking on the Quora duplicates (Henderson et al., 2017): in-batch "
-                        "softmax over --mnrl-scale * cosines")
-    g.add_argument("--sts-output", choices=("head", "cosine"), default="head",
-                   help="cosine: the bi-encoder design of Sentence-BERT for STS, the similarity is 5 cos(u, v) of the "
-                        "sentences' own vectors and --sts-embedding-loss (required) its only loss; the STS head is "
-                        "unused (default head: the STS head's output)")
-    g.add_argument("--embedding-loss-weight", type=float, default=1.0, metavar="W",
-                   help="weight of the sentence-embedding objectives (default 1)")
-    g.add_argument("--cosent-lambda", type=float, default=20.0, help="CoSENT's lambda (default 20)")
-    g.add_argument("--mnrl-scale", type=float, default=20.0, help="MNRL's cosine scale (default 20)")
-    p.add_argument("--raw-outputs", action="store_true",
-                   help="also write each prediction's raw output beside the course files, {task}-{split}-raw.csv "
-                        "(SST logits, Quora logit, STS score), for python -m tasks.ensemble")
-
-
-def toolkit_settings(config: dict) -> dict:
-    """The run settings without the toolkit's flags at their defaults (so older checkpoints still resume)."""
-    return {k: v for k, v in config.items() if not (k in TOOLKIT_DEFAULTS and v == TOOLKIT_DEFAULTS[k])}
+    def check(self, grad_accum: int, world: int) -> None:
+        """Refuse settings that do not go together: PCGrad splits no round (no --grad-accum, no torchrun);
+        --sts-output cosine needs an STS embedding loss."""
+        if self.sts_output == "cosine" and self.sts_embedding_loss == "none":
+            raise ConfigurationError("--sts-output cosine trains STS with --sts-embedding-loss alone: give cosine or "
+                                     "cosent")
+        if self.gradient_surgery == "none":
+            return
+        if grad_accum != 1:
+            raise ConfigurationError(f"--gradient-surgery {self.gradient_surgery} takes one batch of each task per "
+                                     "step already: it cannot be combined with --grad-accum (use a larger "
+                                     "--batch-size)")
+        if world > 1:
+            raise ConfigurationError(f"--gradient-surgery {self.gradient_surgery} is not supported under torchrun: the "
+                                     "per-task gradients would have to be gathered before the projection; run it on "
+                                     "one process")
 
 
 class CosineStsMultitask(MultitaskBert):
@@ -81,24 +91,9 @@ class CosineStsMultitask(MultitaskBert):
         return 5.0 * F.cosine_similarity(u, v, dim=-1)                  # (B,) on the gold scores' 0-5 scale
 
 
-def model_class(settings: dict) -> type[MultitaskBert]:
-    """The multitask model class of a run's settings (--sts-output)."""
-    return CosineStsMultitask if settings.get("sts_output", "head") == "cosine" else MultitaskBert
-
-
-def check_toolkit(args: argparse.Namespace, world: int) -> None:
-    """Refuse flags that do not go together: PCGrad splits no round (no --grad-accum, no torchrun); --sts-output
-    cosine needs an STS embedding loss."""
-    if getattr(args, "sts_output", "head") == "cosine" and args.sts_embedding_loss == "none":
-        raise SystemExit("--sts-output cosine trains STS with --sts-embedding-loss alone: give cosine or cosent")
-    if args.gradient_surgery == "none":
-        return
-    if args.grad_accum != 1:
-        raise SystemExit(f"--gradient-surgery {args.gradient_surgery} takes one batch of each task per step already: "
-                         "it cannot be combined with --grad-accum (use a larger --batch-size)")
-    if world > 1:
-        raise SystemExit(f"--gradient-surgery {args.gradient_surgery} is not supported under torchrun: the per-task "
-                         "gradients would have to be gathered before the projection; run it on one process")
+def model_class(sts_output: str = "head") -> type[MultitaskBert]:
+    """The multitask model class of a run's --sts-output."""
+    return CosineStsMultitask if sts_output == "cosine" else MultitaskBert
 
 
 class SurgeryBatches(Sequence):
@@ -132,7 +127,7 @@ def sentence_vectors(m: MultitaskBert, task: str, batch: dict) -> tuple[torch.Te
             m.encode(batch["input_ids_2"], batch["attention_mask_2"]))
 
 
-def embedding_loss(m: nn.Module, task: str, batch: dict, args: argparse.Namespace) -> torch.Tensor | None:
+def embedding_loss(m: nn.Module, task: str, batch: dict, args: ToolkitSettings) -> torch.Tensor | None:
     """The chosen sentence-embedding objective of a pair batch on the sentences' own vectors u, v (B, H); None if none."""
     kind = {"sts": args.sts_embedding_loss, "para": args.para_embedding_loss}.get(task, "none")
     if kind == "none":
@@ -183,13 +178,13 @@ class ToolkitLog:
             print("  toolkit: " + "; ".join(parts), file=sys.stderr)
 
 
-def toolkit_loss(args: argparse.Namespace, device: torch.device,
+def toolkit_loss(args: ToolkitSettings, device: torch.device,
                  log: ToolkitLog | None = None) -> Callable[[nn.Module, dict], torch.Tensor]:
     """The multitask loss_fn: the task's loss, plus the embedding objective; a PCGrad round's surgery_loss. What
     the toolkit adds is logged in `log` (a ToolkitLog) when one is given."""
     def one(m: nn.Module, task: str, batch: dict) -> torch.Tensor:
         extra = embedding_loss(m, task, batch, args)
-        if task == "sts" and getattr(args, "sts_output", "head") == "cosine":
+        if task == "sts" and args.sts_output == "cosine":
             total = extra                                                 # the head is unused: no MSE on it
         else:
             loss = m.loss(task, batch)

@@ -389,6 +389,7 @@ def check_config(path: str | Path, stored: dict, current: dict) -> None:
         for k in current:
             short.setdefault(k.rsplit(".", 1)[-1], []).append(k)
         stored = {short[k][0]: v for k, v in (defaults | stored).items() if len(short.get(k, ())) == 1}
+        current = {k: v for k, v in current.items() if k in stored}   # what the older checkpoint recorded
     elif set(defaults) & set(current):
         stored, current = defaults | stored, defaults | current
     diffs = [f"{k}: checkpoint {stored.get(k)!r}, now {current.get(k)!r}"

@@ -9,7 +9,6 @@ import torch
 from conftest import TEST_DEVICE
 
 from tasks import classifier, deebert, multitask, simcse
-from tasks.cli import run_settings
 from tasks.settings import resume_config
 
 TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
@@ -21,17 +20,17 @@ TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
 ])
 def test_deebert_list_flags_take_commas_and_spaces(flag, spellings, value):
     for spelling in spellings:
-        assert getattr(deebert.build_parser().parse_args([flag, *spelling]), flag[2:]) == value
+        assert getattr(deebert.parse_settings([flag, *spelling]).sweep, flag[2:]) == value
 
 
 def test_tasks_and_bitfit_terms_take_spaces_too_and_store_the_comma_form():
-    parse = multitask.build_parser().parse_args
-    assert parse(["--tasks", "sst", "sts"]).tasks == parse(["--tasks", "sst,sts"]).tasks == "sst,sts"
+    parse = multitask.parse_settings
+    assert parse(["--tasks", "sst", "sts"]).design.tasks == parse(["--tasks", "sst,sts"]).design.tasks == "sst,sts"
     settings = classifier.parse_settings(["--fine-tune-mode", "bitfit", "--bitfit-terms", "bq", "bm2"])
     assert settings.fine_tune.bitfit_terms == "bq,bm2"
     for bad in (["--thresholds", "0,x"], ["--patience", "1,1.5"]):
         with pytest.raises(SystemExit):
-            deebert.build_parser().parse_args(bad)
+            deebert.parse_settings(bad)
     with pytest.raises(SystemExit):
         classifier.parse_settings(["--bitfit-terms", "bq,nope"])
 
@@ -47,22 +46,19 @@ def test_each_common_flag_is_declared_once_and_per_cli_defaults_stay():
         assert declared + generated == 1, flag
         assert flag in classifier.build_parser().format_help(), flag          # the typed command's, from its fields
     assert sum(f.read_text().count('add_argument("--seed"') for f in TASKS_DIR.glob("*.py")) == 1
-    assert simcse.build_parser().parse_args([]).batch_size == 64
-    assert simcse.build_parser().parse_args([]).max_length == 64
-    assert deebert.build_parser().parse_args([]).eval_batch_size == 1
-    assert deebert.build_parser().parse_args([]).lr == 3e-5
-    assert classifier.parse_settings([]).training.epochs == 3 and simcse.build_parser().parse_args([]).epochs is None
-    assert deebert.build_parser().parse_args(["--precision", "bf16", "--optimizer", "fused"]).optimizer == "fused"
+    assert simcse.parse_settings([]).training.batch_size == 64
+    assert simcse.parse_settings([]).training.max_length == 64
+    assert deebert.parse_settings([]).run.eval_batch_size == 1
+    assert deebert.parse_settings([]).training.lr == 3e-5
+    assert classifier.parse_settings([]).training.epochs == 3 and simcse.parse_settings([]).training.epochs is None
+    assert deebert.parse_settings(["--precision", "bf16", "--optimizer", "fused"]).recipe.optimizer == "fused"
 
 
 def test_run_settings_leave_out_where_and_how_a_run_writes():
-    args = multitask.build_parser().parse_args(["--threads", "2", "--no-progress", "--checkpoint", "x.pt"])
-    settings = run_settings(args, lr=0.5)
-    assert {"threads", "progress", "checkpoint", "device", "resume", "eval_batch_size"}.isdisjoint(settings)
-    assert settings["lr"] == 0.5 and settings["seed"] == 11711 and settings["precision"] == "fp32"
-    typed = resume_config(classifier.parse_settings(["--threads", "2", "--no-progress", "--checkpoint", "x.pt"]))
-    assert not any(k.startswith("run.") for k in typed) and "training.epochs" not in typed   # free on resume
-    assert typed["training.seed"] == 11711 and typed["recipe.precision"] == "fp32"
+    for command in (classifier, multitask):
+        typed = resume_config(command.parse_settings(["--threads", "2", "--no-progress", "--checkpoint", "x.pt"]))
+        assert not any(k.startswith("run.") for k in typed) and "training.epochs" not in typed   # free on resume
+        assert typed["training.seed"] == 11711 and typed["recipe.precision"] == "fp32"
 
 
 def test_deebert_trains_both_stages_with_the_recipe_flags(tiny_dir, tmp_path, monkeypatch):
@@ -80,9 +76,9 @@ def test_deebert_trains_both_stages_with_the_recipe_flags(tiny_dir, tmp_path, mo
             "--max-eval-examples", "8", "--out", str(tmp_path / "run"), "--optimizer", "fused",
             "--warmup-ratio", "0.1", "--max-grad-norm", "1", "--grad-accum", "2"]
     with pytest.raises(Stop):
-        deebert.run(deebert.build_parser().parse_args(argv))
+        deebert.run(deebert.parse_settings(argv))
     optimizer, kwargs = seen[0]
     assert optimizer is torch.optim.AdamW                 # --optimizer fused: torch's kernel, not minbert.AdamW
     assert {k: kwargs[k] for k in ("precision", "warmup_ratio", "max_grad_norm", "grad_accum")} == {
         "precision": "fp32", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 2}
-    assert kwargs["config"]["optimizer"] == "fused" and kwargs["config"]["stage"] == 1
+    assert kwargs["config"]["recipe.optimizer"] == "fused" and kwargs["config"]["stage"] == 1

@@ -23,7 +23,7 @@ import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from tasks import score as score_cli
 from tasks import train as train_module
-from tasks.multitask import build_parser, load, run
+from tasks.multitask import parse_settings, load, run
 from tasks.multitask_data import pad as _pad
 from tasks.train import load_checkpoint
 
@@ -75,7 +75,7 @@ def trained(tmp_path_factory):
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed):
-            summary = run(build_parser().parse_args(args))
+            summary = run(parse_settings(args))
     finally:
         mp.undo()
     return {"dir": tmp, "summary": summary, "norms": norms, "printed": printed.getvalue()}

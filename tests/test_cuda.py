@@ -14,7 +14,7 @@ import torch
 import minbert
 from minbert.pcgrad import pcgrad_project, surgery_loss
 from tasks.checkpoints import load_checkpoint
-from tasks.multitask import build_parser, run
+from tasks.multitask import parse_settings, run
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 transformers = pytest.importorskip("transformers")
@@ -85,7 +85,7 @@ def test_the_multitask_cli_trains_on_cuda_in_each_precision(precision, tiny_dir,
             "--checkpoint", str(tmp_path / "run.pt"), "--predictions-dir", str(tmp_path / "run")]
     for t, (train, dev, test) in files.items():
         argv += [f"--{t}-train", train, f"--{t}-dev", dev, f"--{t}-test", test]
-    summary = run(build_parser().parse_args(argv))
+    summary = run(parse_settings(argv))
     for record in summary["history"]:
         losses = [v for k, v in record.items() if k.startswith("train_loss_")]
         assert losses and all(math.isfinite(v) for v in losses), record

@@ -19,6 +19,7 @@ from tasks import deebert_timing
 from tasks.classifier import SentimentClassifier
 from tasks.data import TASKS, Collator, batches
 from tasks.deebert_report import savings
+from tasks.errors import ConfigurationError
 from tasks.evaluation import check_predictions
 from tasks.train import fit
 
@@ -254,7 +255,7 @@ def test_sst2_is_binary_sst_without_the_neutral_rows(tmp_path, tokenizer):
 
 def cli_args(tiny_dir, tmp_path, task, out, *extra):
     source = {"sst2": "ids-sst", "sts": "sts"}[task]
-    return cli.build_parser().parse_args([
+    return cli.parse_settings([
         "--task", task, "--model", str(tiny_dir), "--device", TEST_DEVICE, "--no-progress", "--out", str(tmp_path / out),
         "--train-file", piece(tmp_path, f"{source}-train.csv", f"{task}-train.csv", 0, 48),
         "--dev-file", piece(tmp_path, f"{source}-dev.csv", f"{task}-dev.csv", 0, 40),
@@ -284,13 +285,13 @@ def test_cli_trains_both_stages_sweeps_and_writes_every_file(tiny_dir, tmp_path,
     assert "| plain |" in capsys.readouterr().out
 
     # the trained model again, at batch 1: the same predictions and exit layers as batched exit gave
-    again = cli.run(cli_args(tiny_dir, tmp_path, "sst2", "b1", "--resume", str(out), "--eval-batch-size", "1",
+    again = cli.run(cli_args(tiny_dir, tmp_path, "sst2", "b1", "--from-run", str(out), "--eval-batch-size", "1",
                              "--thresholds", "0", "0.3", "0.6", "0.69"))
     for a, b in zip(summary["rows"], again["rows"]):
         assert (a["quality"], a["exit_histogram"]) == (b["quality"], b["exit_histogram"]), a["setting"]
     assert again["per_layer"] == summary["per_layer"]
-    with pytest.raises(SystemExit, match="not a trained DeeBERT model for this run .*pooling"):
-        cli.run(cli_args(tiny_dir, tmp_path, "sst2", "b2", "--resume", str(out), "--pooling", "cls"))
+    with pytest.raises(ConfigurationError, match="not a trained DeeBERT model for this run .*pooling"):
+        cli.run(cli_args(tiny_dir, tmp_path, "sst2", "b2", "--from-run", str(out), "--pooling", "cls"))
 
 
 def test_cli_sts_exits_by_patience(tiny_dir, tmp_path):
@@ -304,7 +305,7 @@ def test_cli_sts_exits_by_patience(tiny_dir, tmp_path):
     tokenizer = minbert.Tokenizer.from_pretrained(str(tiny_dir))
     dev = cli.load_split("dev", tmp_path / "sts-dev.csv", "sts", tokenizer)
     if hasattr(cli, "split_halves"):                    # the sweep reports on the report half of dev, when split
-        dev = cli.split_halves(dev, summary["settings"]["seed"])[1]
+        dev = cli.split_halves(dev, summary["settings"]["training"]["seed"])[1]
     records = dev.records
     with torch.no_grad():
         y = model.all_logits(**{k: v for k, v in Collator(tokenizer)(
@@ -318,7 +319,7 @@ def test_cli_sts_exits_by_patience(tiny_dir, tmp_path):
         assert sum(r["exit_histogram"]) == N
         assert sum(l * c for l, c in enumerate(r["exit_histogram"], 1)) / N == pytest.approx(r["mean_exit_layer"])
     assert (tmp_path / "sts" / "predictions" / "sts-test-output.csv").is_file()
-    with pytest.raises(SystemExit, match="use --exit patience"):
+    with pytest.raises(ConfigurationError, match="use --exit patience"):
         cli.run(cli_args(tiny_dir, tmp_path, "sts", "sts2", "--exit", "entropy"))
 
 

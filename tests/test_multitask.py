@@ -15,7 +15,7 @@ from minbert.multitask import MultitaskBert, MultitaskConfig, join_pairs, paraph
 from minbert.schedules import TaskSchedule, annealed_alpha, task_probabilities
 from tasks import multitask
 from tasks.checkpoints import load_checkpoint
-from tasks.multitask import EpochBatches, build_parser, collate, load, run
+from tasks.multitask import EpochBatches, parse_settings, collate, load, run
 from tasks.train import Interrupted
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -164,15 +164,15 @@ def argv(tiny_dir, files, tmp_path, name, *extra):
 
 def test_kill_and_resume_reproduces_an_uninterrupted_run_and_writes_six_files(tiny_dir, files, tmp_path, monkeypatch):
     extra = ("--epochs", "2", "--schedule", "annealed", "--design", "bi-encoder", "--optimizer", "fused")
-    whole = run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "whole", *extra)))
+    whole = run(parse_settings(argv(tiny_dir, files, tmp_path, "whole", *extra)))
     real_fit = multitask.fit
 
     monkeypatch.setattr(multitask, "fit", killed_after_first_epoch(real_fit))
     with pytest.raises(Interrupted):
-        run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "split", *extra)))
+        run(parse_settings(argv(tiny_dir, files, tmp_path, "split", *extra)))
     assert load_checkpoint(tmp_path / "split.pt")["epoch"] == 1
     monkeypatch.setattr(multitask, "fit", real_fit)
-    resumed = run(build_parser().parse_args(
+    resumed = run(parse_settings(
         argv(tiny_dir, files, tmp_path, "split", *extra, "--resume", str(tmp_path / "split.pt"))))
     a, b = load_checkpoint(tmp_path / "whole.pt"), load_checkpoint(tmp_path / "split.pt")
     assert a["epoch"] == b["epoch"] == 2
@@ -202,10 +202,10 @@ def test_the_dev_files_hold_the_best_epochs_own_predictions(tiny_dir, files, tmp
         calls.append(str(data.records.path))
         return real(m, data, *args)
     monkeypatch.setattr(multitask, "predict", counting)
-    first = run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "reuse", "--epochs", "2")))
+    first = run(parse_settings(argv(tiny_dir, files, tmp_path, "reuse", "--epochs", "2")))
     assert sum(c in dev_files for c in calls) == 3 * 2 and len(calls) == 3 * 2 + 3  # then the three test files
     calls.clear()
-    again = run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "again", "--epochs", "2",
+    again = run(parse_settings(argv(tiny_dir, files, tmp_path, "again", "--epochs", "2",
                                                "--resume", str(tmp_path / "reuse.pt"))))
     assert sum(c in dev_files for c in calls) == 3 and first["dev"] == again["dev"]
     for t in ("sst", "para", "sts"):
@@ -215,7 +215,7 @@ def test_the_dev_files_hold_the_best_epochs_own_predictions(tiny_dir, files, tmp
 
 def test_the_six_files_pass_score_and_submit(tiny_dir, files, tmp_path):
     from tasks import score, submit
-    run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "out", "--epochs", "1")))
+    run(parse_settings(argv(tiny_dir, files, tmp_path, "out", "--epochs", "1")))
     data = tmp_path / "data"
     data.mkdir()
     names = {"sst": "ids-sst", "para": "quora", "sts": "sts"}
@@ -230,7 +230,7 @@ def test_the_six_files_pass_score_and_submit(tiny_dir, files, tmp_path):
 
 
 def test_bitfit_trains_only_biases_and_heads_under_the_multitask_loop(tiny_dir, files, tmp_path):
-    run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "bitfit", "--epochs", "1",
+    run(parse_settings(argv(tiny_dir, files, tmp_path, "bitfit", "--epochs", "1",
                                        "--fine-tune-mode", "bitfit", "--bitfit-terms", "bq,bm2")))
     state = load_checkpoint(tmp_path / "bitfit.pt")["model"]
     initial = minbert.load_pretrained(str(tiny_dir)).state_dict()
@@ -331,7 +331,7 @@ def test_swap_pairs_flips_about_half_the_pairs_anew_each_epoch_and_reproduces(to
 
 
 def test_full_frozen_words_trains_everything_but_the_word_embedding_table(tiny_dir, files, tmp_path, capsys):
-    summary = run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "words", "--epochs", "1",
+    summary = run(parse_settings(argv(tiny_dir, files, tmp_path, "words", "--epochs", "1",
                                                  "--fine-tune-mode", "full-frozen-words", "--optimizer", "fused")))
     state = load_checkpoint(tmp_path / "words.pt")["model"]
     initial = minbert.load_pretrained(str(tiny_dir)).state_dict()

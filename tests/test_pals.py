@@ -14,8 +14,8 @@ from minbert.model import layer_norm
 from minbert.multitask import TASK_NAMES, MultitaskBert, MultitaskConfig
 from minbert.pals import PALs, PalsConfig
 from tasks.checkpoints import load_checkpoint
-from tasks.finetune import MODES, fine_tune_of, get_mode
-from tasks.multitask import add_smart_pals, build_parser, run
+from tasks.finetune import MODES, get_mode
+from tasks.multitask import add_smart_pals, parse_settings, run
 from tasks.train import seed_everything
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -134,9 +134,9 @@ def test_pals_need_an_active_task_and_check_their_sizes(tiny_config, tokenizer):
 def test_pals_train_in_every_fine_tune_mode(mode, tiny_config):
     torch.manual_seed(0)
     model = MultitaskBert(minbert.BertModel(tiny_config), MultitaskConfig(head_hidden=16))
-    args = build_parser().parse_args(["--fine-tune-mode", mode, "--pals", "standard", "--pals-size", "12",
-                                      "--pals-heads", "3"])
-    params = add_smart_pals(model, args, get_mode(mode).setup(model, fine_tune_of(args), args.seed))
+    settings = parse_settings(["--fine-tune-mode", mode, "--pals", "standard", "--pals-size", "12",
+                               "--pals-heads", "3"])
+    params = add_smart_pals(model, settings, get_mode(mode).setup(model, settings.fine_tune, settings.training.seed))
     chosen = {id(p) for p in params}
     assert all(p.requires_grad and id(p) in chosen for p in model.pals.parameters())
     assert len(chosen) == len(params)
@@ -148,13 +148,13 @@ def test_pals_train_in_every_fine_tune_mode(mode, tiny_config):
 def test_pals_cli_trains_the_pals(variant, mode, tiny_dir, files, tmp_path):  # noqa: F811
     flags = argv(tiny_dir, files, tmp_path, variant, "--epochs", "1", "--pals", variant, "--pals-size", "12",
                  "--pals-heads", "3", "--fine-tune-mode", mode)
-    out = run(build_parser().parse_args(flags))
+    out = run(parse_settings(flags))
     assert set(out["dev"]) >= {"overall"}
     state = load_checkpoint(tmp_path / f"{variant}.pt")["model"]
     seed_everything(11711)                                          # as run() builds its model: the same initial PALs
-    args = build_parser().parse_args(flags)
+    settings = parse_settings(flags)
     fresh = MultitaskBert(minbert.load_pretrained(str(tiny_dir)), MultitaskConfig(head_hidden=16))
-    add_smart_pals(fresh, args, get_mode(mode).setup(fresh, fine_tune_of(args), args.seed))
+    add_smart_pals(fresh, settings, get_mode(mode).setup(fresh, settings.fine_tune, settings.training.seed))
     initial = fresh.state_dict()
     assert set(initial) == set(state)
     trained = [k for k in state if k.startswith("pals.tasks.") and k.rsplit(".", 1)[-1] in ("weight", "Wq")]

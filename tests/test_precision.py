@@ -171,6 +171,6 @@ def test_the_cli_stores_what_auto_resolved_to(tiny_dir, tmp_path, monkeypatch):
     argv = ["--model", str(tiny_dir), "--device", TEST_DEVICE, "--no-progress", "--max-train-examples", "8",
             "--max-eval-examples", "8", "--out", str(tmp_path / "run"), "--precision", "auto"]
     with pytest.raises(Stop):
-        deebert.run(deebert.build_parser().parse_args(argv))
+        deebert.run(deebert.parse_settings(argv))
     expected = resolve_precision(torch.device(TEST_DEVICE), "auto")
-    assert seen[0]["precision"] == expected and seen[0]["config"]["precision"] == expected
+    assert seen[0]["precision"] == expected and seen[0]["config"]["recipe.precision"] == expected

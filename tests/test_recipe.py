@@ -252,3 +252,14 @@ def test_fp16_on_cuda_resumes_exactly(tiny_config, tmp_path):
     a, b = load_checkpoint(tmp_path / "whole.pt"), load_checkpoint(tmp_path / "split.pt")
     assert a["scaler"] and a["scaler"]["scale"] == b["scaler"]["scale"] and math.isfinite(a["scaler"]["scale"])
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+def test_a_checkpoint_from_before_typed_settings_resumes_by_its_flat_names():
+    old = {"lr": 1e-3, "task": "sst", "seed": 1, "checkpoint": "x.pt"}   # flat flag names, no recipe keys
+    now = {"task": "sst", "training.lr": 1e-3, "training.seed": 1, "training.weight_decay": 0.0, "command": "classifier",
+           **{f"recipe.{k}": v for k, v in (BEFORE_FLAGS | {"optimizer": "minbert"}).items()}}
+    check_config("old.pt", old, now)                        # what it did not record (weight decay, command) is not asked
+    with pytest.raises(ValueError, match=r"recipe.warmup_ratio: checkpoint None, now 0.1"):
+        check_config("old.pt", old, now | {"recipe.warmup_ratio": 0.1})
+    with pytest.raises(ValueError, match=r"training.lr: checkpoint 0.001, now 0.01"):
+        check_config("old.pt", old, now | {"training.lr": 1e-2})

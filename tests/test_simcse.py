@@ -18,7 +18,8 @@ from minbert.simcse import SimCSE, SimCSEConfig, margin_loss, sup_simcse_loss, u
 from tasks import multitask, simcse
 from tasks.checkpoints import load_checkpoint
 from tasks.data import TASKS
-from tasks.simcse import Examples, Round, build_parser, mine_hard_negatives, plan, run, split_quora, write_rows
+from tasks.errors import ConfigurationError
+from tasks.simcse import Examples, Round, mine_hard_negatives, parse_settings, plan, run, split_quora, write_rows
 from tasks.train import Interrupted, fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -233,7 +234,7 @@ def stage_argv(tiny_dir, files, tmp_path, name, *extra):
 
 def test_the_stage_end_to_end_resumes_and_writes_a_loadable_encoder(tiny_dir, files, tmp_path, monkeypatch):
     extra = ("--max-train-examples", "24", "--epochs", "2", "--patience", "10")  # 3 steps a pass: 3 rounds of 2
-    whole = run(build_parser().parse_args(stage_argv(tiny_dir, files, tmp_path, "whole", *extra)))
+    whole = run(parse_settings(stage_argv(tiny_dir, files, tmp_path, "whole", *extra)))
     out = tmp_path / "whole"
     assert len(whole["history"]) == 3 and [h["step"] for h in whole["history"]] == [2, 4, 6]
     # the output directory: the best round's encoder, bit for bit, and nothing of the MLP or the checkpoint
@@ -253,17 +254,18 @@ def test_the_stage_end_to_end_resumes_and_writes_a_loadable_encoder(tiny_dir, fi
     assert len(stage) == round(0.15 * len(pairs)) and len(stage) + len(rest) == len(pairs)
     assert not {r.id for r in stage} & {r.id for r in rest}
     assert sorted(r.id for r in list(stage) + list(rest)) == sorted(r.id for r in pairs)
-    assert not list(tmp_path.glob(".whole.*"))  # no temporary directory left behind
+    assert not list(out.glob(".output-*"))  # no temporary directory left behind
+    assert json.loads((out / "run.json").read_text())["result"]["best_round"] == summary["best_round"]
 
     real_fit = simcse.fit
 
     monkeypatch.setattr(simcse, "fit", killed_after_first_epoch(real_fit))
     with pytest.raises(Interrupted):
-        run(build_parser().parse_args(stage_argv(tiny_dir, files, tmp_path, "split", *extra)))
-    assert not (tmp_path / "split").exists()
+        run(parse_settings(stage_argv(tiny_dir, files, tmp_path, "split", *extra)))
+    assert not (tmp_path / "split" / "config.json").exists()   # the run directory holds run.json, no encoder
     monkeypatch.setattr(simcse, "fit", real_fit)
-    resumed = run(build_parser().parse_args(stage_argv(tiny_dir, files, tmp_path, "split", *extra,
-                                                       "--resume", str(tmp_path / "split.pt"))))
+    resumed = run(parse_settings(stage_argv(tiny_dir, files, tmp_path, "split", *extra,
+                                            "--resume", str(tmp_path / "split.pt"))))
     assert [h["dev_sts_pearson"] for h in resumed["history"]] == [h["dev_sts_pearson"] for h in whole["history"]]
     assert (tmp_path / "split" / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
     assert (tmp_path / "split" / "quora-train-rest.csv").read_text() == (out / "quora-train-rest.csv").read_text()
@@ -275,19 +277,19 @@ def test_the_stage_end_to_end_resumes_and_writes_a_loadable_encoder(tiny_dir, fi
           files["sts_train"], "--sst-dev", files["sst_train"], "--para-dev", files["para_train"], "--sts-dev",
           files["sts_dev"], "--sst-test", files["sst_train"], "--para-test", files["para_train"], "--sts-test",
           files["sts_dev"]]
-    args = multitask.build_parser().parse_args(mt)
-    multitask.run(args)
-    assert args.model == str(out) and args.para_train == str(out / "quora-train-rest.csv")
-    with pytest.raises(SystemExit, match="quora-train-rest.csv"):
-        multitask.run(multitask.build_parser().parse_args(["--after-simcse", str(tiny_dir)]))
-    with pytest.raises(SystemExit, match="give neither"):
-        multitask.run(multitask.build_parser().parse_args(["--after-simcse", str(out), "--model", str(tiny_dir)]))
+    multitask.run(multitask.parse_settings(mt))
+    used = multitask.after_simcse(multitask.parse_settings(mt))
+    assert used.training.model == str(out) and used.files.para_train == str(out / "quora-train-rest.csv")
+    with pytest.raises(ConfigurationError, match="quora-train-rest.csv"):
+        multitask.run(multitask.parse_settings(["--after-simcse", str(tiny_dir)]))
+    with pytest.raises(ConfigurationError, match="give neither"):
+        multitask.run(multitask.parse_settings(["--after-simcse", str(out), "--model", str(tiny_dir)]))
 
 
 def test_transformers_loads_the_stage_output(tiny_dir, files, tmp_path, tokenizer):
     import transformers  # a test dependency (requirements-test.txt, installed by make test): never skipped
-    run(build_parser().parse_args(stage_argv(tiny_dir, files, tmp_path, "hf", "--max-train-examples", "8",
-                                             "--objective", "margin")))
+    run(parse_settings(stage_argv(tiny_dir, files, tmp_path, "hf", "--max-train-examples", "8",
+                                  "--objective", "margin")))
     ours = minbert.load_pretrained(str(tmp_path / "hf"))
     theirs = transformers.BertModel.from_pretrained(str(tmp_path / "hf")).eval()
     batch = tokenizer(SENTENCES)
@@ -302,10 +304,13 @@ def test_transformers_loads_the_stage_output(tiny_dir, files, tmp_path, tokenize
                                    ("--objective", "margin", "--distance", "euclidean", "--margin", "2")])
 def test_the_pair_objectives_run_and_replace_an_earlier_output(extra, tiny_dir, files, tmp_path):
     argv = stage_argv(tiny_dir, files, tmp_path, "pairs", "--quora-fraction", "0.5", "--epochs", "1", *extra)
-    first = run(build_parser().parse_args(argv))
+    first = run(parse_settings(argv))
     assert first["quora"]["stage"] == 40 and first["history"]
     assert "sentences of non-duplicate pairs" in first["examples"] or "--hard-negatives" not in extra
-    again = run(build_parser().parse_args(argv + ["--checkpoint", str(tmp_path / "again.pt")]))  # same OUT: replaced
+    with pytest.raises(ConfigurationError, match="holds a run already"):   # a new run loses nothing
+        run(parse_settings(argv))
+    (tmp_path / "pairs" / "run.json").unlink()   # left: an older version's output, which a new run replaces
+    again = run(parse_settings(argv + ["--checkpoint", str(tmp_path / "again.pt")]))
     strip = [[{k: v for k, v in h.items() if not k.endswith("seconds")} for h in r["history"]] for r in (first, again)]
     assert strip[0] == strip[1]
     assert json.loads((tmp_path / "pairs" / "simcse-summary.json").read_text())["checkpoint"] == str(tmp_path / "again.pt")
@@ -321,8 +326,8 @@ def test_clear_errors_before_training(tiny_dir, files, tmp_path):
                            (("--objective", "sup", "--quora-fraction", "0"), "above 0"),
                            (("--hard-negatives",), "goes with --objective sup"),
                            (("--grad-accum", "2"), "whole batch")]:
-        with pytest.raises(SystemExit, match=message):
-            run(build_parser().parse_args(stage_argv(tiny_dir, files, tmp_path, "err", *extra)))
+        with pytest.raises(ConfigurationError, match=message):
+            run(parse_settings(stage_argv(tiny_dir, files, tmp_path, "err", *extra)))
     with pytest.raises(SystemExit, match="2"):   # checked by argparse: "must be a positive integer, not 0"
-        build_parser().parse_args(stage_argv(tiny_dir, files, tmp_path, "err", "--eval-every", "0"))
+        parse_settings(stage_argv(tiny_dir, files, tmp_path, "err", "--eval-every", "0"))
     assert (tmp_path / "taken" / "notes.txt").read_text() == "not ours"

@@ -25,7 +25,8 @@ from minbert.smart import (
 )
 from tasks import multitask
 from tasks.checkpoints import load_checkpoint
-from tasks.multitask import build_parser, run
+from tasks.errors import ConfigurationError
+from tasks.multitask import parse_settings, run
 from tasks.train import Interrupted
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -291,7 +292,7 @@ def test_one_step_costs_the_task_pass_a_perturbation_pass_and_the_adversarial_pa
 # ------------------------------------------------------------------ the CLI
 
 def test_smart_cli_bi_encoder_trains_with_bregman_and_without_dropout(tiny_dir, files, tmp_path):  # noqa: F811
-    out = run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "smart", "--epochs", "1", "--design",
+    out = run(parse_settings(argv(tiny_dir, files, tmp_path, "smart", "--epochs", "1", "--design",
                                              "bi-encoder", "--smart", "--smart-lambda", "5", "--smart-epsilon", "1e-6",
                                              "--smart-bregman", "--smart-dropout", "off")))
     assert math.isfinite(out["history"][0]["train_loss"]) and set(out["dev"]) >= {"overall"}
@@ -299,20 +300,20 @@ def test_smart_cli_bi_encoder_trains_with_bregman_and_without_dropout(tiny_dir, 
     assert smart["smart_r_s"] > 0 and 0 < smart["smart_r_s_share"] < 1 and 0 <= smart["smart_bregman_share"] < 1
     state = load_checkpoint(tmp_path / "smart.pt")["model"]
     assert any(k.startswith("smart.momentum/bert/") for k in state)
-    with pytest.raises(SystemExit, match="beta must be in"):
-        run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "bad", "--smart", "--smart-beta", "1")))
+    with pytest.raises(ConfigurationError, match="beta must be in"):
+        run(parse_settings(argv(tiny_dir, files, tmp_path, "bad", "--smart", "--smart-beta", "1")))
 
 
 def test_smart_cli_cross_encoder_kill_and_resume_carries_the_momentum_copy(tiny_dir, files, tmp_path, monkeypatch):  # noqa: F811
     extra = ("--epochs", "2", "--max-train-examples", "16", "--smart", "--smart-bregman", "--smart-beta", "0.5")
-    run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "whole", *extra)))
+    run(parse_settings(argv(tiny_dir, files, tmp_path, "whole", *extra)))
     real_fit = multitask.fit
 
     monkeypatch.setattr(multitask, "fit", killed_after_first_epoch(real_fit))
     with pytest.raises(Interrupted):
-        run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "split", *extra)))
+        run(parse_settings(argv(tiny_dir, files, tmp_path, "split", *extra)))
     monkeypatch.setattr(multitask, "fit", real_fit)
-    run(build_parser().parse_args(argv(tiny_dir, files, tmp_path, "split", *extra, "--resume", str(tmp_path / "split.pt"))))
+    run(parse_settings(argv(tiny_dir, files, tmp_path, "split", *extra, "--resume", str(tmp_path / "split.pt"))))
     a, b = load_checkpoint(tmp_path / "whole.pt")["model"], load_checkpoint(tmp_path / "split.pt")["model"]
     assert set(a) == set(b) and any(k.startswith("smart.momentum/") for k in a)
     for key in a:

@@ -12,6 +12,7 @@ from conftest import DATA, TEST_DEVICE
 
 from tasks import classifier, ensemble, export, multitask, predict
 from tasks.curves import read_curves
+from tasks.errors import ConfigurationError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SIX = [f"{t}-{s}-output.csv" for t in ("sst", "para", "sts") for s in ("dev", "test")]
@@ -28,7 +29,7 @@ def train(tiny_dir, files, tmp_path, name, *extra) -> dict:
             str(tmp_path / name), "--epochs", "1", *extra]
     for t, (tr, dev, test) in files.items():
         argv += [f"--{t}-train", tr, f"--{t}-dev", dev, f"--{t}-test", test]
-    return multitask.run(multitask.build_parser().parse_args(argv))
+    return multitask.run(multitask.parse_settings(argv))
 
 
 def same_files(a: Path, b: Path, names=SIX) -> None:
@@ -101,7 +102,7 @@ def test_pcgrad_and_embedding_objectives_train_and_pcgrad_refuses_grad_accum(tin
     assert logged["para_embedding_loss"] > 0 and 0 < logged["para_embedding_share"] < 1
     assert 0 <= logged["surgery_conflict_share"] <= 1 and logged["surgery_change"] >= 0
     assert (logged["surgery_change"] > 0) == (logged["surgery_conflict_share"] > 0)
-    with pytest.raises(SystemExit, match="grad-accum"):
+    with pytest.raises(ConfigurationError, match="grad-accum"):
         train(tiny_dir, files, tmp_path, "pc2", "--gradient-surgery", "pcgrad", "--grad-accum", "2")
     # the control takes the same rounds as steps; its first step moves the weights other than PCGrad's where the
     # tasks' gradients conflict, so the two runs end apart
@@ -139,19 +140,19 @@ def test_predict_a_deebert_run_at_a_threshold_writes_its_files(tiny_dir, tmp_pat
         path.write_text(lines[0] + "".join(lines[1 + start:1 + stop]), encoding="utf-8")
         return str(path)
     out = tmp_path / "dee"
-    deebert.run(deebert.build_parser().parse_args([
+    deebert.run(deebert.parse_settings([
         "--task", "sst", "--model", str(tiny_dir), "--train-file", piece("ids-sst-train.csv", 0, 24),
         "--dev-file", piece("ids-sst-dev.csv", 0, 16), "--test-file", piece("ids-sst-dev.csv", 16, 28),
         "--epochs", "1", "--batch-size", "8", "--device", TEST_DEVICE, "--no-progress", "--thresholds", "0.5", "1.0",
         "--threshold", "1.0", "--out", str(out)]))
     assert predict.main([str(out), "--threshold", "1.0", "--kind", "deebert", "--out", str(tmp_path / "again")]) == 0
     same_files(out / "predictions", tmp_path / "again", ["sst-dev-output.csv", "sst-test-output.csv"])
-    with pytest.raises(SystemExit, match="stage-1"):
+    with pytest.raises(ConfigurationError, match="stage-1"):
         predict.main([str(out / "stage1.pt"), "--threshold", "1.0"])
 
 
 def test_sts_as_the_cosine_of_the_sentence_vectors(tiny_dir, files, tmp_path):
-    with pytest.raises(SystemExit, match="--sts-embedding-loss"):
+    with pytest.raises(ConfigurationError, match="--sts-embedding-loss"):
         train(tiny_dir, files, tmp_path, "bad", "--sts-output", "cosine")
     train(tiny_dir, files, tmp_path, "cos", "--design", "bi-encoder", "--sts-output", "cosine",
           "--sts-embedding-loss", "cosine")
@@ -167,8 +168,7 @@ def test_sts_as_the_cosine_of_the_sentence_vectors(tiny_dir, files, tmp_path):
 
 
 def test_pcgrad_is_refused_under_torchrun():
-    from tasks.toolkit import check_toolkit
-    args = multitask.build_parser().parse_args(["--gradient-surgery", "pcgrad"])
-    check_toolkit(args, world=1)
-    with pytest.raises(SystemExit, match="torchrun"):
-        check_toolkit(args, world=2)
+    toolkit = multitask.parse_settings(["--gradient-surgery", "pcgrad"]).toolkit
+    toolkit.check(grad_accum=1, world=1)
+    with pytest.raises(ConfigurationError, match="torchrun"):
+        toolkit.check(grad_accum=1, world=2)

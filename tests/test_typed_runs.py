@@ -160,3 +160,166 @@ def test_a_run_directory_holds_its_run_resumes_after_sigkill_and_predicts(tiny_d
         assert (out / name).read_text() == (whole / "predictions" / name).read_text()
     with pytest.raises(ResumeError, match="not a run directory"):
         classifier.parse_settings(["--resume", str(tmp_path)])
+
+
+# ------------------------------------------------------------------ tasks.simcse, the contrastive stage
+
+def simcse_argv(tiny_dir: Path, tmp_path: Path) -> list[str]:
+    """A tiny stage: 24 examples, batch 8, evaluated every 2 steps over 2 passes: 3 rounds of 2 steps."""
+    return ["--model", str(tiny_dir), "--device", TEST_DEVICE, "--batch-size", "8", "--lr", "1e-3", "--no-progress",
+            "--eval-every", "2", "--epochs", "2", "--patience", "10", "--max-train-examples", "24",
+            "--eval-batch-size", "8", "--sst-train", piece(tmp_path, "ids-sst-train.csv", 30),
+            "--para-train", piece(tmp_path, "quora-train.csv", 80), "--sts-train", piece(tmp_path, "sts-train.csv", 20),
+            "--sts-dev", piece(tmp_path, "sts-dev.csv", 16)]
+
+
+def test_simcse_print_config_fed_back_reproduces_the_settings(tiny_dir, tmp_path, capsys):
+    from minbert.simcse import SimCSEConfig
+    from tasks import simcse
+    argv = simcse_argv(tiny_dir, tmp_path) + ["--objective", "sup", "--hard-negatives", "--pooling", "cls_mlp",
+                                              "--warmup-ratio", "none", "--out", str(tmp_path / "r")]
+    with pytest.raises(SystemExit) as done:
+        simcse.main(argv + ["--print-config"])
+    assert done.value.code == 0
+    printed = capsys.readouterr().out
+    path = tmp_path / "stage-config.json"
+    path.write_text(printed)
+    settings = simcse.parse_settings(argv)
+    assert simcse.parse_settings(["--config", str(path)]) == settings
+    assert settings.run.run_dir == str(tmp_path / "r") == simcse.parse_settings(
+        ["--run-dir", str(tmp_path / "r")]).run.run_dir                               # --out is --run-dir
+    assert settings.simcse_config() == SimCSEConfig("sup", "cls_mlp")                   # the library's config
+    over = simcse.parse_settings(["--config", str(path), "--temperature", "0.1", "--epochs", "3"])
+    assert over.simcse.temperature == 0.1 and over.training.epochs == 3 and over.files == settings.files
+    assert over.simcse.hard_negatives and over.recipe.warmup_ratio is None                # the rest from the file
+    # what does not apply to the stage is neither a flag nor a setting
+    assert not {"dropout", "bucket"} & set(json.loads(printed)["training"])
+    assert not {"predictions_dir", "raw_outputs"} & set(json.loads(printed)["run"])
+    for flag in ("--dropout", "--no-bucket", "--predictions-dir", "--raw-outputs"):
+        with pytest.raises(SystemExit):
+            simcse.parse_settings([flag, "0.1"] if flag == "--dropout" else [flag])
+    defaults = simcse.parse_settings([])
+    tr = defaults.training
+    assert (tr.batch_size, tr.max_length, tr.weight_decay, tr.epochs, tr.lr) == (64, 64, 0.01, None, None)
+    assert defaults.recipe.loop() == {"precision": "fp32", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 1}
+
+
+def test_simcse_run_directory_round_trips_and_resumes_after_sigkill(tiny_dir, tmp_path):
+    import minbert
+    from tasks import simcse
+    argv = simcse_argv(tiny_dir, tmp_path)
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    simcse.run(simcse.parse_settings(argv + ["--out", str(whole)]))
+    record = json.loads((whole / "run.json").read_text())
+    assert record["command"] == "simcse" and record["result"]["best_round"] >= 1
+    assert load(simcse.Settings, record["settings"]) == simcse.parse_settings(argv + ["--run-dir", str(whole)])
+    assert {"run.json", "checkpoint.pt", "checkpoint.curves.jsonl", "config.json", "model.safetensors", "vocab.txt",
+            "quora-train-stage.csv", "quora-train-rest.csv", "simcse-summary.json"} <= {p.name for p in whole.iterdir()}
+    minbert.load_pretrained(str(whole))                                        # the encoder, as --after-simcse reads it
+    with pytest.raises(ConfigurationError, match="holds a run already"):
+        simcse.run(simcse.parse_settings(argv + ["--out", str(whole)]))
+
+    done = load_checkpoint(whole / "checkpoint.pt")
+    step = done["optimizer_steps"] // done["epoch"] + 1                                # inside round 2
+    proc = subprocess.run([sys.executable, "-m", "tasks.simcse", *argv, "--run-dir", str(split)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=180, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", KILL_AT_STEP: str(step)})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert load_checkpoint(split / "checkpoint.pt")["epoch"] == 1 and not (split / "config.json").exists()
+    with pytest.raises(ResumeError, match=r"simcse.temperature: checkpoint 0.05, now 0.1"):
+        simcse.run(simcse.parse_settings(["--resume", str(split), "--temperature", "0.1"]))
+    simcse.run(simcse.parse_settings(["--resume", str(split), "--threads", "1"]))          # nothing else given
+    again = load_checkpoint(split / "checkpoint.pt")
+    assert again["optimizer_steps"] == done["optimizer_steps"]
+    for part in ("model", "best_state"):
+        for key in done[part]:
+            assert torch.equal(done[part][key], again[part][key]), (part, key)
+    strip = [[{k: v for k, v in h.items() if not k.endswith("seconds")} for h in c["history"]] for c in (done, again)]
+    assert strip[0] == strip[1]
+    for name in ("model.safetensors", "quora-train-rest.csv", "quora-train-stage.csv"):
+        assert (split / name).read_bytes() == (whole / name).read_bytes(), name
+    assert json.loads((split / "run.json").read_text())["resumed"]
+
+
+# ------------------------------------------------------------------ deebert: two stages, a sweep, --from-run
+
+def deebert_argv(tiny_dir: Path, tmp_path: Path) -> list[str]:
+    return ["--task", "sst2", "--model", str(tiny_dir), "--device", TEST_DEVICE, "--batch-size", "8", "--lr", "1e-3",
+            "--no-progress", "--epochs", "2", "--ramp-epochs", "2", "--eval-batch-size", "8", "--rounds", "1",
+            "--thresholds", "0.3", "0.6", "--train-file", piece(tmp_path, "ids-sst-train.csv", 40),
+            "--dev-file", piece(tmp_path, "ids-sst-dev.csv", 24),
+            "--test-file", piece(tmp_path, "ids-sst-dev.csv", 36, 24)]
+
+
+def test_deebert_print_config_fed_back_reproduces_the_settings(tiny_dir, tmp_path, capsys):
+    from tasks import deebert
+    argv = deebert_argv(tiny_dir, tmp_path) + ["--no-ramp-pooler", "--warmup-ratio", "none",
+                                               "--out", str(tmp_path / "r")]
+    with pytest.raises(SystemExit) as done:
+        deebert.main(argv + ["--print-config"])
+    assert done.value.code == 0
+    path = tmp_path / "run-config.json"
+    path.write_text(capsys.readouterr().out)
+    settings = deebert.parse_settings(argv)
+    assert deebert.parse_settings(["--config", str(path)]) == settings
+    assert settings.run.run_dir == str(tmp_path / "r") and settings.sweep.thresholds == [0.3, 0.6]   # --out: --run-dir
+    assert settings.ramps.ramp_pooler is False and settings.recipe.warmup_ratio is None
+    over = deebert.parse_settings(["--config", str(path), "--ramp-epochs", "5", "--exit", "patience", "--run-dir", "x"])
+    assert over.ramps.ramp_epochs == 5 and over.sweep.exit == "patience" and over.run.run_dir == "x"
+    assert over.training == settings.training and over.files == settings.files
+    bare = deebert.parse_settings([])
+    assert bare.run.eval_batch_size == 1 and bare.training.lr == 3e-5 and bare.ramps.ramp_pooler is True
+    assert bare.recipe.loop() == {"precision": "fp32", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 1}
+
+
+def run_deebert(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tasks.deebert", *argv], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env}, timeout=180,
+                          check=False)
+
+
+def test_deebert_run_directory_round_trips_resumes_after_sigkill_and_predicts(tiny_dir, tmp_path):
+    from tasks import deebert
+    argv = deebert_argv(tiny_dir, tmp_path)
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    deebert.run(deebert.parse_settings(argv + ["--out", str(whole)]))
+    record = json.loads((whole / "run.json").read_text())
+    assert record["command"] == "deebert" and record["result"]["prediction_setting"] in (0.3, 0.6)
+    assert load(deebert.Settings, record["settings"]) == deebert.parse_settings(argv + ["--run-dir", str(whole)])
+    assert {"run.json", "stage1.pt", "stage2.pt", "sweep.csv", "sweep.json", "predictions"} <= {
+        p.name for p in whole.iterdir()}
+    with pytest.raises(ConfigurationError, match="holds a run already"):
+        deebert.run(deebert.parse_settings(argv + ["--out", str(whole)]))
+
+    done = load_checkpoint(whole / "stage1.pt")
+    step = done["optimizer_steps"] // done["epoch"] + 2                                # stage 1, inside epoch 2
+    proc = run_deebert(argv + ["--run-dir", str(split)], tmp_path, **{KILL_AT_STEP: str(step)})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert load_checkpoint(split / "stage1.pt")["epoch"] == 1 and not (split / "stage2.pt").exists()
+    with pytest.raises(ResumeError, match=r"training.lr: checkpoint 0.001, now 0.01"):
+        deebert.run(deebert.parse_settings(["--resume", str(split), "--lr", "1e-2"]))
+    deebert.run(deebert.parse_settings(["--resume", str(split), "--threads", "1"]))   # nothing else given
+    for stage in ("stage1.pt", "stage2.pt"):
+        a, b = load_checkpoint(whole / stage), load_checkpoint(split / stage)
+        assert a["optimizer_steps"] == b["optimizer_steps"], stage
+        for key in a["model"]:
+            assert torch.equal(a["model"][key], b["model"][key]), (stage, key)
+    for name in ("sst2-dev-output.csv", "sst2-test-output.csv"):
+        assert (split / "predictions" / name).read_text() == (whole / "predictions" / name).read_text()
+    assert json.loads((split / "run.json").read_text())["resumed"]
+
+    out = tmp_path / "predicted"                                  # at the setting the run chose, from its run.json
+    assert predict.main([str(split), "--out", str(out), "--device", TEST_DEVICE]) == 0
+    for name in ("sst2-dev-output.csv", "sst2-test-output.csv"):
+        assert (out / name).read_text() == (whole / "predictions" / name).read_text()
+
+    swept = tmp_path / "swept"                    # the trained model, swept again at batch 4: its settings, its files
+    summary = deebert.run(deebert.parse_settings(["--from-run", str(whole), "--out", str(swept), "--eval-batch-size",
+                                                  "4"]))
+    assert summary["eval_batch_size"] == 4 and not (swept / "stage1.pt").exists()
+    for name in ("sst2-dev-output.csv", "sst2-test-output.csv"):
+        assert (swept / "predictions" / name).read_text() == (whole / "predictions" / name).read_text()
+    assert predict.main([str(swept), "--out", str(tmp_path / "again"), "--device", TEST_DEVICE]) == 0
+    assert (tmp_path / "again" / "sst2-test-output.csv").read_text() == (out / "sst2-test-output.csv").read_text()
+    with pytest.raises(ConfigurationError, match="--resume continues training and --from-run"):
+        deebert.parse_settings(["--resume", str(split), "--from-run", str(whole)])

@@ -172,7 +172,7 @@ def run(settings: Settings) -> dict:
     post_step = (lambda m: mode.post_step(m, ft)) if mode.post_step is not None else None
     result = fit(model, optimizer, epoch_batches, classification_loss, evaluate, metric="accuracy",
                  epochs=tr.epochs, device=device, seed=tr.seed, checkpoint=paths.checkpoint, resume=paths.resume,
-                 config=resume_config(settings) | {"training.lr": lr}, post_step=post_step,
+                 config=resume_config(settings) | {"training.lr": lr, "command": "classifier"}, post_step=post_step,
                  progress=settings.run.progress, **settings.recipe.loop())
 
     summary = {"task": task, "best_epoch": result.best_epoch, "dev_accuracy": result.best_score,
