@@ -34,10 +34,18 @@ def _summary_writer(logdir: Path):
 class Curves:
     """The JSON-lines log of one run; close() draws the PNG."""
 
-    def __init__(self, path: str | Path, keep_epochs: int = 0, tensorboard: bool = True):
+    def __init__(self, path: str | Path, keep_epochs: int = 0, tensorboard: bool = True, keep_steps: int | None = None):
+        """A resumed run keeps the lines of the epochs it resumes after (and, resumed within an epoch, the steps up
+        to keep_steps) and appends; a new run starts the file again."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        kept = [line for line in read_curves(self.path) if line["epoch"] <= keep_epochs] if keep_epochs else []
+
+        def kept_line(line: dict) -> bool:
+            if keep_steps is not None and line["kind"] == "step":
+                return line["step"] <= keep_steps
+            return line["epoch"] <= keep_epochs
+
+        kept = [line for line in read_curves(self.path) if kept_line(line)] if keep_epochs or keep_steps else []
         self.path.write_text("".join(json.dumps(line) + "\n" for line in kept))
         self.file = self.path.open("a")
         stem = self.path.name[: -len(".curves.jsonl")] if self.path.name.endswith(".curves.jsonl") else self.path.stem

@@ -137,13 +137,14 @@ def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: l
     opt = make_optimizer(deebert.stage1_parameters(model), tr.lr, tr.weight_decay, recipe.optimizer)
     first = fit(model, opt, epoch_batches, stage1_loss, last_ramp, metric=metric, epochs=tr.epochs, device=device,
                 seed=tr.seed, checkpoint=stages[0], config=config | {"stage": 1}, progress=settings.run.progress,
-                resume=resume(stages[0]), **recipe.loop())
+                resume=resume(stages[0]), save_every=settings.run.save_every, **recipe.loop())
     model.load_state_dict(first.best_state)
     opt = make_optimizer(deebert.stage2_parameters(model), settings.ramps.ramp_lr, tr.weight_decay, recipe.optimizer)
     ramp_epochs = settings.ramps.ramp_epochs or tr.epochs
     second = fit(model, opt, epoch_batches, stage2_loss, ramps, metric=f"{metric}_ramps", epochs=ramp_epochs,
                  device=device, seed=tr.seed + 1, checkpoint=stages[1], config=config | {"stage": 2},
-                 progress=settings.run.progress, resume=resume(stages[1]), **recipe.loop())
+                 progress=settings.run.progress, resume=resume(stages[1]), save_every=settings.run.save_every,
+                 **recipe.loop())
     model.load_state_dict(second.best_state)
     return {"stage1": {"best_epoch": first.best_epoch, f"dev_{metric}": first.best_score, "history": first.history},
             "stage2": {"best_epoch": second.best_epoch, f"dev_{metric}_ramps": second.best_score,

@@ -218,7 +218,7 @@ def run(settings: Settings) -> dict:
     result = fit(model, optimizer, epoch_batches, toolkit_loss(settings.toolkit, device, toolkit_log), evaluate,
                  metric=metric, epochs=tr.epochs, device=device, seed=tr.seed, checkpoint=paths.checkpoint,
                  resume=paths.resume, config=resume_config(settings) | {"training.lr": lr, "command": "multitask"},
-                 post_step=post_step, progress=rs.progress, **settings.recipe.loop())
+                 post_step=post_step, progress=rs.progress, save_every=rs.save_every, **settings.recipe.loop())
     if not is_main_process():
         return {"best_epoch": result.best_epoch, f"dev_{metric}": result.best_score}
 

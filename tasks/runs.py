@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .errors import ConfigurationError, ResumeError, existing_path, positive_int
+from .errors import ConfigurationError, ResumeError, existing_path, nonnegative_int, positive_int
 from .evaluation import write_text
 from .settings import dump, read_config, setting
 
@@ -58,6 +58,10 @@ class RunOptions:
     eval_batch_size: int = setting(128, parse=positive_int, on_resume="free",
                                    help="batch size for dev/test prediction")
     progress: bool = setting(True, on_resume="free", help="no tqdm progress bar")
+    save_every: int = setting(0, parse=nonnegative_int, on_resume="free", metavar="N",
+                              help="also checkpoint after every N-th optimiser step within an epoch, so that a "
+                                   "disconnected session (Colab) loses at most N steps; --resume continues from it "
+                                   "exactly (0: after each epoch only)")
 
 
 def runs_root() -> Path:

@@ -286,7 +286,8 @@ def run(settings: Settings) -> dict:
     result = fit(model, optimizer, lambda k: Round(data, tr.batch_size, every, tr.seed, k),
                  lambda m, batch: m.loss(batch), evaluate, metric="sts_pearson", epochs=rounds, device=device,
                  seed=tr.seed, checkpoint=paths.checkpoint, resume=paths.resume, config=run_config,
-                 progress=settings.run.progress, patience=s.patience, unit="round", **settings.recipe.loop())
+                 progress=settings.run.progress, patience=s.patience, unit="round", save_every=settings.run.save_every,
+                 **settings.recipe.loop())
     model.load_state_dict(result.best_state)
     history = [{"round": h["epoch"], "step": h["epoch"] * every}
                | {k: v for k, v in h.items() if k != "epoch"} for h in result.history]

@@ -138,6 +138,7 @@ def fit(
     patience: int | None = None,
     unit: str = "epoch",
     curves: str | Path | None = None,
+    save_every: int = 0,
     **recipe,
 ) -> FitResult:
     """Train for `epochs` epochs; after each, evaluate on dev, keep the best state by `metric`, checkpoint.
@@ -158,14 +159,23 @@ def fit(
 
     Curves (tasks/curves.py): each optimiser step's loss and each epoch's record go to `curves` (default: beside the
     checkpoint, CHECKPOINT.curves.jsonl), drawn as a PNG when the run ends.
+
+    save_every N > 0 also writes the checkpoint after every N-th optimiser step within an epoch (a long epoch on a
+    machine that may disconnect); it holds where in the epoch the run is and the epoch's loss sums, and a resume
+    from it skips the epoch's batches already taken (the order is drawn from seed and epoch alone) and goes on
+    exactly as the uninterrupted run would.
     """
     loop = _Loop(model, optimizer, loss_fn, device, Recipe(**recipe), metric, unit, log, progress, patience)
+    if save_every < 0:
+        raise ValueError(f"save_every must be 0 (off) or a number of optimiser steps, not {save_every}")
+    loop.save_every, loop.config = save_every, config or {}
     if resume is not None:
         loop.restore(resume, config or {})
     else:
         seed_everything(seed)
     log_path = curves if curves is not None else curves_path(checkpoint) if checkpoint is not None else None
-    loop.curve = Curves(log_path, keep_epochs=loop.start) if loop.main and log_path is not None else None
+    loop.curve = (Curves(log_path, keep_epochs=loop.start, keep_steps=loop.step if loop.within else None)
+                  if loop.main and log_path is not None else None)
     for epoch in range(loop.start, epochs):
         if patience is not None and epoch - loop.best.best_epoch >= patience:
             loop.say(f"stopping early: dev {metric} has not improved for {patience} {unit}s "
@@ -206,6 +216,8 @@ class _Loop:
             self.say(f"data parallel: {self.world} processes ({dist.get_backend()}), each takes 1/{self.world} of "
                      "every batch")
         self.start, self.history, self.step = 0, [], 0
+        self.within: dict | None = None      # a mid-epoch checkpoint's place: groups done, the loss sums, seconds
+        self.save_every, self.config = 0, {}
         self.best = FitResult(0, float("-inf"), cpu_state(model))
         self.scaler = torch.amp.GradScaler(device.type, enabled=recipe.precision == "fp16")
         self.base_lrs = [group["lr"] for group in optimizer.param_groups]
@@ -224,6 +236,8 @@ class _Loop:
         self.start, self.history = state["epoch"], list(state["history"])
         self.best = FitResult(state["best_epoch"], state["best_score"], state["best_state"], self.history)
         self.step, self.base_lrs = state.get("optimizer_steps", 0), state.get("base_lrs", self.base_lrs)
+        places = state.get("within_ranks")
+        self.within = places[self.me] if places and len(places) == self.world else state.get("within_epoch")
         if self.scaler.is_enabled() and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         rngs = state.get("rng_ranks") or [state["rng"]]
@@ -231,7 +245,8 @@ class _Loop:
             self.say(f"{resume} was written by {len(rngs)} process(es), now {self.world}: dropout draws other random "
                      "numbers than an uninterrupted run would")
         set_rng_state(rngs[self.me] if len(rngs) == self.world else state["rng"])
-        self.say(f"resumed from {resume}: {self.start} epochs done, best dev {self.metric} "
+        within = f" and {self.within['groups']} optimiser steps of the next" if self.within else ""
+        self.say(f"resumed from {resume}: {self.start} epochs done{within}, best dev {self.metric} "
                  f"{self.best.best_score:.4f} (epoch {self.best.best_epoch})")
 
     def train_epoch(self, epoch_batches: Callable[[int], Iterable[dict]], epoch: int, epochs: int,
@@ -245,15 +260,26 @@ class _Loop:
         self._schedule(batches, epochs)
         bar = tqdm(desc=f"{self.unit} {epoch + 1}/{epochs}", disable=not (self.progress and self.main), leave=False,
                    total=len(batches) if hasattr(batches, "__len__") else None)
-        for group in _groups(batches, self.recipe.grad_accum):
+        done = 0                                     # optimiser steps of this epoch a mid-epoch checkpoint took
+        if self.within is not None:                  # resumed from one: its sums, then skip what it had done
+            done, sums, per_task = self.within["groups"], self.within["sums"], self.within["per_task"]
+            t0 -= self.within["seconds"]
+            self.within = None
+        for i, group in enumerate(_groups(batches, self.recipe.grad_accum)):
+            if i < done:                             # the same batches as before the interruption: already taken
+                bar.update(len(group))
+                continue
             group_loss = self._accumulate(group, epoch, checkpoint, sums, per_task, bar)
             self._optimizer_step()
             if self.curve is not None:
                 named = {b.get("task") for b in group}
                 self.curve.step(self.step, epoch + 1, group_loss, named.pop() if len(named) == 1 else None)
-            maybe_kill(KILL_AT_STEP, self.step)
             if post_step is not None:
                 post_step(self.model)
+            if self.save_every and self.step % self.save_every == 0 and checkpoint is not None:
+                self.save(checkpoint, epoch, self.config, within={
+                    "groups": i + 1, "sums": sums, "per_task": per_task, "seconds": time.perf_counter() - t0})
+            maybe_kill(KILL_AT_STEP, self.step)
         bar.close()
         total = sums["total"] / max(sums["n"], 1)
         if self.parallel:  # the ranks' shares add up to the global batches' mean losses
@@ -341,12 +367,18 @@ class _Loop:
                  f"{train_time:.0f}s training + {record['eval_seconds']:.0f}s eval")
         return record
 
-    def save(self, checkpoint: str | Path, epoch: int, config: dict) -> None:
-        """The checkpoint after `epoch` (rank 0 writes it, holding every rank's RNG state)."""
+    def save(self, checkpoint: str | Path, epoch: int, config: dict, within: dict | None = None) -> None:
+        """The checkpoint after `epoch`, or within it after `within["groups"]` optimiser steps (rank 0 writes it,
+        holding every rank's RNG state and, within an epoch, every rank's loss sums)."""
         rngs = dp.all_gather(rng_state()) if self.parallel else [rng_state()]
+        places = (dp.all_gather(within) if self.parallel else [within]) if within is not None else None
         if self.main:
+            if places is not None and self.curve is not None:
+                self.curve.file.flush()              # the steps logged so far, as the checkpoint has them
             save_checkpoint(checkpoint, {
-                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "epoch": epoch + 1,
+                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "epoch": epoch + 1 if within is None else epoch,
+                **({"within_epoch": within, "within_ranks": places} if within is not None else {}),
                 "best_epoch": self.best.best_epoch, "best_score": self.best.best_score,
                 "best_state": self.best.best_state, "history": self.history, "rng": rngs[0], "config": config,
                 "optimizer_steps": self.step, "base_lrs": self.base_lrs, "scaler": self.scaler.state_dict(),

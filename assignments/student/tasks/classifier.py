@@ -173,7 +173,7 @@ def run(settings: Settings) -> dict:
     result = fit(model, optimizer, epoch_batches, classification_loss, evaluate, metric="accuracy",
                  epochs=tr.epochs, device=device, seed=tr.seed, checkpoint=paths.checkpoint, resume=paths.resume,
                  config=resume_config(settings) | {"training.lr": lr, "command": "classifier"}, post_step=post_step,
-                 progress=settings.run.progress, **settings.recipe.loop())
+                 progress=settings.run.progress, save_every=settings.run.save_every, **settings.recipe.loop())
 
     summary = {"task": task, "best_epoch": result.best_epoch, "dev_accuracy": result.best_score,
                "history": result.history, "checkpoint": str(paths.checkpoint), "run_dir": str(paths.dir)}

@@ -1,0 +1,75 @@
+"""--save-every N: a checkpoint within the epoch every N optimiser steps; a run SIGKILLed mid-epoch and resumed from it
+ends with the same weights, history and predictions as an uninterrupted run, in every training command."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT
+from test_typed_runs import classifier_argv, deebert_argv, simcse_argv
+
+from tasks import classifier, deebert, multitask, simcse
+from tasks.checkpoints import KILL_AT_STEP, load_checkpoint
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def multitask_argv(tiny_dir: Path, files: dict) -> list[str]:
+    out = ["--model", str(tiny_dir), "--device", "cpu", "--batch-size", "8", "--lr", "1e-3", "--no-progress",
+           "--head-hidden", "16", "--epochs", "2", "--eval-batch-size", "8"]
+    for t, (train, dev, test) in files.items():
+        out += [f"--{t}-train", train, f"--{t}-dev", dev, f"--{t}-test", test]
+    return out
+
+
+def killed(command: str, argv: list[str], cwd: Path, step: int) -> None:
+    proc = subprocess.run([sys.executable, "-m", f"tasks.{command}", *argv], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", KILL_AT_STEP: str(step)},
+                          timeout=240, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+
+
+def strip(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in h.items() if not k.endswith("seconds")} for h in history]
+
+
+@pytest.mark.parametrize("command", ["classifier", "multitask", "simcse", "deebert"])
+def test_killed_mid_epoch_resumes_from_the_step_checkpoint_to_the_same_run(command, tiny_dir, multitask_files,
+                                                                          tmp_path):
+    module = {"classifier": classifier, "multitask": multitask, "simcse": simcse, "deebert": deebert}[command]
+    ckpt = "stage1.pt" if command == "deebert" else "checkpoint.pt"   # deebert: killed in stage 1, stage 2 after
+    argv = {"classifier": lambda: classifier_argv(tiny_dir, tmp_path),
+            "multitask": lambda: multitask_argv(tiny_dir, multitask_files),
+            "simcse": lambda: simcse_argv(tiny_dir, tmp_path) + ["--max-train-examples", "48", "--eval-every", "4"],
+            "deebert": lambda: deebert_argv(tiny_dir, tmp_path),
+            }[command]()
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    module.run(module.parse_settings(argv + ["--run-dir", str(whole)]))
+    done = load_checkpoint(whole / ckpt)
+    per_epoch = done["optimizer_steps"] // done["epoch"]
+    assert per_epoch >= 4, "the test needs epochs of 4 steps or more"
+    save_at, kill_at = per_epoch + 2, per_epoch + 3                 # epoch 2: a step checkpoint, then one step more
+    killed(command, argv + ["--run-dir", str(split), "--save-every", str(save_at)], tmp_path, kill_at)
+    state = load_checkpoint(split / ckpt)
+    assert state["optimizer_steps"] == save_at and state["epoch"] == 1 and state["within_epoch"]["groups"] == 2
+    module.run(module.parse_settings(["--resume", str(split)]))     # the step checkpoint: 2 steps into epoch 2
+    again = load_checkpoint(split / ckpt)
+    assert again["optimizer_steps"] == done["optimizer_steps"] and "within_epoch" not in again
+    for key in done["model"]:
+        assert torch.equal(done["model"][key], again["model"][key]), key
+        assert torch.equal(done["best_state"][key], again["best_state"][key]), key
+    assert strip(again["history"]) == strip(done["history"])       # the epoch's mean losses too
+    for path in sorted((whole / "predictions").glob("*.csv")) if (whole / "predictions").is_dir() else []:
+        assert (split / "predictions" / path.name).read_text() == path.read_text(), path.name
+    if command == "deebert":                                        # stage 2 ran after the resume: the same too
+        last, again2 = (load_checkpoint(d / "stage2.pt") for d in (whole, split))
+        assert all(torch.equal(last["model"][k], again2["model"][k]) for k in last["model"])
+    curves = split / ckpt.replace(".pt", ".curves.jsonl")
+    steps = [line for line in curves.read_text().splitlines() if '"step"' in line]
+    assert len(steps) == done["optimizer_steps"]                    # each step's loss logged once
