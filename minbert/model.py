@@ -86,32 +86,12 @@ def fused_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
     dropout_p: float = 0.0, training: bool = False,
 ) -> torch.Tensor:
-    """The same computation as attention(): torch's fused scaled_dot_product_attention kernel, and, when training
-    with dropout on the CPU (where that kernel falls back to its unfused math with F.dropout), attention()'s
-    equations with the cheaper dropout() below."""
+    """The same computation as attention(), through torch's fused scaled_dot_product_attention kernel."""
     B, nh, T, hs = q.shape
-    if training and dropout_p > 0 and q.device.type == "cpu":
-        probs = (q @ k.transpose(-2, -1) / math.sqrt(hs) + mask).softmax(dim=-1)   # (B, nh, T, T)
-        out = dropout(probs, dropout_p, True) @ v                                  # (B, nh, T, hs)
-    else:
-        if not mask.is_cuda and not mask.any():  # no padding: without a mask torch can pick its flash kernel
-            mask = None
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p if training else 0.0)
+    if not mask.is_cuda and not mask.any():  # no padding: without a mask torch can pick its flash kernel (no (T, T))
+        mask = None
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p if training else 0.0)
     return out.transpose(1, 2).reshape(B, T, nh * hs)  # (B, nh, T, hs) -> (B, T, H)
-
-
-def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """F.dropout(x, p, training) (Srivastava et al., 2014) with cheaper random numbers on the CPU: 16 random bits
-    per element, four from one 64-bit draw, where torch draws one float each. An element is kept with probability
-    k / 65536, k = round((1 - p) 65536) (the rate p to within 2^-17), and scaled by 65536 / k: E[dropout(x)] = x."""
-    k = round((1 - p) * 65536)
-    if not training or p == 0 or x.device.type != "cpu" or not 0 < k < 65536:
-        return F.dropout(x, p, training)  # the identity; a GPU's fused kernel; p too near 0 or 1 for 16 bits
-    bits = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-2 ** 63, None)  # 64 uniform bits
-    kept = (bits.view(torch.int16)[:x.numel()].view(x.shape) < k - 32768).to(x.dtype)  # 1 with prob. k / 65536
-    if x.dtype.itemsize < 4:             # bf16 and fp16 cannot hold 65536 / k: scale in float32 math instead
-        return (x * kept).mul_(65536 / k)
-    return x * kept.mul_(65536 / k)
 
 
 class BertEmbeddings(nn.Module):
