@@ -82,6 +82,18 @@ def attention(
     ### END SOLUTION
 
 
+def attention_probs(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The attention probabilities softmax(QK^T / sqrt(hs) + mask), (B, nh, T, T) (Vaswani et al., 2017, 3.2).
+
+    What attention() weighs the values with, before dropout, computed apart for looking at them
+    (output_attentions): torch's fused kernel with the identity as the values, since softmax(...) I is the
+    probabilities themselves (and attention() stays the students' to write). q, k: (B, nh, T, hs).
+    """
+    B, nh, T, _ = k.shape
+    eye = torch.eye(T, dtype=q.dtype, device=q.device).expand(B, nh, T, T)  # the values: row j is key j's one-hot
+    return F.scaled_dot_product_attention(q, k, eye, attn_mask=mask)    # (B, nh, T, T), rows sum to 1
+
+
 def fused_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
     dropout_p: float = 0.0, training: bool = False,
@@ -180,6 +192,12 @@ class BertLayer(nn.Module):
             h1, ts = self.adapter(h1, x, mask)
         return on_real_tokens(self.after_attention, mask, h1, x, ts)
 
+    def attention_probs(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The layer's attention probabilities on its input x (B, T, H), (B, nh, T, T), computing Q and K again."""
+        Q = self.split_heads(F.linear(x, self.Wq, self.bq))  # eq. 1: (B, nh, T, hs)
+        K = self.split_heads(F.linear(x, self.Wk, self.bk))
+        return attention_probs(Q, K, mask)
+
     def after_attention(self, h1: torch.Tensor, x: torch.Tensor, ts: torch.Tensor | float = 0.0) -> torch.Tensor:
         """Eqs. 2-5 of BitFit: the merged heads h1 and the layer's input x, (N, H) or (B, T, H) -> the output."""
         ### BEGIN SOLUTION
@@ -238,11 +256,13 @@ class BertPooler(nn.Module):
 
 @dataclass
 class BertOutput:
-    """What BertModel returns; hidden_states holds the embeddings and every layer's output when asked."""
+    """What BertModel returns; hidden_states (the embeddings and every layer's output) and attentions when asked."""
 
     last_hidden_state: torch.Tensor                    # (B, T, H)
     pooler_output: torch.Tensor                        # (B, H)
     hidden_states: tuple[torch.Tensor, ...] | None = None  # L + 1 tensors of (B, T, H)
+    attentions: tuple[torch.Tensor, ...] | None = None     # L tensors of (B, nh, T, T), each row sums to 1
+    # (the layers output 0 at padding, so from layer 2 on the rows of padding queries are not Hugging Face's)
 
 
 def mask_to_bias(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -289,17 +309,24 @@ class BertModel(nn.Module):
     def forward(
         self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None, *, position_ids: torch.Tensor | None = None,
-        embeddings: torch.Tensor | None = None, output_hidden_states: bool = False,
+        embeddings: torch.Tensor | None = None, output_hidden_states: bool = False, output_attentions: bool = False,
     ) -> BertOutput:
-        """Encode a batch. Pass `embeddings` (h0 from embed(), possibly perturbed) to skip the embedding step."""
+        """Encode a batch. Pass `embeddings` (h0 from embed(), possibly perturbed) to skip the embedding step.
+
+        output_attentions: also return each layer's attention probabilities, as Hugging Face's output_attentions (in
+        train mode these are before dropout, where Hugging Face's are after)."""
         h = embeddings if embeddings is not None else self.embed(input_ids, token_type_ids, position_ids)
         mask = self.attention_bias(attention_mask, h)
         hidden_states = [h] if output_hidden_states else None
+        attentions = [] if output_attentions else None
         for layer in self.layers:
+            if attentions is not None:
+                attentions.append(layer.attention_probs(h, mask))  # (B, nh, T, T)
             h = layer(h, mask)
             if hidden_states is not None:
                 hidden_states.append(h)
-        return BertOutput(h, self.pooler(h), tuple(hidden_states) if hidden_states is not None else None)
+        return BertOutput(h, self.pooler(h), tuple(hidden_states) if hidden_states is not None else None,
+                          tuple(attentions) if attentions is not None else None)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, **kwargs) -> BertModel:

@@ -1,0 +1,100 @@
+"""output_attentions=True: each layer's attention probabilities, as transformers returns them.
+
+Compared with transformers' own BertModel (eager attention, eval mode, output_attentions=True) on the layout fixtures
+(tests/fixtures/layouts/, padded batches). minbert's layers output 0 at padding positions (on_real_tokens), where
+transformers' carry values no real token ever reads, so the rows of padding queries from layer 2 on differ: the rows of
+the real queries are compared, as the hidden states are in tests/test_layouts.py. Every row, padding queries included,
+sums to 1 and gives padding keys 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import minbert
+from minbert.model import attention, attention_probs
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+LAYOUTS = Path(__file__).resolve().parent / "fixtures" / "layouts"
+TOL = 1e-5
+
+
+def assert_distributions(attentions: tuple[torch.Tensor, ...], mask: torch.Tensor, layers: int, heads: int) -> None:
+    """L tensors of (B, nh, T, T); every row sums to 1; padding keys get exactly 0."""
+    B, T = mask.shape
+    assert isinstance(attentions, tuple) and len(attentions) == layers
+    for probs in attentions:
+        assert probs.shape == (B, heads, T, T)
+        torch.testing.assert_close(probs.sum(-1), torch.ones(B, heads, T), atol=1e-6, rtol=0)
+        padding_keys = (mask == 0)[:, None, None, :].expand_as(probs)
+        assert padding_keys.any() and torch.all(probs[padding_keys] == 0)
+        assert torch.all(probs[~padding_keys] > 0)
+
+
+@pytest.mark.parametrize("layout", sorted(p.name for p in LAYOUTS.iterdir() if p.is_dir()))
+def test_equal_to_transformers_on_the_layouts(layout: str) -> None:
+    import transformers  # a test dependency (requirements-test.txt, installed by make test): never skipped
+    transformers.logging.set_verbosity_error()
+    reference = load_file(LAYOUTS / layout / "reference.safetensors")
+    inputs = {k: reference[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    ours = minbert.load_pretrained(str(LAYOUTS / layout))
+    theirs = getattr(transformers, layout).from_pretrained(str(LAYOUTS / layout), attn_implementation="eager").eval()
+    theirs = theirs if layout == "BertModel" else theirs.bert
+    with torch.no_grad():
+        a = ours(**inputs, output_attentions=True).attentions
+        b = theirs(**inputs, output_attentions=True).attentions
+    mask = inputs["attention_mask"]
+    assert_distributions(a, mask, ours.config.num_hidden_layers, ours.config.num_attention_heads)
+    real_queries = mask.bool()
+    for layer, (x, y) in enumerate(zip(a, b, strict=True)):
+        diff = (x.transpose(1, 2)[real_queries] - y.transpose(1, 2)[real_queries]).abs().max().item()
+        assert diff <= TOL, f"layer {layer}: the attention probabilities differ from transformers' by {diff:.2e}"
+    torch.testing.assert_close(a[0], b[0], atol=TOL, rtol=0)  # layer 1's input is the embeddings: every row equal
+
+
+def test_equal_to_transformers_on_minilm(minilm: minbert.BertModel, tokenizer: minbert.Tokenizer, tmp_path: Path) -> None:
+    """The real checkpoint (6 layers, 12 heads), a padded sentence-pair batch."""
+    import transformers
+    minilm.save_pretrained(str(tmp_path))
+    theirs = transformers.BertModel.from_pretrained(str(tmp_path), attn_implementation="eager").eval()
+    batch = tokenizer(["A cat sat on the mat.", "Hello"], ["A dog.", "A longer second sentence here."])
+    with torch.no_grad():
+        a = minilm(**batch, output_attentions=True).attentions
+        b = theirs(**batch, output_attentions=True).attentions
+    assert_distributions(a, batch.attention_mask, 6, 12)
+    keep = batch.attention_mask.bool()
+    for x, y in zip(a, b, strict=True):
+        assert (x.transpose(1, 2)[keep] - y.transpose(1, 2)[keep]).abs().max() <= TOL
+
+
+def test_none_unless_asked_and_nothing_else_changes(tiny_config: minbert.BertConfig) -> None:
+    """Asking changes no output and, in train mode, draws no random numbers (the dropout masks stay the same)."""
+    tiny_config.hidden_dropout_prob = tiny_config.attention_probs_dropout_prob = 0.3
+    torch.manual_seed(0)
+    model = minbert.BertModel(tiny_config)
+    ids = torch.randint(1000, 2000, (2, 7))
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3])
+    for train in (False, True):
+        model.train(train)
+        torch.manual_seed(1)
+        plain = model(ids, mask, output_hidden_states=True)
+        torch.manual_seed(1)
+        asked = model(ids, mask, output_hidden_states=True, output_attentions=True)
+        assert plain.attentions is None
+        assert torch.equal(plain.last_hidden_state, asked.last_hidden_state)
+        assert all(torch.equal(x, y) for x, y in zip(plain.hidden_states, asked.hidden_states, strict=True))
+        # in train mode too the probabilities before dropout: rows sum to 1
+        assert_distributions(asked.attentions, mask, 2, 4)
+
+
+def test_attention_weighs_the_values_with_these_probabilities() -> None:
+    """attention(Q, K, V, mask) = attention_probs(Q, K, mask) V with the heads merged."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 6, 8) for _ in range(3))
+    mask = minbert.model.mask_to_bias(torch.tensor([[1] * 6, [1] * 2 + [0] * 4]), torch.float32)
+    merged = (attention_probs(q, k, mask) @ v).transpose(1, 2).reshape(2, 6, 32)
+    torch.testing.assert_close(merged, attention(q, k, v, mask), atol=1e-6, rtol=0)
