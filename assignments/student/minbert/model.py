@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils import checkpoint as activation_checkpoint
 
 from .config import BertConfig
 
@@ -167,6 +168,9 @@ class BertLayer(nn.Module):
         # (Stickland & Murray, 2019, sec. 3: PALs return (h1, PAL(x))); ts is a (B, T, H) tensor or the number 0.0.
         self.adapter: Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
                                tuple[torch.Tensor, torch.Tensor | float]] | None = None
+        # Gradient checkpointing (Chen et al., 2016, "Training deep nets with sublinear memory cost"): keep only the
+        # layer's input for the backward pass and compute the layer again there. Set by BertModel.gradient_checkpointing.
+        self.checkpointing = False
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
@@ -174,6 +178,13 @@ class BertLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x: (B, T, H); mask: additive (B, 1, 1, T). Returns the layer's output, (B, T, H), 0 at padding."""
+        if self.checkpointing and torch.is_grad_enabled():
+            # saves x alone; the backward pass reruns compute() with the same random state (the same dropout masks)
+            return activation_checkpoint.checkpoint(self.compute, x, mask, use_reentrant=False)
+        return self.compute(x, mask)
+
+    def compute(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Eqs. 1-5 of BitFit: attention, the adapter if any, then eqs. 2-5 on the real tokens."""
         Q = self.split_heads(F.linear(x, self.Wq, self.bq))  # eq. 1: (B, nh, T, hs)
         K = self.split_heads(F.linear(x, self.Wk, self.bk))
         V = self.split_heads(F.linear(x, self.Wv, self.bv))
@@ -278,6 +289,16 @@ class BertModel(nn.Module):
                 nn.init.normal_(p, 0.0, std)
                 if module.padding_idx is not None:
                     p.data[module.padding_idx].zero_()
+
+    @property
+    def gradient_checkpointing(self) -> bool:
+        """Whether each layer is computed again in the backward pass instead of keeping its activations."""
+        return any(layer.checkpointing for layer in self.layers)
+
+    @gradient_checkpointing.setter
+    def gradient_checkpointing(self, on: bool) -> None:
+        for layer in self.layers:
+            layer.checkpointing = bool(on)
 
     def embed(
         self, input_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
