@@ -24,10 +24,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'minbert-reference.pth').write_text(r'$(CURDIR)' + '\\n')"
 	touch $@
 
-# The leaderboard run: the multitask model on SST, Quora and STS (its settings: tasks/configs/main-job.json), its six
+# The leaderboard run: the multitask model on SST, Quora and STS (its settings: tasks/multitask/main-job.json), its six
 # prediction files, and the submission zip; the run's directory (run.json, checkpoint, curves) goes under runs/.
 train: install
-	$(PY) -m tasks.multitask --config tasks/configs/main-job.json --fine-tune-mode $(FINE_TUNE) --precision $(PRECISION) \
+	$(PY) -m tasks.multitask --config tasks/multitask/main-job.json --fine-tune-mode $(FINE_TUNE) --precision $(PRECISION) \
 		--predictions-dir predictions
 	$(PY) -m tasks.submit --pred-dir predictions --out submission.zip
 
@@ -44,7 +44,7 @@ $(VENV)/.test-installed: requirements-test.txt $(VENV)/.installed
 	touch $@
 
 # Mutation testing of one module against the tests that cover it (tests/mutation.py; results in tests/MUTATION.md).
-MODULE ?= tasks/evaluation.py
+MODULE ?= tasks/core/evaluation.py
 mutate: install
 	$(PY) -m pip install -q -r requirements-dev.txt
 	$(PY) tests/mutation.py $(MODULE)

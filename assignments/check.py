@@ -320,5 +320,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from tasks.errors import run_cli
+    from tasks.core.errors import run_cli
     sys.exit(run_cli(main))

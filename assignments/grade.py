@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tasks.errors import positive_float, positive_int
+from tasks.core.errors import positive_float, positive_int
 
 from .check import describe, format_result, format_total, group_totals
 from .checks import PARTS, parts_of
@@ -218,5 +218,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from tasks.errors import run_cli
+    from tasks.core.errors import run_cli
     sys.exit(run_cli(main))

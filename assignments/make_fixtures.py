@@ -278,5 +278,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from tasks.errors import run_cli
+    from tasks.core.errors import run_cli
     sys.exit(run_cli(main))

@@ -33,7 +33,7 @@ import torch
 
 import minbert
 from minbert import bitfit, bitfit_report
-from tasks.bitfit_figure import plot_bias_change
+from tasks.core.bitfit_figure import plot_bias_change
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

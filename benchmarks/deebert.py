@@ -31,8 +31,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import stats
 from paired_runs import provenance
 
+from tasks.core.evaluation import write_text
 from tasks.deebert import parse_settings, run
-from tasks.evaluation import write_text
 
 
 def rows_of(summary: dict, batch: int, seed: int) -> list[dict]:

@@ -1,7 +1,7 @@
 """A training step on one epoch of the main job's real batch mix: how much padding it computes, its matrix-product
 work, its time and rate against torch.mm's; for this tree, or for two commits interleaved in one run.
 
-The batches are make train's: tasks.multitask_data.load and EpochBatches on data/ids-sst-train.csv, quora-train.csv
+The batches are make train's: tasks.multitask.data.load and EpochBatches on data/ids-sst-train.csv, quora-train.csv
 and sts-train.csv, round-robin, batch 16, seed 11711, 2 epochs (--epoch picks which), the cross-encoder's joined
 pairs; length-grouped as the run groups them, and at random (--no-bucket's batches) for the padding figures.
     positions per real token   B x T summed over the epoch's batches, over its real tokens
@@ -161,7 +161,7 @@ def worker(spec: dict) -> dict:
 def run_worker(spec: dict, extra_env: dict[str, str]) -> dict:
     env = dict(os.environ, PYTHONPATH=spec["tree"], TOKENIZERS_PARALLELISM="false", **extra_env)
     out = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True,
-                         env=env, cwd=spec["tree"])
+                         env=env, cwd=spec["tree"], check=False)
     if out.returncode != 0:
         raise RuntimeError(f"worker for {spec['tree']} failed:\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -172,7 +172,7 @@ def run_worker(spec: dict, extra_env: dict[str, str]) -> dict:
 def load_train(args: argparse.Namespace) -> dict:
     """The three training files, tokenised once (this tree's tasks/)."""
     import minbert
-    from tasks.multitask_data import load
+    from tasks.multitask.data import load
     tokenizer = minbert.Tokenizer.from_pretrained(args.model)
     return {t: load(t, "train", Path(args.data) / f, tokenizer, args.limit, args.seed) for t, f in FILES.items()}
 
@@ -180,7 +180,7 @@ def load_train(args: argparse.Namespace) -> dict:
 def epoch_batches(train: dict, args: argparse.Namespace, bucket: bool) -> list[dict]:
     """The epoch's collated batches in the run's order, length-grouped (bucket) or not."""
     from minbert.schedules import TaskSchedule
-    from tasks.multitask_data import EpochBatches
+    from tasks.multitask.data import EpochBatches
     eb = EpochBatches(train, TaskSchedule("round-robin"), args.batch_size, args.epoch, args.epochs, args.seed,
                       bucket=bucket)
     return [eb[i] for i in range(len(eb))]

@@ -15,7 +15,7 @@ shows torch 14.7 GiB, less the CUDA context), fixed the fp32 weights, gradients 
 parameter). That is an estimate from the CPU: there torch's attention keeps the (T, T) probabilities for the backward
 pass, where CUDA's fused kernels do not, so at 512 tokens a GPU needs less than this and fits at least this batch.
 
-    python benchmarks/grad_checkpointing.py --threads 2 --rounds 2 --shapes 128x2,128x8,512x1,512x2
+    python benchmarks/grad_checkpointing.py --threads 2 --rounds 3 --shapes 128x2,128x8,512x1,512x4
 """
 
 from __future__ import annotations
@@ -113,8 +113,8 @@ def summarise(runs: list[dict], shapes: list[tuple[int, int]], budget_gib: float
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shapes", default="128x2,128x8,512x1,512x2", help="TxB,... (two batch sizes per T give the per-example figure)")
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--shapes", default="128x2,128x8,512x1,512x4", help="TxB,... (two batch sizes per T give the per-example figure)")
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--warmup", type=int, default=0, help="untimed steps before the timed one, in each process (default 0)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--budget-gib", type=float, default=14.0, help="GiB left to tensors on a 16 GB card (default 14)")

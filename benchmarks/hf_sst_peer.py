@@ -27,7 +27,7 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tasks.data import TASKS  # after the path: the script runs from anywhere
+from tasks.core.data import TASKS  # after the path: the script runs from anywhere
 
 
 class ClsClassifier(nn.Module):

@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
+from tasks.core.recipe import make_optimizer
 from tasks.multitask import collate, load
-from tasks.recipe import make_optimizer
 
 KINDS = {"minbert": lambda ps: minbert.AdamW(ps, lr=5e-5, weight_decay=0.01, variant="torch"),
          "torch single-tensor": lambda ps: torch.optim.AdamW(ps, lr=5e-5, weight_decay=0.01, foreach=False),

@@ -23,11 +23,11 @@ sys.path.insert(0, str(ROOT))
 
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
-from tasks.checkpoints import load_checkpoint
-from tasks.data import TASKS
-from tasks.evaluation import accuracy, overall_score, pearson
+from tasks.core.checkpoints import load_checkpoint
+from tasks.core.data import TASKS
+from tasks.core.evaluation import accuracy, overall_score, pearson
 from tasks.multitask import outputs
-from tasks.multitask_data import Encoded, load
+from tasks.multitask.data import Encoded, load
 
 
 def main(argv: list[str] | None = None) -> int:

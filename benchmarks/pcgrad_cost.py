@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT))
 
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
+from tasks.core.recipe import autocast, make_optimizer
+from tasks.core.train import pick_device
 from tasks.multitask import collate, load
-from tasks.recipe import autocast, make_optimizer
-from tasks.toolkit import ToolkitSettings, toolkit_loss
-from tasks.train import pick_device
+from tasks.multitask.toolkit import ToolkitSettings, toolkit_loss
 
 FILES = {"sst": "ids-sst-train.csv", "para": "quora-train.csv", "sts": "sts-train.csv"}
 

@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT))
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from minbert.smart import PRESETS, SmartConfig
+from tasks.core.recipe import autocast
+from tasks.core.train import pick_device
 from tasks.multitask import collate, load
-from tasks.recipe import autocast
-from tasks.train import pick_device
 
 
 def main(argv: list[str] | None = None) -> int:

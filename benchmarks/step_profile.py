@@ -42,8 +42,8 @@ import minbert
 from minbert.model import gelu, layer_norm
 from minbert.multitask import MultitaskBert, MultitaskConfig, paraphrase_loss
 from minbert.pooling import pool
+from tasks.core.recipe import make_optimizer
 from tasks.multitask import collate, load
-from tasks.recipe import make_optimizer
 
 
 def matmul_rate(n: int, repeats: int = 5) -> float:

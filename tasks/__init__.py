@@ -1,1 +1,13 @@
-"""Everything that knows the CS224N task files: readers, metrics, prediction files, the training loop and CLIs."""
+"""Everything that knows the CS224N task files and the command line, in layers (arrows point down only):
+
+    commands     python -m tasks.NAME
+                 classifier.py        the first exercise: SST / CFIMDB sentiment
+                 multitask/           the leaderboard run (make train): the command, its settings, data and toolkit
+                 simcse/              the SimCSE stage: the command, its settings, the Quora split
+                 deebert/             DeeBERT: the command, its settings, the sweep, its timing and report
+                 predict.py export.py ensemble.py score.py submit.py curves.py   small commands, one file each
+    core/        what every command shares: typed settings and config files, run directories, the data pipeline,
+                 the one training loop, prediction files and metrics, errors (tasks/core/__init__.py lists them)
+
+The library (minbert/) knows none of this; nothing here is imported by it.
+"""

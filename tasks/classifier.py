@@ -22,19 +22,19 @@ from torch import nn
 import minbert
 from minbert.pooling import POOLINGS
 
-from .cli import Split, Training, load_split, start, write_split
-from .data import TASKS, Collator, Records, batches, model_inputs, to_device
-from .distributed import is_main_process
-from .errors import ConfigurationError, existing_file, run_cli
-from .evaluation import LEADERBOARD, accuracy, prediction_path, write_raw
-from .finetune import FineTune
-from .precision import resolve_precision
-from .recipe import Recipe, autocast, make_optimizer
-from .runs import RunOptions, RunPaths, resume_base, run_paths, write_run_json
-from .settings import parse, parser_for, resume_config, section, setting
-from .starter_flags import translate
-from .train import fit
-from .unfinished import explain_unfinished
+from .core.cli import Split, Training, load_split, start, write_split
+from .core.data import TASKS, Collator, Records, batches, model_inputs, to_device
+from .core.distributed import is_main_process
+from .core.errors import ConfigurationError, existing_file, run_cli
+from .core.evaluation import LEADERBOARD, accuracy, prediction_path, write_raw
+from .core.finetune import FineTune
+from .core.precision import resolve_precision
+from .core.recipe import Recipe, autocast, make_optimizer
+from .core.runs import RunOptions, RunPaths, resume_base, run_paths, write_run_json
+from .core.settings import parse, parser_for, resume_config, section, setting
+from .core.starter_flags import translate
+from .core.train import fit
+from .core.unfinished import explain_unfinished
 
 NUM_LABELS = {"sst": 5, "cfimdb": 2}
 
@@ -223,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_settings(argv: list[str] | None = None) -> Settings:
     """The settings from the command line (the course's starter spellings too), --config and --resume DIR."""
     return parse(Settings, translate(argv, "classifier"), prog="python -m tasks.classifier", description=__doc__,
-                 base=lambda given: resume_base(getattr(given, "run.resume", None), Settings))
+                 base=lambda given: resume_base(given.get("run.resume"), Settings))
 
 
 def main(argv: list[str] | None = None) -> int:

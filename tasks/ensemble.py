@@ -20,10 +20,11 @@ import torch
 
 from minbert.multitask import TASK_NAMES
 
-from .evaluation import prediction_path, write_predictions
+from .core.errors import ConfigurationError, run_cli
+from .core.evaluation import prediction_path, write_predictions
+from .multitask.toolkit import raw_path, read_raw
 from .score import score_directory
 from .submit import SPLITS, make_submission
-from .toolkit import raw_path, read_raw
 
 
 def average(task: str, runs: list[dict[str, list[float]]]) -> tuple[list[str], list]:
@@ -31,7 +32,7 @@ def average(task: str, runs: list[dict[str, list[float]]]) -> tuple[list[str], l
     ids = list(runs[0])
     for k, r in enumerate(runs[1:], 2):
         if set(r) != set(ids):
-            raise SystemExit(f"{task}: run {k} has other ids than run 1 ({len(set(r) ^ set(ids))} differ)")
+            raise ConfigurationError(f"{task}: run {k} has other ids than run 1 ({len(set(r) ^ set(ids))} differ)")
     x = torch.tensor([[r[i] for i in ids] for r in runs], dtype=torch.float64)  # (runs, N, C)
     if task == "sst":
         return ids, x.softmax(-1).mean(0).argmax(-1).tolist()                  # (N, C) -> class
@@ -51,11 +52,11 @@ def ensemble(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
                 continue
             if not all(present):
                 missing = [str(p) for p, ok in zip(paths, present) if not ok]
-                raise SystemExit(f"{task} {split}: no raw outputs in {', '.join(missing)} (run with --raw-outputs)")
+                raise ConfigurationError(f"{task} {split}: no raw outputs in {', '.join(missing)} (run with --raw-outputs)")
             ids, preds = average(task, [read_raw(p) for p in paths])
             written.append(write_predictions(prediction_path(out, task, split), task, ids, preds))
     if not written:
-        raise SystemExit(f"no {{task}}-{{split}}-raw.csv files in {', '.join(map(str, run_dirs))}: write them with "
+        raise ConfigurationError(f"no {{task}}-{{split}}-raw.csv files in {', '.join(map(str, run_dirs))}: write them with "
                          "--raw-outputs")
     return written
 
@@ -83,4 +84,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

@@ -21,7 +21,9 @@ import torch
 
 import minbert
 
-from .checkpoints import load_checkpoint
+from .core.checkpoints import load_checkpoint
+from .core.errors import ConfigurationError, run_cli
+from .core.runs import RUN_FILE
 from .predict import (
     EXPORT_ENCODER,
     EXPORT_HEADS,
@@ -31,14 +33,13 @@ from .predict import (
     load_run,
     load_weights,
 )
-from .runs import RUN_FILE
 
 
 def export(checkpoint: str | Path, out: str | Path) -> Path:
     """Write the export directory of a multitask checkpoint; returns it."""
     kind, settings, state, encoder = load_run(checkpoint)
     if kind != "multitask" or encoder is not None:
-        raise SystemExit(f"{checkpoint}: a {kind} {'export' if encoder else 'checkpoint'}; tasks.export takes a "
+        raise ConfigurationError(f"{checkpoint}: a {kind} {'export' if encoder else 'checkpoint'}; tasks.export takes a "
                          "checkpoint written by python -m tasks.multitask")
     model = build_multitask(settings)
     load_weights(model, state, checkpoint)
@@ -72,4 +73,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -26,15 +27,15 @@ import torch
 import minbert
 from minbert.multitask import MultitaskBert
 
-from .checkpoints import load_checkpoint
-from .cli import DEVICES
-from .data import TASKS, Collator
-from .errors import ConfigurationError
-from .evaluation import prediction_path, raw_path, write_predictions, write_raw
-from .recipe import autocast
-from .runs import CHECKPOINT, RUN_FILE, read_run_json
-from .settings import build, from_flat_names
-from .train import pick_device
+from .core.checkpoints import load_checkpoint
+from .core.cli import DEVICES
+from .core.data import TASKS, Collator
+from .core.errors import ConfigurationError, run_cli
+from .core.evaluation import prediction_path, raw_path, write_predictions, write_raw
+from .core.recipe import autocast
+from .core.runs import CHECKPOINT, RUN_FILE, read_run_json
+from .core.settings import build, from_flat_names
+from .core.train import pick_device
 
 KINDS = ("classifier", "multitask", "deebert")
 EXPORT_SETTINGS = "multitask.json"   # an export directory's settings (tasks/export.py)
@@ -96,7 +97,7 @@ def load_run(path: str | Path) -> tuple[str, dict, dict[str, torch.Tensor], Path
         return meta["kind"], meta["settings"], heads, path / EXPORT_ENCODER
     if path.is_dir():
         if not (path / "stage2.pt").is_file():
-            raise SystemExit(f"{path}: a directory with neither {EXPORT_SETTINGS} (python -m tasks.export) nor "
+            raise ConfigurationError(f"{path}: a directory with neither {EXPORT_SETTINGS} (python -m tasks.export) nor "
                              "stage2.pt (python -m tasks.deebert --out)")
         path = path / "stage2.pt"
     state = load_checkpoint(path)
@@ -105,10 +106,10 @@ def load_run(path: str | Path) -> tuple[str, dict, dict[str, torch.Tensor], Path
         config = {k.rsplit(".", 1)[-1]: v for k, v in config.items()}
     kind = config.get("command") or kind_of(config)
     if kind is None:
-        raise SystemExit(f"{path}: not a checkpoint of tasks.classifier, tasks.multitask or tasks.deebert (its "
+        raise ConfigurationError(f"{path}: not a checkpoint of tasks.classifier, tasks.multitask or tasks.deebert (its "
                          f"settings: {', '.join(sorted(config)) or 'none'}); nothing to predict with")
     if kind == "deebert" and config.get("stage") != 2:
-        raise SystemExit(f"{path}: a DeeBERT stage-{config.get('stage')} checkpoint, whose off-ramps are not trained: "
+        raise ConfigurationError(f"{path}: a DeeBERT stage-{config.get('stage')} checkpoint, whose off-ramps are not trained: "
                          "give stage2.pt or the run's --out directory")
     return kind, config, state["best_state"], None
 
@@ -119,26 +120,43 @@ def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], path: s
     try:
         missing, unexpected = model.load_state_dict(state, strict=strict)
     except RuntimeError as e:
-        raise SystemExit(f"{path}: its weights do not fit the model its settings describe: {e}") from None
+        raise ConfigurationError(f"{path}: its weights do not fit the model its settings describe: {e}") from None
     outside = [k for k in missing if not k.startswith("bert.")]  # without strict: the encoder comes from elsewhere
     if unexpected or outside:
-        raise SystemExit(f"{path}: weights unexpected {unexpected[:5]}, missing {outside[:5]}")
+        raise ConfigurationError(f"{path}: weights unexpected {unexpected[:5]}, missing {outside[:5]}")
 
 
 def build_multitask(settings: dict, encoder: str | Path | None = None) -> MultitaskBert:  # or a subclass
     """The multitask model a run's settings describe (heads, PALs), on the encoder `encoder` or the run's --model;
-    `settings` under their plain field names, each absent one at its default (tasks/multitask_settings.py)."""
+    `settings` under their plain field names, each absent one at its default (tasks/multitask/settings.py)."""
     from .multitask import build_model
-    from .multitask_settings import Settings
+    from .multitask.settings import Settings
     return build_model(build(Settings, from_flat_names(Settings, settings)), str(encoder) if encoder else None)
 
 
-def multitask_files(args: argparse.Namespace, settings: dict, task: str, split: str) -> Path:
-    given = getattr(args, f"{task}_{split}") or settings.get(f"{task}_{split}")
+@dataclass(frozen=True)
+class Request:
+    """What to predict: the run, where the files go, which splits and files, the device (from the command line)."""
+
+    checkpoint: str
+    kind: str | None = None
+    out: str = "predictions"
+    splits: tuple[str, ...] = ("dev", "test")
+    data_dir: str | None = None
+    files: dict[str, str | None] = field(default_factory=dict)   # sst_dev, ..., dev_file, test_file: None = the run's
+    threshold: float | None = None
+    exit: str | None = None
+    raw_outputs: bool = False
+    eval_batch_size: int = 128
+    device: str = "auto"
+
+
+def multitask_files(args: Request, settings: dict, task: str, split: str) -> Path:
+    given = args.files.get(f"{task}_{split}") or settings.get(f"{task}_{split}")
     return Path(given) if given else TASKS[task].path(args.data_dir or settings.get("data_dir", "data"), split)
 
 
-def predict_multitask(args: argparse.Namespace, settings: dict, state: dict, encoder: Path | None,
+def predict_multitask(args: Request, settings: dict, state: dict, encoder: Path | None,
                       device: torch.device) -> list[Path]:
     from .multitask import decide, load, outputs
     model = build_multitask(settings, encoder)
@@ -163,12 +181,12 @@ def predict_multitask(args: argparse.Namespace, settings: dict, state: dict, enc
     return written
 
 
-def single_files(args: argparse.Namespace, settings: dict, task: str, split: str) -> Path:
-    given = getattr(args, f"{split}_file") or settings.get(f"{split}_file")
+def single_files(args: Request, settings: dict, task: str, split: str) -> Path:
+    given = args.files.get(f"{split}_file") or settings.get(f"{split}_file")
     return Path(given) if given else TASKS[task].path(args.data_dir or settings.get("data_dir", "data"), split)
 
 
-def predict_classifier(args: argparse.Namespace, settings: dict, state: dict, device: torch.device) -> list[Path]:
+def predict_classifier(args: Request, settings: dict, state: dict, device: torch.device) -> list[Path]:
     from .classifier import NUM_LABELS, SentimentClassifier, load_split, logits_of
     task = settings["task"]
     model = SentimentClassifier(minbert.load_pretrained(settings.get("model", "minilm")), NUM_LABELS[task],
@@ -188,13 +206,13 @@ def predict_classifier(args: argparse.Namespace, settings: dict, state: dict, de
     return written
 
 
-def predict_deebert(args: argparse.Namespace, settings: dict, state: dict, device: torch.device) -> list[Path]:
+def predict_deebert(args: Request, settings: dict, state: dict, device: torch.device) -> list[Path]:
     """At --threshold (default: the setting the run chose, from its run.json), with the run's exit rule; the files
     named {task}-{split}-output.csv as the run's own."""
     from minbert.deebert import DeeBert
 
     from .deebert import BOARD, SOURCE, exit_predictions, load_split
-    from .deebert_settings import Settings, Sweep
+    from .deebert.settings import Settings, Sweep
     stored = build(Settings, from_flat_names(Settings, settings))       # each absent setting at its default
     task = stored.task
     value = args.threshold if args.threshold is not None else settings.get("prediction_setting")
@@ -246,16 +264,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def request(argv: list[str] | None = None) -> Request:
+    """The command line as a Request."""
+    given = vars(build_parser().parse_args(argv))
+    names = [f"{t}_{split}" for t in ("sst", "para", "sts") for split in ("dev", "test")] + ["dev_file", "test_file"]
+    return Request(files={k: given.pop(k) for k in names}, splits=tuple(given.pop("splits")), **given)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = request(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     kind, settings, state, encoder = load_run(args.checkpoint)
     if args.kind is not None and args.kind != kind:
-        raise SystemExit(f"{args.checkpoint}: a {kind} checkpoint (written by python -m tasks.{kind}), not a "
-                         f"{args.kind} one")
+        raise ConfigurationError(f"{args.checkpoint}: a {kind} checkpoint (written by python -m tasks.{kind}), not a "
+                                 f"{args.kind} one")
     unknown = [s for s in args.splits if s not in ("dev", "test")]
     if unknown:
-        raise SystemExit(f"--splits: dev and/or test, not {', '.join(unknown)}")
+        raise ConfigurationError(f"--splits: dev and/or test, not {', '.join(unknown)}")
     device = pick_device(args.device)
     if kind == "multitask":
         written = predict_multitask(args, settings, state, encoder, device)
@@ -269,4 +294,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from minbert.multitask import TASK_NAMES
 
-from .errors import existing_dir, run_cli
-from .evaluation import LEADERBOARD, Report, check_predictions, gold_records, overall_score, prediction_path
+from .core.errors import existing_dir, run_cli
+from .core.evaluation import LEADERBOARD, Report, check_predictions, gold_records, overall_score, prediction_path
 
 NAMES = {"sst": "SST accuracy", "para": "Quora accuracy", "sts": "STS Pearson r"}
 

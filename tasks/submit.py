@@ -20,15 +20,15 @@ from pathlib import Path
 
 from minbert.multitask import TASK_NAMES
 
-from .errors import run_cli
-from .evaluation import check_predictions, gold_records, prediction_path
+from .core.errors import run_cli
+from .core.evaluation import check_predictions, gold_records, prediction_path
 
 SPLITS = ("dev", "test")
 
 
 def expected_files(data_dir: str | Path) -> list[tuple[str, str]]:
     """(task, split) for every leaderboard task and split whose gold or input file exists."""
-    from .data import TASKS
+    from .core.data import TASKS
     return [(t, s) for t in TASK_NAMES for s in SPLITS if TASKS[t].path(data_dir, s).is_file()]
 
 

@@ -63,7 +63,7 @@ def tiny_dir(tmp_path, tiny_config, minilm_dir) -> Path:
 
 def killed_after_first_epoch(real_fit):
     """fit() that raises Interrupted once its first epoch (or round) is checkpointed: a run killed there."""
-    from tasks.train import Interrupted
+    from tasks.core.train import Interrupted
 
     def fit(*args, **kwargs):
         def kill(epoch, record):

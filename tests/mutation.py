@@ -26,7 +26,7 @@ TESTS = {
     "minbert/optim.py": ["tests/test_optim.py", "tests/test_mutants_optim.py"],
     "minbert/smart.py": ["tests/test_smart.py", "tests/test_catches.py", "tests/test_mutants_smart.py"],
     "minbert/deebert.py": ["tests/test_deebert.py", "tests/test_mutants_deebert.py"],
-    "tasks/evaluation.py": ["tests/test_tasks_scoring.py", "tests/test_catches.py", "tests/test_mutants.py"],
+    "tasks/core/evaluation.py": ["tests/test_tasks_scoring.py", "tests/test_catches.py", "tests/test_mutants.py"],
 }
 COPIED = ("minbert", "tasks", "tests", "data", "assignments", "requirements.txt")
 

@@ -13,7 +13,7 @@ from minbert import bitfit, bitfit_report, bitfit_tasks
 from minbert.bitfit import LAYER_TERMS, freeze, term_of
 from minbert.bitfit_controls import freeze_random, merge_deltas
 from minbert.bitfit_report import trainable_report
-from tasks.bitfit_figure import plot_bias_change
+from tasks.core.bitfit_figure import plot_bias_change
 
 
 def tiny(tiny_config, seed=0):

@@ -15,7 +15,7 @@ import torch
 from minbert.smart import SmartConfig, smart_loss
 from tasks import deebert as deebert_cli
 from tasks import multitask, simcse
-from tasks.data import PairExample, Records
+from tasks.core.data import PairExample, Records
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""The CLI scaffold (tasks/cli.py): list flags in both spellings, each common flag declared once, run settings."""
+"""The CLI scaffold (tasks/core/cli.py): list flags in both spellings, each common flag declared once, run settings."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from conftest import TEST_DEVICE
 
 from tasks import classifier, deebert, multitask, simcse
-from tasks.settings import resume_config
+from tasks.core.settings import resume_config
 
 TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
 
@@ -38,14 +38,11 @@ def test_tasks_and_bitfit_terms_take_spaces_too_and_store_the_comma_form():
 def test_each_common_flag_is_declared_once_and_per_cli_defaults_stay():
     for flag in ("--seed", "--device", "--threads", "--model", "--epochs", "--lr", "--batch-size", "--resume",
                  "--eval-batch-size", "--no-progress", "--max-train-examples", "--data-dir", "--pooling",
-                 "--max-length", "--precision", "--optimizer"):
-        training_clis = [TASKS_DIR / f"{name}.py" for name in ("classifier", "multitask", "simcse", "deebert")]
-        assert not any(f'add_argument("{flag}"' in f.read_text() for f in training_clis), flag
-        declared = (TASKS_DIR / "cli.py").read_text().count(f'add_argument("{flag}"')   # the Namespace commands'
-        generated = flag in ("--precision", "--optimizer")                    # from tasks.recipe.Recipe's fields
-        assert declared + generated == 1, flag
-        assert flag in classifier.build_parser().format_help(), flag          # the typed command's, from its fields
-    assert sum(f.read_text().count('add_argument("--seed"') for f in TASKS_DIR.glob("*.py")) == 1
+                 "--max-length", "--precision", "--optimizer", "--run-dir", "--config", "--print-config"):
+        for command in (classifier, multitask, simcse, deebert):     # generated from the settings' fields
+            assert flag in command.build_parser().format_help(), (command.__name__, flag)
+    assert not any("add_argument(\"--seed\"" in f.read_text() for f in TASKS_DIR.rglob("*.py"))
+    assert sum(f.read_text().count("seed: int = setting(") for f in (TASKS_DIR / "core").glob("*.py")) == 1  # once
     assert simcse.parse_settings([]).training.batch_size == 64
     assert simcse.parse_settings([]).training.max_length == 64
     assert deebert.parse_settings([]).run.eval_batch_size == 1

@@ -22,10 +22,10 @@ from conftest import DATA, TEST_DEVICE
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from tasks import score as score_cli
-from tasks import train as train_module
-from tasks.multitask import parse_settings, load, run
-from tasks.multitask_data import pad as _pad
-from tasks.train import load_checkpoint
+from tasks.core import train as train_module
+from tasks.core.train import load_checkpoint
+from tasks.multitask import load, parse_settings, run
+from tasks.multitask.data import pad as _pad
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

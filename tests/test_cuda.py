@@ -13,7 +13,7 @@ import torch
 
 import minbert
 from minbert.pcgrad import pcgrad_project, surgery_loss
-from tasks.checkpoints import load_checkpoint
+from tasks.core.checkpoints import load_checkpoint
 from tasks.multitask import parse_settings, run
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

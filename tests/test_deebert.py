@@ -15,13 +15,13 @@ import minbert
 from minbert import deebert
 from minbert.deebert import DeeBert, DeeBertConfig, EntropyExit, PatienceExit, early_exit, entropy, exit_from_logits
 from tasks import deebert as cli
-from tasks import deebert_timing
 from tasks.classifier import SentimentClassifier
-from tasks.data import TASKS, Collator, batches
-from tasks.deebert_report import savings
-from tasks.errors import ConfigurationError
-from tasks.evaluation import check_predictions
-from tasks.train import fit
+from tasks.core.data import TASKS, Collator, batches
+from tasks.core.errors import ConfigurationError
+from tasks.core.evaluation import check_predictions
+from tasks.core.train import fit
+from tasks.deebert import timing as deebert_timing
+from tasks.deebert.report import savings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

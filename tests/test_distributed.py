@@ -23,9 +23,9 @@ from torch import nn
 
 import minbert
 from tasks import classifier
-from tasks.checkpoints import load_checkpoint
-from tasks.distributed import batch_rows, shard
-from tasks.train import Interrupted, fit
+from tasks.core.checkpoints import load_checkpoint
+from tasks.core.distributed import batch_rows, shard
+from tasks.core.train import Interrupted, fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,7 +13,7 @@ from conftest import DATA, TEST_DEVICE
 from safetensors.torch import load_file, save_file
 
 from tasks import classifier, score
-from tasks.errors import run_cli
+from tasks.core.errors import run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -150,7 +150,7 @@ def test_the_scorer_reports_a_binary_prediction_file_by_line(tmp_path, capsys):
 
 
 def test_a_very_long_line_is_skipped_and_reported_by_line(tmp_path):
-    from tasks.data import read_sentences
+    from tasks.core.data import read_sentences
     path = tmp_path / "long.csv"
     path.write_bytes(b"\xef\xbb\xbf\tid\tsentence\tsentiment\r\n0\ta\tgood\t4\r\n1\tb\t" + b"x" * 200_000
                      + b"\t3\r\n2\tc\tfine\t1\r\n")   # with a BOM and CRLF line ends

@@ -16,8 +16,8 @@ import torch
 from conftest import DATA, ROOT, TEST_DEVICE
 
 from tasks import classifier, deebert, multitask, simcse
-from tasks.checkpoints import KILL_AT_STEP, KILL_IN_SAVE, load_checkpoint
-from tasks.errors import TrainingError, run_cli
+from tasks.core.checkpoints import KILL_AT_STEP, KILL_IN_SAVE, load_checkpoint
+from tasks.core.errors import TrainingError, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CLIS = {"classifier": classifier, "deebert": deebert, "multitask": multitask, "simcse": simcse}

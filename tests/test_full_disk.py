@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tasks import checkpoints, evaluation, submit
+from tasks import submit
+from tasks.core import checkpoints, evaluation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,7 +75,7 @@ def test_submission_zip_survives_a_full_disk(tmp_path: Path, monkeypatch: pytest
 
 def test_cli_reports_a_full_disk_in_one_line(tmp_path: Path) -> None:
     """The error boundary turns ENOSPC into one line naming the file, exit 1, no traceback."""
-    code = ("import errno, os, sys; from tasks.errors import run_cli\n"
+    code = ("import errno, os, sys; from tasks.core.errors import run_cli\n"
             "def main():\n"
             f"    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), {str(tmp_path / 'run.pt')!r})\n"
             "sys.exit(run_cli(main))\n")

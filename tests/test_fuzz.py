@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 import minbert
 from minbert.checkpoint import CheckpointError, read_config, read_weights
-from tasks.checkpoints import load_checkpoint
-from tasks.data import TASKS, DataError, Records
-from tasks.errors import ResumeError
-from tasks.evaluation import LEADERBOARD, Report, read_predictions
+from tasks.core.checkpoints import load_checkpoint
+from tasks.core.data import TASKS, DataError, Records
+from tasks.core.errors import ResumeError
+from tasks.core.evaluation import LEADERBOARD, Report, read_predictions
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                         HealthCheck.too_slow])

@@ -10,7 +10,8 @@ import pytest
 
 from assignments.make import ROOT, generate
 from tasks import classifier, multitask
-from tasks.starter_flags import STARTER_ALIASES, table_markdown, translate
+from tasks.core.errors import ConfigurationError
+from tasks.core.starter_flags import STARTER_ALIASES, table_markdown, translate
 
 
 @pytest.mark.parametrize("cli, starter, ours", [
@@ -42,9 +43,9 @@ def test_starter_flags_parse_to_the_same_settings(cli: object, starter: str, our
 
 
 def test_starter_out_path_must_name_the_file_minbert_writes() -> None:
-    with pytest.raises(SystemExit, match="sst-dev-output.csv"):
+    with pytest.raises(ConfigurationError, match="sst-dev-output.csv"):
         translate(["--sst_dev_out", "predictions/dev.csv"], "multitask")
-    with pytest.raises(SystemExit, match="one folder"):
+    with pytest.raises(ConfigurationError, match="one folder"):
         translate(["--sst_dev_out", "a/sst-dev-output.csv", "--sts_dev_out", "b/sts-dev-output.csv"], "multitask")
     assert translate(["--train", "x"], "multitask") == ["--train", "x"]      # not a multitask alias: left alone
 
@@ -55,7 +56,7 @@ def test_alias_table_lists_every_alias_once() -> None:
     for a in STARTER_ALIASES:
         assert f"| `{a.starter}` |" in text
     handout = (ROOT / "assignments" / "README.md").read_text()
-    assert table_markdown() in handout, "the handout's alias table is stale: paste tasks.starter_flags.table_markdown()"
+    assert table_markdown() in handout, "the handout's alias table is stale: paste tasks.core.starter_flags.table_markdown()"
 
 
 def test_training_an_unfinished_tree_names_the_part_and_the_check(tmp_path: Path) -> None:
@@ -76,7 +77,7 @@ def test_training_an_unfinished_tree_names_the_part_and_the_check(tmp_path: Path
 
 
 def _predict_all(pred_dir: Path, split: str) -> None:
-    from tasks.evaluation import gold_records, prediction_path, write_predictions
+    from tasks.core.evaluation import gold_records, prediction_path, write_predictions
     for task, value in (("sst", 2), ("para", 1), ("sts", 2.5)):
         ids = [e.id for e in gold_records(ROOT / "data", task, split)]
         write_predictions(prediction_path(pred_dir, task, split), task, ids, [value] * len(ids))

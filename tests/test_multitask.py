@@ -14,9 +14,9 @@ import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig, join_pairs, paraphrase_loss, similarity_loss
 from minbert.schedules import TaskSchedule, annealed_alpha, task_probabilities
 from tasks import multitask
-from tasks.checkpoints import load_checkpoint
-from tasks.multitask import EpochBatches, parse_settings, collate, load, run
-from tasks.train import Interrupted
+from tasks.core.checkpoints import load_checkpoint
+from tasks.core.train import Interrupted
+from tasks.multitask import EpochBatches, collate, load, parse_settings, run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

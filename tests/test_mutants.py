@@ -1,6 +1,6 @@
 """Tests written to kill the mutants mutmut found surviving (tests/MUTATION.md): each checks a hand-computed value.
 
-tasks/evaluation.py: the metrics' edge cases, the prediction files' exact complaints, and the atomic write.
+tasks/core/evaluation.py: the metrics' edge cases, the prediction files' exact complaints, and the atomic write.
 minbert/model.py: attention() and fused_attention() on their own against a loop, BERT's initialisation, the padding
 embedding, which attention the config selects, on_real_tokens without padding, the save / load wrappers.
 """
@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 import minbert
 from minbert.model import attention, fused_attention, on_real_tokens
-from tasks import evaluation
-from tasks.data import PairExample, Records
-from tasks.evaluation import accuracy, check_predictions, gold_records, pearson, write_predictions
+from tasks.core import evaluation
+from tasks.core.data import PairExample, Records
+from tasks.core.evaluation import accuracy, check_predictions, gold_records, pearson, write_predictions
 
 
 def gold(labels: list[float], ids: list[str] | None = None) -> Records:

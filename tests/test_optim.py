@@ -130,6 +130,6 @@ def test_rejects_bad_hyperparameters() -> None:
 
 def test_training_scripts_keep_torch_numerics() -> None:
     """tasks/ (--optimizer minbert) steps with variant="torch": the same update as torch.optim.AdamW, as before."""
-    from tasks.recipe import make_optimizer
+    from tasks.core.recipe import make_optimizer
     opt = make_optimizer([torch.nn.Parameter(torch.zeros(2))], lr=1e-3, weight_decay=0.01, kind="minbert")
     assert type(opt) is minbert.AdamW and opt.defaults["variant"] == "torch" and opt.defaults["eps"] == 1e-8

@@ -13,10 +13,10 @@ import minbert
 from minbert.model import layer_norm
 from minbert.multitask import TASK_NAMES, MultitaskBert, MultitaskConfig
 from minbert.pals import PALs, PalsConfig
-from tasks.checkpoints import load_checkpoint
-from tasks.finetune import MODES, get_mode
+from tasks.core.checkpoints import load_checkpoint
+from tasks.core.finetune import MODES, get_mode
+from tasks.core.train import seed_everything
 from tasks.multitask import add_smart_pals, parse_settings, run
-from tasks.train import seed_everything
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

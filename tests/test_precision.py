@@ -1,4 +1,4 @@
-"""The precision table (tasks/precision.py) over mocked devices: CUDA with and without native bf16, MPS by torch and
+"""The precision table (tasks/core/precision.py) over mocked devices: CUDA with and without native bf16, MPS by torch and
 macOS version, CPUs with and without avx512_bf16/AMX; --precision auto, and fit() and the CLIs resolving it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 from conftest import TEST_DEVICE
 
-from tasks.errors import ConfigurationError
-from tasks.precision import (
+from tasks.core.errors import ConfigurationError
+from tasks.core.precision import (
     PRECISION_CHOICES,
     PRECISIONS,
     RULES,
@@ -18,7 +18,7 @@ from tasks.precision import (
     markdown_table,
     resolve_precision,
 )
-from tasks.recipe import add_loop_arguments, autocast
+from tasks.core.recipe import autocast
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CUDA, MPS, CPU = torch.device("cuda"), torch.device("mps"), torch.device("cpu")
@@ -130,21 +130,19 @@ def test_the_docs_show_the_table():
 
 
 def test_auto_is_a_flag_choice_and_autocast_wants_it_resolved():
-    import argparse
-    parser = argparse.ArgumentParser()
-    add_loop_arguments(parser)
-    assert parser.parse_args(["--precision", "auto"]).precision == "auto" and "auto" in PRECISION_CHOICES
+    from tasks.classifier import parse_settings
+    assert parse_settings(["--precision", "auto"]).recipe.precision == "auto" and "auto" in PRECISION_CHOICES
     with pytest.raises(ValueError):
         autocast(CPU, "auto")
 
 
 def test_fit_resolves_auto_once_and_says_to_what(cpu, monkeypatch):
-    import tasks.train
-    from tasks.train import fit
+    import tasks.core.train
+    from tasks.core.train import fit
 
     cpu(False)                                           # auto on a CPU without native bf16: fp32
     asked = []
-    monkeypatch.setattr(tasks.train, "resolve_precision", lambda d, p: asked.append(p) or resolve_precision(d, p))
+    monkeypatch.setattr(tasks.core.train, "resolve_precision", lambda d, p: asked.append(p) or resolve_precision(d, p))
     said: list[str] = []
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 2)

@@ -10,13 +10,13 @@ import torch
 from torch import nn
 
 import minbert
-from tasks.checkpoints import load_checkpoint
-from tasks.classifier import SentimentClassifier, classification_loss, parse_settings
-from tasks.recipe import LinearSchedule, add_loop_arguments, loop_kwargs, make_optimizer
-from tasks.train import Interrupted, check_config, fit
+from tasks.classifier import SentimentClassifier, build_parser, classification_loss, parse_settings
+from tasks.core.checkpoints import load_checkpoint
+from tasks.core.recipe import LinearSchedule, make_optimizer
+from tasks.core.train import Interrupted, check_config, fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-# the recipe flags at their defaults, written out here (tasks.recipe.Recipe is what they are checked against)
+# the recipe flags at their defaults, written out here (tasks.core.recipe.Recipe is what they are checked against)
 LOOP_DEFAULTS = {"precision": "fp32", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 1}
 # what a run took before the recipe flags existed: a constant learning rate, no clipping
 BEFORE_FLAGS = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1}
@@ -160,22 +160,18 @@ def test_fp16_is_refused_on_a_cpu(tiny_config):
 
 
 def test_loop_flags_defaults_and_help():
-    import argparse
-    parser = argparse.ArgumentParser()
-    add_loop_arguments(parser)                                             # a Namespace CLI gets them with one call
-    assert loop_kwargs(parser.parse_args([])) == LOOP_DEFAULTS            # a plain run: the recommended recipe, fp32
-    args = parser.parse_args(["--precision", "bf16", "--warmup-ratio", "0.2", "--max-grad-norm", "2",
-                              "--grad-accum", "4"])
-    assert loop_kwargs(args) == {"precision": "bf16", "warmup_ratio": 0.2, "max_grad_norm": 2.0, "grad_accum": 4}
-    off = parser.parse_args(["--warmup-ratio", "none", "--max-grad-norm", "none"])
-    assert loop_kwargs(off) == BEFORE_FLAGS                                # 'none' switches each off
-    text = " ".join(parser.format_help().split())
-    assert "the recommended recipe in fp32" in text and "torchrun" in text
+    assert parse_settings([]).recipe.loop() == LOOP_DEFAULTS              # a plain run: the recommended recipe, fp32
+    recipe = parse_settings(["--precision", "bf16", "--warmup-ratio", "0.2", "--max-grad-norm", "2",
+                             "--grad-accum", "4"]).recipe
+    assert recipe.loop() == {"precision": "bf16", "warmup_ratio": 0.2, "max_grad_norm": 2.0, "grad_accum": 4}
+    off = parse_settings(["--warmup-ratio", "none", "--max-grad-norm", "none"]).recipe
+    assert off.loop() == BEFORE_FLAGS                                      # 'none' switches each off
+    text = " ".join(build_parser().format_help().split())
+    assert "the recommended recipe" in text and "(default: 0.1; none switches it off)" in text
     for bad in ("--warmup-ratio 1.5", "--grad-accum 0", "--max-grad-norm -1", "--precision fp8"):
         with pytest.raises(SystemExit):
-            parser.parse_args(bad.split())
-    typed = parse_settings(["--precision", "bf16", "--grad-accum", "4"]).recipe   # a typed command: the same fields
-    assert typed.loop() == LOOP_DEFAULTS | {"precision": "bf16", "grad_accum": 4} and typed.optimizer == "fused"
+            parse_settings(bad.split())
+    assert parse_settings([]).recipe.optimizer == "fused"
 
 
 def test_checkpoints_from_before_the_recipe_flags_still_resume():

@@ -15,7 +15,7 @@ from conftest import ROOT
 from test_typed_runs import classifier_argv, deebert_argv, simcse_argv
 
 from tasks import classifier, deebert, multitask, simcse
-from tasks.checkpoints import KILL_AT_STEP, load_checkpoint
+from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

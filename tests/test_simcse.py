@@ -16,11 +16,11 @@ import minbert
 from minbert.checkpoint import name_table
 from minbert.simcse import SimCSE, SimCSEConfig, margin_loss, sup_simcse_loss, unsup_simcse_loss
 from tasks import multitask, simcse
-from tasks.checkpoints import load_checkpoint
-from tasks.data import TASKS
-from tasks.errors import ConfigurationError
+from tasks.core.checkpoints import load_checkpoint
+from tasks.core.data import TASKS
+from tasks.core.errors import ConfigurationError
+from tasks.core.train import Interrupted, fit
 from tasks.simcse import Examples, Round, mine_hard_negatives, parse_settings, plan, run, split_quora, write_rows
-from tasks.train import Interrupted, fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

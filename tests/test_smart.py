@@ -24,10 +24,10 @@ from minbert.smart import (
     symmetric_kl,
 )
 from tasks import multitask
-from tasks.checkpoints import load_checkpoint
-from tasks.errors import ConfigurationError
+from tasks.core.checkpoints import load_checkpoint
+from tasks.core.errors import ConfigurationError
+from tasks.core.train import Interrupted
 from tasks.multitask import parse_settings, run
-from tasks.train import Interrupted
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

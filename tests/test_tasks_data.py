@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import DATA
 
-from tasks.data import (
+from tasks.core.data import (
     TASKS,
     Collator,
     DataError,

@@ -10,7 +10,7 @@ import pytest
 from conftest import DATA
 
 from tasks import score, submit
-from tasks.evaluation import (
+from tasks.core.evaluation import (
     LEADERBOARD,
     Report,
     accuracy,

@@ -7,11 +7,12 @@ import torch
 from conftest import DATA, TEST_DEVICE, killed_after_first_epoch
 
 import minbert
-from tasks import classifier, finetune
-from tasks.checkpoints import load_checkpoint, save_checkpoint
+from tasks import classifier
 from tasks.classifier import SentimentClassifier, build_parser, parse_settings, run
-from tasks.errors import ConfigurationError, ResumeError
-from tasks.train import Interrupted, pick_device
+from tasks.core import finetune
+from tasks.core.checkpoints import load_checkpoint, save_checkpoint
+from tasks.core.errors import ConfigurationError, ResumeError
+from tasks.core.train import Interrupted, pick_device
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -177,5 +178,5 @@ def test_max_train_examples_is_a_seeded_random_sample(tokenizer):
 
 
 def first_rows(path, n):
-    from tasks.data import TASKS
+    from tasks.core.data import TASKS
     return list(TASKS["sst"].read(path))[:n]

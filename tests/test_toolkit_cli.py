@@ -11,8 +11,8 @@ import torch
 from conftest import DATA, TEST_DEVICE
 
 from tasks import classifier, ensemble, export, multitask, predict
-from tasks.curves import read_curves
-from tasks.errors import ConfigurationError
+from tasks.core.curves import read_curves
+from tasks.core.errors import ConfigurationError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SIX = [f"{t}-{s}-output.csv" for t in ("sst", "para", "sts") for s in ("dev", "test")]
@@ -65,7 +65,7 @@ def test_predict_and_ensemble_of_one_run_equal_the_runs_files_and_curves_have_a_
     same_files(tmp_path / "run", tmp_path / "ens")
     assert (tmp_path / "ens" / "submission.zip").is_file()
 
-    with pytest.raises(SystemExit, match="a multitask checkpoint"):
+    with pytest.raises(ConfigurationError, match="a multitask checkpoint"):
         predict.main([str(tmp_path / "run.pt"), "--kind", "classifier"])
 
 
@@ -127,7 +127,7 @@ def test_predict_a_classifier_run_writes_its_files(tiny_dir, tmp_path):
     assert predict.main([str(tmp_path / "sst.pt"), "--kind", "classifier", "--out", str(tmp_path / "again"),
                          "--raw-outputs"]) == 0
     same_files(tmp_path / "sst", tmp_path / "again", [f"sst-{s}-{k}.csv" for s in ("dev", "test") for k in ("output", "raw")])
-    with pytest.raises(SystemExit, match="a classifier checkpoint"):
+    with pytest.raises(ConfigurationError, match="a classifier checkpoint"):
         predict.main([str(tmp_path / "sst.pt"), "--kind", "multitask"])
 
 

@@ -16,8 +16,8 @@ import torch
 from conftest import ROOT, TEST_DEVICE
 
 from tasks import export, multitask, predict
-from tasks.checkpoints import KILL_AT_STEP, load_checkpoint
-from tasks.settings import load
+from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint
+from tasks.core.settings import load
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SIX = [f"{t}-{s}-output.csv" for t in ("sst", "para", "sts") for s in ("dev", "test")]
@@ -25,13 +25,13 @@ SIX = [f"{t}-{s}-output.csv" for t in ("sst", "para", "sts") for s in ("dev", "t
 
 def test_make_train_runs_the_committed_config_of_the_main_job():
     make = (ROOT / "Makefile").read_text()
-    assert "--config tasks/configs/main-job.json" in make
+    assert "--config tasks/multitask/main-job.json" in make
     flags = ("--design cross-encoder --schedule round-robin --fine-tune-mode full-model --model minilm --lr 5e-5 "
              "--batch-size 16 --warmup-ratio 0.1 --max-grad-norm 1.0 --sts-head-bias 2.5 --epochs 2 --symmetric-pairs "
              "--optimizer fused --precision fp32")                # the main job's flags before the config file
-    from_file = multitask.parse_settings(["--config", str(ROOT / "tasks/configs/main-job.json")])
+    from_file = multitask.parse_settings(["--config", str(ROOT / "tasks/multitask/main-job.json")])
     assert from_file == multitask.parse_settings(shlex.split(flags))
-    assert multitask.parse_settings(["--config", str(ROOT / "tasks/configs/main-job.json"), "--precision", "bf16"]
+    assert multitask.parse_settings(["--config", str(ROOT / "tasks/multitask/main-job.json"), "--precision", "bf16"]
                                     ).recipe.precision == "bf16"          # make train PRECISION=bf16: a flag beats it
 
 

@@ -15,9 +15,9 @@ import torch
 from conftest import DATA, ROOT, TEST_DEVICE
 
 from tasks import classifier, predict
-from tasks.checkpoints import KILL_AT_STEP, load_checkpoint
-from tasks.errors import ConfigurationError, ResumeError
-from tasks.settings import differences, dump, load, parse, section, setting
+from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint
+from tasks.core.errors import ConfigurationError, ResumeError
+from tasks.core.settings import differences, dump, load, parse, section, setting
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

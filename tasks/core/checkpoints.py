@@ -1,4 +1,4 @@
-"""A training checkpoint of tasks.train.fit (not a pretrained model's weights: those are minbert/checkpoint.py's):
+"""A training checkpoint of tasks.core.train.fit (not a pretrained model's weights: those are minbert/checkpoint.py's):
 the RNG states it holds, written atomically, read back with weights_only and checked.
 
 A checkpoint (written after every epoch) holds the model's state (encoder and head), the optimiser's state, the
@@ -97,7 +97,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", requir
                           "truncated or damaged: resume from another copy, or start again without --resume") from None
     missing = [k for k in required if k not in state] if isinstance(state, dict) else list(required) or ["dict"]
     if missing:
-        raise ResumeError(f"{path}: not a training checkpoint of tasks.train (no {', '.join(missing)}); --resume "
+        raise ResumeError(f"{path}: not a training checkpoint of tasks.core.train (no {', '.join(missing)}); --resume "
                           "takes the file that --checkpoint wrote")
     bad = [k for k, v in state.get("model", {}).items() if isinstance(v, torch.Tensor) and v.is_floating_point()
            and not torch.isfinite(v).all()]

@@ -17,8 +17,8 @@ import minbert
 from minbert.multitask import TASK_NAMES
 from minbert.schedules import TaskSchedule, num_batches_of
 
-from .cli import read_records
-from .data import PairExample, Records, batch_indices
+from ..core.cli import read_records
+from ..core.data import PairExample, Records, batch_indices
 
 
 @dataclass

@@ -49,7 +49,7 @@ class Spec:
     choices: tuple | None = None
     metavar: str | None = None
     on_resume: str = "same"
-    item: Callable[[str], Any] | None = None    # a list field: each item's parser (`--f a,b c` as in tasks.cli.ListFlag)
+    item: Callable[[str], Any] | None = None    # a list field: each item's parser (`--f a,b c`, ListAction)
     in_config: bool = True                  # False: an action (--resume), not part of what the run is
 
 
@@ -170,13 +170,6 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
                 _add_flag(group, path, leaf, leaf_tp)
         else:
             _add_flag(parser, f.name, f, tp)
-
-
-def add_flat_arguments(parser: Any, cls: type) -> None:
-    """A flag for every field of a settings class with dest = the field's own name, at its default (for the
-    commands that still read a Namespace)."""
-    for path, f, tp in walk(cls):
-        _add_flag(parser, path.rsplit(".", 1)[-1], f, tp, default=_default(f))
 
 
 def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -375,21 +368,21 @@ def parser_for(cls: type, prog: str, description: str | None) -> argparse.Argume
 
 
 def parse(cls: type, argv: Sequence[str] | None, prog: str, description: str | None = None,
-          base: Callable[[argparse.Namespace], dict[str, Any]] | None = None) -> Any:
+          base: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Any:
     """The settings from defaults < `base` (e.g. a resumed run's run.json) < --config FILE < flags.
 
-    base(first_pass) gets a first parse of the command line (every flag, no defaults applied) and returns
+    base(given) gets what the command line gave, {dotted path: value} (no defaults applied), and returns
     {dotted path: value} to start from. With --print-config the JSON is printed and the process exits 0.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = parser_for(cls, prog, description)
-    given = parser.parse_args(argv)
+    given = vars(parser.parse_args(argv))
+    config, print_config = given.pop("config"), given.pop("print_config")
     values: dict[str, Any] = base(given) if base is not None else {}
-    if given.config is not None:
-        values |= read_config(given.config, cls)
-    values |= {k: v for k, v in vars(given).items() if k not in ("config", "print_config")}
-    settings = build(cls, values)
-    if given.print_config:
+    if config is not None:
+        values |= read_config(config, cls)
+    settings = build(cls, values | given)
+    if print_config:
         print(json.dumps(dump(settings), indent=2))
         raise SystemExit(0)
     return settings

@@ -2,7 +2,7 @@
 
 torchrun starts one process per device (on one machine or several) and tells each its place in the
 environment: RANK (0..WORLD_SIZE-1 over all machines) and LOCAL_RANK (which device on this machine).
-tasks.train.fit() joins the process group when WORLD_SIZE > 1 (gloo on CPU, nccl on CUDA), wraps the
+tasks.core.train.fit() joins the process group when WORLD_SIZE > 1 (gloo on CPU, nccl on CUDA), wraps the
 loss in DistributedDataParallel, and gives each process its rows of every global batch (`shard`), so that
 --batch-size stays the global batch and a run computes the same updates on any number of processes.
 A plain `python -m ...` has no RANK or WORLD_SIZE: one process, nothing here is used.

@@ -28,7 +28,7 @@ from .settings import dump, read_config, setting
 
 RUN_FILE = "run.json"
 CHECKPOINT = "checkpoint.pt"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass

@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from .evaluation import write_text
+from ..core.evaluation import write_text
 
 
 def format_table(table: dict) -> str:

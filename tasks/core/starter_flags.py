@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import ConfigurationError
+
 
 @dataclass(frozen=True)
 class Alias:
@@ -81,7 +83,7 @@ def translate(argv: list[str] | None, cli: str) -> list[str]:
         elif i + 1 < len(argv):
             value, i = argv[i + 1], i + 2
         else:
-            raise SystemExit(f"{flag} (the starter's spelling of {alias.ours}) needs a value")
+            raise ConfigurationError(f"{flag} (the starter's spelling of {alias.ours}) needs a value")
         if alias.values:
             value = dict(alias.values).get(value, value)
         if alias.output is not None:
@@ -89,13 +91,13 @@ def translate(argv: list[str] | None, cli: str) -> list[str]:
             want = f"{task}-{alias.output[1]}-output.csv"
             path = Path(value)
             if path.name != want:
-                raise SystemExit(f"{flag} {value}: minbert writes the {task} {alias.output[1]} predictions to "
+                raise ConfigurationError(f"{flag} {value}: minbert writes the {task} {alias.output[1]} predictions to "
                                  f"--predictions-dir/{want}; name that file (e.g. {flag} predictions/{want})")
             out_dirs[flag] = str(path.parent)
             continue
         out.extend([alias.ours, value])
     if len(set(out_dirs.values())) > 1:
-        raise SystemExit(f"the prediction files go to one folder here (--predictions-dir); got {out_dirs}")
+        raise ConfigurationError(f"the prediction files go to one folder here (--predictions-dir); got {out_dirs}")
     if out_dirs:
         out.extend(["--predictions-dir", next(iter(out_dirs.values()))])
     return out

@@ -29,22 +29,23 @@ import minbert
 from minbert.multitask import MultitaskBert
 from minbert.schedules import TaskSchedule
 
-from .cli import start, write_split
-from .data import Records, batch_indices, to_device
-from .distributed import is_main_process, world_size
-from .errors import ConfigurationError, run_cli
-from .evaluation import accuracy, overall_score, pearson, prediction_path, raw_path, write_raw, write_text
-from .multitask_data import Encoded, EpochBatches, collate, load
-from .multitask_settings import METRICS, Settings
-from .precision import resolve_precision
-from .recipe import autocast, make_optimizer
-from .runs import RunPaths, resume_base, run_paths, write_run_json
-from .settings import parse, parser_for, resume_config
-from .simcse_quora import SIMCSE_QUORA_REST
-from .starter_flags import translate
+from ..core.cli import start, write_split
+from ..core.data import Records, batch_indices, to_device
+from ..core.distributed import is_main_process, world_size
+from ..core.errors import ConfigurationError
+from ..core.evaluation import accuracy, overall_score, pearson, prediction_path, raw_path, write_raw, write_text
+from ..core.precision import resolve_precision
+from ..core.recipe import autocast, make_optimizer
+from ..core.runs import RunPaths, resume_base, run_paths, write_run_json
+from ..core.settings import parse, parser_for, resume_config
+from ..core.starter_flags import translate
+from ..core.train import FitResult, fit
+from ..core.unfinished import explain_unfinished
+from ..simcse.quora import SIMCSE_QUORA_REST
+from .data import Encoded, EpochBatches, collate, load
+from .settings import METRICS, Settings
 from .toolkit import SurgeryBatches, ToolkitLog, model_class, toolkit_loss
-from .train import FitResult, fit
-from .unfinished import explain_unfinished
+
 
 @torch.no_grad()
 def outputs(model: MultitaskBert, data: Encoded, batch_size: int, device: torch.device,
@@ -280,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_settings(argv: list[str] | None = None) -> Settings:
     """The settings from the command line (the course's starter spellings too), --config and --resume DIR."""
     return parse(Settings, translate(argv, "multitask"), prog="python -m tasks.multitask", description=__doc__,
-                 base=lambda given: resume_base(getattr(given, "run.resume", None), Settings))
+                 base=lambda given: resume_base(given.get("run.resume"), Settings))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,6 +290,3 @@ def main(argv: list[str] | None = None) -> int:
         run(settings)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(run_cli(main))

@@ -27,11 +27,12 @@ from minbert.multitask import MultitaskBert
 from minbert.pcgrad import surgery_loss
 from minbert.sentence_losses import cosent_loss, cosine_similarity_loss, mnrl_loss
 
-from .data import to_device
-from .distributed import batch_rows, is_main_process
-from .errors import ConfigurationError
-from .evaluation import raw_path, read_raw, write_raw  # noqa: F401  (the raw-output files, re-exported)
-from .settings import setting
+from ..core.data import to_device
+from ..core.distributed import batch_rows, is_main_process
+from ..core.errors import ConfigurationError
+from ..core.evaluation import raw_path, read_raw, write_raw  # noqa: F401  (the raw-output files, re-exported)
+from ..core.settings import setting
+
 
 @dataclass
 class ToolkitSettings:

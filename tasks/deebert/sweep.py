@@ -1,6 +1,6 @@
 """DeeBERT's sweep on a split: each exit setting's quality, exit layers and time against the plain model
 (sweep_table), the same untimed for choosing the setting (quality_table, choose), early-exit predictions in the
-file's order, and the seeded dev halves of the selection protocol; its settings are tasks/deebert_settings.py's
+file's order, and the seeded dev halves of the selection protocol; its settings are tasks/deebert/settings.py's
 Sweep."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import torch
 from minbert import deebert
 from minbert.deebert import DeeBert, EntropyExit, PatienceExit
 
-from .cli import Split
-from .data import Collator, Records, batches, model_inputs, to_device
-from .deebert_report import savings
-from .deebert_settings import NUM_LABELS, Sweep
-from .deebert_timing import sweep
-from .evaluation import accuracy, pearson
+from ..core.cli import Split
+from ..core.data import Collator, Records, batches, model_inputs, to_device
+from ..core.evaluation import accuracy, pearson
+from .report import savings
+from .settings import NUM_LABELS, Sweep
+from .timing import sweep
 
 EVAL_BATCH = 64           # batch size of the dev evaluations during training and of the prediction files
 

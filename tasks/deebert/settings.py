@@ -1,13 +1,13 @@
-"""The DeeBERT run's settings: what `python -m tasks.deebert` is, as one typed object (tasks/settings.py).
+"""The DeeBERT run's settings: what `python -m tasks.deebert` is, as one typed object (tasks/core/settings.py).
 
     Settings
       task, dev_protocol, max_eval_examples   the task, and how dev selects and reports
-      training   stage 1: the model, epochs, learning rate, batch size, seed, the off-ramps' pooling (tasks/cli.py)
+      training   stage 1: the model, epochs, learning rate, batch size, seed, the off-ramps' pooling (tasks/core/cli.py)
       ramps      stage 2: the off-ramps                                   -> minbert.deebert.DeeBertConfig
       sweep      after training: the exit rule, the settings swept, the timing rounds, --from-run
-      recipe     warm-up and decay, clipping, precision, the optimiser  (tasks/recipe.py)
+      recipe     warm-up and decay, clipping, precision, the optimiser  (tasks/core/recipe.py)
       files      the task's train, dev and test file
-      run        where it writes (--run-dir, or --out), the hardware, progress (tasks/runs.py)
+      run        where it writes (--run-dir, or --out), the hardware, progress (tasks/core/runs.py)
 
 A default the library has is referenced (DeeBertConfig.ramp_pooler, EntropyExit.normalize); the off-ramps' pooling
 defaults to the mean, not the paper's [CLS], since the offline MiniLM is a mean-pooling model.
@@ -20,12 +20,12 @@ from dataclasses import dataclass, replace
 
 from minbert.deebert import RAMP_POOLINGS, DeeBertConfig, EntropyExit, ExitRule, PatienceExit
 
-from .cli import Training
-from .data import TASKS
-from .errors import ConfigurationError, existing_file, existing_path, positive_float, positive_int, probability
-from .recipe import Recipe
-from .runs import RunOptions
-from .settings import dropped, section, setting
+from ..core.cli import Training
+from ..core.data import TASKS
+from ..core.errors import ConfigurationError, existing_file, existing_path, positive_float, positive_int, probability
+from ..core.recipe import Recipe
+from ..core.runs import RunOptions
+from ..core.settings import dropped, section, setting
 
 SOURCE = {"sst": "sst", "sst2": "sst", "cfimdb": "cfimdb", "sts": "sts"}   # which files a task reads
 NUM_LABELS = {"sst": 5, "sst2": 2, "cfimdb": 2, "sts": 1}

@@ -19,7 +19,7 @@ from torch import nn
 
 from minbert import bitfit, bitfit_controls, bitfit_tasks
 
-from .settings import add_flat_arguments, setting
+from .settings import setting
 
 
 @dataclass(frozen=True)
@@ -176,13 +176,3 @@ class FineTune:
     @property
     def mode(self) -> FineTuneMode:
         return get_mode(self.fine_tune_mode)
-
-
-def add_mode_arguments(parser: argparse.ArgumentParser) -> None:
-    """--fine-tune-mode and the modes' own flags, from FineTune's fields (for the commands that read a Namespace)."""
-    add_flat_arguments(parser, FineTune)
-
-
-def fine_tune_of(args: argparse.Namespace) -> FineTune:
-    """The FineTune section from a Namespace parsed with add_mode_arguments."""
-    return FineTune(args.fine_tune_mode, args.bitfit_terms, args.bitfit_task_file)

@@ -1,10 +1,10 @@
 """The training loop every task CLI shares: devices, seeding, epochs with a progress bar, dev selection, early
-stopping, and a checkpoint after every epoch (tasks/checkpoints.py) that a killed run resumes from to the same
+stopping, and a checkpoint after every epoch (tasks/core/checkpoints.py) that a killed run resumes from to the same
 result as an uninterrupted one; the recipe (mixed precision, warm-up and decay, clipping, accumulation; its pieces,
-flags and defaults in tasks/recipe.py) and data parallelism through torchrun (tasks/distributed.py).
+flags and defaults in tasks/core/recipe.py) and data parallelism through torchrun (tasks/core/distributed.py).
 
 The recipe: precision "bf16" or "fp16" runs loss_fn and evaluate under torch.autocast (fp16 with a gradient
-scaler; which precision trains on which device, and what "auto" picks: tasks/precision.py); warmup_ratio (None: a
+scaler; which precision trains on which device, and what "auto" picks: tasks/core/precision.py); warmup_ratio (None: a
 constant learning rate) warms the learning rate up linearly over that fraction of the optimiser steps of all
 epochs, then decays it linearly to 0; max_grad_norm clips the gradients' total norm; grad_accum sums the gradients
 of that many consecutive batches, weighted by their sizes, into one optimiser step, as if they were one batch.
@@ -18,9 +18,8 @@ Each epoch's batch order is drawn from (seed, epoch) alone, so restoring the RNG
 step count is enough to continue exactly where an uninterrupted run would be.
 
 fit() reads top to bottom as: check the settings, restore (or seed), then per epoch: train one epoch, evaluate,
-keep the best, save. Every CLI takes the recipe's flags with tasks.recipe.add_loop_arguments(parser) (through
-tasks.cli.add_common_arguments) and passes them on with fit(..., **loop_kwargs(args)); under torchrun it writes
-its files only where tasks.distributed.is_main_process().
+keep the best, save. Every command's settings hold the recipe (tasks/core/recipe.py) and pass it on with
+fit(..., **recipe.loop()); under torchrun it writes its files only where tasks.core.distributed.is_main_process().
 """
 
 from __future__ import annotations
@@ -150,14 +149,14 @@ def fit(
     a stored config that differs in any key but 'epochs' and the paths is an error, since the run would
     not continue the same experiment.
 
-    `recipe`: tasks.recipe.Recipe's fields but optimizer (precision, warmup_ratio, max_grad_norm, grad_accum),
+    `recipe`: tasks.core.recipe.Recipe's fields but optimizer (precision, warmup_ratio, max_grad_norm, grad_accum),
     each at Recipe's default unless given; the recipe and data parallelism are described in the module docstring.
 
     Early stopping: patience P (None: run all `epochs`) ends the run once P evaluations in a row have not
     improved on the best, resumed runs included. `unit` is the log's word for one call of epoch_batches: a CLI
     that evaluates every N steps hands fit rounds of N batches as its "epochs" and calls them "round".
 
-    Curves (tasks/curves.py): each optimiser step's loss and each epoch's record go to `curves` (default: beside the
+    Curves (tasks/core/curves.py): each optimiser step's loss and each epoch's record go to `curves` (default: beside the
     checkpoint, CHECKPOINT.curves.jsonl), drawn as a PNG when the run ends.
 
     save_every N > 0 also writes the checkpoint after every N-th optimiser step within an epoch (a long epoch on a
@@ -413,7 +412,7 @@ IGNORED_ON_RESUME = {"epochs", "checkpoint", "resume", "out_dir", "device", "pre
 def check_config(path: str | Path, stored: dict, current: dict) -> None:
     """The settings must match; a recipe flag absent from an older checkpoint counts as what it ran with then.
 
-    A command with typed settings stores {dotted path: value} of what a resumed run must keep (tasks.settings.
+    A command with typed settings stores {dotted path: value} of what a resumed run must keep (tasks.core.settings.
     resume_config); a checkpoint written before that, with flat flag names, is read through the paths' last parts."""
     defaults = dict(RECIPE_BEFORE)
     if any("." in k for k in current) and not any("." in k for k in stored):

@@ -37,13 +37,21 @@ import minbert
 from minbert import deebert
 from minbert.deebert import DeeBert
 
-from . import cli
-from .checkpoints import load_checkpoint
-from .cli import Split, start, write_split
-from .data import Collator, Records, batches, model_inputs, to_device
-from .deebert_report import format_choice, format_table, write_outputs
-from .deebert_settings import DEFAULT_THRESHOLDS, NUM_LABELS, SOURCE, Settings, Sweep  # noqa: F401 (re-exported)
-from .deebert_sweep import (
+from ..core import cli
+from ..core.checkpoints import load_checkpoint
+from ..core.cli import Split, start, write_split
+from ..core.data import Collator, Records, batches, model_inputs, to_device
+from ..core.distributed import is_main_process
+from ..core.errors import ConfigurationError, ResumeError
+from ..core.evaluation import raw_path, write_raw
+from ..core.precision import resolve_precision
+from ..core.recipe import autocast, make_optimizer
+from ..core.runs import RUN_FILE, RunPaths, read_run_json, resume_base, run_paths, write_run_json
+from ..core.settings import build, dump, from_flat_names, parse, parser_for, read_config, resume_config
+from ..core.train import fit
+from .report import format_choice, format_table, write_outputs
+from .settings import DEFAULT_THRESHOLDS, NUM_LABELS, SOURCE, Settings, Sweep  # noqa: F401 (re-exported)
+from .sweep import (
     EVAL_BATCH,
     choose,
     exit_predictions,
@@ -53,14 +61,6 @@ from .deebert_sweep import (
     split_halves,
     sweep_table,
 )
-from .distributed import is_main_process
-from .errors import ConfigurationError, ResumeError, run_cli
-from .evaluation import raw_path, write_raw
-from .precision import resolve_precision
-from .recipe import autocast, make_optimizer
-from .runs import RUN_FILE, RunPaths, read_run_json, resume_base, run_paths, write_run_json
-from .settings import build, dump, from_flat_names, parse, parser_for, read_config, resume_config
-from .train import fit
 
 BOARD = {"sst": "sst", "sst2": "cfimdb", "cfimdb": "cfimdb", "sts": "sts"}  # prediction-file format
 STAGE1, STAGE2 = "stage1.pt", "stage2.pt"                                  # the stages' checkpoints in a run
@@ -109,7 +109,7 @@ def layer_scores(model: DeeBert, task: str, split_batches: list[dict], device: t
 
 def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: list[dict], collate: Collator,
           device: torch.device, stages: tuple[Path, Path], resumed: bool) -> dict:
-    """Both stages through tasks.train.fit, each keeping its best dev epoch (DeeBERT, sec. 3.1); a resumed run
+    """Both stages through tasks.core.train.fit, each keeping its best dev epoch (DeeBERT, sec. 3.1); a resumed run
     continues each stage from its checkpoint, where it has one."""
     task, tr, recipe = settings.task, settings.training, settings.recipe
     metric = "pearson" if task == "sts" else "accuracy"
@@ -306,13 +306,10 @@ def start_from(resume: str | None, resume_training: bool, run_dir: str | None, f
 def parse_settings(argv: list[str] | None = None) -> Settings:
     """The settings from the command line, --config, and --resume DIR's or --from-run DIR's run.json."""
     return parse(Settings, argv, prog="python -m tasks.deebert", description=__doc__, base=lambda given: start_from(
-        *(getattr(given, k, None) for k in ("run.resume", "run.resume_training", "run.run_dir", "sweep.from_run"))))
+        *(given.get(k) for k in ("run.resume", "run.resume_training", "run.run_dir", "sweep.from_run"))))
 
 
 def main(argv: list[str] | None = None) -> int:
     run(parse_settings(argv))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(run_cli(main))

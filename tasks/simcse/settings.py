@@ -1,11 +1,11 @@
-"""The SimCSE stage's settings: what `python -m tasks.simcse` is, as one typed object (tasks/settings.py).
+"""The SimCSE stage's settings: what `python -m tasks.simcse` is, as one typed object (tasks/core/settings.py).
 
     Settings
       simcse     the objective and its loss, the Quora split, evaluation and stopping -> minbert.simcse.SimCSEConfig
-      training   the encoder to start from, epochs, learning rate, batch size, seed   (tasks/cli.py, SimCSE's defaults)
-      recipe     warm-up and decay, clipping, precision, the optimiser               (tasks/recipe.py)
+      training   the encoder to start from, epochs, learning rate, batch size, seed   (tasks/core/cli.py, SimCSE's defaults)
+      recipe     warm-up and decay, clipping, precision, the optimiser               (tasks/core/recipe.py)
       files      the training files and the STS dev file
-      run        the run directory (--out), the hardware, progress                    (tasks/runs.py)
+      run        the run directory (--out), the hardware, progress                    (tasks/core/runs.py)
 
 Every default here is the library's where the library has one (SimCSEConfig.temperature, .margin, ...).
 """
@@ -17,12 +17,12 @@ from pathlib import Path
 
 from minbert.simcse import DISTANCES, OBJECTIVES, SIMCSE_POOLINGS, SimCSEConfig
 
-from .cli import Training
-from .data import TASKS
-from .errors import existing_file, fraction, nonnegative_float, positive_float, positive_int
-from .recipe import Recipe
-from .runs import RunOptions
-from .settings import dropped, section, setting
+from ..core.cli import Training
+from ..core.data import TASKS
+from ..core.errors import existing_file, fraction, nonnegative_float, positive_float, positive_int
+from ..core.recipe import Recipe
+from ..core.runs import RunOptions
+from ..core.settings import dropped, section, setting
 
 # SimCSE's appendix A: 1 epoch at 3e-5 unsupervised, 3 at 5e-5 supervised (the margin loss as sup)
 DEFAULTS = {"unsup": {"epochs": 1, "lr": 3e-5}, "sup": {"epochs": 3, "lr": 5e-5}, "margin": {"epochs": 3, "lr": 5e-5}}

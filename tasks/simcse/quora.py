@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from .data import file_rows
-from .errors import ConfigurationError
+from ..core.data import file_rows
+from ..core.errors import ConfigurationError
 
 SIMCSE_QUORA_REST = "quora-train-rest.csv"  # the Quora training pairs a tasks.simcse stage left to tasks.multitask
 QUORA_STAGE = "quora-train-stage.csv"       # the Quora training pairs the stage used
@@ -29,7 +29,7 @@ def split_quora(n: int, fraction: float, seed: int) -> tuple[list[int], list[int
 
 
 def write_rows(source: str | Path, lines: set[int], path: Path) -> None:
-    """The header and the rows of `source` starting on the given lines, cells as read (tasks.data reads them back)."""
+    """The header and the rows of `source` starting on the given lines, cells as read (tasks.core.data reads them back)."""
     rows = file_rows(Path(source))
     with open(path, "w", newline="", encoding="utf-8") as f:
         out = csv.writer(f, delimiter="\t", lineterminator="\n")

@@ -1,15 +1,15 @@
-"""The multitask run's settings: what `python -m tasks.multitask` is, as one typed object (tasks/settings.py).
+"""The multitask run's settings: what `python -m tasks.multitask` is, as one typed object (tasks/core/settings.py).
 
     Settings
       design     the pair design, the task schedule, the heads          -> minbert.multitask.MultitaskConfig
-      fine_tune  which parameters train                                  (tasks/finetune.py)
-      training   the model, epochs, learning rate, batch size, seed      (tasks/cli.py)
-      recipe     warm-up and decay, clipping, precision, the optimiser  (tasks/recipe.py)
+      fine_tune  which parameters train                                  (tasks/core/finetune.py)
+      training   the model, epochs, learning rate, batch size, seed      (tasks/core/cli.py)
+      recipe     warm-up and decay, clipping, precision, the optimiser  (tasks/core/recipe.py)
       smart      SMART's regulariser                                     -> minbert.smart.SmartConfig
       pals       projected attention layers                              -> minbert.pals.PalsConfig
-      toolkit    PCGrad and the sentence-embedding objectives            (tasks/toolkit.py)
+      toolkit    PCGrad and the sentence-embedding objectives            (tasks/multitask/toolkit.py)
       files      each task's train, dev and test file
-      run        where it writes, the hardware, progress                 (tasks/runs.py)
+      run        where it writes, the hardware, progress                 (tasks/core/runs.py)
 
 Every default here is the library's where the library has one (SmartConfig.mu, PalsConfig.size, ...).
 """
@@ -24,14 +24,14 @@ from minbert.pals import VARIANTS, PalsConfig
 from minbert.schedules import SCHEDULES, TaskSchedule
 from minbert.smart import PRESETS, SmartConfig
 
-from .cli import Training
-from .data import TASKS
-from .errors import ConfigurationError, existing_file, fraction, nonnegative_float, positive_float, positive_int
-from .finetune import FineTune
-from .recipe import Recipe
-from .runs import RunOptions
-from .settings import section, setting
-from .simcse_quora import SIMCSE_QUORA_REST
+from ..core.cli import Training
+from ..core.data import TASKS
+from ..core.errors import ConfigurationError, existing_file, fraction, nonnegative_float, positive_float, positive_int
+from ..core.finetune import FineTune
+from ..core.recipe import Recipe
+from ..core.runs import RunOptions
+from ..core.settings import section, setting
+from ..simcse.quora import SIMCSE_QUORA_REST
 from .toolkit import ToolkitSettings
 
 METRICS = {"sst": "sst_accuracy", "para": "para_accuracy", "sts": "sts_pearson"}
@@ -107,7 +107,7 @@ class MultitaskTraining(Training):
 
 
 def _probability(text: str) -> float:
-    from .errors import probability
+    from ..core.errors import probability
     return probability(text)
 
 

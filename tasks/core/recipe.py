@@ -1,9 +1,8 @@
-"""The fine-tuning recipe that tasks/train.py fit() applies, and the flags that choose it: the precision
-(fp32, or bf16 / fp16 autocast, Micikevicius et al., 2018), the linear warm-up and decay of the learning rate
-(Devlin et al., 2019, A.2), gradient clipping, gradient accumulation, and which AdamW takes the steps. Every
-task CLI adds the flags with add_loop_arguments(parser), builds its optimiser with make_optimizer(...) and hands
-the rest to fit() with fit(..., **loop_kwargs(args)); check_precision, cpu_has_bf16, autocast and LinearSchedule
-are what fit() runs them with. The defaults are written once, in Recipe.
+"""The fine-tuning recipe that tasks/core/train.py fit() applies: the precision (fp32, or bf16 / fp16 autocast,
+Micikevicius et al., 2018), the linear warm-up and decay of the learning rate (Devlin et al., 2019, A.2), gradient
+clipping, gradient accumulation, and which AdamW takes the steps. Recipe is a section of every training command's
+settings (its flags are generated from its fields; its defaults are the recommended recipe); a command builds its
+optimiser with make_optimizer(...) and hands the rest to fit(..., **recipe.loop()).
 """
 
 from __future__ import annotations
@@ -23,17 +22,18 @@ from .precision import (  # the rules live in precision.py; check_precision, cpu
     check_precision,  # noqa: F401
     cpu_has_bf16,  # noqa: F401
 )
-from .settings import add_flat_arguments, setting
+from .settings import setting
 
 OPTIMIZERS = ("minbert", "fused")
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """The fine-tuning recipe: precision, warm-up and decay, clipping, accumulation, the optimiser.
+    """The fine-tuning recipe; its defaults are the recommended recipe, in fp32 (bf16 or auto: --precision).
 
-    The defaults are the recommended recipe (BERT's: warm-up over 10% of the steps then linear decay, clipping at
-    1.0; torch's fused AdamW), in fp32 so that a result does not depend on the machine. fit() takes all but
+    BERT's recipe: warm-up over 10% of the steps then linear decay, clipping at 1.0; torch's fused AdamW; fp32 so that a
+    result does not depend on the machine. Under torchrun (torchrun --nproc-per-node N -m tasks.NAME ...) --batch-size
+    stays the global batch, each process takes its share, and only rank 0 writes files. fit() takes all but
     `optimizer` (make_optimizer's)."""
 
     precision: str = setting(
@@ -137,21 +137,3 @@ def _ratio(text: str) -> float:
     if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"must be in [0, 1), not {text}")
     return value
-
-
-def add_loop_arguments(parser: argparse.ArgumentParser) -> None:
-    """The shared loop's flags, generated from Recipe's fields: --precision, --warmup-ratio, --max-grad-norm,
-    --grad-accum (read by loop_kwargs) and --optimizer (read by make_optimizer)."""
-    group = parser.add_argument_group(
-        "training recipe and scale",
-        "The defaults are the recommended recipe in fp32: --warmup-ratio 0.1 --max-grad-norm 1.0 --optimizer fused "
-        "(add --precision bf16 where the CPU or GPU has it natively). On several processes or machines, start the "
-        "same command with torchrun (torchrun --nproc-per-node N -m tasks.NAME ...): --batch-size stays the "
-        "global batch, each process takes its share, and only rank 0 writes files.")
-    add_flat_arguments(group, Recipe)
-
-
-def loop_kwargs(args: argparse.Namespace) -> dict:
-    """fit()'s keyword arguments from the flags of add_loop_arguments (for the commands that still parse flags
-    into a Namespace)."""
-    return Recipe(**{k: getattr(args, k) for k in Recipe.__dataclass_fields__}).loop()

@@ -45,19 +45,19 @@ from minbert.checkpoint import resolve
 from minbert.hub import OPTIONAL as TOKENIZER_FILES
 from minbert.simcse import SimCSE
 
-from .cli import seeded_sample, start
-from .data import TASKS, Records, batch_indices
-from .distributed import world_size
-from .errors import ConfigurationError, run_cli
-from .evaluation import pearson
-from .multitask_data import hash_seed, pad, token_ids
-from .precision import resolve_precision
-from .recipe import autocast, make_optimizer
-from .runs import RUN_FILE, RunPaths, resume_base, run_paths, write_run_json
-from .settings import parse, parser_for, resume_config
-from .simcse_quora import QUORA_STAGE, SIMCSE_QUORA_REST, mine_hard_negatives, split_quora, write_rows
-from .simcse_settings import DEFAULTS, Settings
-from .train import fit
+from ..core.cli import seeded_sample, start
+from ..core.data import TASKS, Records, batch_indices
+from ..core.distributed import world_size
+from ..core.errors import ConfigurationError
+from ..core.evaluation import pearson
+from ..core.precision import resolve_precision
+from ..core.recipe import autocast, make_optimizer
+from ..core.runs import RUN_FILE, RunPaths, resume_base, run_paths, write_run_json
+from ..core.settings import parse, parser_for, resume_config
+from ..core.train import fit
+from ..multitask.data import hash_seed, pad, token_ids
+from .quora import QUORA_STAGE, SIMCSE_QUORA_REST, mine_hard_negatives, split_quora, write_rows
+from .settings import DEFAULTS, Settings
 
 SUMMARY = "simcse-summary.json"
 
@@ -317,13 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_settings(argv: list[str] | None = None) -> Settings:
     """The settings from the command line, --config and --resume DIR."""
     return parse(Settings, argv, prog="python -m tasks.simcse", description=__doc__,
-                 base=lambda given: resume_base(getattr(given, "run.resume", None), Settings))
+                 base=lambda given: resume_base(given.get("run.resume"), Settings))
 
 
 def main(argv: list[str] | None = None) -> int:
     run(parse_settings(argv))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(run_cli(main))

@@ -1,0 +1,19 @@
+"""The shared core of the task commands; it imports minbert, never a command.
+
+    settings.py       typed settings: flags generated from dataclass fields, --config FILE, --print-config
+    runs.py           a directory per run: run.json, the checkpoint, curves, predictions/; --resume DIR
+    cli.py            the Training section every command shares, set-up, reading a split, writing predictions
+    data.py           the task files' readers (errors with file and line) and the one batching pipeline
+    train.py          the one training loop: epochs, dev selection, checkpoints (also mid-epoch), exact resume
+    checkpoints.py    training checkpoints, written atomically, read back checked, RNG states
+    recipe.py         the fine-tuning recipe (warm-up and decay, clipping, accumulation, the optimiser)
+    precision.py      which precision each device trains in, --precision auto
+    distributed.py    torchrun / DistributedDataParallel
+    finetune.py       fine-tune modes: which parameters train (full, frozen, BitFit and its controls)
+    evaluation.py     metrics, prediction and raw-output files in the leaderboard's format
+    errors.py         the one error path: user errors as one line, flag checks
+    curves.py         per-step losses and per-epoch dev figures: JSON lines, a PNG
+    starter_flags.py  the course starter code's flag spellings
+    unfinished.py     a run on a student tree with an unwritten part names the part
+    bitfit_figure.py  BitFit's Figure 1 as a PNG
+"""

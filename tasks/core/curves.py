@@ -1,0 +1,124 @@
+"""Training curves: every optimiser step's loss and every epoch's dev figures, as JSON lines, a PNG, and (when the
+tensorboard package is installed; it is not a dependency) a TensorBoard log.
+
+fit() (tasks/core/train.py) writes them beside its checkpoint, for every CLI: CHECKPOINT.curves.jsonl, one line per
+optimiser step {"kind": "step", "step", "epoch", "loss", "task"?} and one per epoch {"kind": "epoch", "epoch",
+"train_loss", "dev_...", ...}; CHECKPOINT.curves.png at the end of the run (python -m tasks.curves FILE redraws it);
+and, with tensorboard, the same scalars under CHECKPOINT.tensorboard/ (tensorboard --logdir ...). A resumed run keeps
+the lines of the epochs it resumes after and appends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def curves_path(checkpoint: str | Path) -> Path:
+    """CHECKPOINT.curves.jsonl beside the checkpoint."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(checkpoint.stem + ".curves.jsonl")
+
+
+def _summary_writer(logdir: Path):
+    """A TensorBoard SummaryWriter, or None when the tensorboard package is not installed (an optional extra)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:                                  # tensorboard absent: the JSON lines and the PNG still come
+        return None
+    return SummaryWriter(str(logdir))
+
+
+class Curves:
+    """The JSON-lines log of one run; close() draws the PNG."""
+
+    def __init__(self, path: str | Path, keep_epochs: int = 0, tensorboard: bool = True, keep_steps: int | None = None):
+        """A resumed run keeps the lines of the epochs it resumes after (and, resumed within an epoch, the steps up
+        to keep_steps) and appends; a new run starts the file again."""
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+        def kept_line(line: dict) -> bool:
+            if keep_steps is not None and line["kind"] == "step":
+                return line["step"] <= keep_steps
+            return line["epoch"] <= keep_epochs
+
+        kept = [line for line in read_curves(self.path) if kept_line(line)] if keep_epochs or keep_steps else []
+        self.path.write_text("".join(json.dumps(line) + "\n" for line in kept))
+        self.file = self.path.open("a")
+        stem = self.path.name[: -len(".curves.jsonl")] if self.path.name.endswith(".curves.jsonl") else self.path.stem
+        self.writer = _summary_writer(self.path.with_name(stem + ".tensorboard")) if tensorboard else None
+
+    def step(self, step: int, epoch: int, loss: float, task: str | None = None) -> None:
+        """One optimiser step's mean training loss (step counts from 1 over the whole run)."""
+        line = {"kind": "step", "step": step, "epoch": epoch, "loss": loss} | ({"task": task} if task else {})
+        self.file.write(json.dumps(line) + "\n")
+        if self.writer is not None:
+            self.writer.add_scalar(f"train/loss{'_' + task if task else ''}", loss, step)
+
+    def epoch(self, record: dict, step: int) -> None:
+        """One epoch's record from fit(): training losses, seconds, dev figures."""
+        self.file.write(json.dumps({"kind": "epoch", **record}) + "\n")
+        self.file.flush()
+        if self.writer is not None:
+            for k, v in record.items():
+                if k.startswith("dev_") and isinstance(v, (int, float)):
+                    self.writer.add_scalar(f"dev/{k[4:]}", v, step)
+
+    def close(self) -> Path:
+        """Close the log and draw it: returns the PNG's path."""
+        self.file.close()
+        if self.writer is not None:
+            self.writer.close()
+        return plot_curves(self.path)
+
+
+def read_curves(path: str | Path) -> list[dict]:
+    """The lines of a curves file (none if it does not exist)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_curves(path: str | Path, out: str | Path | None = None) -> Path:
+    """Training loss per step (each task's own where batches name one) and the dev figures per epoch, as a PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines = read_curves(path)
+    steps = [x for x in lines if x["kind"] == "step"]
+    epochs = [x for x in lines if x["kind"] == "epoch"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for task in sorted({x.get("task", "") for x in steps}):
+        mine = [x for x in steps if x.get("task", "") == task]
+        left.plot([x["step"] for x in mine], [x["loss"] for x in mine], lw=0.6, label=task or "loss")
+    left.set(xlabel="optimiser step", ylabel="training loss", title="training loss")
+    if steps:
+        left.legend()
+    for key in sorted({k for x in epochs for k in x if k.startswith("dev_")}):
+        right.plot([x["epoch"] for x in epochs], [x[key] for x in epochs], marker="o", label=key[4:])
+    right.set(xlabel="epoch", ylabel="dev", title="dev figures")
+    if epochs:
+        right.legend()
+    out = Path(out) if out else Path(path).with_suffix(".png")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tasks.curves", description="Draw a run's curves file as a PNG.")
+    p.add_argument("path", help="a CHECKPOINT.curves.jsonl file")
+    p.add_argument("--out", default=None, help="the PNG (default: beside the file, .png)")
+    args = p.parse_args(argv)
+    print(f"wrote {plot_curves(args.path, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

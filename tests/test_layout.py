@@ -1,0 +1,48 @@
+"""tasks/'s layers: nothing below a command's entry point takes a Namespace, the core imports no command, the first
+exercise does not pull in SMART, PALs or PCGrad, and README.md stays short."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+
+from audit_tasks import TASKS, below_entry_points, functions
+from conftest import ROOT
+
+COMMANDS = ("classifier", "multitask", "deebert", "simcse", "predict", "export", "ensemble", "score", "submit", "curves")
+
+
+def test_no_function_below_an_entry_point_takes_a_namespace():
+    found = functions()
+    assert len(found) > 200                                   # the audit read the whole of tasks/
+    assert below_entry_points(found) == []
+
+
+def test_the_core_imports_no_command():
+    for path in sorted((TASKS / "core").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:     # relative: within core only, never ..
+                assert node.level == 1, f"{path.name} imports {'.' * node.level}{node.module}"
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tasks."):
+                assert node.module.startswith("tasks.core"), f"{path.name} imports {node.module}"
+
+
+def test_the_first_exercise_imports_no_smart_pals_or_pcgrad():
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tasks.classifier", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert {"minbert.model", "tasks.core.train", "tasks.core.finetune"} <= loaded  # the probe sees the imports
+    unwanted = {m for m in loaded if m.startswith(("minbert.smart", "minbert.pals", "minbert.pcgrad", "tasks.multitask",
+                                                   "tasks.simcse", "tasks.deebert"))}
+    assert unwanted == set()
+
+
+def test_every_command_runs_as_python_m_and_readme_is_short():
+    for name in COMMANDS:
+        proc = subprocess.run([sys.executable, "-m", f"tasks.{name}", "--help"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert proc.returncode == 0 and "usage" in proc.stdout, (name, proc.stderr[-500:])
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 120
