@@ -98,3 +98,32 @@ def test_attention_weighs_the_values_with_these_probabilities() -> None:
     mask = minbert.model.mask_to_bias(torch.tensor([[1] * 6, [1] * 2 + [0] * 4]), torch.float32)
     merged = (attention_probs(q, k, mask) @ v).transpose(1, 2).reshape(2, 6, 32)
     torch.testing.assert_close(merged, attention(q, k, v, mask), atol=1e-6, rtol=0)
+
+
+# ---------------------------------------------------------------- python -m tasks.attention: the drawing
+
+def test_drawing_a_sentence_and_a_pair(tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from tasks.attention import main
+    for name, extra in (("one.png", []), ("pair.png", ["--pair", "A dog barked at it."])):
+        out = tmp_path / name
+        assert main(["--model", str(tiny_dir), "--text", "The cat sat on the mat.", *extra, "--layer", "2",
+                     "--out", str(out)]) == 0
+        data = out.read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 5000
+        assert f"wrote {out}" in capsys.readouterr().out
+
+
+def test_drawing_the_tokens_and_the_layer(tiny_dir: Path) -> None:
+    """The panels' tokens are the pair's, [CLS] ... [SEP] ... [SEP]; layers count from 1 and a wrong one is refused."""
+    from tasks.attention import layer_attention
+    from tasks.core.errors import ConfigurationError
+    model, tokenizer = minbert.load_pretrained(str(tiny_dir)), minbert.Tokenizer.from_pretrained(str(tiny_dir))
+    probs, tokens = layer_attention(model, tokenizer, "The cat sat.", "A dog.", 2)
+    assert tokens == ["[CLS]", "the", "cat", "sat", ".", "[SEP]", "a", "dog", ".", "[SEP]"]
+    assert probs.shape == (4, 10, 10)
+    with torch.no_grad():
+        expected = model(**tokenizer("The cat sat.", "A dog."), output_attentions=True).attentions[1][0]
+    assert torch.equal(probs, expected)
+    for layer in (0, 3):
+        with pytest.raises(ConfigurationError, match=f"--layer {layer}: the model has layers 1 to 2"):
+            layer_attention(model, tokenizer, "The cat sat.", None, layer)

@@ -1,0 +1,83 @@
+"""Draw what one layer attends to: a PNG grid of its heads' attention probabilities for a sentence (or a pair).
+
+    python -m tasks.attention --text "The cat sat on the mat." --layer 3 --out attention.png
+    python -m tasks.attention --text "A man plays a guitar." --pair "Someone makes music." --layer 6 --model minilm
+
+Each panel is one head: row i is what token i (the query) attends to, column j is token j (the key), and each row
+sums to 1 (BertModel's output_attentions: softmax(QK^T / sqrt(hs) + mask), eval mode). Layers are counted from 1.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import minbert
+
+from .core.errors import ConfigurationError, run_cli
+from .core.settings import parse, setting
+
+
+@dataclass
+class Settings:
+    text: str = setting("The cat sat on the mat.", help="the sentence")
+    pair: str | None = setting(None, help="a second sentence, for a sentence pair ([SEP] between, segment 1)")
+    layer: int = setting(1, help="the layer to draw, 1 to the model's number of layers")
+    model: str = setting("minilm", help="a checkpoint: minilm, a Hugging Face name or a directory")
+    out: str = setting("attention.png", help="the PNG to write")
+
+
+def layer_attention(model: minbert.BertModel, tokenizer: minbert.Tokenizer, text: str, pair: str | None,
+                    layer: int) -> tuple[torch.Tensor, list[str]]:
+    """Layer `layer`'s (1-based) attention probabilities for one sentence or pair, (nh, T, T), and its T tokens."""
+    L = model.config.num_hidden_layers
+    if not 1 <= layer <= L:
+        raise ConfigurationError(f"--layer {layer}: the model has layers 1 to {L}")
+    batch = tokenizer(text, pair)
+    with torch.no_grad():
+        probs = model.eval()(**batch, output_attentions=True).attentions[layer - 1][0]  # (nh, T, T)
+    return probs, [tokenizer.backend.id_to_token(i) for i in batch.input_ids[0].tolist()]
+
+
+def draw(probs: torch.Tensor, tokens: list[str], title: str, out: str | Path) -> Path:
+    """One panel per head, tokens on both axes (rows: queries, columns: keys), on one 0-1 colour scale."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nh, T = probs.shape[0], len(tokens)
+    cols = min(nh, 4)
+    rows = math.ceil(nh / cols)
+    side = 1.2 + 0.22 * T
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * side, rows * side), squeeze=False)
+    for h, ax in enumerate(axes.flat):
+        if h >= nh:
+            ax.axis("off")
+            continue
+        ax.imshow(probs[h].numpy(), vmin=0.0, vmax=1.0, cmap="viridis")
+        ax.set_title(f"head {h + 1}", fontsize=9)
+        ax.set_xticks(range(T), tokens, rotation=90, fontsize=7)
+        ax.set_yticks(range(T), tokens, fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(out)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    s = parse(Settings, argv, prog="python -m tasks.attention", description=__doc__)
+    model, tokenizer = minbert.load_pretrained(s.model), minbert.Tokenizer.from_pretrained(s.model)
+    probs, tokens = layer_attention(model, tokenizer, s.text, s.pair, s.layer)
+    title = f"{s.model}: layer {s.layer} of {model.config.num_hidden_layers}, {probs.shape[0]} heads (rows attend to columns)"
+    print(f"wrote {draw(probs, tokens, title, s.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
