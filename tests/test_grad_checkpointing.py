@@ -139,3 +139,46 @@ def test_deebert_runs_its_layers_one_at_a_time_checkpointed(tiny_config: minbert
         ids, mask, types = batch()
         return m.all_logits(ids, mask, types).logsumexp(-1).mean()
     assert_same(gradients(model, loss_of, False), gradients(model, loss_of, True))
+
+
+# ---------------------------------------------------------------- --gradient-checkpointing in every training command
+
+class Reached(Exception):
+    """Raised by the spy at the first checkpointed layer: the flag reached the model that trains."""
+
+
+@pytest.mark.parametrize("command", ["classifier", "multitask", "simcse", "deebert"])
+def test_the_flag_reaches_the_encoder_in_every_command(command, tiny_dir, multitask_files, tmp_path, monkeypatch):
+    from test_save_every import multitask_argv
+    from test_typed_runs import classifier_argv, deebert_argv, simcse_argv
+    from torch.utils import checkpoint
+
+    from tasks import classifier, deebert, multitask, simcse
+    module = {"classifier": classifier, "multitask": multitask, "simcse": simcse, "deebert": deebert}[command]
+    argv = {"classifier": lambda: classifier_argv(tiny_dir, tmp_path),
+            "multitask": lambda: multitask_argv(tiny_dir, multitask_files),
+            "simcse": lambda: simcse_argv(tiny_dir, tmp_path), "deebert": lambda: deebert_argv(tiny_dir, tmp_path),
+            }[command]() + ["--run-dir", str(tmp_path / "run")]
+    assert module.parse_settings(argv).training.gradient_checkpointing is False
+
+    def spy(*args, **kwargs):
+        raise Reached
+    monkeypatch.setattr(checkpoint, "checkpoint", spy)
+    settings = module.parse_settings(argv + ["--gradient-checkpointing"])
+    assert settings.training.gradient_checkpointing is True
+    with pytest.raises(Reached):
+        module.run(settings)
+
+
+def test_a_classifier_run_is_the_same_with_the_flag(tiny_dir, tmp_path):
+    """One epoch of the classifier (dropout on) with and without --gradient-checkpointing: the same weights."""
+    from test_typed_runs import classifier_argv
+
+    from tasks import classifier
+    from tasks.core.checkpoints import load_checkpoint
+    base = classifier_argv(tiny_dir, tmp_path) + ["--epochs", "1"]
+    for name, extra in (("plain", []), ("ckpt", ["--gradient-checkpointing"])):
+        classifier.run(classifier.parse_settings(base + ["--run-dir", str(tmp_path / name), *extra]))
+    a, b = (load_checkpoint(tmp_path / name / "checkpoint.pt") for name in ("plain", "ckpt"))
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key

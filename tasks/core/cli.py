@@ -49,6 +49,10 @@ class Training:
                                              help="train on a random sample of N examples, drawn with --seed "
                                                   "(quick runs; none: all)")
     bucket: bool = setting(True, help="batch training examples in random order instead of by similar length")
+    gradient_checkpointing: bool = setting(False, on_resume="free",
+                                           help="recompute each encoder layer in the backward pass instead of keeping "
+                                                "its activations: the same gradients, less memory, a slower step "
+                                                "(benchmarks/training.md)")
 
 
 def start(device: str, threads: int | None, seed: int, model: str,

@@ -205,6 +205,7 @@ def run(settings: Settings) -> dict:
     collate = Collator(tokenizer, float_labels=task == "sts")
 
     model = DeeBert(minbert.load_pretrained(tr.model), settings.ramp_config())
+    model.bert.gradient_checkpointing = tr.gradient_checkpointing
     model.to(device)
     select, report = split_halves(dev, tr.seed) if settings.dev_protocol == "halves" else (dev, dev)
     dev_batches = batches(select.records, collate, EVAL_BATCH, bucket=True, lengths=select.lengths)

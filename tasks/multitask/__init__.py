@@ -176,6 +176,7 @@ def run(settings: Settings) -> dict:
     train, dev, test = load_files(settings, tasks, tokenizer)
 
     model = model_class(settings.toolkit.sts_output)(minbert.load_pretrained(tr.model), settings.model_config())
+    model.bert.gradient_checkpointing = tr.gradient_checkpointing
     params = mode.setup(model, ft, tr.seed)
     params = add_smart_pals(model, settings, params)
     model.to(device)

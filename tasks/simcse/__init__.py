@@ -265,6 +265,7 @@ def run(settings: Settings) -> dict:
     quora, stage, rest, data, what, dev, gold = load_stage(settings, tokenizer)
 
     model = SimCSE(minbert.load_pretrained(tr.model), settings.simcse_config()).to(device)
+    model.bert.gradient_checkpointing = tr.gradient_checkpointing
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(params, lr, tr.weight_decay, settings.recipe.optimizer)
     every, rounds = plan(len(data), tr.batch_size, epochs, s.eval_every)
