@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
     load_before, started, runs = os.getloadavg(), time.time(), []
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT,
+                            check=False).stdout.strip()  # the code the run starts from
     for r in range(args.rounds):
         for T, B in shapes:
             for ck in ((False, True) if r % 2 == 0 else (True, False)):
@@ -149,9 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     record = {"args": {k: v for k, v in vars(args).items() if k not in ("worker", "checkpointing")},
               "cpu": cpu_name(), "torch": torch.__version__, "load_average_before": load_before,
-              "load_average_after": os.getloadavg(), "minutes": (time.time() - started) / 60,
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                       cwd=ROOT, check=False).stdout.strip(), "runs": runs, **summary}
+              "load_average_after": os.getloadavg(), "minutes": (time.time() - started) / 60, "commit": commit,
+              "runs": runs, **summary}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {args.out} (load average before {load_before[0]:.1f}, after {record['load_average_after'][0]:.1f})")
