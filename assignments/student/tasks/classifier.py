@@ -148,6 +148,7 @@ def run(settings: Settings) -> dict:
                                  f"{dev.records.path})")
 
     model = SentimentClassifier(minbert.load_pretrained(tr.model), NUM_LABELS[task], tr.dropout, tr.pooling)
+    model.bert.gradient_checkpointing = tr.gradient_checkpointing
     params = mode.setup(model, ft, tr.seed)
     model.to(device)
     optimizer = make_optimizer(params, lr, tr.weight_decay, settings.recipe.optimizer)
