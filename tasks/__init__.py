@@ -5,7 +5,7 @@
                  multitask/           the leaderboard run (make train): the command, its settings, data and toolkit
                  simcse/              the SimCSE stage: the command, its settings, the Quora split
                  deebert/             DeeBERT: the command, its settings, the sweep, its timing and report
-                 predict.py export.py ensemble.py score.py submit.py curves.py   small commands, one file each
+                 predict.py export.py ensemble.py score.py submit.py curves.py attention.py   small commands
     core/        what every command shares: typed settings and config files, run directories, the data pipeline,
                  the one training loop, prediction files and metrics, errors (tasks/core/__init__.py lists them)
 

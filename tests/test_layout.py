@@ -11,7 +11,8 @@ import sys
 from audit_tasks import TASKS, below_entry_points, functions
 from conftest import ROOT
 
-COMMANDS = ("classifier", "multitask", "deebert", "simcse", "predict", "export", "ensemble", "score", "submit", "curves")
+COMMANDS = ("classifier", "multitask", "deebert", "simcse", "predict", "export", "ensemble", "score", "submit", "curves",
+            "attention")
 
 
 def test_no_function_below_an_entry_point_takes_a_namespace():
