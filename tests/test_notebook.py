@@ -3,12 +3,10 @@ of each data file and the CPU, with everything it writes under tmp_path. Any fai
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 
 import nbformat  # test dependencies (requirements-test.txt, installed by make test): never skipped
-import pytest
 from conftest import ROOT
 from nbclient import NotebookClient
 
@@ -43,10 +41,6 @@ def test_notebook_runs_top_to_bottom(tmp_path, tiny_dir, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")           # the kernel and its commands: tiny tensors, a busy machine
 
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    # tasks.attention arrives with issue 39's output_attentions; until then its cell must fail (loudly), and only it
-    attention_missing = importlib.util.find_spec("tasks.attention") is None
-    if attention_missing:
-        cell(nb, "attention").metadata.setdefault("tags", []).append("raises-exception")
     # the kernel is this interpreter (the venv's), whatever kernels the user has installed: a spec of our own, found
     # first through JUPYTER_PATH; the notebook's directory is its working directory, as Jupyter starts it
     spec = tmp_path / "jupyter" / "kernels" / "minbert-test"
@@ -70,12 +64,5 @@ def test_notebook_runs_top_to_bottom(tmp_path, tiny_dir, monkeypatch):
     assert len(list((run / "predictions").glob("*-output.csv"))) == 6
     assert (out / "submission.zip").is_file()
     assert any(o.output_type == "display_data" and "image/png" in o.data for o in cell(nb, "curves").outputs)
-    assert not (ROOT / "notebooks" / "runs").exists()      # nothing written beside the notebook
-
-    attention = cell(nb, "attention")
-    if attention_missing:
-        assert "tasks.attention is missing" in text(attention)
-        pytest.xfail("tasks.attention (issue 39's attention drawing) is not in this tree yet: its cell fails, as it "
-                     "should, and every other cell ran")
     assert (out / "attention.png").is_file()
-    assert any(o.output_type == "display_data" and "image/png" in o.data for o in attention.outputs)
+    assert any(o.output_type == "display_data" and "image/png" in o.data for o in cell(nb, "attention").outputs)
