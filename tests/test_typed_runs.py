@@ -323,3 +323,15 @@ def test_deebert_run_directory_round_trips_resumes_after_sigkill_and_predicts(ti
     assert (tmp_path / "again" / "sst2-test-output.csv").read_text() == (out / "sst2-test-output.csv").read_text()
     with pytest.raises(ConfigurationError, match="--resume continues training and --from-run"):
         deebert.parse_settings(["--resume", str(split), "--from-run", str(whole)])
+
+
+def test_a_run_stopped_before_its_first_checkpoint_starts_again_in_its_directory(tiny_dir, tmp_path):
+    argv = classifier_argv(tiny_dir, tmp_path) + ["--run-dir", str(tmp_path / "r"), "--epochs", "1"]
+    settings = classifier.parse_settings(argv)
+    from tasks.core.runs import run_paths, write_run_json
+    write_run_json(run_paths(settings.run, "classifier"), "classifier", settings)   # as a run killed in epoch 1
+    with pytest.raises(ResumeError, match="start it again without --resume"):
+        classifier.run(classifier.parse_settings(["--resume", str(tmp_path / "r")]))
+    classifier.run(settings)                                                       # nothing to lose: it starts
+    with pytest.raises(ConfigurationError, match="holds a run already"):           # now there is
+        classifier.run(settings)

@@ -120,10 +120,10 @@ def run_paths(run: RunOptions, *name: str, checkpoint_name: str = CHECKPOINT) ->
         directory = resume.parent
     else:
         directory = default_run_dir(*name)
-    if resume is None and (directory / RUN_FILE).is_file():
-        raise ConfigurationError(f"{directory} holds a run already ({RUN_FILE}): continue it with --resume "
-                                 f"{directory}, or give another --run-dir")
     checkpoint = Path(run.checkpoint) if run.checkpoint else directory / checkpoint_name
+    if resume is None and (directory / RUN_FILE).is_file() and (checkpoint.is_file() or "result" in read_run_json(directory)):
+        raise ConfigurationError(f"{directory} holds a run already ({RUN_FILE}): continue it with --resume "
+                                 f"{directory}, or give another --run-dir")   # one stopped before a checkpoint: restart
     if resume is not None and resume.is_file():
         start = resume
     elif resume is not None:
