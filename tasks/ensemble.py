@@ -1,9 +1,10 @@
 """Average the raw outputs of several runs into the six leaderboard files, checked as tasks.submit checks them.
 
-    python -m tasks.multitask --seed 1 --raw-outputs --predictions-dir runs/s1 ...   # or tasks.predict --raw-outputs
+    python -m tasks.multitask --seed 1 --raw-outputs --run-dir runs/s1 ...   # or tasks.predict --raw-outputs
     python -m tasks.ensemble runs/s1 runs/s2 runs/s3 --out predictions-ensemble
 
-Each RUN_DIR holds {task}-{split}-raw.csv files (written with --raw-outputs). The ensemble averages, per record,
+Each RUN_DIR is a run directory (its run.json says where its predictions went) or a directory of
+{task}-{split}-raw.csv files (written with --raw-outputs). The ensemble averages, per record,
 the SST class probabilities (softmax of the logits) and the Quora paraphrase probabilities (sigmoid of the logit),
 and the STS scores; it predicts the most probable class, a paraphrase where the mean probability is above 0.5,
 and the mean score. The files go to OUT in the course's format, then tasks.submit's check runs on OUT (every file
@@ -21,8 +22,8 @@ import torch
 from minbert.multitask import TASK_NAMES
 
 from .core.errors import ConfigurationError, run_cli
-from .core.evaluation import prediction_path, write_predictions
-from .multitask.toolkit import raw_path, read_raw
+from .core.evaluation import prediction_path, raw_path, read_raw, write_predictions
+from .core.runs import RUN_FILE, read_run_json
 from .score import score_directory
 from .submit import SPLITS, make_submission
 
@@ -41,8 +42,18 @@ def average(task: str, runs: list[dict[str, list[float]]]) -> tuple[list[str], l
     return ids, x[..., 0].mean(0).tolist()                                     # (N,) the 0-5 score
 
 
+def raw_dir(directory: str | Path) -> Path:
+    """Where a run's raw outputs are: a run directory's predictions (from its run.json), or the directory itself."""
+    directory = Path(directory)
+    if not (directory / RUN_FILE).is_file():
+        return directory
+    given = read_run_json(directory)["settings"].get("run", {}).get("predictions_dir")
+    return Path(given) if given else directory / "predictions"
+
+
 def ensemble(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
     """Write OUT/{task}-{split}-output.csv for every task and split whose raw file every run has."""
+    run_dirs = [raw_dir(d) for d in run_dirs]
     written = []
     for task in TASK_NAMES:
         for split in SPLITS:

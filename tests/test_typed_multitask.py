@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import ROOT, TEST_DEVICE
 
-from tasks import export, multitask, predict
+from tasks import ensemble, export, multitask, predict
 from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint
 from tasks.core.settings import load
 
@@ -77,6 +77,9 @@ def test_a_multitask_run_directory_resumes_after_sigkill_predicts_and_exports(ti
     for name in SIX:
         assert (split / "predictions" / name).read_text() == (whole / "predictions" / name).read_text(), name
 
+    ensemble.ensemble([whole, split], tmp_path / "ens")                               # run directories, via run.json
+    for name in SIX:
+        assert (tmp_path / "ens" / name).read_text() == (whole / "predictions" / name).read_text(), name
     out = tmp_path / "predicted"
     assert predict.main([str(whole), "--out", str(out), "--device", TEST_DEVICE, "--eval-batch-size", "8"]) == 0
     for name in SIX:
