@@ -24,7 +24,7 @@ import torch
 
 from .errors import ConfigurationError, ResumeError, existing_path, nonnegative_int, positive_int
 from .evaluation import write_text
-from .settings import dump, read_config, setting
+from .settings import dump, parse, read_config, setting
 
 RUN_FILE = "run.json"
 CHECKPOINT = "checkpoint.pt"
@@ -76,6 +76,12 @@ def default_run_dir(*parts: str) -> Path:
     while path.exists():
         path, k = runs_root() / f"{stem}-{k}", k + 1
     return path
+
+
+def parse_run(cls: type, argv: list[str] | None, prog: str, description: str | None) -> Any:
+    """A training command's settings: its defaults < the run directory's run.json (with --resume DIR) < --config
+    FILE < the flags given."""
+    return parse(cls, argv, prog, description, base=lambda given: resume_base(given.get("run.resume"), cls))
 
 
 def resume_base(resume: str | None, cls: type) -> dict[str, Any]:

@@ -36,8 +36,8 @@ from ..core.errors import ConfigurationError
 from ..core.evaluation import accuracy, overall_score, pearson, prediction_path, raw_path, write_raw, write_text
 from ..core.precision import resolve_precision
 from ..core.recipe import autocast, make_optimizer
-from ..core.runs import RunPaths, resume_base, run_paths, write_run_json
-from ..core.settings import parse, parser_for, resume_config
+from ..core.runs import RunPaths, parse_run, run_paths, write_run_json
+from ..core.settings import parser_for, resume_config
 from ..core.starter_flags import translate
 from ..core.train import FitResult, fit
 from ..core.unfinished import explain_unfinished
@@ -281,8 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_settings(argv: list[str] | None = None) -> Settings:
     """The settings from the command line (the course's starter spellings too), --config and --resume DIR."""
-    return parse(Settings, translate(argv, "multitask"), prog="python -m tasks.multitask", description=__doc__,
-                 base=lambda given: resume_base(given.get("run.resume"), Settings))
+    return parse_run(Settings, translate(argv, "multitask"), "python -m tasks.multitask", __doc__)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,8 +52,8 @@ from ..core.errors import ConfigurationError
 from ..core.evaluation import pearson
 from ..core.precision import resolve_precision
 from ..core.recipe import autocast, make_optimizer
-from ..core.runs import RUN_FILE, RunPaths, resume_base, run_paths, write_run_json
-from ..core.settings import parse, parser_for, resume_config
+from ..core.runs import RUN_FILE, RunPaths, parse_run, run_paths, write_run_json
+from ..core.settings import parser_for, resume_config
 from ..core.train import fit
 from ..multitask.data import hash_seed, pad, token_ids
 from .quora import QUORA_STAGE, SIMCSE_QUORA_REST, mine_hard_negatives, split_quora, write_rows
@@ -317,8 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_settings(argv: list[str] | None = None) -> Settings:
     """The settings from the command line, --config and --resume DIR."""
-    return parse(Settings, argv, prog="python -m tasks.simcse", description=__doc__,
-                 base=lambda given: resume_base(given.get("run.resume"), Settings))
+    return parse_run(Settings, argv, "python -m tasks.simcse", __doc__)
 
 
 def main(argv: list[str] | None = None) -> int:

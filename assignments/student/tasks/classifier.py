@@ -30,8 +30,8 @@ from .core.evaluation import LEADERBOARD, accuracy, prediction_path, write_raw
 from .core.finetune import FineTune
 from .core.precision import resolve_precision
 from .core.recipe import Recipe, autocast, make_optimizer
-from .core.runs import RunOptions, RunPaths, resume_base, run_paths, write_run_json
-from .core.settings import parse, parser_for, resume_config, section, setting
+from .core.runs import RunOptions, RunPaths, parse_run, run_paths, write_run_json
+from .core.settings import parser_for, resume_config, section, setting
 from .core.starter_flags import translate
 from .core.train import fit
 from .core.unfinished import explain_unfinished
@@ -215,8 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_settings(argv: list[str] | None = None) -> Settings:
     """The settings from the command line (the course's starter spellings too), --config and --resume DIR."""
-    return parse(Settings, translate(argv, "classifier"), prog="python -m tasks.classifier", description=__doc__,
-                 base=lambda given: resume_base(given.get("run.resume"), Settings))
+    return parse_run(Settings, translate(argv, "classifier"), "python -m tasks.classifier", __doc__)
 
 
 def main(argv: list[str] | None = None) -> int:
