@@ -23,7 +23,7 @@ import minbert
 from minbert.pooling import POOLINGS
 
 from .core.cli import Split, Training, load_split, start, write_split
-from .core.data import TASKS, Collator, Records, batches, model_inputs, to_device
+from .core.data import TASKS, Collator, Records, batches, hash_seed, model_inputs, to_device
 from .core.distributed import is_main_process
 from .core.errors import ConfigurationError, existing_file, run_cli
 from .core.evaluation import LEADERBOARD, accuracy, prediction_path, write_raw
@@ -171,7 +171,7 @@ def run(settings: Settings) -> dict:
     collate = Collator(tokenizer)
 
     def epoch_batches(epoch: int) -> list[dict]:
-        return batches(train.records, collate, tr.batch_size, shuffle=True, seed=tr.seed * 1_000_003 + epoch,
+        return batches(train.records, collate, tr.batch_size, shuffle=True, seed=hash_seed(tr.seed, epoch),
                        bucket=tr.bucket, lengths=train.lengths)
 
     def evaluate(m: nn.Module) -> dict[str, float]:

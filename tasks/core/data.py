@@ -341,3 +341,28 @@ def batches(examples: Sequence, collate: Collator, batch_size: int, shuffle: boo
         raise ValueError("bucketed batching needs the examples' lengths (token_lengths)")
     idx = batch_indices(lengths if lengths is not None else [0] * len(examples), batch_size, shuffle, seed, bucket)
     return [collate([examples[i] for i in b]) for b in idx]
+
+
+def token_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Each text's ids, [CLS] ... [SEP], truncated as the tokenizer truncates and without its padding."""
+    return [e.ids[:sum(e.attention_mask)] for e in tokenizer.backend.encode_batch(list(texts))]
+
+
+def pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists right-padded with 0 into (B, T) ids and the (B, T) mask of the real tokens."""
+    T = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), T, dtype=torch.long)
+    mask = torch.zeros(len(seqs), T, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s)
+        mask[i, :len(s)] = 1
+    return ids, mask                                            # (B, T) each, right-padded with 0
+
+
+def hash_seed(*parts: int) -> int:
+    """One integer seed from several (deterministic across runs and machines, unlike hash()): every command's batch
+    order of an epoch is drawn from hash_seed(seed, epoch, ...) alone, so that a resumed run draws the same batches."""
+    seed = 0
+    for p in parts:
+        seed = (seed * 1_000_003 + p) % (2 ** 61 - 1)
+    return seed

@@ -40,7 +40,7 @@ from minbert.deebert import DeeBert
 from ..core import cli
 from ..core.checkpoints import load_checkpoint
 from ..core.cli import Split, start, write_split
-from ..core.data import Collator, Records, batches, model_inputs, to_device
+from ..core.data import Collator, Records, batches, hash_seed, model_inputs, to_device
 from ..core.distributed import is_main_process
 from ..core.errors import ConfigurationError, ResumeError
 from ..core.evaluation import raw_path, write_raw
@@ -116,7 +116,7 @@ def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: l
     config = resume_config(settings) | {"command": "deebert"}
 
     def epoch_batches(epoch: int) -> list[dict]:
-        return batches(train_split.records, collate, tr.batch_size, shuffle=True, seed=tr.seed * 1_000_003 + epoch,
+        return batches(train_split.records, collate, tr.batch_size, shuffle=True, seed=hash_seed(tr.seed, epoch),
                        bucket=tr.bucket, lengths=train_split.lengths)
 
     def last_ramp(m: DeeBert) -> dict[str, float]:

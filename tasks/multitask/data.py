@@ -18,7 +18,7 @@ from minbert.multitask import TASK_NAMES
 from minbert.schedules import TaskSchedule, num_batches_of
 
 from ..core.cli import read_records
-from ..core.data import PairExample, Records, batch_indices
+from ..core.data import PairExample, Records, batch_indices, hash_seed, pad, token_ids
 
 
 @dataclass
@@ -47,22 +47,6 @@ def load(task: str, split: str, path: str | Path, tokenizer: minbert.Tokenizer, 
         return Encoded(task, split, records, token_ids(tokenizer, [r.sentence1 for r in records]),
                        token_ids(tokenizer, [r.sentence2 for r in records]))
     return Encoded(task, split, records, token_ids(tokenizer, [r.sentence for r in records]), None)
-
-
-def token_ids(tokenizer: minbert.Tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """Each text's ids, [CLS] ... [SEP], truncated as the tokenizer truncates and without its padding."""
-    return [e.ids[:sum(e.attention_mask)] for e in tokenizer.backend.encode_batch(list(texts))]
-
-
-def pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token id lists right-padded with 0 into (B, T) ids and the (B, T) mask of the real tokens."""
-    T = max(len(s) for s in seqs)
-    ids = torch.zeros(len(seqs), T, dtype=torch.long)
-    mask = torch.zeros(len(seqs), T, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(s)
-        mask[i, :len(s)] = 1
-    return ids, mask                                            # (B, T) each, right-padded with 0
 
 
 def collate(data: Encoded, index: Sequence[int], swap: Sequence[bool] | None = None) -> dict:
@@ -116,11 +100,3 @@ class EpochBatches(Sequence):
             rng = random.Random(hash_seed(self.seed, self.epoch, TASK_NAMES.index(task), j, 1))
             swap = [rng.random() < 0.5 for _ in index]
         return collate(self.train[task], index, swap)
-
-
-def hash_seed(*parts: int) -> int:
-    """One integer seed from several (deterministic across runs and machines, unlike hash())."""
-    seed = 0
-    for p in parts:
-        seed = (seed * 1_000_003 + p) % (2 ** 61 - 1)
-    return seed

@@ -46,7 +46,7 @@ from minbert.hub import OPTIONAL as TOKENIZER_FILES
 from minbert.simcse import SimCSE
 
 from ..core.cli import seeded_sample, start
-from ..core.data import TASKS, Records, batch_indices
+from ..core.data import TASKS, Records, batch_indices, hash_seed, pad, token_ids
 from ..core.distributed import world_size
 from ..core.errors import ConfigurationError
 from ..core.evaluation import pearson
@@ -55,7 +55,6 @@ from ..core.recipe import autocast, make_optimizer
 from ..core.runs import RUN_FILE, RunPaths, parse_run, run_paths, write_run_json
 from ..core.settings import parser_for, resume_config
 from ..core.train import fit
-from ..multitask.data import hash_seed, pad, token_ids
 from .quora import QUORA_STAGE, SIMCSE_QUORA_REST, mine_hard_negatives, split_quora, write_rows
 from .settings import DEFAULTS, Settings
 
