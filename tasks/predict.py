@@ -1,14 +1,14 @@
 """Predict with a trained run, no training: write the course's prediction files for the dev or test files given.
 
-    python -m tasks.predict checkpoints/multitask-cross-encoder-round-robin-full-model.pt --out predictions
-    python -m tasks.predict RUN.pt --sst-test my-sst.csv --splits test --out new   # a new test file
-    python -m tasks.predict checkpoints/sst-full-model.pt --test-file my-sst.csv --out new
-    python -m tasks.predict runs/deebert-sst2 --threshold 0.3 --out new           # DeeBERT at exit threshold S
+    python -m tasks.predict runs/multitask-cross-encoder-round-robin-full-model-DATE-TIME --out predictions
+    python -m tasks.predict RUN_DIR --sst-test my-sst.csv --splits test --out new   # a new test file
+    python -m tasks.predict runs/classifier-sst-full-model-DATE-TIME --test-file my-sst.csv --out new
+    python -m tasks.predict runs/deebert-sst2-DATE-TIME --threshold 0.3 --out new   # DeeBERT at exit threshold S
     python -m tasks.predict exported/ --out new            # a directory written by python -m tasks.export
+    python -m tasks.predict checkpoints/sst-full-model.pt --out new                  # a checkpoint of an older run
 
-The checkpoint is any one the CLIs write (tasks.classifier, tasks.multitask, tasks.deebert's stage2.pt or its --out
-directory) or an export directory; the run's own settings, stored in it, rebuild the model, and its best epoch's
-weights are loaded. By default the run's own dev and test files are predicted (the files named at training, or
+The run is a run directory (its run.json says which command wrote it), a checkpoint the commands write, or an export
+directory; the run's own settings rebuild the model, and its best epoch's weights are loaded. By default the run's own dev and test files are predicted (the files named at training, or
 DATA_DIR's); give other files with the flags. --kind names the model you expect: another is refused. Predictions
 are made at the run's --precision and with --eval-batch-size 128 (the CLIs' default), so that they equal the run's.
 """
