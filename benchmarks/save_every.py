@@ -24,11 +24,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import minbert  # noqa: E402
-from minbert.multitask import MultitaskBert, MultitaskConfig  # noqa: E402
-from tasks.core.checkpoints import rng_state, save_checkpoint  # noqa: E402
-from tasks.core.recipe import make_optimizer  # noqa: E402
-from tasks.core.train import cpu_state  # noqa: E402
+import minbert
+from minbert.multitask import MultitaskBert, MultitaskConfig
+from tasks.core.checkpoints import rng_state, save_checkpoint
+from tasks.core.recipe import make_optimizer
+from tasks.core.train import cpu_state
 
 
 def cpu_name() -> str:
