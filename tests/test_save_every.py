@@ -3,15 +3,11 @@ ends with the same weights, history and predictions as an uninterrupted run, in 
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT
+from test_faults import killed
 from test_typed_runs import classifier_argv, deebert_argv, simcse_argv
 
 from tasks import classifier, deebert, multitask, simcse
@@ -26,13 +22,6 @@ def multitask_argv(tiny_dir: Path, files: dict) -> list[str]:
     for t, (train, dev, test) in files.items():
         out += [f"--{t}-train", train, f"--{t}-dev", dev, f"--{t}-test", test]
     return out
-
-
-def killed(command: str, argv: list[str], cwd: Path, step: int) -> None:
-    proc = subprocess.run([sys.executable, "-m", f"tasks.{command}", *argv], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", KILL_AT_STEP: str(step)},
-                          timeout=240, check=False)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
 
 
 def strip(history: list[dict]) -> list[dict]:
@@ -55,7 +44,8 @@ def test_killed_mid_epoch_resumes_from_the_step_checkpoint_to_the_same_run(comma
     per_epoch = done["optimizer_steps"] // done["epoch"]
     assert per_epoch >= 4, "the test needs epochs of 4 steps or more"
     save_at, kill_at = per_epoch + 2, per_epoch + 3                 # epoch 2: a step checkpoint, then one step more
-    killed(command, argv + ["--run-dir", str(split), "--save-every", str(save_at)], tmp_path, kill_at)
+    killed(command, argv + ["--run-dir", str(split), "--save-every", str(save_at)], tmp_path,
+           **{KILL_AT_STEP: str(kill_at)})
     state = load_checkpoint(split / ckpt)
     assert state["optimizer_steps"] == save_at and state["epoch"] == 1 and state["within_epoch"]["groups"] == 2
     module.run(module.parse_settings(["--resume", str(split)]))     # the step checkpoint: 2 steps into epoch 2

@@ -4,16 +4,13 @@ after a SIGKILL, and predict, export and ensemble reading run.json."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import ROOT, TEST_DEVICE
+from test_faults import killed
 
 from tasks import ensemble, export, multitask, predict
 from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint
@@ -65,11 +62,7 @@ def test_a_multitask_run_directory_resumes_after_sigkill_predicts_and_exports(ti
         argv(tiny_dir, multitask_files, whole, "--raw-outputs"))
     done = load_checkpoint(whole / "checkpoint.pt")
     step = done["optimizer_steps"] // done["epoch"] + 3                               # inside epoch 2
-    proc = subprocess.run([sys.executable, "-m", "tasks.multitask", *argv(tiny_dir, multitask_files, split,
-                                                                          "--raw-outputs")],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=240, check=False,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", KILL_AT_STEP: str(step)})
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    killed("multitask", argv(tiny_dir, multitask_files, split, "--raw-outputs"), tmp_path, **{KILL_AT_STEP: str(step)})
     multitask.run(multitask.parse_settings(["--resume", str(split)]))                 # the run's own settings
     again = load_checkpoint(split / "checkpoint.pt")
     for key in done["model"]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import DATA, ROOT, TEST_DEVICE
+from test_faults import killed
 
 from tasks import classifier, predict
 from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint
@@ -117,12 +118,6 @@ def test_print_config_fed_back_reproduces_the_settings(tiny_dir, tmp_path, capsy
                                                            "max_grad_norm": 1.0, "grad_accum": 1}  # the recipe
 
 
-def run_classifier(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tasks.classifier", *argv], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env}, timeout=180,
-                          check=False)
-
-
 def test_a_run_directory_holds_its_run_resumes_after_sigkill_and_predicts(tiny_dir, tmp_path):
     argv = classifier_argv(tiny_dir, tmp_path)
     whole, split = tmp_path / "whole", tmp_path / "split"
@@ -140,8 +135,7 @@ def test_a_run_directory_holds_its_run_resumes_after_sigkill_and_predicts(tiny_d
 
     done = load_checkpoint(whole / "checkpoint.pt")
     step = done["optimizer_steps"] // done["epoch"] + 2                                # inside epoch 2
-    proc = run_classifier(argv + ["--run-dir", str(split)], tmp_path, **{KILL_AT_STEP: str(step)})
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    killed("classifier", argv + ["--run-dir", str(split)], tmp_path, **{KILL_AT_STEP: str(step)})
     assert load_checkpoint(split / "checkpoint.pt")["epoch"] == 1
     with pytest.raises(ResumeError, match=r"training.lr: checkpoint 0.001, now 0.01"):  # a setting it must keep
         classifier.run(classifier.parse_settings(["--resume", str(split), "--lr", "1e-2"]))
@@ -272,12 +266,6 @@ def test_deebert_print_config_fed_back_reproduces_the_settings(tiny_dir, tmp_pat
     assert bare.recipe.loop() == {"precision": "fp32", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 1}
 
 
-def run_deebert(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tasks.deebert", *argv], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env}, timeout=180,
-                          check=False)
-
-
 def test_deebert_run_directory_round_trips_resumes_after_sigkill_and_predicts(tiny_dir, tmp_path):
     from tasks import deebert
     argv = deebert_argv(tiny_dir, tmp_path)
@@ -293,8 +281,7 @@ def test_deebert_run_directory_round_trips_resumes_after_sigkill_and_predicts(ti
 
     done = load_checkpoint(whole / "stage1.pt")
     step = done["optimizer_steps"] // done["epoch"] + 2                                # stage 1, inside epoch 2
-    proc = run_deebert(argv + ["--run-dir", str(split)], tmp_path, **{KILL_AT_STEP: str(step)})
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    killed("deebert", argv + ["--run-dir", str(split)], tmp_path, **{KILL_AT_STEP: str(step)})
     assert load_checkpoint(split / "stage1.pt")["epoch"] == 1 and not (split / "stage2.pt").exists()
     with pytest.raises(ResumeError, match=r"training.lr: checkpoint 0.001, now 0.01"):
         deebert.run(deebert.parse_settings(["--resume", str(split), "--lr", "1e-2"]))

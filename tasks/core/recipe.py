@@ -7,15 +7,14 @@ optimiser with make_optimizer(...) and hands the rest to fit(..., **recipe.loop(
 
 from __future__ import annotations
 
-import argparse
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 
 import minbert
 
+from .errors import positive_float, positive_int, probability
 from .precision import (  # the rules live in precision.py; check_precision, cpu_has_bf16 are re-exported
     PRECISION_CHOICES,
     PRECISIONS,
@@ -43,14 +42,14 @@ class Recipe:
              "(torch 2.8 on); auto: the device's fastest safe one (docs/training.md). Parameters and the "
              "optimiser stay fp32")
     warmup_ratio: float | None = setting(
-        0.1, parse=lambda text: _ratio(text), metavar="R",
+        0.1, parse=probability, metavar="R",
         help="linear warm-up of the learning rate over this fraction of all optimiser steps, then linear decay to 0 "
              "(BERT's fine-tuning recipe)")
     max_grad_norm: float | None = setting(
-        1.0, parse=lambda text: _positive(float)(text), metavar="N",
+        1.0, parse=positive_float, metavar="N",
         help="clip the gradients' total norm to N before each step")
     grad_accum: int = setting(
-        1, parse=lambda text: _positive(int)(text), metavar="K",
+        1, parse=positive_int, metavar="K",
         help="one optimiser step per K batches, as one batch of K x --batch-size")
     optimizer: str = setting(
         "fused", choices=OPTIMIZERS,
@@ -115,25 +114,3 @@ def make_optimizer(params, lr: float, weight_decay: float, kind: str = Recipe.op
     if kind == "fused":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
     raise ValueError(f"optimizer must be one of {OPTIMIZERS}, not {kind!r}")
-
-
-def _positive(kind: type) -> Callable[[str], float | int]:
-    def parse(text: str) -> float | int:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a {kind.__name__}: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
-        return value
-    return parse
-
-
-def _ratio(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), not {text}")
-    return value

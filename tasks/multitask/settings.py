@@ -26,7 +26,15 @@ from minbert.smart import PRESETS, SmartConfig
 
 from ..core.cli import Training
 from ..core.data import TASKS
-from ..core.errors import ConfigurationError, existing_file, fraction, nonnegative_float, positive_float, positive_int
+from ..core.errors import (
+    ConfigurationError,
+    existing_file,
+    fraction,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+    probability,
+)
 from ..core.finetune import FineTune
 from ..core.recipe import Recipe
 from ..core.runs import RunOptions
@@ -93,22 +101,17 @@ class Design:
 class MultitaskTraining(Training):
     """The model, the training sample and the loop's size."""
 
-    model: str = setting("minilm", help="checkpoint: 'minilm' (the offline default), a Hub name such as "
+    model: str = setting(Training.model, help="checkpoint: 'minilm' (the offline default), a Hub name such as "
                                         "bert-base-uncased, or a local directory (e.g. one written by python -m "
                                         "tasks.simcse)")
-    batch_size: int = setting(32, parse=positive_int, help="training batch size, every task")
-    dropout: float | None = setting(None, parse=lambda text: _probability(text),
+    batch_size: int = setting(Training.batch_size, parse=positive_int, help="training batch size, every task")
+    dropout: float | None = setting(None, parse=probability,
                                     help="dropout before each head (none: the model's hidden dropout)")
     max_length: int | None = setting(None, parse=positive_int,
                                      help="truncate each sentence to this many tokens (none: the model's limit)")
     max_train_examples: int | None = setting(None, parse=positive_int,
                                              help="train on a random sample of N examples per task, drawn with "
                                                   "--seed (quick runs; none: all)")
-
-
-def _probability(text: str) -> float:
-    from ..core.errors import probability
-    return probability(text)
 
 
 @dataclass

@@ -56,7 +56,7 @@ class Stage:
 class StageTraining(Training):
     """The encoder to start from, the stage's sample and the loop's size (SimCSE's appendix A: batch 64, length 64)."""
 
-    model: str = setting("minilm", help="checkpoint to start from: 'minilm' (the offline default), a Hub name such "
+    model: str = setting(Training.model, help="checkpoint to start from: 'minilm' (the offline default), a Hub name such "
                                         "as bert-base-uncased, or a local directory")
     epochs: int | None = setting(None, parse=positive_int, on_resume="free",
                                  help="passes over the stage's examples (none: "
@@ -73,7 +73,7 @@ class StageTraining(Training):
                                 "cls_mlp ([CLS] through an MLP in training, [CLS] alone in evaluation, as SimCSE)")
     max_length: int | None = setting(64, parse=positive_int,
                                      help="truncate each sentence to this many tokens (none: the model's limit)")
-    seed: int = setting(11711, parse=int, help="random seed: the Quora split, the sample, initialisation, order "
+    seed: int = setting(Training.seed, parse=int, help="random seed: the Quora split, the sample, initialisation, order "
                                                "and dropout")
     max_train_examples: int | None = setting(None, parse=positive_int,
                                              help="train on a seeded sample of N of the stage's examples (quick "
@@ -115,7 +115,7 @@ class Run(RunOptions):
                                           "checkpoint.pt)")
     predictions_dir: None = dropped()  # the stage predicts nothing
     raw_outputs: None = dropped()
-    eval_batch_size: int = setting(128, parse=positive_int, on_resume="free",
+    eval_batch_size: int = setting(RunOptions.eval_batch_size, parse=positive_int, on_resume="free",
                                    help="batch size of the STS dev evaluation")
 
 
