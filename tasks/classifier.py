@@ -29,7 +29,7 @@ from .core.errors import ConfigurationError, existing_file, run_cli
 from .core.evaluation import LEADERBOARD, accuracy, prediction_path, write_raw
 from .core.finetune import FineTune
 from .core.precision import resolve_precision
-from .core.recipe import Recipe, autocast, make_optimizer
+from .core.recipe import Recipe, autocast
 from .core.runs import RunOptions, RunPaths, parse_run, run_paths, write_run_json
 from .core.settings import parser_for, resume_config, section, setting
 from .core.starter_flags import translate
@@ -159,7 +159,7 @@ def run(settings: Settings) -> dict:
     model.bert.gradient_checkpointing = tr.gradient_checkpointing
     params = mode.setup(model, ft, tr.seed)
     model.to(device)
-    optimizer = make_optimizer(params, lr, tr.weight_decay, settings.recipe.optimizer)
+    optimizer = settings.recipe.optimizer_for(model, params, lr, tr.weight_decay)
     if is_main_process():
         if paths.resume is None:   # a resumed run rewrites run.json once it has finished, its settings accepted
             write_run_json(paths, "classifier", settings)

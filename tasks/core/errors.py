@@ -127,6 +127,14 @@ def fraction(text: str) -> float:
     return value
 
 
+def unit_interval(text: str) -> float:
+    """A multiplier in (0, 1] (a decay factor; 1: none)."""
+    value = _number(float, text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], not {text}")
+    return value
+
+
 def existing_file(text: str) -> str:
     """A path to a file that exists and can be read."""
     path = Path(text).expanduser()

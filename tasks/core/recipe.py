@@ -13,8 +13,9 @@ from dataclasses import asdict, dataclass
 import torch
 
 import minbert
+from minbert.param_groups import param_groups
 
-from .errors import positive_float, positive_int, probability
+from .errors import positive_float, positive_int, probability, unit_interval
 from .precision import (  # the rules live in precision.py; check_precision, cpu_has_bf16 are re-exported
     PRECISION_CHOICES,
     PRECISIONS,
@@ -56,16 +57,36 @@ class Recipe:
         help="fused: torch.optim.AdamW(fused=True), the update in one kernel; minbert: minbert.AdamW, the same "
              "update written out in minbert/optim.py (benchmarks/optimizer.py measures both; they differ in "
              "rounding only)")
+    layer_decay: float = setting(
+        1.0, parse=unit_interval, metavar="D",
+        help="layer-wise learning-rate decay (Howard & Ruder, 2018; Sun et al., 2019): encoder layer l of L learns at "
+             "lr * D^(L - l), the embeddings at lr * D^L; 1: one rate everywhere (minbert/param_groups.py)")
+    head_lr_scale: float = setting(
+        1.0, parse=positive_float, metavar="S",
+        help="the learning rate of the parameters outside the pretrained encoder (task heads, off-ramps, PALs) is "
+             "lr * S")
+    decay_biases_and_gains: bool = setting(
+        False, help="apply --weight-decay to the biases and LayerNorm gains too (off: decay the weight matrices and "
+                    "embeddings only, the usual exclusion)")
 
     def loop(self) -> dict:
         """fit()'s keyword arguments."""
-        return {k: v for k, v in asdict(self).items() if k != "optimizer"}
+        return {k: v for k, v in asdict(self).items() if k in LOOP_FIELDS}
+
+    def optimizer_for(self, model: torch.nn.Module, params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+        """The AdamW that trains `params` of `model`: the recipe's parameter groups (minbert/param_groups.py)."""
+        groups = param_groups(model, params, lr, weight_decay, self.layer_decay, self.head_lr_scale,
+                              self.decay_biases_and_gains)
+        return make_optimizer(groups, lr, weight_decay, self.optimizer)
+
+
+LOOP_FIELDS = ("precision", "warmup_ratio", "max_grad_norm", "grad_accum")
 
 
 # What a checkpoint that predates a recipe setting ran with: the recipe's defaults before they became the recommended
 # recipe (a constant learning rate, no clipping, minbert's AdamW).
 RECIPE_BEFORE = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1,
-                 "optimizer": "minbert"}
+                 "optimizer": "minbert", "layer_decay": 1.0, "head_lr_scale": 1.0, "decay_biases_and_gains": True}
 
 
 def autocast(device: torch.device, precision: str) -> torch.autocast:

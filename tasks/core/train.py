@@ -27,7 +27,8 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -116,6 +117,22 @@ def _groups(batches: Iterable[dict], k: int) -> Iterable[list[dict]]:
         yield group
 
 
+_WATCHERS: list[Callable[[int, dict, str], None]] = []
+
+
+@contextmanager
+def watching(watcher: Callable[[int, dict, str], None]) -> Iterator[None]:
+    """Within the block, every fit() calls watcher(epoch, record, metric) after each epoch's evaluation and checkpoint.
+
+    It lets a caller above a command (tasks.search: report each epoch's dev score, prune a weak trial by raising)
+    follow a run without the command taking a callback; an exception from the watcher ends fit() there."""
+    _WATCHERS.append(watcher)
+    try:
+        yield
+    finally:
+        _WATCHERS.remove(watcher)
+
+
 def fit(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -186,6 +203,8 @@ def fit(
             loop.save(checkpoint, epoch, config or {})
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, record)
+        for watcher in _WATCHERS:
+            watcher(epoch + 1, record, metric)
     loop.best.history = loop.history
     if loop.curve is not None:
         loop.curve.close()
@@ -415,7 +434,10 @@ def check_config(path: str | Path, stored: dict, current: dict) -> None:
     A command with typed settings stores {dotted path: value} of what a resumed run must keep (tasks.core.settings.
     resume_config); a checkpoint written before that, with flat flag names, is read through the paths' last parts."""
     defaults = dict(RECIPE_BEFORE)
-    if any("." in k for k in current) and not any("." in k for k in stored):
+    if any("." in k for k in stored):      # typed: a recipe setting newer than the checkpoint counts as it ran then
+        stored = {k: defaults[k.rsplit(".", 1)[-1]] for k in current
+                  if k.startswith("recipe.") and k.rsplit(".", 1)[-1] in defaults} | stored
+    elif any("." in k for k in current):
         short = {}
         for k in current:
             short.setdefault(k.rsplit(".", 1)[-1], []).append(k)
@@ -423,7 +445,15 @@ def check_config(path: str | Path, stored: dict, current: dict) -> None:
         current = {k: v for k, v in current.items() if k in stored}   # what the older checkpoint recorded
     elif set(defaults) & set(current):
         stored, current = defaults | stored, defaults | current
+    stored, current = _decay_rule_moot(stored), _decay_rule_moot(current)
     diffs = [f"{k}: checkpoint {stored.get(k)!r}, now {current.get(k)!r}"
              for k in sorted((set(stored) | set(current)) - IGNORED_ON_RESUME) if stored.get(k) != current.get(k)]
     if diffs:
         raise ResumeError(f"{path}: cannot resume a different run; settings differ: " + "; ".join(diffs))
+
+
+def _decay_rule_moot(config: dict) -> dict:
+    """Which parameters weight decay spares does not matter when the weight decay is 0: compare it as None then."""
+    rule = next((k for k in config if k.rsplit(".", 1)[-1] == "decay_biases_and_gains"), None)
+    decay = next((v for k, v in config.items() if k.rsplit(".", 1)[-1] == "weight_decay"), None)
+    return config | {rule: None} if rule is not None and decay == 0 else config

@@ -45,7 +45,7 @@ from ..core.distributed import is_main_process
 from ..core.errors import ConfigurationError, ResumeError
 from ..core.evaluation import raw_path, write_raw
 from ..core.precision import resolve_precision
-from ..core.recipe import autocast, make_optimizer
+from ..core.recipe import autocast
 from ..core.runs import RUN_FILE, RunPaths, read_run_json, resume_base, run_paths, write_run_json
 from ..core.settings import build, dump, from_flat_names, parse, parser_for, read_config, resume_config
 from ..core.train import fit
@@ -134,12 +134,13 @@ def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: l
     def resume(path: Path) -> Path | None:  # a stage whose checkpoint exists goes on from it
         return path if resumed and path.is_file() else None
 
-    opt = make_optimizer(deebert.stage1_parameters(model), tr.lr, tr.weight_decay, recipe.optimizer)
+    opt = recipe.optimizer_for(model, deebert.stage1_parameters(model), tr.lr, tr.weight_decay)
     first = fit(model, opt, epoch_batches, stage1_loss, last_ramp, metric=metric, epochs=tr.epochs, device=device,
                 seed=tr.seed, checkpoint=stages[0], config=config | {"stage": 1}, progress=settings.run.progress,
                 resume=resume(stages[0]), save_every=settings.run.save_every, **recipe.loop())
     model.load_state_dict(first.best_state)
-    opt = make_optimizer(deebert.stage2_parameters(model), settings.ramps.ramp_lr, tr.weight_decay, recipe.optimizer)
+    opt = recipe.optimizer_for(model, deebert.stage2_parameters(model), settings.ramps.ramp_lr,
+                             tr.weight_decay)
     ramp_epochs = settings.ramps.ramp_epochs or tr.epochs
     second = fit(model, opt, epoch_batches, stage2_loss, ramps, metric=f"{metric}_ramps", epochs=ramp_epochs,
                  device=device, seed=tr.seed + 1, checkpoint=stages[1], config=config | {"stage": 2},

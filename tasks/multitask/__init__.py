@@ -35,7 +35,7 @@ from ..core.distributed import is_main_process, world_size
 from ..core.errors import ConfigurationError
 from ..core.evaluation import accuracy, overall_score, pearson, prediction_path, raw_path, write_raw, write_text
 from ..core.precision import resolve_precision
-from ..core.recipe import autocast, make_optimizer
+from ..core.recipe import autocast
 from ..core.runs import RunPaths, parse_run, run_paths, write_run_json
 from ..core.settings import parser_for, resume_config
 from ..core.starter_flags import translate
@@ -180,7 +180,7 @@ def run(settings: Settings) -> dict:
     params = mode.setup(model, ft, tr.seed)
     params = add_smart_pals(model, settings, params)
     model.to(device)
-    optimizer = make_optimizer(params, lr, tr.weight_decay, settings.recipe.optimizer)
+    optimizer = settings.recipe.optimizer_for(model, params, lr, tr.weight_decay)
     schedule = TaskSchedule(settings.design.schedule, settings.design.when_exhausted)
     if is_main_process():
         if paths.resume is None:   # a resumed run rewrites run.json once it has finished, its settings accepted

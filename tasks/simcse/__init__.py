@@ -51,7 +51,7 @@ from ..core.distributed import world_size
 from ..core.errors import ConfigurationError
 from ..core.evaluation import pearson
 from ..core.precision import resolve_precision
-from ..core.recipe import autocast, make_optimizer
+from ..core.recipe import autocast
 from ..core.runs import RUN_FILE, RunPaths, parse_run, run_paths, write_run_json
 from ..core.settings import parser_for, resume_config
 from ..core.train import fit
@@ -266,7 +266,7 @@ def run(settings: Settings) -> dict:
     model = SimCSE(minbert.load_pretrained(tr.model), settings.simcse_config()).to(device)
     model.bert.gradient_checkpointing = tr.gradient_checkpointing
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(params, lr, tr.weight_decay, settings.recipe.optimizer)
+    optimizer = settings.recipe.optimizer_for(model, params, lr, tr.weight_decay)
     every, rounds = plan(len(data), tr.batch_size, epochs, s.eval_every)
     if paths.resume is None:   # a resumed run rewrites run.json once it has finished, its settings accepted
         write_run_json(paths, "simcse", settings)
