@@ -1,12 +1,16 @@
-"""Export a trained multitask run: its encoder as a Hugging Face directory, plus its heads and settings.
+"""Export a trained run's encoder as a Hugging Face directory (with a multitask run: its heads and settings too).
 
     python -m tasks.export runs/multitask-cross-encoder-round-robin-full-model-DATE-TIME/ exported/
+    python -m tasks.export runs/classifier-sst-full-model-DATE-TIME/ exported/     # also deebert-..., simcse-...
     python -m tasks.export checkpoints/multitask-cross-encoder-round-robin-full-model.pt exported/   # an older run
 
-OUT/encoder/ holds config.json, model.safetensors (Hugging Face BERT names; transformers' BertModel.from_pretrained
-loads it) and the tokenizer's vocab.txt; OUT/heads.pt the weights outside the encoder (the three heads, PALs if
-any); OUT/multitask.json the run's settings and its best epoch's dev figures. python -m tasks.predict OUT predicts
-with it.
+The run's run.json says which command wrote it. A multitask run: OUT/encoder/ holds config.json, model.safetensors
+(Hugging Face BERT names; transformers' BertModel.from_pretrained loads it) and the tokenizer's vocab.txt;
+OUT/heads.pt the weights outside the encoder (the three heads, PALs if any); OUT/multitask.json the run's settings
+and its best epoch's dev figures; python -m tasks.predict OUT predicts with it. A classifier, DeeBERT or SimCSE run:
+OUT itself is the Hugging Face directory of its best state's encoder (its head, off-ramps or SimCSE's MLP are left
+out), with export.json saying where it came from; minbert.load_pretrained(OUT), --model OUT and transformers'
+BertModel.from_pretrained(OUT) read it.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ import torch
 import minbert
 
 from .core.checkpoints import load_checkpoint
-from .core.errors import ConfigurationError, run_cli
-from .core.runs import RUN_FILE
+from .core.errors import ConfigurationError, MissingFileError, run_cli
+from .core.runs import RUN_FILE, read_run_json
 from .predict import (
     EXPORT_ENCODER,
     EXPORT_HEADS,
@@ -34,21 +38,35 @@ from .predict import (
     load_weights,
 )
 
+ENCODER_KINDS = ("classifier", "deebert", "simcse")   # runs whose export is their encoder alone
+EXPORT_RECORD = "export.json"                         # beside such an export: the run it came from
+
 
 def export(checkpoint: str | Path, out: str | Path) -> Path:
-    """Write the export directory of a multitask checkpoint; returns it."""
-    kind, settings, state, encoder = load_run(checkpoint)
-    if kind != "multitask" or encoder is not None:
-        raise ConfigurationError(f"{checkpoint}: a {kind} {'export' if encoder else 'checkpoint'}; tasks.export takes a "
-                         "checkpoint written by python -m tasks.multitask")
+    """Write the export directory of a run (a run directory, a checkpoint in one, or an older multitask checkpoint);
+    returns it."""
+    path, out = Path(checkpoint), Path(out)
+    run_dir = path if path.is_dir() else path.parent
+    if path.is_dir() and not (path / RUN_FILE).is_file():
+        raise ConfigurationError(f"{path}: not a run directory (no {RUN_FILE}); tasks.export takes the directory that "
+                                 "python -m tasks.classifier, multitask, deebert or simcse wrote (or a checkpoint "
+                                 "file of an older multitask run)")
+    if (run_dir / RUN_FILE).is_file():
+        kind, settings, trained = from_run_json(run_dir)            # run.json says which command wrote the run
+        if kind in ENCODER_KINDS:
+            return export_encoder(run_dir, kind, settings, path if path.is_file() else trained, out)
+        if kind != "multitask":
+            raise ConfigurationError(f"{run_dir}: a run of python -m tasks.{kind}, which trains no encoder of its own; "
+                                     "tasks.export takes a run of tasks.classifier, multitask, deebert or simcse")
+        if not (path if path.is_file() else trained).is_file():
+            raise missing_checkpoint(run_dir, kind, trained)
+    kind, settings, state, _ = load_run(checkpoint)
+    if kind != "multitask":
+        raise ConfigurationError(f"{checkpoint}: a {kind} checkpoint outside a run directory; tasks.export takes a run "
+                                 "directory, or a checkpoint file of an older multitask run")
     model = build_multitask(settings)
     load_weights(model, state, checkpoint)
-    out = Path(out)
-    model.bert.save_pretrained(str(out / EXPORT_ENCODER))
-    source = minbert.checkpoint.resolve(settings.get("model", "minilm"))
-    minbert.Tokenizer.from_pretrained(str(source)).save_pretrained(out / EXPORT_ENCODER)
-    if (source / "vocab.txt").is_file():                          # for transformers' BertTokenizer too
-        shutil.copyfile(source / "vocab.txt", out / EXPORT_ENCODER / "vocab.txt")
+    write_encoder(model.bert, settings.get("model", "minilm"), out / EXPORT_ENCODER)
     encoder_keys = {f"bert.{k}" for k in minbert.BertModel(model.bert.config).state_dict()}
     heads = {k: v for k, v in model.state_dict().items() if k not in encoder_keys}
     torch.save(heads, out / EXPORT_HEADS)
@@ -61,14 +79,51 @@ def export(checkpoint: str | Path, out: str | Path) -> Path:
     return out
 
 
+def write_encoder(bert: minbert.BertModel, model: str, directory: Path) -> None:
+    """config.json and model.safetensors (Hugging Face names), and the tokenizer of the run's --model `model`."""
+    bert.save_pretrained(str(directory))
+    source = minbert.checkpoint.resolve(model)
+    minbert.Tokenizer.from_pretrained(str(source)).save_pretrained(directory)
+    if (source / "vocab.txt").is_file():                          # for transformers' BertTokenizer too
+        shutil.copyfile(source / "vocab.txt", directory / "vocab.txt")
+
+
+def missing_checkpoint(run_dir: Path, kind: str, checkpoint: Path) -> MissingFileError:
+    return MissingFileError(f"{run_dir}: a run of python -m tasks.{kind} without its checkpoint ({checkpoint} is "
+                            "missing: the run stopped before writing it, or the file was moved); nothing to export "
+                            f"until the run has one (python -m tasks.{kind} --resume {run_dir}, or train it again)")
+
+
+def export_encoder(run_dir: Path, kind: str, settings: dict, checkpoint: Path, out: Path) -> Path:
+    """OUT as a Hugging Face BERT directory: the encoder of the checkpoint's best state (the weights named bert.*:
+    not the classifier's head, DeeBERT's off-ramps or SimCSE's MLP), the tokenizer of the run's --model, and
+    export.json."""
+    if not checkpoint.is_file():
+        raise missing_checkpoint(run_dir, kind, checkpoint)
+    full = load_checkpoint(checkpoint)
+    model = settings.get("model", "minilm")
+    bert = minbert.load_pretrained(model)                          # the run's architecture; its weights replaced
+    load_weights(bert, {k[len("bert."):]: v for k, v in full["best_state"].items() if k.startswith("bert.")},
+                 checkpoint)
+    write_encoder(bert, model, out)
+    (out / EXPORT_RECORD).write_text(json.dumps({
+        "kind": kind, "command": read_run_json(run_dir).get("argv"), "exported_from": str(run_dir),
+        "checkpoint": str(checkpoint), "best_epoch": full.get("best_epoch"), "settings": settings}, indent=1))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tasks.export", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="a run directory of python -m tasks.multitask, or its checkpoint")
+    p.add_argument("checkpoint", help="a run directory of python -m tasks.classifier, multitask, deebert or simcse, "
+                                      "or its checkpoint")
     p.add_argument("out", help="the directory to write")
     args = p.parse_args(argv)
     out = export(args.checkpoint, args.out)
-    print(f"wrote {out}/{EXPORT_ENCODER}/ (Hugging Face BERT), {out}/{EXPORT_HEADS}, {out}/{EXPORT_SETTINGS}")
+    if (out / EXPORT_RECORD).is_file():
+        print(f"wrote {out}/ (Hugging Face BERT: the run's encoder), {out}/{EXPORT_RECORD}")
+    else:
+        print(f"wrote {out}/{EXPORT_ENCODER}/ (Hugging Face BERT), {out}/{EXPORT_HEADS}, {out}/{EXPORT_SETTINGS}")
     return 0
 
 

@@ -1,0 +1,88 @@
+"""tasks.export of every kind of run (its run.json says which): a classifier's, a DeeBERT's and a SimCSE's encoder as a
+Hugging Face directory that minbert and transformers load, equal to the run's best state; what cannot export says
+why. (A multitask run's export: tests/test_typed_multitask.py and tests/test_toolkit_cli.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from test_typed_runs import classifier_argv, deebert_argv, simcse_argv
+
+import minbert
+from tasks import classifier, export
+from tasks.core.checkpoints import load_checkpoint
+from tasks.core.errors import ConfigurationError, MissingFileError, run_cli
+from tasks.core.runs import run_paths, write_run_json
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def encoder_of(checkpoint: Path) -> dict[str, torch.Tensor]:
+    """The encoder's weights in a checkpoint's best state, under BertModel's own names."""
+    best = load_checkpoint(checkpoint)["best_state"]
+    return {k[len("bert."):]: v for k, v in best.items() if k.startswith("bert.")}
+
+
+def exported_equals(run_dir: Path, checkpoint: Path, out: Path, kind: str) -> None:
+    """export RUN_DIR OUT: minbert loads OUT with the best state's encoder bit for bit; transformers loads it too and
+    computes the same hidden states."""
+    transformers = pytest.importorskip("transformers")
+    assert export.main([str(run_dir), str(out)]) == 0
+    want, ours = encoder_of(checkpoint), minbert.load_pretrained(str(out))
+    got = ours.state_dict()
+    assert want and got.keys() == want.keys()
+    for key, value in want.items():
+        assert torch.equal(got[key], value), key
+    record = json.loads((out / export.EXPORT_RECORD).read_text())
+    assert record["kind"] == kind and record["checkpoint"] == str(checkpoint)
+    assert minbert.Tokenizer.from_pretrained(str(out)).encode("a fine film")   # the run's tokenizer beside it
+
+    hf = transformers.BertModel.from_pretrained(str(out)).eval()
+    ids = torch.tensor([[101, 7592, 2088, 102]])
+    with torch.no_grad():
+        expected = ours.eval()(ids, torch.ones_like(ids)).last_hidden_state
+        actual = hf(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_classifier_run_exports_its_best_encoder_and_what_cannot_export_says_why(tiny_dir, tmp_path):
+    argv = classifier_argv(tiny_dir, tmp_path) + ["--epochs", "2"]
+    run = tmp_path / "run"
+    classifier.run(classifier.parse_settings(argv + ["--run-dir", str(run)]))
+    exported_equals(run, run / "checkpoint.pt", tmp_path / "exp", "classifier")
+
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(ConfigurationError, match=r"plain: not a run directory \(no run.json\)"):
+        export.export(tmp_path / "plain", tmp_path / "x")
+    stopped = tmp_path / "stopped"                                   # run.json written, killed before a checkpoint
+    settings = classifier.parse_settings(argv + ["--run-dir", str(stopped)])
+    write_run_json(run_paths(settings.run, "classifier"), "classifier", settings)
+    with pytest.raises(MissingFileError, match=r"tasks.classifier without its checkpoint .*checkpoint.pt is missing"):
+        export.export(stopped, tmp_path / "x")
+    assert run_cli(lambda: export.main([str(stopped), str(tmp_path / "x")])) == 1     # one line, exit 1
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_deebert_run_exports_its_fine_tuned_encoder(tiny_dir, tmp_path):
+    from tasks import deebert
+    run = tmp_path / "run"
+    deebert.run(deebert.parse_settings(deebert_argv(tiny_dir, tmp_path) + ["--out", str(run)]))
+    exported_equals(run, run / "stage2.pt", tmp_path / "exp", "deebert")
+    stage1 = encoder_of(run / "stage1.pt")                 # stage 2 trains the off-ramps alone: stage 1's encoder
+    assert all(torch.equal(v, stage1[k]) for k, v in encoder_of(run / "stage2.pt").items())
+    (run / "stage2.pt").unlink()
+    with pytest.raises(MissingFileError, match=r"tasks.deebert without its checkpoint .*stage2.pt is missing"):
+        export.export(run, tmp_path / "x")
+
+
+def test_a_simcse_run_exports_the_encoder_it_wrote(tiny_dir, tmp_path):
+    from tasks import simcse
+    run = tmp_path / "run"
+    simcse.run(simcse.parse_settings(simcse_argv(tiny_dir, tmp_path) + ["--out", str(run)]))
+    exported_equals(run, run / "checkpoint.pt", tmp_path / "exp", "simcse")
+    exported = minbert.load_pretrained(str(tmp_path / "exp")).state_dict()
+    for key, value in minbert.load_pretrained(str(run)).state_dict().items():      # the stage's own encoder
+        assert torch.equal(exported[key], value), key
