@@ -12,7 +12,7 @@ from audit_tasks import TASKS, below_entry_points, functions
 from conftest import ROOT
 
 COMMANDS = ("classifier", "multitask", "deebert", "simcse", "predict", "export", "ensemble", "score", "submit", "curves",
-            "attention")
+            "attention", "search")
 
 
 def test_no_function_below_an_entry_point_takes_a_namespace():

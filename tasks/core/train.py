@@ -125,7 +125,8 @@ def watching(watcher: Callable[[int, dict, str], None]) -> Iterator[None]:
     """Within the block, every fit() calls watcher(epoch, record, metric) after each epoch's evaluation and checkpoint.
 
     It lets a caller above a command (tasks.search: report each epoch's dev score, prune a weak trial by raising)
-    follow a run without the command taking a callback; an exception from the watcher ends fit() there."""
+    follow a run without the command taking a callback; an exception from the watcher ends fit() there. A resumed
+    fit() first calls it for each epoch its checkpoint holds, so that the watcher sees the whole run."""
     _WATCHERS.append(watcher)
     try:
         yield
@@ -187,6 +188,9 @@ def fit(
     loop.save_every, loop.config = save_every, config or {}
     if resume is not None:
         loop.restore(resume, config or {})
+        for record in loop.history:                  # the watchers see the epochs restored, as if run here
+            for watcher in _WATCHERS:
+                watcher(record["epoch"], record, metric)
     else:
         seed_everything(seed)
     log_path = curves if curves is not None else curves_path(checkpoint) if checkpoint is not None else None

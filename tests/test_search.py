@@ -1,0 +1,213 @@
+"""python -m tasks.search: an Optuna study over the classifier's settings on the tiny model: trials are run directories,
+the reports and best.json after each, a second call and two workers at once share the study, a weak trial is pruned
+at its first epoch, a killed worker's trial goes on from its checkpoint, and a bad space file names the key."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import DATA, ROOT, TEST_DEVICE
+
+from tasks import classifier, search
+from tasks.core.checkpoints import KILL_AT_STEP
+from tasks.core.errors import run_cli
+from tasks.core.runs import read_run_json
+from tasks.core.settings import dump
+from tasks.search.space import load_space
+from tasks.search.study import trial_settings
+
+optuna = pytest.importorskip("optuna")
+pytestmark = pytest.mark.usefixtures("one_thread")
+GOOD, TERRIBLE = 3e-3, 1e-9          # the tiny model on its own 32 training rows: dev 0.66 and 0.19 after epoch 1
+
+
+def piece(tmp_path: Path, name: str, stop: int) -> str:
+    lines = (DATA / name).read_text(encoding="utf-8").splitlines(keepends=True)
+    path = tmp_path / f"{stop}-{name}"
+    path.write_text(lines[0] + "".join(lines[1:1 + stop]), encoding="utf-8")
+    return str(path)
+
+
+def space_file(tmp_path: Path, tiny_dir: Path, epochs: int = 2, **extra) -> Path:
+    """A classifier space on the tiny model: dev is the training slice itself, so a good lr shows at once."""
+    train = piece(tmp_path, "ids-sst-train.csv", 32)
+    space = {"command": "classifier",
+             "fixed": {"training.model": str(tiny_dir), "training.epochs": epochs, "training.batch_size": 8,
+                       "files.train_file": train, "files.dev_file": train,
+                       "files.test_file": piece(tmp_path, "ids-sst-dev.csv", 8), "run.device": TEST_DEVICE,
+                       "run.progress": False, "run.eval_batch_size": 32},
+             "params": {"training.lr": {"low": 1e-9, "high": 3e-2, "log": True},
+                        "recipe.warmup_ratio": {"low": 0.0, "high": 0.3}}} | extra
+    path = tmp_path / "tiny-space.json"
+    path.write_text(json.dumps(space))
+    return path
+
+
+def study_of(study_dir: Path, name: str = "tiny-space") -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{study_dir / 'study.db'}")
+
+
+def test_a_search_writes_run_directories_reports_and_a_best_json_that_reproduces_its_trial(tiny_dir, tmp_path):
+    study_dir = tmp_path / "study"
+    space = space_file(tmp_path, tiny_dir)
+    out = search.run(search.parse_settings(["--space", str(space), "--study-dir", str(study_dir), "--trials", "3",
+                                            "--seed", "0", "--startup-trials", "2", "--pruner", "none"]))
+    trials = study_of(study_dir).trials
+    assert [t.number for t in trials] == [0, 1, 2] and all(t.state.name == "COMPLETE" for t in trials)
+    for t in trials:                                       # each trial is a whole run directory of its own
+        run_dir = Path(t.user_attrs["run_dir"])
+        assert run_dir == study_dir / f"trial-{t.number:04d}"
+        record = read_run_json(run_dir)
+        assert record["command"] == "classifier" and record["settings"]["training"]["lr"] == t.params["training.lr"]
+        history = [json.loads(line) for line in (run_dir / "checkpoint.curves.jsonl").read_text().splitlines()]
+        dev = [h["dev_accuracy"] for h in history if h["kind"] == "epoch"]
+        assert t.value == max(dev) == record["result"]["dev_accuracy"]            # the run's best dev score
+        assert sorted(t.intermediate_values) == [1, 2] and list(t.intermediate_values.values()) == dev
+    for name in ("best.json", "trials.csv", "trials.md", "history.png", "importances.png"):
+        assert (study_dir / name).stat().st_size > 0, name
+    rows = list(csv.DictReader((study_dir / "trials.csv").open()))
+    assert [r["number"] for r in rows] == ["0", "1", "2"] and {r["state"] for r in rows} == {"COMPLETE"}
+    assert {"training.lr", "recipe.warmup_ratio", "epochs", "seconds", "run_dir"} <= set(rows[0])
+    best = max(trials, key=lambda t: t.value)
+    assert out["best"]["number"] == best.number
+
+    # best.json is the best trial's run.json settings with run_dir cleared; --config best.json runs it again
+    written = json.loads((study_dir / "best.json").read_text())
+    stored = read_run_json(best.user_attrs["run_dir"])["settings"]
+    assert written == stored | {"run": stored["run"] | {"run_dir": None}}
+    again = tmp_path / "again"
+    settings = classifier.parse_settings(["--config", str(study_dir / "best.json"), "--run-dir", str(again)])
+    assert dump(settings) == stored | {"run": stored["run"] | {"run_dir": str(again)}}
+    assert classifier.run(settings)["dev_accuracy"] == best.value
+
+
+def test_a_second_call_adds_trials_to_the_same_study(tiny_dir, tmp_path):
+    argv = ["--space", str(space_file(tmp_path, tiny_dir, epochs=1)), "--study-dir", str(tmp_path / "s"),
+            "--trials", "1", "--pruner", "none"]
+    search.run(search.parse_settings(argv))
+    search.run(search.parse_settings(argv[:-3] + ["2", "--pruner", "none"]))
+    trials = study_of(tmp_path / "s").trials
+    assert [t.number for t in trials] == [0, 1, 2] and all(t.state.name == "COMPLETE" for t in trials)
+    assert sorted(p.name for p in (tmp_path / "s").glob("trial-*")) == ["trial-0000", "trial-0001", "trial-0002"]
+
+
+def worker(argv: list[str], tmp_path: Path, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tasks.search", *argv], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env})
+
+
+def test_two_workers_started_at_once_share_one_sqlite_study(tiny_dir, tmp_path):
+    argv = ["--space", str(space_file(tmp_path, tiny_dir, epochs=1)), "--study-dir", str(tmp_path / "s"),
+            "--trials", "2", "--pruner", "none"]
+    procs = [worker(argv, tmp_path) for _ in range(2)]
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[-2000:] for o in outputs]
+    trials = study_of(tmp_path / "s").trials
+    assert sorted(t.number for t in trials) == [0, 1, 2, 3]                     # none lost, none run twice
+    assert all(t.state.name == "COMPLETE" for t in trials)
+    run_dirs = [t.user_attrs["run_dir"] for t in trials]
+    assert len(set(run_dirs)) == 4 and all((tmp_path / d / "run.json").is_file() for d in run_dirs)
+    assert len({t.user_attrs["host"] for t in trials}) == 1
+    rows = list(csv.DictReader((tmp_path / "s" / "trials.csv").open()))     # the last report written holds all four
+    assert sorted(r["number"] for r in rows) == ["0", "1", "2", "3"]
+
+
+def test_a_weak_trial_is_pruned_after_its_first_epoch_and_keeps_its_run_directory(tiny_dir, tmp_path):
+    good, bad = {"training.lr": GOOD, "recipe.warmup_ratio": 0.0}, {"training.lr": TERRIBLE, "recipe.warmup_ratio": 0.0}
+    space = space_file(tmp_path, tiny_dir, epochs=3, enqueue=[good, good, bad])
+    search.run(search.parse_settings(["--space", str(space), "--study-dir", str(tmp_path / "s"), "--trials", "3",
+                                      "--pruner", "median", "--startup-trials", "2"]))
+    trials = study_of(tmp_path / "s").trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
+    assert [t.params["training.lr"] for t in trials] == [GOOD, GOOD, TERRIBLE]
+    pruned = trials[2]
+    assert list(pruned.intermediate_values) == [1]
+    assert pruned.intermediate_values[1] < trials[0].intermediate_values[1]
+    run_dir = Path(pruned.user_attrs["run_dir"])
+    lines = [json.loads(line) for line in (run_dir / "checkpoint.curves.jsonl").read_text().splitlines()]
+    assert read_run_json(run_dir)["settings"]["training"]["epochs"] == 3
+    assert [h["epoch"] for h in lines if h["kind"] == "epoch"] == [1]                 # fewer epochs than asked
+    assert (run_dir / "checkpoint.pt").is_file() and "result" not in read_run_json(run_dir)
+    assert "PRUNED" in (tmp_path / "s" / "trials.md").read_text()
+
+
+def test_a_killed_workers_trial_is_retried_from_its_checkpoint(tiny_dir, tmp_path):
+    space = space_file(tmp_path, tiny_dir, epochs=2, enqueue=[{"training.lr": GOOD, "recipe.warmup_ratio": 0.1}])
+    argv = ["--space", str(space), "--study-dir", str(tmp_path / "s"), "--trials", "1", "--pruner", "none",
+            "--heartbeat", "1"]
+    proc = worker(argv, tmp_path, **{KILL_AT_STEP: "6"})                     # 4 steps an epoch: killed in epoch 2
+    out = proc.communicate(timeout=240)[0]
+    assert proc.returncode == -9, out[-2000:]
+    time.sleep(3.2)                                                             # 3 heartbeats: the trial is stale
+    search.run(search.parse_settings(argv))
+    killed, retried = study_of(tmp_path / "s").trials
+    assert (killed.state.name, retried.state.name) == ("FAIL", "COMPLETE")
+    assert retried.params == killed.params and retried.system_attrs["failed_trial"] == 0
+    run_dir = tmp_path / "s" / "trial-0000"                                     # the same run directory, resumed
+    assert retried.user_attrs["run_dir"] == str(run_dir) and not (tmp_path / "s" / "trial-0001").exists()
+    record = read_run_json(run_dir)
+    assert record["resumed"] == [{"argv": f"python -m tasks.classifier --resume {run_dir}"}]
+    assert sorted(retried.intermediate_values) == [1, 2]                        # epoch 1 seen from the checkpoint
+    assert retried.value == record["result"]["dev_accuracy"]
+
+    # a killed run that wrote no checkpoint starts again, with its settings, in the retried trial's own directory
+    bare = tmp_path / "s" / "trial-0005"
+    bare.mkdir()
+    shutil.copy(run_dir / "run.json", bare)
+    again = optuna.trial.FixedTrial(killed.params, number=7)
+    again.set_user_attr("run_dir", str(bare))
+    settings, argv = trial_settings(load_space(space), again, tmp_path / "s")
+    assert argv == ["--config", str(tmp_path / "s" / "configs" / "trial-0007.json")]
+    assert dump(settings) == record["settings"] | {"run": record["settings"]["run"] | {
+        "run_dir": str(tmp_path / "s" / "trial-0007")}}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"params": {"training.learning_rate": {"low": 1e-5, "high": 1e-3}}},
+     r"\(params\): unknown setting 'training.learning_rate'; known in training: batch_size, .*, lr, "),
+    ({"params": {"training.lr": {"low": -1, "high": 1e-3}}}, r"'training.lr' low: setting 'training.lr': must be positive"),
+    ({"params": {"training.lr": {"low": 1e-3, "high": 1e-5}}}, r"'training.lr': low 0.001 is above high 1e-05"),
+    ({"params": {"training.batch_size": {"choices": [16, "big"]}}}, r"setting 'training.batch_size': not an integer"),
+    ({"fixed": {"training.epochs": 0}}, r"\(fixed\): setting 'training.epochs': must be a positive integer"),
+    ({"fixed": {"run.run_dir": "x"}}, r"'run.run_dir' is the search's to set"),
+    ({"command": "train"}, r"command must be one of classifier, multitask, simcse, deebert"),
+])
+def test_a_bad_space_file_is_one_error_naming_the_file_and_the_key(tmp_path, capsys, change, message):
+    path = tmp_path / "bad-space.json"
+    path.write_text(json.dumps({"command": "classifier", "params": {"training.lr": {"low": 1e-5, "high": 1e-3}}}
+                               | change))
+    assert run_cli(lambda: search.main(["--space", str(path), "--study-dir", str(tmp_path / "s")])) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}") and len(err.strip().splitlines()) == 1, err
+    assert re.search(message, err), err
+    assert not (tmp_path / "s" / "study.db").exists()
+
+
+def test_without_optuna_the_search_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "optuna", None)                            # import optuna raises ImportError
+    path = tmp_path / "space.json"
+    path.write_text(json.dumps({"command": "classifier", "params": {"training.lr": {"low": 1e-5, "high": 1e-3}}}))
+    assert run_cli(lambda: search.main(["--space", str(path)])) == 1
+    assert "pip install optuna" in capsys.readouterr().err
+
+
+def test_the_committed_main_job_space_reads_and_its_first_trial_is_the_main_job_at_a_smaller_sample():
+    space = load_space(ROOT / "tasks" / "search" / "main-job-space.json")
+    assert space.command == "multitask" and len(space.params) == 6
+    first = dump(space.settings(space.enqueue[0], "runs/x"))
+    main_job = json.loads((ROOT / "tasks" / "multitask" / "main-job.json").read_text())
+    for section, values in main_job.items():
+        for key, value in values.items():
+            if (section, key) not in {("training", "max_train_examples"), ("run", "run_dir")}:
+                assert first[section][key] == value, (section, key)
+    assert first["training"]["max_train_examples"] == 1500
