@@ -8,9 +8,9 @@ from torch import nn
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from minbert.param_groups import no_decay, param_groups
+from tasks.core.errors import ResumeError
 from tasks.core.recipe import RECIPE_BEFORE, Recipe
 from tasks.core.train import check_config
-from tasks.core.errors import ResumeError
 
 
 class Classifier(nn.Module):
