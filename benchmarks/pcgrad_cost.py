@@ -34,7 +34,8 @@ from minbert.multitask import MultitaskBert, MultitaskConfig
 from tasks.core.recipe import autocast, make_optimizer
 from tasks.core.train import pick_device
 from tasks.multitask import collate, load
-from tasks.multitask.toolkit import ToolkitSettings, toolkit_loss
+from tasks.multitask.model import multitask_loss
+from tasks.multitask.toolkit import ToolkitSettings
 
 FILES = {"sst": "ids-sst-train.csv", "para": "quora-train.csv", "sts": "sts-train.csv"}
 
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = {k: make_optimizer(list(m.parameters()), 1e-5, 0.0, args.optimizer) for k, m in models.items()}
     settings = {k: ToolkitSettings() for k in kinds}
     settings["embedding"] = ToolkitSettings(sts_embedding_loss="cosent", para_embedding_loss="mnrl")
-    losses = {k: toolkit_loss(settings[k], device) for k in kinds}
+    losses = {k: multitask_loss(settings[k], device) for k in kinds}
     encoder_passes = {k: [0] for k in kinds}
     for k, m in models.items():
         m.bert.register_forward_pre_hook(lambda mod, a, c=encoder_passes[k]: c.__setitem__(0, c[0] + 1))

@@ -2,7 +2,7 @@
 
     commands     python -m tasks.NAME
                  classifier.py        the first exercise: SST / CFIMDB sentiment
-                 multitask/           the leaderboard run (make train): the command, its settings, data and toolkit
+                 multitask/           the leaderboard run (make train): command, settings, model and loss, data, toolkit
                  simcse/              the SimCSE stage: the command, its settings, the Quora split
                  deebert/             DeeBERT: the command, its settings, the sweep, its timing and report
                  search/              an Optuna search over a command's settings: its space file, trials, reports

@@ -43,8 +43,9 @@ from ..core.train import FitResult, fit
 from ..core.unfinished import explain_unfinished
 from ..simcse.quora import SIMCSE_QUORA_REST
 from .data import Encoded, EpochBatches, collate, load
+from .model import model_class, multitask_loss
 from .settings import METRICS, Settings
-from .toolkit import SurgeryBatches, ToolkitLog, model_class, toolkit_loss
+from .toolkit import SurgeryBatches, ToolkitLog
 
 
 @torch.no_grad()
@@ -217,7 +218,7 @@ def run(settings: Settings) -> dict:
 
     post_step = (lambda m: mode.post_step(m, ft)) if mode.post_step is not None else None
     post_step = smart_post_step(post_step) if settings.smart.smart else post_step
-    result = fit(model, optimizer, epoch_batches, toolkit_loss(settings.toolkit, device, toolkit_log), evaluate,
+    result = fit(model, optimizer, epoch_batches, multitask_loss(settings.toolkit, device, toolkit_log), evaluate,
                  metric=metric, epochs=tr.epochs, device=device, seed=tr.seed, checkpoint=paths.checkpoint,
                  resume=paths.resume, config=resume_config(settings) | {"training.lr": lr, "command": "multitask"},
                  post_step=post_step, progress=rs.progress, save_every=rs.save_every, **settings.recipe.loop())

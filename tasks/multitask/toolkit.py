@@ -1,5 +1,6 @@
 """The leaderboard entrant's additions to the multitask CLI: gradient surgery (PCGrad) and sentence-embedding objectives
-for the pair tasks. tasks/multitask.py takes their settings (ToolkitSettings) and builds its loss with toolkit_loss.
+for the pair tasks, all optional. The multitask command takes their settings (ToolkitSettings); its model class and
+loss (tasks/multitask/model.py: model_class, multitask_loss) add what is switched on.
 
 --gradient-surgery pcgrad (Yu et al., 2020, Alg. 1): each optimiser step takes one batch of each task (a round of
 the schedule's order), computes every task's gradient at the same parameters, projects them off each other where
@@ -14,9 +15,8 @@ design) to the task's loss: 2 more encoder passes per pair batch with the cross-
 
 from __future__ import annotations
 
-import random
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -24,10 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from minbert.multitask import MultitaskBert
-from minbert.pcgrad import surgery_loss
 from minbert.sentence_losses import cosent_loss, cosine_similarity_loss, mnrl_loss
 
-from ..core.data import to_device
 from ..core.distributed import batch_rows, is_main_process
 from ..core.errors import ConfigurationError
 from ..core.evaluation import raw_path, read_raw, write_raw  # noqa: F401  (the raw-output files, re-exported)
@@ -90,11 +88,6 @@ class CosineStsMultitask(MultitaskBert):
             return super().predict(task, batch)
         u, v = sentence_vectors(self, task, batch)                       # (B, H) each
         return 5.0 * F.cosine_similarity(u, v, dim=-1)                  # (B,) on the gold scores' 0-5 scale
-
-
-def model_class(sts_output: str = "head") -> type[MultitaskBert]:
-    """The multitask model class of a run's --sts-output."""
-    return CosineStsMultitask if sts_output == "cosine" else MultitaskBert
 
 
 class SurgeryBatches(Sequence):
@@ -177,37 +170,3 @@ class ToolkitLog:
                 parts.append(f"surgery: {stats['surgery_conflict_share']:.1%} of task pairs conflict, the summed "
                              f"gradient moved by {stats['surgery_change']:.2%} of its norm")
             print("  toolkit: " + "; ".join(parts), file=sys.stderr)
-
-
-def toolkit_loss(args: ToolkitSettings, device: torch.device,
-                 log: ToolkitLog | None = None) -> Callable[[nn.Module, dict], torch.Tensor]:
-    """The multitask loss_fn: the task's loss, plus the embedding objective; a PCGrad round's surgery_loss. What
-    the toolkit adds is logged in `log` (a ToolkitLog) when one is given."""
-    def one(m: nn.Module, task: str, batch: dict) -> torch.Tensor:
-        extra = embedding_loss(m, task, batch, args)
-        if task == "sts" and args.sts_output == "cosine":
-            total = extra                                                 # the head is unused: no MSE on it
-        else:
-            loss = m.loss(task, batch)
-            total = loss if extra is None else loss + args.embedding_loss_weight * extra
-        if log is not None and extra is not None:
-            log.add(f"{task}_embedding", extra)
-            log.add(f"{task}_embedding_weighted", args.embedding_loss_weight * extra if total is not extra else extra)
-            log.add(f"{task}_total", total)
-        return total
-
-    workspace: dict = {}                                                  # PCGrad's (n, D) matrix, kept between rounds
-
-    def loss_fn(m: nn.Module, batch: dict) -> torch.Tensor:
-        if "round" not in batch:
-            return one(m, batch["task"], batch)
-        losses = [one(m, t, to_device(b, device)) for t, b in batch["round"].items()]
-        # the projection order from python's random, whose state the checkpoint keeps: resumes stay exact
-        loss = surgery_loss(losses, [p for p in m.parameters() if p.requires_grad],
-                            random.Random(random.getrandbits(64)), project=args.gradient_surgery == "pcgrad",
-                            workspace=workspace)
-        if log is not None and "last" in workspace:                      # a round of two or more tasks
-            for k, v in workspace.pop("last").items():
-                log.add(f"pcgrad_{k}", v)
-        return loss
-    return loss_fn
