@@ -23,13 +23,13 @@ import minbert
 from minbert.pooling import POOLINGS
 
 from .core.cli import Split, Training, load_split, start, write_split
-from .core.data import TASKS, Collator, Records, batches, hash_seed, model_inputs, to_device
+from .core.data import TASKS, Collator, Records, batches, hash_seed, model_inputs
 from .core.distributed import is_main_process
 from .core.errors import ConfigurationError, existing_file, run_cli
-from .core.evaluation import LEADERBOARD, accuracy, prediction_path, write_raw
+from .core.evaluation import LEADERBOARD, accuracy, in_order, predict_batches, prediction_path, write_raw
 from .core.finetune import FineTune
 from .core.precision import resolve_precision
-from .core.recipe import Recipe, autocast
+from .core.recipe import Recipe
 from .core.runs import RunOptions, RunPaths, parse_run, run_paths, write_run_json
 from .core.settings import parser_for, resume_config, section, setting
 from .core.starter_flags import translate
@@ -88,18 +88,14 @@ def classification_loss(model: nn.Module, batch: dict) -> torch.Tensor:
     return F.cross_entropy(logits, batch["labels"])
 
 
-@torch.no_grad()
 def logits_of(model: nn.Module, examples: Records, collate: Collator, batch_size: int, lengths: list[int],
-              device: torch.device) -> torch.Tensor:
-    """The logits of every example, (N, C) in the examples' order (batched by length for speed)."""
-    was_training = model.training
-    model.eval()
-    out: dict[str, torch.Tensor] = {}
-    for batch in batches(examples, collate, batch_size, bucket=True, lengths=lengths):
-        batch = to_device(batch, device)
-        out.update(zip(batch["ids"], model(**model_inputs(batch)).float().cpu()))   # (B, C)
-    model.train(was_training)
-    return torch.stack([out[e.id] for e in examples])
+              device: torch.device, precision: str | None = None) -> torch.Tensor:
+    """The logits of every example, (N, C) in the examples' order (batched by length for speed); precision None
+    predicts under the caller's autocast, if any."""
+    split = batches(examples, collate, batch_size, bucket=True, lengths=lengths)
+    logits = predict_batches(model, split, lambda m, batch: m(**model_inputs(batch)).float().cpu(), device,
+                             precision)                                                              # each (B, C)
+    return torch.stack(in_order([e.id for e in examples], [b["ids"] for b in split], logits))        # (N, C)
 
 
 def predict(model: nn.Module, examples: Records, collate: Collator, batch_size: int, lengths: list[int],
@@ -203,8 +199,8 @@ def write_outputs(settings: Settings, paths: RunPaths, model: nn.Module, split: 
                   device: torch.device, summary: dict) -> None:
     """A split's prediction file (and with --raw-outputs its logits), its accuracy into `summary` when labelled."""
     task = settings.task
-    with autocast(device, settings.recipe.precision):  # as fit() evaluated: the dev accuracy matches its best_score
-        logits = logits_of(model, split.records, collate, settings.run.eval_batch_size, split.lengths, device)
+    logits = logits_of(model, split.records, collate, settings.run.eval_batch_size, split.lengths, device,
+                       settings.recipe.precision)  # as fit() evaluated: the dev accuracy matches its best_score
     preds = logits.argmax(-1).tolist()                                                               # (N, C) -> (N,)
     if settings.run.raw_outputs:
         write_raw(paths.predictions / f"{task}-{split.name}-raw.csv", [e.id for e in split.records], logits)

@@ -7,6 +7,7 @@ import math
 import zipfile
 
 import pytest
+import torch
 from conftest import DATA
 
 from tasks import score, submit
@@ -16,8 +17,10 @@ from tasks.core.evaluation import (
     accuracy,
     check_predictions,
     gold_records,
+    in_order,
     overall_score,
     pearson,
+    predict_batches,
     prediction_path,
     read_predictions,
     write_predictions,
@@ -150,3 +153,37 @@ def test_leaderboard_columns_are_spelled_as_the_grader_spells_them():
     assert {t: b.column for t, b in LEADERBOARD.items() if t != "cfimdb"} == {
         "sst": "Predicted_Sentiment", "para": "Predicted_Is_Paraphrase", "sts": "Predicted_Similiary"}
     assert math.isnan(LEADERBOARD["para"].parse("2")[0])
+
+
+class Probe(torch.nn.Module):
+    """Records the mode, the gradient switch and the autocast it runs under; a batch with a negative value fails."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(1))
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append((self.training, torch.is_grad_enabled(), torch.is_autocast_enabled("cpu")))
+        if (x < 0).any():
+            raise ValueError("a bad batch")
+        return x * self.w
+
+
+def test_the_prediction_loop_runs_in_eval_mode_without_gradients_and_restores_the_mode():
+    cpu, model = torch.device("cpu"), Probe().train()
+    batches = [{"x": torch.tensor([1.0, 2.0]), "ids": ["a", "b"]}, {"x": torch.tensor([3.0]), "ids": ["c"]}]
+    out = predict_batches(model, batches, lambda m, b: m(b["x"]).tolist(), cpu, "bf16")
+    assert out == [[1.0, 2.0], [3.0]] and model.training
+    assert model.seen == [(False, False, True)] * 2                          # eval, no gradients, bf16 autocast
+    assert in_order(["c", "a", "b"], [b["ids"] for b in batches], out) == [3.0, 1.0, 2.0]   # back in file order
+    model.seen.clear()
+    with torch.autocast("cpu", dtype=torch.bfloat16):                       # precision None: the caller's autocast
+        predict_batches(model, batches[:1], lambda m, b: m(b["x"]), cpu)
+    predict_batches(model, batches[:1], lambda m, b: m(b["x"]), cpu)
+    assert model.seen == [(False, False, True), (False, False, False)]
+    for mode in (True, False):                                              # an error leaves the mode as it was
+        model.train(mode)
+        with pytest.raises(ValueError, match="bad batch"):
+            predict_batches(model, [{"x": torch.tensor([-1.0])}], lambda m, b: m(b["x"]), cpu)
+        assert model.training == mode and torch.is_grad_enabled()

@@ -10,7 +10,7 @@
     precision.py      which precision each device trains in, --precision auto
     distributed.py    torchrun / DistributedDataParallel
     finetune.py       fine-tune modes: which parameters train (full, frozen, BitFit and its controls)
-    evaluation.py     metrics, prediction and raw-output files in the leaderboard's format
+    evaluation.py     the one prediction loop; metrics, prediction and raw-output files in the leaderboard's format
     errors.py         the one error path: user errors as one line, flag checks
     curves.py         per-step losses and per-epoch dev figures: JSON lines, a PNG
     starter_flags.py  the course starter code's flag spellings

@@ -8,6 +8,9 @@ spaces and the grader's spelling `Predicted_Similiary` are part of the format):
 
 They are named {task}-{split}-output.csv with task sst, para or sts (cfimdb-* for CFIMDB).
 The reader is tolerant of whitespace and of tabs in place of the comma.
+
+The one prediction loop, predict_batches, runs a model over batches in eval mode without gradients; every command
+predicts through it (and fit() evaluates in the same `evaluating` block).
 """
 
 from __future__ import annotations
@@ -16,13 +19,47 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import torch
+from torch import nn
 
-from .data import TASKS, Records
+from .data import TASKS, Records, to_device
+from .recipe import autocast
+
+T = TypeVar("T")
+
+
+@contextmanager
+def evaluating(model: nn.Module, device: torch.device, precision: str | None = None) -> Iterator[None]:
+    """Within the block: eval mode, torch.no_grad() and precision's autocast (None: the caller's, if any); the model's
+    training flag as it was afterwards, after an exception too."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), (autocast(device, precision) if precision is not None else nullcontext()):
+            yield
+    finally:
+        model.train(was_training)
+
+
+def predict_batches(model: nn.Module, batches: Iterable[dict], step: Callable[[nn.Module, dict], T],
+                    device: torch.device, precision: str | None = None) -> list[T]:
+    """step(model, batch) for every batch moved to the device, within evaluating(model, device, precision): the
+    outputs in the batches' order."""
+    with evaluating(model, device, precision):
+        return [step(model, to_device(batch, device)) for batch in batches]
+
+
+def in_order(keys: Iterable[Hashable], batch_keys: Iterable[Sequence], outputs: Iterable[Sequence]) -> list:
+    """Rows of per-batch outputs put back in the order of `keys`: outputs[b][i] is the row of batch_keys[b][i]
+    (predictions of length-sorted batches written back in file order)."""
+    rows = {key: row for names, out in zip(batch_keys, outputs) for key, row in zip(names, out)}
+    return [rows[key] for key in keys]
 
 
 def accuracy(predictions: Sequence, labels: Sequence) -> float:

@@ -52,6 +52,7 @@ from .curves import Curves, curves_path
 from .data import to_device
 from .distributed import is_main_process, rank, world_size
 from .errors import ConfigurationError, ResumeError, TrainingError
+from .evaluation import evaluating
 from .precision import check_precision, cpu_has_bf16, resolve_precision
 from .recipe import RECIPE_BEFORE, LinearSchedule, Recipe, autocast
 
@@ -370,8 +371,7 @@ class _Loop:
                  per_task: dict[str, list[float]], train_time: float) -> dict:
         """Evaluate on dev, record the epoch, keep the best state, log one line; the epoch's record."""
         t0 = time.perf_counter()
-        self.model.eval()
-        with torch.no_grad(), autocast(self.device, self.recipe.precision):
+        with evaluating(self.model, self.device, self.recipe.precision):   # eval mode, no gradients, the precision
             scores = evaluate(self.model)
         record = {"epoch": epoch + 1, "train_loss": train_loss,
                   **{f"train_loss_{t}": s / k for t, (s, k) in sorted(per_task.items())}, "train_seconds": train_time,

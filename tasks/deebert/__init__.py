@@ -40,10 +40,10 @@ from minbert.deebert import DeeBert
 from ..core import cli
 from ..core.checkpoints import load_checkpoint
 from ..core.cli import Split, start, write_split
-from ..core.data import Collator, Records, batches, hash_seed, model_inputs, to_device
+from ..core.data import Collator, Records, batches, hash_seed, model_inputs
 from ..core.distributed import is_main_process
 from ..core.errors import ConfigurationError, ResumeError
-from ..core.evaluation import raw_path, write_raw
+from ..core.evaluation import predict_batches, raw_path, write_raw
 from ..core.precision import resolve_precision
 from ..core.recipe import autocast
 from ..core.runs import RUN_FILE, RunPaths, read_run_json, resume_base, run_paths, write_run_json
@@ -95,14 +95,11 @@ def stage2_loss(model: DeeBert, batch: dict) -> torch.Tensor:
     return deebert.offramp_loss(model.stage2_logits(**model_inputs(batch)), batch["labels"])
 
 
-@torch.no_grad()
 def layer_scores(model: DeeBert, task: str, split_batches: list[dict], device: torch.device) -> list[float]:
     """Every off-ramp's dev quality when all samples are forced to leave there (the paper's Figure 3)."""
-    model.eval()
-    logits, labels = [], []
-    for b in split_batches:
-        logits.append(model.all_logits(**model_inputs(to_device(b, device))).cpu())    # (L, B, C)
-        labels += b["labels"].tolist()
+    logits = predict_batches(model, split_batches, lambda m, b: m.all_logits(**model_inputs(b)).cpu(),
+                             device)                                                    # each (L, B, C)
+    labels = [y for b in split_batches for y in b["labels"].tolist()]
     z = torch.cat(logits, dim=1)                                                        # (L, N, C)
     return [quality(task, predictions(task, z[l]), labels) for l in range(z.shape[0])]
 
@@ -120,11 +117,10 @@ def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: l
                        bucket=tr.bucket, lengths=train_split.lengths)
 
     def last_ramp(m: DeeBert) -> dict[str, float]:
-        preds, labels = [], []
-        for b in dev_batches:
-            preds += predictions(task, m(**model_inputs(to_device(b, device))).cpu())
-            labels += b["labels"].tolist()
-        return {metric: quality(task, preds, labels)}
+        preds = predict_batches(m, dev_batches, lambda net, b: predictions(task, net(**model_inputs(b)).cpu()),
+                                device)
+        labels = [y for b in dev_batches for y in b["labels"].tolist()]
+        return {metric: quality(task, [p for ps in preds for p in ps], labels)}
 
     def ramps(m: DeeBert) -> dict[str, float]:
         scores = layer_scores(m, task, dev_batches, device)

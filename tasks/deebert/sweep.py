@@ -16,8 +16,8 @@ from minbert import deebert
 from minbert.deebert import DeeBert, EntropyExit, PatienceExit
 
 from ..core.cli import Split
-from ..core.data import Collator, Records, batches, model_inputs, to_device
-from ..core.evaluation import accuracy, pearson
+from ..core.data import Collator, Records, batches, to_device
+from ..core.evaluation import accuracy, in_order, pearson, predict_batches
 from .report import savings
 from .settings import NUM_LABELS, Sweep
 from .timing import sweep
@@ -98,7 +98,6 @@ def split_halves(split: Split, seed: int) -> tuple[Split, Split]:
     return halves[0], halves[1]
 
 
-@torch.no_grad()
 def quality_table(task: str, settings: Sweep, model: DeeBert, split: Split, collate: Collator,
                   device: torch.device) -> dict:
     """Quality, drop and layers run of every setting on a split, untimed (batched exit: the same predictions as
@@ -129,16 +128,15 @@ def choose(table: dict, max_drop: float) -> dict:
     return min(swept, key=lambda r: (r["layers_run"], r["value"]), default=table["rows"][1])
 
 
-@torch.no_grad()
 def exit_predictions(model: DeeBert, task: str, split: Split, collate: Collator, rule: deebert.ExitRule,
                      device: torch.device) -> tuple[list, list[int], torch.Tensor]:
     """Early-exit predictions, exit layers and the exiting off-ramp's logits (N, C) of a split, in the file's order
     (batched exit equals batch 1)."""
-    got: dict[str, tuple] = {}
-    for b in batches(split.records, collate, EVAL_BATCH, bucket=True, lengths=split.lengths):
-        x = to_device(model_inputs(b), device)
-        o = deebert.early_exit(model, x["input_ids"], x["attention_mask"], x["token_type_ids"], rule)
+    def step(m: DeeBert, b: dict) -> list[tuple]:
+        o = deebert.early_exit(m, b["input_ids"], b["attention_mask"], b["token_type_ids"], rule)
         logits = o.logits.cpu()                                                            # (B, C)
-        got.update(zip(b["ids"], zip(predictions(task, logits), o.layers.tolist(), logits.float())))
-    rows = [got[e.id] for e in split.records]
+        return list(zip(predictions(task, logits), o.layers.tolist(), logits.float()))
+    split_batches = batches(split.records, collate, EVAL_BATCH, bucket=True, lengths=split.lengths)
+    rows = in_order([e.id for e in split.records], [b["ids"] for b in split_batches],
+                    predict_batches(model, split_batches, step, device))
     return [r[0] for r in rows], [r[1] for r in rows], torch.stack([r[2] for r in rows])

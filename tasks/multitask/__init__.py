@@ -30,12 +30,21 @@ from minbert.multitask import MultitaskBert
 from minbert.schedules import TaskSchedule
 
 from ..core.cli import start, write_split
-from ..core.data import Records, batch_indices, to_device
+from ..core.data import Records, batch_indices
 from ..core.distributed import is_main_process, world_size
 from ..core.errors import ConfigurationError
-from ..core.evaluation import accuracy, overall_score, pearson, prediction_path, raw_path, write_raw, write_text
+from ..core.evaluation import (
+    accuracy,
+    in_order,
+    overall_score,
+    pearson,
+    predict_batches,
+    prediction_path,
+    raw_path,
+    write_raw,
+    write_text,
+)
 from ..core.precision import resolve_precision
-from ..core.recipe import autocast
 from ..core.runs import RunPaths, parse_run, run_paths, write_run_json
 from ..core.settings import parser_for, resume_config
 from ..core.starter_flags import translate
@@ -48,19 +57,13 @@ from .settings import METRICS, Settings
 from .toolkit import SurgeryBatches, ToolkitLog
 
 
-@torch.no_grad()
 def outputs(model: MultitaskBert, data: Encoded, batch_size: int, device: torch.device,
             precision: str = "fp32") -> torch.Tensor:
     """The model's raw output for every record in file order: SST logits (N, C), or one value per pair (N,)."""
-    was_training = model.training
-    model.eval()
-    out: dict[int, torch.Tensor] = {}
-    for index in batch_indices(data.lengths, batch_size, shuffle=False, bucket=True):
-        batch = to_device(collate(data, index), device)
-        with autocast(device, precision):
-            out.update(zip(index, model.predict(data.task, batch).float().cpu()))
-    model.train(was_training)
-    return torch.stack([out[i] for i in range(len(data.records))])
+    index = batch_indices(data.lengths, batch_size, shuffle=False, bucket=True)
+    y = predict_batches(model, (collate(data, i) for i in index),
+                        lambda m, batch: m.predict(data.task, batch).float().cpu(), device, precision)
+    return torch.stack(in_order(range(len(data.records)), index, y))             # (N, C) or (N,)
 
 
 def predict(model: MultitaskBert, data: Encoded, batch_size: int, device: torch.device,

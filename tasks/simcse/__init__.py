@@ -49,7 +49,7 @@ from ..core.cli import seeded_sample, start
 from ..core.data import TASKS, Records, batch_indices, hash_seed, pad, token_ids
 from ..core.distributed import world_size
 from ..core.errors import ConfigurationError
-from ..core.evaluation import pearson
+from ..core.evaluation import in_order, pearson, predict_batches
 from ..core.precision import resolve_precision
 from ..core.recipe import autocast
 from ..core.runs import RUN_FILE, RunPaths, parse_run, run_paths, write_run_json
@@ -120,20 +120,19 @@ class Round(Sequence):
         return self.data.collate(self._passes[p][j])
 
 
-@torch.no_grad()
+def pair_cosines(model: SimCSE, batch: dict) -> list[float]:
+    """cos(u, v) of each pair of a batch, u and v the two sentences' embeddings."""
+    u = model.sentence_embedding(batch["input_ids_1"], batch["attention_mask_1"])     # (B, H)
+    v = model.sentence_embedding(batch["input_ids_2"], batch["attention_mask_2"])     # (B, H)
+    return F.cosine_similarity(u.float(), v.float(), dim=-1).tolist()
+
+
 def sts_zero_shot(model: SimCSE, pairs: Examples, gold: list[float], batch_size: int, device: torch.device) -> float:
     """Pearson r of cos(u, v) against the gold similarities, u and v the saved encoder's sentence embeddings."""
-    was_training = model.training
-    model.eval()
     order = sorted(range(len(pairs)), key=lambda i: len(pairs.views[0][i]) + len(pairs.views[1][i]))
-    cos = {}
-    for first in range(0, len(order), batch_size):
-        index = order[first:first + batch_size]
-        u, v = (model.sentence_embedding(*(t.to(device) for t in pad([view[i] for i in index])))
-                for view in pairs.views)
-        cos.update(zip(index, F.cosine_similarity(u.float(), v.float(), dim=-1).tolist()))
-    model.train(was_training)
-    return pearson([cos[i] for i in range(len(pairs))], gold)
+    index = [order[first:first + batch_size] for first in range(0, len(order), batch_size)]
+    cos = predict_batches(model, (pairs.collate(i) for i in index), pair_cosines, device)
+    return pearson(in_order(range(len(pairs)), index, cos), gold)
 
 
 def check(settings: Settings, paths: RunPaths) -> None:
