@@ -11,9 +11,13 @@ from tasks.core.data import (
     Collator,
     DataError,
     PairExample,
+    Passes,
     SentenceExample,
     batch_indices,
     batches,
+    epoch_order,
+    hash_seed,
+    pad_views,
     ptb_to_text,
     read_pairs,
     read_sentences,
@@ -160,3 +164,23 @@ def test_bucketed_batches_cover_every_example_once_and_are_reproducible():
     assert batch_indices(lengths, 16, shuffle=False) == [list(range(i, min(i + 16, 1000))) for i in range(0, 1000, 16)]
     with pytest.raises(ValueError, match="lengths"):
         batches([1, 2, 3], None, 2, bucket=True)
+
+
+def test_an_epoch_is_drawn_from_seed_and_epoch_alone_and_passes_continue_as_a_stream():
+    lengths = [(7 * i) % 53 for i in range(100)]
+    for bucket in (False, True):
+        a = epoch_order(lengths, 16, 3, 1, bucket=bucket)
+        assert a == batch_indices(lengths, 16, shuffle=True, seed=hash_seed(3, 1), bucket=bucket)
+        assert sorted(i for b in a for i in b) == list(range(100)) and a != epoch_order(lengths, 16, 3, 2, bucket=bucket)
+        stream = Passes(lengths, 16, 3, bucket=bucket)                 # 7 batches a pass: 15 batches reach pass 3
+        assert stream.per_pass == 7
+        passes = [epoch_order(lengths, 16, 3, k, bucket=bucket) for k in range(3)]
+        assert [stream.batch(i) for i in range(15)] == passes[0] + passes[1] + passes[2][:1]
+
+
+def test_each_view_of_a_batch_is_padded_to_its_own_longest():
+    one = pad_views([[[5, 6, 7], [8]]])
+    assert list(one) == ["input_ids", "attention_mask"] and one["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
+    three = pad_views([[[5, 6]], [[7]], [[8, 9, 10]]])
+    assert list(three) == [f"{name}_{k}" for k in (1, 2, 3) for name in ("input_ids", "attention_mask")]
+    assert three["attention_mask_1"].tolist() == [[1, 1]] and three["input_ids_3"].shape == (1, 3)

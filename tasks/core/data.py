@@ -12,6 +12,10 @@ needs no special case. A row with the wrong number of columns, an empty or repea
 empty sentence, or an empty, unparsable or out-of-range label is skipped and recorded (file,
 line, reason); the caller prints `records.summary()`, or passes strict=True to stop at the
 first bad row. Rows are never dropped silently.
+
+Batching, for every command: an epoch's order drawn from (seed, epoch, ...) alone (epoch_order; Passes for a stream
+of passes), cut into batches of indices, length-grouped or not (batch_indices), and padded (pad, pad_views; Collator
+tokenises records and pads them through the tokenizer).
 """
 
 from __future__ import annotations
@@ -325,6 +329,31 @@ def batch_indices(lengths: Sequence[int], batch_size: int, shuffle: bool, seed: 
     return batches
 
 
+def epoch_order(lengths: Sequence[int], batch_size: int, seed: int, *epoch: int, bucket: bool = False
+                ) -> list[list[int]]:
+    """One epoch (a pass over the examples) as batches of indices, shuffled from hash_seed(seed, *epoch) alone (the
+    epoch, and whatever else tells a run's passes apart), so that a resumed run draws the same batches; bucket:
+    length-grouped (batch_indices)."""
+    return batch_indices(lengths, batch_size, shuffle=True, seed=hash_seed(seed, *epoch), bucket=bucket)
+
+
+class Passes:
+    """A stream of shuffled passes over one set of examples, pass k drawn from (*seed, k) alone (epoch_order) when
+    first needed: for runs whose rounds are not one pass each (a task's share of a multitask epoch, SimCSE's rounds)."""
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, *seed: int, bucket: bool = False):
+        self.lengths, self.batch_size, self.seed, self.bucket = lengths, batch_size, seed, bucket
+        self.per_pass = -(-len(lengths) // batch_size)            # batches in a pass
+        self._drawn: dict[int, list[list[int]]] = {}
+
+    def batch(self, i: int) -> list[int]:
+        """The stream's i-th batch of example indices: batch i % per_pass of pass i // per_pass."""
+        k, j = divmod(i, self.per_pass)
+        if k not in self._drawn:
+            self._drawn[k] = epoch_order(self.lengths, self.batch_size, *self.seed, k, bucket=self.bucket)
+        return self._drawn[k][j]
+
+
 def token_lengths(examples: Sequence[SentenceExample | PairExample], tokenizer: Tokenizer) -> list[int]:
     """Each example's length in tokens with [CLS] and [SEP], truncated as the tokenizer truncates."""
     if examples and isinstance(examples[0], PairExample):
@@ -334,13 +363,24 @@ def token_lengths(examples: Sequence[SentenceExample | PairExample], tokenizer: 
     return [sum(enc.attention_mask) for enc in encodings]
 
 
+def _lengths(examples: Sequence, bucket: bool, lengths: Sequence[int] | None) -> Sequence[int]:
+    if bucket and lengths is None:
+        raise ValueError("bucketed batching needs the examples' lengths (token_lengths)")
+    return lengths if lengths is not None else [0] * len(examples)
+
+
 def batches(examples: Sequence, collate: Collator, batch_size: int, shuffle: bool = False, seed: int = 0,
             bucket: bool = False, lengths: Sequence[int] | None = None) -> list[dict]:
     """Collated batches of an epoch (see batch_indices); pass lengths when bucket is set."""
-    if bucket and lengths is None:
-        raise ValueError("bucketed batching needs the examples' lengths (token_lengths)")
-    idx = batch_indices(lengths if lengths is not None else [0] * len(examples), batch_size, shuffle, seed, bucket)
+    idx = batch_indices(_lengths(examples, bucket, lengths), batch_size, shuffle, seed, bucket)
     return [collate([examples[i] for i in b]) for b in idx]
+
+
+def train_batches(examples: Sequence, collate: Collator, batch_size: int, seed: int, epoch: int,
+                  bucket: bool = False, lengths: Sequence[int] | None = None) -> list[dict]:
+    """The collated batches of training epoch `epoch`, in the order epoch_order draws from (seed, epoch)."""
+    order = epoch_order(_lengths(examples, bucket, lengths), batch_size, seed, epoch, bucket=bucket)
+    return [collate([examples[i] for i in b]) for b in order]
 
 
 def token_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
@@ -357,6 +397,18 @@ def pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         ids[i, :len(s)] = torch.tensor(s)
         mask[i, :len(s)] = 1
     return ids, mask                                            # (B, T) each, right-padded with 0
+
+
+def pad_views(views: Sequence[Sequence[list[int]]]) -> dict[str, torch.Tensor]:
+    """A batch's token id lists, one list per view (a sentence; a pair's first and second; ...), each padded (pad):
+    input_ids and attention_mask for one view, input_ids_k and attention_mask_k (k = 1, 2, ...) for several."""
+    if len(views) == 1:
+        ids, mask = pad(list(views[0]))
+        return {"input_ids": ids, "attention_mask": mask}
+    out = {}
+    for k, view in enumerate(views, start=1):
+        out[f"input_ids_{k}"], out[f"attention_mask_{k}"] = pad(list(view))
+    return out
 
 
 def hash_seed(*parts: int) -> int:

@@ -40,7 +40,7 @@ from minbert.deebert import DeeBert
 from ..core import cli
 from ..core.checkpoints import load_checkpoint
 from ..core.cli import Split, start, write_split
-from ..core.data import Collator, Records, batches, hash_seed, model_inputs
+from ..core.data import Collator, Records, batches, model_inputs, train_batches
 from ..core.distributed import is_main_process
 from ..core.errors import ConfigurationError, ResumeError
 from ..core.evaluation import predict_batches, raw_path, write_raw
@@ -113,8 +113,8 @@ def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: l
     config = resume_config(settings) | {"command": "deebert"}
 
     def epoch_batches(epoch: int) -> list[dict]:
-        return batches(train_split.records, collate, tr.batch_size, shuffle=True, seed=hash_seed(tr.seed, epoch),
-                       bucket=tr.bucket, lengths=train_split.lengths)
+        return train_batches(train_split.records, collate, tr.batch_size, tr.seed, epoch, tr.bucket,
+                             train_split.lengths)
 
     def last_ramp(m: DeeBert) -> dict[str, float]:
         preds = predict_batches(m, dev_batches, lambda net, b: predictions(task, net(**model_inputs(b)).cpu()),

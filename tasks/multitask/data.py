@@ -1,7 +1,8 @@
-"""The multitask CLI's data: each task's file (train, dev or test) read and tokenised once (Encoded), batches collated
-from token ids, and one epoch's batches in a task schedule's order (EpochBatches), each task's passes shuffled
-from (seed, epoch, task, pass) alone, so that a resumed run draws the same batches as an uninterrupted one.
-tasks.multitask trains on it; tasks.simcse reuses its tokenising, padding and seeding.
+"""The multitask CLI's data: each task's file (train, dev or test) read and tokenised once (Encoded), a task's batches
+collated from token ids, and one epoch's batches in a task schedule's order (EpochBatches), each task's passes
+drawn by tasks.core.data.Passes from (seed, epoch, task, pass) alone, so that a resumed run draws the same batches as
+an uninterrupted one. The ordering, cutting and padding are the core's; what is the multitask's own is which task a
+batch belongs to, the schedule across the tasks, the pairs and their random order (swap_pairs).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from minbert.multitask import TASK_NAMES
 from minbert.schedules import TaskSchedule, num_batches_of
 
 from ..core.cli import read_records
-from ..core.data import PairExample, Records, batch_indices, hash_seed, pad, token_ids
+from ..core.data import PairExample, Passes, Records, hash_seed, pad_views, token_ids
 
 
 @dataclass
@@ -54,14 +55,13 @@ def collate(data: Encoded, index: Sequence[int], swap: Sequence[bool] | None = N
     swap[k] true puts the k-th pair's sentences in the other order."""
     out: dict = {"task": data.task, "ids": [data.records[i].id for i in index]}
     if data.ids2 is None:
-        out["input_ids"], out["attention_mask"] = pad([data.ids[i] for i in index])
+        out |= pad_views([[data.ids[i] for i in index]])
         out["token_type_ids"] = torch.zeros_like(out["input_ids"])
     else:
         swap = swap or [False] * len(index)
         first = [data.ids2[i] if s else data.ids[i] for i, s in zip(index, swap)]
         second = [data.ids[i] if s else data.ids2[i] for i, s in zip(index, swap)]
-        out["input_ids_1"], out["attention_mask_1"] = pad(first)
-        out["input_ids_2"], out["attention_mask_2"] = pad(second)
+        out |= pad_views([first, second])
     if data.records.labelled:
         dtype = torch.long if data.task == "sst" else torch.float
         out["labels"] = torch.tensor([data.records[i].label for i in index], dtype=dtype)  # (B,)
@@ -74,27 +74,18 @@ class EpochBatches(Sequence):
 
     def __init__(self, train: dict[str, Encoded], schedule: TaskSchedule, batch_size: int, epoch: int,
                  epochs: int, seed: int, bucket: bool = True, swap_pairs: bool = False):
-        self.train, self.batch_size, self.bucket, self.swap_pairs = train, batch_size, bucket, swap_pairs
-        self.seed, self.epoch = seed, epoch
+        self.train, self.swap_pairs, self.seed, self.epoch = train, swap_pairs, seed, epoch
         self.num_batches = num_batches_of({t: len(d.records) for t, d in train.items()}, batch_size)
         self.order = schedule.order(self.num_batches, epoch, epochs, seed)
-        self._passes: dict[tuple[str, int], list[list[int]]] = {}
-
-    def task_pass(self, task: str, k: int) -> list[list[int]]:
-        """The k-th shuffled pass over a task's training examples this epoch, as batches of indices."""
-        if (task, k) not in self._passes:
-            seed = hash_seed(self.seed, self.epoch, TASK_NAMES.index(task), k)
-            self._passes[(task, k)] = batch_indices(self.train[task].lengths, self.batch_size, shuffle=True,
-                                                    seed=seed, bucket=self.bucket)
-        return self._passes[(task, k)]
+        self.passes = {t: Passes(d.lengths, batch_size, seed, epoch, TASK_NAMES.index(t), bucket=bucket)
+                       for t, d in train.items()}   # a task's j-th batch this epoch: passes[task].batch(j)
 
     def __len__(self) -> int:
         return len(self.order)
 
     def __getitem__(self, i: int) -> dict:
         task, j = self.order[i]
-        n = self.num_batches[task]
-        index = self.task_pass(task, j // n)[j % n]
+        index = self.passes[task].batch(j)
         swap = None
         if self.swap_pairs and self.train[task].ids2 is not None:
             rng = random.Random(hash_seed(self.seed, self.epoch, TASK_NAMES.index(task), j, 1))

@@ -46,7 +46,7 @@ from minbert.hub import OPTIONAL as TOKENIZER_FILES
 from minbert.simcse import SimCSE
 
 from ..core.cli import seeded_sample, start
-from ..core.data import TASKS, Records, batch_indices, hash_seed, pad, token_ids
+from ..core.data import TASKS, Passes, Records, batch_indices, pad_views, token_ids
 from ..core.distributed import world_size
 from ..core.errors import ConfigurationError
 from ..core.evaluation import in_order, pearson, predict_batches
@@ -77,12 +77,7 @@ class Examples:
 
     def collate(self, index: Sequence[int]) -> dict:
         """input_ids/attention_mask for sentences; input_ids_k/attention_mask_k (k = 1, 2, 3) and labels for pairs."""
-        if len(self.views) == 1:
-            ids, mask = pad([self.views[0][i] for i in index])
-            return {"input_ids": ids, "attention_mask": mask}
-        out = {}
-        for k, view in enumerate(self.views, start=1):
-            out[f"input_ids_{k}"], out[f"attention_mask_{k}"] = pad([view[i] for i in index])
+        out = pad_views([[view[i] for i in index] for view in self.views])
         if self.labels is not None:
             out["labels"] = torch.tensor([self.labels[i] for i in index], dtype=torch.float)  # (B,)
         return out
@@ -98,14 +93,12 @@ def plan(examples: int, batch_size: int, epochs: int, eval_every: int) -> tuple[
 
 
 class Round(Sequence):
-    """Evaluation round k: steps [k N, (k + 1) N) of a stream of passes over the examples, each pass shuffled
-    from (seed, pass) alone, so a run resumed at a round boundary goes on as an uninterrupted one."""
+    """Evaluation round k: steps [k N, (k + 1) N) of a stream of passes over the examples (tasks.core.data.Passes),
+    each pass shuffled from (seed, pass) alone, so a run resumed at a round boundary goes on as an uninterrupted one."""
 
     def __init__(self, data: Examples, batch_size: int, every: int, seed: int, k: int):
-        self.data, self.batch_size, self.seed = data, batch_size, seed
+        self.data, self.passes = data, Passes([0] * len(data), batch_size, seed)
         self.first, self.last = k * every, (k + 1) * every
-        self.per_pass = -(-len(data) // batch_size)
-        self._passes: dict[int, list[list[int]]] = {}
 
     def __len__(self) -> int:
         return self.last - self.first
@@ -113,11 +106,7 @@ class Round(Sequence):
     def __getitem__(self, i: int) -> dict:
         if not 0 <= i < len(self):
             raise IndexError(i)
-        p, j = divmod(self.first + i, self.per_pass)
-        if p not in self._passes:
-            self._passes[p] = batch_indices([0] * len(self.data), self.batch_size, shuffle=True,
-                                            seed=hash_seed(self.seed, p))
-        return self.data.collate(self._passes[p][j])
+        return self.data.collate(self.passes.batch(self.first + i))
 
 
 def pair_cosines(model: SimCSE, batch: dict) -> list[float]:
@@ -129,8 +118,9 @@ def pair_cosines(model: SimCSE, batch: dict) -> list[float]:
 
 def sts_zero_shot(model: SimCSE, pairs: Examples, gold: list[float], batch_size: int, device: torch.device) -> float:
     """Pearson r of cos(u, v) against the gold similarities, u and v the saved encoder's sentence embeddings."""
-    order = sorted(range(len(pairs)), key=lambda i: len(pairs.views[0][i]) + len(pairs.views[1][i]))
-    index = [order[first:first + batch_size] for first in range(0, len(order), batch_size)]
+    lengths = [len(a) + len(b) for a, b in zip(pairs.views[0], pairs.views[1])]
+    # one pool of all the pairs: sorted by length over the whole file, then cut into batches
+    index = batch_indices(lengths, batch_size, shuffle=False, bucket=True, pool=max(len(lengths), 1))
     cos = predict_batches(model, (pairs.collate(i) for i in index), pair_cosines, device)
     return pearson(in_order(range(len(pairs)), index, cos), gold)
 

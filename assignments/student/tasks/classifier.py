@@ -23,7 +23,7 @@ import minbert
 from minbert.pooling import POOLINGS
 
 from .core.cli import Split, Training, load_split, start, write_split
-from .core.data import TASKS, Collator, Records, batches, hash_seed, model_inputs
+from .core.data import TASKS, Collator, Records, batches, model_inputs, train_batches
 from .core.distributed import is_main_process
 from .core.errors import ConfigurationError, existing_file, run_cli
 from .core.evaluation import LEADERBOARD, accuracy, in_order, predict_batches, prediction_path, write_raw
@@ -159,8 +159,7 @@ def run(settings: Settings) -> dict:
     collate = Collator(tokenizer)
 
     def epoch_batches(epoch: int) -> list[dict]:
-        return batches(train.records, collate, tr.batch_size, shuffle=True, seed=hash_seed(tr.seed, epoch),
-                       bucket=tr.bucket, lengths=train.lengths)
+        return train_batches(train.records, collate, tr.batch_size, tr.seed, epoch, tr.bucket, train.lengths)
 
     def evaluate(m: nn.Module) -> dict[str, float]:
         preds = predict(m, dev.records, collate, settings.run.eval_batch_size, dev.lengths, device)
