@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 import minbert
 from minbert.multitask import SMART_KINDS, MultitaskBert, MultitaskConfig
 from minbert.smart import PRESETS, SmartConfig, adversarial_perturbation, divergence
-from tasks.multitask.data import TASKS, collate, load
+from tasks.core.data import TASKS
+from tasks.multitask.data import collate, load
 
 
 def gradient_share(f, x: list[torch.Tensor], target: torch.Tensor, kind: str, config: SmartConfig) -> float:

@@ -203,11 +203,11 @@ def test_without_optuna_the_search_says_how_to_install_it(tmp_path, capsys, monk
 
 def test_the_committed_main_job_space_reads_and_its_first_trial_is_the_main_job_at_a_smaller_sample():
     space = load_space(ROOT / "tasks" / "search" / "main-job-space.json")
-    assert space.command == "multitask" and len(space.params) == 6
+    assert space.command == "multitask" and len(space.params) == 7
     first = dump(space.settings(space.enqueue[0], "runs/x"))
     main_job = json.loads((ROOT / "tasks" / "multitask" / "main-job.json").read_text())
     for section, values in main_job.items():
         for key, value in values.items():
-            if (section, key) not in {("training", "max_train_examples"), ("run", "run_dir")}:
+            if (section, key) not in {("training", "max_train_examples"), ("run", "run_dir"), ("run", "threads")}:
                 assert first[section][key] == value, (section, key)
-    assert first["training"]["max_train_examples"] == 1500
+    assert first["training"]["max_train_examples"] == 2500
