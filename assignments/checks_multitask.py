@@ -229,8 +229,8 @@ def check_para_loss() -> None:
             loss = paraphrase_loss(logit, labels)
         except (RuntimeError, IndexError, ValueError) as e:
             if isinstance(e, RuntimeError) and dtype == torch.long:
-                e.add_note("(with labels of dtype long) The labels may arrive as integers, as tasks/core/data.py's "
-                           "Collator makes them: convert them with labels.to(logit.dtype) first")
+                e.add_note("(with labels of dtype long) The labels may arrive as integers, as tasks/core/batching.py's "
+                           "collate makes class labels: convert them with labels.to(logit.dtype) first")
             else:
                 e.add_note("(logit (4,), labels (4,)) There is one logit per pair, not one per class: softmax "
                            "cross-entropy does not apply; use binary cross-entropy of sigmoid(logit)")

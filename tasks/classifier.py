@@ -22,8 +22,9 @@ from torch import nn
 import minbert
 from minbert.pooling import POOLINGS
 
-from .core.cli import Split, Training, load_split, start, write_split
-from .core.data import TASKS, Collator, Records, batches, model_inputs, train_batches
+from .core.batching import Split, batches, model_inputs, train_batches
+from .core.cli import Training, load_split, start, write_split
+from .core.data import TASKS
 from .core.distributed import is_main_process
 from .core.errors import ConfigurationError, existing_file, run_cli
 from .core.evaluation import LEADERBOARD, accuracy, in_order, predict_batches, prediction_path, write_raw
@@ -88,20 +89,19 @@ def classification_loss(model: nn.Module, batch: dict) -> torch.Tensor:
     return F.cross_entropy(logits, batch["labels"])
 
 
-def logits_of(model: nn.Module, examples: Records, collate: Collator, batch_size: int, lengths: list[int],
-              device: torch.device, precision: str | None = None) -> torch.Tensor:
-    """The logits of every example, (N, C) in the examples' order (batched by length for speed); precision None
-    predicts under the caller's autocast, if any."""
-    split = batches(examples, collate, batch_size, bucket=True, lengths=lengths)
-    logits = predict_batches(model, split, lambda m, batch: m(**model_inputs(batch)).float().cpu(), device,
+def logits_of(model: nn.Module, split: Split, batch_size: int, device: torch.device,
+              precision: str | None = None) -> torch.Tensor:
+    """The logits of every example of a split, (N, C) in the file's order (batched by length for speed); precision
+    None predicts under the caller's autocast, if any."""
+    split_batches = batches(split, batch_size, bucket=True)
+    logits = predict_batches(model, split_batches, lambda m, batch: m(**model_inputs(batch)).float().cpu(), device,
                              precision)                                                              # each (B, C)
-    return torch.stack(in_order([e.id for e in examples], [b["ids"] for b in split], logits))        # (N, C)
+    return torch.stack(in_order([e.id for e in split.records], [b["ids"] for b in split_batches], logits))  # (N, C)
 
 
-def predict(model: nn.Module, examples: Records, collate: Collator, batch_size: int, lengths: list[int],
-            device: torch.device) -> list[int]:
-    """The argmax class of every example, in the examples' order."""
-    return logits_of(model, examples, collate, batch_size, lengths, device).argmax(-1).tolist()
+def predict(model: nn.Module, split: Split, batch_size: int, device: torch.device) -> list[int]:
+    """The argmax class of every example, in the file's order."""
+    return logits_of(model, split, batch_size, device).argmax(-1).tolist()
 
 
 @dataclass
@@ -164,13 +164,11 @@ def run(settings: Settings) -> dict:
               f"{sum(p.numel() for p in model.parameters()):,} parameters; lr {lr:g}; device {device}; run "
               f"{paths.dir}", file=sys.stderr)
 
-    collate = Collator(tokenizer)
-
     def epoch_batches(epoch: int) -> list[dict]:
-        return train_batches(train.records, collate, tr.batch_size, tr.seed, epoch, tr.bucket, train.lengths)
+        return train_batches(train, tr.batch_size, tr.seed, epoch, tr.bucket)
 
     def evaluate(m: nn.Module) -> dict[str, float]:
-        preds = predict(m, dev.records, collate, settings.run.eval_batch_size, dev.lengths, device)
+        preds = predict(m, dev, settings.run.eval_batch_size, device)
         return {"accuracy": accuracy(preds, [e.label for e in dev.records])}
 
     post_step = (lambda m: mode.post_step(m, ft)) if mode.post_step is not None else None
@@ -188,17 +186,17 @@ def run(settings: Settings) -> dict:
         mode.after_fit(model, ft, {"task": task, "model": tr.model, "pooling": tr.pooling,
                                    "fine_tune_mode": ft.fine_tune_mode, "bitfit_terms": ft.bitfit_terms})
     for split in (dev, test):
-        write_outputs(settings, paths, model, split, collate, device, summary)
+        write_outputs(settings, paths, model, split, device, summary)
     write_run_json(paths, "classifier", settings, result={k: v for k, v in summary.items() if k != "history"})
     print(f"best dev accuracy {result.best_score:.4f} at epoch {result.best_epoch}")
     return summary
 
 
-def write_outputs(settings: Settings, paths: RunPaths, model: nn.Module, split: Split, collate: Collator,
-                  device: torch.device, summary: dict) -> None:
+def write_outputs(settings: Settings, paths: RunPaths, model: nn.Module, split: Split, device: torch.device,
+                  summary: dict) -> None:
     """A split's prediction file (and with --raw-outputs its logits), its accuracy into `summary` when labelled."""
     task = settings.task
-    logits = logits_of(model, split.records, collate, settings.run.eval_batch_size, split.lengths, device,
+    logits = logits_of(model, split, settings.run.eval_batch_size, device,
                        settings.recipe.precision)  # as fit() evaluated: the dev accuracy matches its best_score
     preds = logits.argmax(-1).tolist()                                                               # (N, C) -> (N,)
     if settings.run.raw_outputs:

@@ -29,7 +29,7 @@ from minbert.multitask import MultitaskBert
 
 from .core.checkpoints import load_checkpoint
 from .core.cli import DEVICES
-from .core.data import TASKS, Collator
+from .core.data import TASKS
 from .core.errors import ConfigurationError, run_cli
 from .core.evaluation import prediction_path, raw_path, write_predictions, write_raw
 from .core.recipe import autocast
@@ -194,11 +194,11 @@ def predict_classifier(args: Request, settings: dict, state: dict, device: torch
     load_weights(model, state, args.checkpoint)
     model.to(device).eval()
     tokenizer = minbert.Tokenizer.from_pretrained(settings.get("model", "minilm"), max_length=settings.get("max_length"))
-    collate, written = Collator(tokenizer), []
+    written = []
     for split in args.splits:
         s = load_split(split, single_files(args, settings, task, split), task, tokenizer)
         with autocast(device, settings.get("precision", "fp32")):
-            logits = logits_of(model, s.records, collate, args.eval_batch_size, s.lengths, device)   # (N, C)
+            logits = logits_of(model, s, args.eval_batch_size, device)   # (N, C)
         ids = [e.id for e in s.records]
         written.append(write_predictions(prediction_path(args.out, task, split), task, ids, logits.argmax(-1).tolist()))
         if args.raw_outputs:
@@ -225,11 +225,11 @@ def predict_deebert(args: Request, settings: dict, state: dict, device: torch.de
     load_weights(model, state, args.checkpoint)
     model.to(device).eval()
     tokenizer = minbert.Tokenizer.from_pretrained(stored.training.model, max_length=stored.training.max_length)
-    collate, written = Collator(tokenizer, float_labels=task == "sts"), []
+    written = []
     for split in args.splits:
         s = load_split(split, single_files(args, settings, SOURCE[task], split), task, tokenizer)
         with autocast(device, stored.recipe.precision):                 # as the run predicted
-            preds, _, logits = exit_predictions(model, task, s, collate, sweep.rule(value), device)
+            preds, _, logits = exit_predictions(model, task, s, sweep.rule(value), device)
         ids = [e.id for e in s.records]
         written.append(write_predictions(prediction_path(args.out, task, split), BOARD[task], ids, preds))
         if args.raw_outputs:

@@ -23,7 +23,7 @@ import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from tasks import score as score_cli
 from tasks.core import train as train_module
-from tasks.core.data import pad as _pad
+from tasks.core.batching import pad as _pad
 from tasks.core.train import load_checkpoint
 from tasks.multitask import load, parse_settings, run
 

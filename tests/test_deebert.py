@@ -16,7 +16,8 @@ from minbert import deebert
 from minbert.deebert import DeeBert, DeeBertConfig, EntropyExit, PatienceExit, early_exit, entropy, exit_from_logits
 from tasks import deebert as cli
 from tasks.classifier import SentimentClassifier
-from tasks.core.data import TASKS, Collator, batches
+from tasks.core.batching import batches
+from tasks.core.data import TASKS
 from tasks.core.errors import ConfigurationError
 from tasks.core.evaluation import check_predictions
 from tasks.core.train import fit
@@ -201,8 +202,7 @@ def test_batched_patience_on_a_regression_equals_batch_one(tiny_dir, tokenizer):
 def train_batches(tokenizer):
     """32 binary SST training sentences, batches of 8 drawn from the epoch."""
     split = cli.load_split("train", DATA / "ids-sst-train.csv", "sst2", tokenizer, limit=32, seed=0)
-    collate = Collator(tokenizer)
-    return lambda epoch: batches(split.records, collate, 8, shuffle=True, seed=epoch)
+    return lambda epoch: batches(split, 8, shuffle=True, seed=epoch)
 
 
 def test_stage_two_leaves_every_stage_one_parameter_bit_identical_and_computes_no_gradient_for_it(
@@ -308,8 +308,8 @@ def test_cli_sts_exits_by_patience(tiny_dir, tmp_path):
         dev = cli.split_halves(dev, summary["settings"]["training"]["seed"])[1]
     records = dev.records
     with torch.no_grad():
-        y = model.all_logits(**{k: v for k, v in Collator(tokenizer)(
-            list(records)).items() if k in ("input_ids", "attention_mask", "token_type_ids")})[..., 0]  # (L, N)
+        pairs = tokenizer([r.sentence1 for r in records], [r.sentence2 for r in records])   # the pairs' tokens
+        y = model.all_logits(**pairs)[..., 0]                                                  # (L, N)
     L, N = y.shape
     layers = [next((l for l in range(2, L) if abs(y[l - 1, i] - y[l - 2, i]) < 0.5), L) for i in range(N)]
     p1 = summary["rows"][1]

@@ -6,22 +6,17 @@ import pytest
 import torch
 from conftest import DATA
 
+import minbert
+from tasks.core.batching import Passes, batch_indices, collate, epoch_order, hash_seed, pad_views, tokenise
 from tasks.core.data import (
     TASKS,
-    Collator,
     DataError,
     PairExample,
-    Passes,
+    Records,
     SentenceExample,
-    batch_indices,
-    batches,
-    epoch_order,
-    hash_seed,
-    pad_views,
     ptb_to_text,
     read_pairs,
     read_sentences,
-    token_lengths,
     unquote,
 )
 
@@ -138,17 +133,50 @@ def test_sts_range_and_wrong_headers(tmp_path):
 
 def test_collate_pads_to_the_longest_and_carries_labels_and_ids(tokenizer):
     records = read_sentences(DATA / "ids-sst-dev.csv")[:4]
-    batch = Collator(tokenizer)(records)
-    lengths = token_lengths(records, tokenizer)
-    assert batch["input_ids"].shape == (4, max(lengths))
-    assert batch["attention_mask"].sum(1).tolist() == lengths
+    split = tokenise("dev", records, tokenizer)
+    batch = collate(split, range(4))
+    assert batch["input_ids"].shape == (4, max(split.lengths))
+    assert batch["attention_mask"].sum(1).tolist() == split.lengths
     assert batch["labels"].dtype == torch.long and batch["labels"].tolist() == [r.label for r in records]
     assert batch["ids"] == [r.id for r in records]
     pairs = read_pairs(DATA / "sts-dev.csv", TASKS["sts"].label)[:3]
-    pb = Collator(tokenizer, float_labels=True)(pairs)
+    pb = collate(tokenise("dev", pairs, tokenizer, float_labels=True), [2, 0])
     assert pb["labels"].dtype == torch.float and pb["token_type_ids"].max() == 1
-    unlabelled = Collator(tokenizer)(read_sentences(DATA / "ids-sst-test-student.csv")[:2])
+    assert pb["ids"] == [pairs[2].id, pairs[0].id]
+    unlabelled = collate(tokenise("test", read_sentences(DATA / "ids-sst-test-student.csv")[:2], tokenizer), [0, 1])
     assert "labels" not in unlabelled
+
+
+@pytest.mark.parametrize("max_length", [None, 9, 16])
+def test_a_batch_cut_from_the_stored_ids_is_the_tokenizers_batch_bit_for_bit(minilm_dir, tmp_path, max_length):
+    """Tokenised once, then cut and padded: the same tensors as the tokenizer gives the batch's sentences (a pair
+    truncated together, longest first), also where [PAD] is not id 0."""
+    vocab = (minilm_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    vocab[0], vocab[7] = vocab[7], vocab[0]                                    # [PAD] is id 7
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    for tokenizer in (minbert.Tokenizer.from_pretrained("minilm", max_length=max_length),
+                      minbert.Tokenizer.from_vocab(tmp_path / "vocab.txt", max_length=max_length or 512)):
+        singles = read_sentences(DATA / "ids-cfimdb-dev.csv")[:12]
+        pairs = read_pairs(DATA / "sts-dev.csv", TASKS["sts"].label)[:12]
+        for records, texts in ((singles, lambda ex: [[e.sentence for e in ex]]),
+                               (pairs, lambda ex: [[e.sentence1 for e in ex], [e.sentence2 for e in ex]])):
+            split = tokenise("dev", records, tokenizer)
+            for index in ([3, 0, 7], list(range(12)), [5]):
+                got, want = collate(split, index), tokenizer(*texts([records[i] for i in index]))
+                for k in ("input_ids", "attention_mask", "token_type_ids"):
+                    assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k]), (k, index)
+    assert tokenizer.pad_token_id == 7 and split.pad_id == 7
+
+
+def test_a_subset_keeps_each_examples_ids(tokenizer):
+    records = read_pairs(DATA / "sts-dev.csv", TASKS["sts"].label)
+    pairs = Records(records[:6], records.path, records.labelled, records.skipped)
+    split = tokenise("dev", pairs, tokenizer, float_labels=True)
+    part = split.subset("half", [4, 1])
+    assert [r.id for r in part.records] == [pairs[4].id, pairs[1].id] and part.name == "half" and part.float_labels
+    assert part.ids == [split.ids[4], split.ids[1]] and part.type_ids == [split.type_ids[4], split.type_ids[1]]
+    assert all(torch.equal(a, b) for a, b in zip(collate(part, [0, 1]).values(), collate(split, [4, 1]).values())
+               if isinstance(a, torch.Tensor))
 
 
 def test_bucketed_batches_cover_every_example_once_and_are_reproducible():
@@ -162,8 +190,6 @@ def test_bucketed_batches_cover_every_example_once_and_are_reproducible():
     plain_spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in plain) / len(plain)
     assert spread < plain_spread / 4                              # bucketing groups similar lengths
     assert batch_indices(lengths, 16, shuffle=False) == [list(range(i, min(i + 16, 1000))) for i in range(0, 1000, 16)]
-    with pytest.raises(ValueError, match="lengths"):
-        batches([1, 2, 3], None, 2, bucket=True)
 
 
 def test_an_epoch_is_drawn_from_seed_and_epoch_alone_and_passes_continue_as_a_stream():

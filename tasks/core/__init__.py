@@ -3,7 +3,8 @@
     settings.py       typed settings: flags generated from dataclass fields, --config FILE, --print-config
     runs.py           a directory per run: run.json, the checkpoint, curves, predictions/; --resume DIR
     cli.py            the Training section every command shares, set-up, reading a split, writing predictions
-    data.py           the task files' readers (errors with file and line) and the one batching pipeline
+    data.py           the task files' readers (errors with file and line)
+    batching.py       the one batching pipeline: a file tokenised once, batches drawn, cut and padded from its ids
     train.py          the one training loop: epochs, dev selection, checkpoints (also mid-epoch), exact resume
     checkpoints.py    training checkpoints, written atomically, read back checked, RNG states
     recipe.py         the fine-tuning recipe (warm-up and decay, clipping, accumulation, the optimiser)

@@ -1,6 +1,6 @@
 """What every training command shares below its settings: the Training section (the model, the sample, the loop's
 size; a command redeclares a field to change its default), the set-up (device, threads, seed, tokenizer), one seeded
-reader of a task's split and one writer of a split's prediction file.
+reader of a task's split (tokenised once) and one writer of a split's prediction file.
 
     device, tokenizer = start(run.device, run.threads, training.seed, training.model, training.max_length)
     train = load_split("train", path, "sst", tokenizer, training.max_train_examples, training.seed)
@@ -20,7 +20,8 @@ import torch
 import minbert
 from minbert.pooling import POOLINGS
 
-from .data import TASKS, Records, token_lengths
+from .batching import Split, tokenise
+from .data import TASKS, Records
 from .distributed import is_main_process
 from .errors import ConfigurationError, nonnegative_float, positive_float, positive_int, probability
 from .evaluation import write_predictions
@@ -90,20 +91,11 @@ def read_records(path: str | Path, task: str, limit: int | None = None, seed: in
     return records
 
 
-@dataclass
-class Split:
-    """One loaded file with its token lengths (for bucketing)."""
-
-    name: str
-    records: Records
-    lengths: list[int]
-
-
 def load_split(name: str, path: str | Path, task: str, tokenizer: minbert.Tokenizer, limit: int | None = None,
                seed: int | str = 0, convert: Callable[[Records], Records] | None = None) -> Split:
-    """read_records, with each record's token length."""
+    """read_records, tokenised once (tokenise): the split's batches are all cut from its token ids."""
     records = read_records(path, task, limit, seed, convert)
-    return Split(name, records, token_lengths(records, tokenizer))
+    return tokenise(name, records, tokenizer, float_labels=TASKS[task].label.kind == "float")
 
 
 def write_split(path: str | Path, board: str, records: Records, preds: list, metric: str,

@@ -1,4 +1,4 @@
-"""Readers for the CS224N task files, and batching: typed records, every bad row reported by file and line.
+"""Readers for the CS224N task files: typed records, every bad row reported by file and line.
 
 The four formats (tab-separated, Python-csv quoting, an unnamed pandas index first):
 
@@ -11,11 +11,7 @@ Columns are found by their header name, so the extra index column of the test-st
 needs no special case. A row with the wrong number of columns, an empty or repeated id, an
 empty sentence, or an empty, unparsable or out-of-range label is skipped and recorded (file,
 line, reason); the caller prints `records.summary()`, or passes strict=True to stop at the
-first bad row. Rows are never dropped silently.
-
-Batching, for every command: an epoch's order drawn from (seed, epoch, ...) alone (epoch_order; Passes for a stream
-of passes), cut into batches of indices, length-grouped or not (batch_indices), and padded (pad, pad_views; Collator
-tokenises records and pads them through the tokenizer).
+first bad row. Rows are never dropped silently. (Batching the records: tasks/core/batching.py.)
 """
 
 from __future__ import annotations
@@ -23,16 +19,11 @@ from __future__ import annotations
 import csv
 import io
 import math
-import random
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
-
-from minbert import Batch, Tokenizer
 
 from .errors import UserError
 
@@ -274,147 +265,3 @@ TASKS = {
     "para": TaskFiles("para", "quora", True, BINARY),
     "sts": TaskFiles("sts", "sts", True, SIMILARITY),
 }
-
-
-class Collator:
-    """Turns a list of records into a Batch (input_ids, attention_mask, token_type_ids), padded to the longest
-    in the batch, plus `labels` (long for classes, float for STS) when the records have them, and `ids`."""
-
-    def __init__(self, tokenizer: Tokenizer, float_labels: bool = False):
-        self.tokenizer, self.float_labels = tokenizer, float_labels
-
-    def __call__(self, examples: Sequence[SentenceExample | PairExample]) -> dict:
-        if isinstance(examples[0], PairExample):
-            batch = self.tokenizer([e.sentence1 for e in examples], [e.sentence2 for e in examples])
-        else:
-            batch = self.tokenizer([e.sentence for e in examples])
-        out = dict(batch)
-        if all(e.label is not None for e in examples):
-            out["labels"] = torch.tensor([e.label for e in examples],
-                                         dtype=torch.float if self.float_labels else torch.long)  # (B,)
-        out["ids"] = [e.id for e in examples]
-        return out
-
-
-def to_device(batch: dict, device: torch.device | str) -> dict:
-    """Move every tensor of a collated batch to device; other values (ids) are kept as they are."""
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
-def model_inputs(batch: dict) -> Batch:
-    """The three tensors the encoder takes, from a collated batch."""
-    return Batch({k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")})
-
-
-def batch_indices(lengths: Sequence[int], batch_size: int, shuffle: bool, seed: int = 0,
-                  bucket: bool = False, pool: int = 50) -> list[list[int]]:
-    """The batches of one epoch as lists of example indices.
-
-    shuffle: a random order drawn from `seed` alone (pass a per-epoch seed), so that a resumed run
-    sees the same batches. bucket: examples sorted by length within pools of pool * batch_size,
-    cut into batches, and the batches shuffled, so that a batch pads to similar lengths.
-    """
-    order = list(range(len(lengths)))
-    rng = random.Random(seed)
-    if shuffle:
-        rng.shuffle(order)
-    if not bucket:
-        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-    batches = []
-    for start in range(0, len(order), pool * batch_size):
-        chunk = sorted(order[start:start + pool * batch_size], key=lambda i: lengths[i])
-        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
-    if shuffle:
-        rng.shuffle(batches)
-    return batches
-
-
-def epoch_order(lengths: Sequence[int], batch_size: int, seed: int, *epoch: int, bucket: bool = False
-                ) -> list[list[int]]:
-    """One epoch (a pass over the examples) as batches of indices, shuffled from hash_seed(seed, *epoch) alone (the
-    epoch, and whatever else tells a run's passes apart), so that a resumed run draws the same batches; bucket:
-    length-grouped (batch_indices)."""
-    return batch_indices(lengths, batch_size, shuffle=True, seed=hash_seed(seed, *epoch), bucket=bucket)
-
-
-class Passes:
-    """A stream of shuffled passes over one set of examples, pass k drawn from (*seed, k) alone (epoch_order) when
-    first needed: for runs whose rounds are not one pass each (a task's share of a multitask epoch, SimCSE's rounds)."""
-
-    def __init__(self, lengths: Sequence[int], batch_size: int, *seed: int, bucket: bool = False):
-        self.lengths, self.batch_size, self.seed, self.bucket = lengths, batch_size, seed, bucket
-        self.per_pass = -(-len(lengths) // batch_size)            # batches in a pass
-        self._drawn: dict[int, list[list[int]]] = {}
-
-    def batch(self, i: int) -> list[int]:
-        """The stream's i-th batch of example indices: batch i % per_pass of pass i // per_pass."""
-        k, j = divmod(i, self.per_pass)
-        if k not in self._drawn:
-            self._drawn[k] = epoch_order(self.lengths, self.batch_size, *self.seed, k, bucket=self.bucket)
-        return self._drawn[k][j]
-
-
-def token_lengths(examples: Sequence[SentenceExample | PairExample], tokenizer: Tokenizer) -> list[int]:
-    """Each example's length in tokens with [CLS] and [SEP], truncated as the tokenizer truncates."""
-    if examples and isinstance(examples[0], PairExample):
-        encodings = tokenizer.backend.encode_batch([(e.sentence1, e.sentence2) for e in examples])
-    else:
-        encodings = tokenizer.backend.encode_batch([e.sentence for e in examples])
-    return [sum(enc.attention_mask) for enc in encodings]
-
-
-def _lengths(examples: Sequence, bucket: bool, lengths: Sequence[int] | None) -> Sequence[int]:
-    if bucket and lengths is None:
-        raise ValueError("bucketed batching needs the examples' lengths (token_lengths)")
-    return lengths if lengths is not None else [0] * len(examples)
-
-
-def batches(examples: Sequence, collate: Collator, batch_size: int, shuffle: bool = False, seed: int = 0,
-            bucket: bool = False, lengths: Sequence[int] | None = None) -> list[dict]:
-    """Collated batches of an epoch (see batch_indices); pass lengths when bucket is set."""
-    idx = batch_indices(_lengths(examples, bucket, lengths), batch_size, shuffle, seed, bucket)
-    return [collate([examples[i] for i in b]) for b in idx]
-
-
-def train_batches(examples: Sequence, collate: Collator, batch_size: int, seed: int, epoch: int,
-                  bucket: bool = False, lengths: Sequence[int] | None = None) -> list[dict]:
-    """The collated batches of training epoch `epoch`, in the order epoch_order draws from (seed, epoch)."""
-    order = epoch_order(_lengths(examples, bucket, lengths), batch_size, seed, epoch, bucket=bucket)
-    return [collate([examples[i] for i in b]) for b in order]
-
-
-def token_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """Each text's ids, [CLS] ... [SEP], truncated as the tokenizer truncates and without its padding."""
-    return [e.ids[:sum(e.attention_mask)] for e in tokenizer.backend.encode_batch(list(texts))]
-
-
-def pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token id lists right-padded with 0 into (B, T) ids and the (B, T) mask of the real tokens."""
-    T = max(len(s) for s in seqs)
-    ids = torch.zeros(len(seqs), T, dtype=torch.long)
-    mask = torch.zeros(len(seqs), T, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(s)
-        mask[i, :len(s)] = 1
-    return ids, mask                                            # (B, T) each, right-padded with 0
-
-
-def pad_views(views: Sequence[Sequence[list[int]]]) -> dict[str, torch.Tensor]:
-    """A batch's token id lists, one list per view (a sentence; a pair's first and second; ...), each padded (pad):
-    input_ids and attention_mask for one view, input_ids_k and attention_mask_k (k = 1, 2, ...) for several."""
-    if len(views) == 1:
-        ids, mask = pad(list(views[0]))
-        return {"input_ids": ids, "attention_mask": mask}
-    out = {}
-    for k, view in enumerate(views, start=1):
-        out[f"input_ids_{k}"], out[f"attention_mask_{k}"] = pad(list(view))
-    return out
-
-
-def hash_seed(*parts: int) -> int:
-    """One integer seed from several (deterministic across runs and machines, unlike hash()): every command's batch
-    order of an epoch is drawn from hash_seed(seed, epoch, ...) alone, so that a resumed run draws the same batches."""
-    seed = 0
-    for p in parts:
-        seed = (seed * 1_000_003 + p) % (2 ** 61 - 1)
-    return seed

@@ -28,7 +28,8 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from .data import TASKS, Records, to_device
+from .batching import to_device
+from .data import TASKS, Records
 from .recipe import autocast
 
 T = TypeVar("T")

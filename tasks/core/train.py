@@ -39,6 +39,7 @@ from torch import nn
 from tqdm import tqdm
 
 from . import distributed as dp
+from .batching import to_device
 from .checkpoints import (
     CHECKPOINT_KEYS,
     KILL_AT_STEP,
@@ -49,7 +50,6 @@ from .checkpoints import (
     set_rng_state,
 )
 from .curves import Curves, curves_path
-from .data import to_device
 from .distributed import is_main_process, rank, world_size
 from .errors import ConfigurationError, ResumeError, TrainingError
 from .evaluation import evaluating

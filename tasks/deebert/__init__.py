@@ -38,9 +38,10 @@ from minbert import deebert
 from minbert.deebert import DeeBert
 
 from ..core import cli
+from ..core.batching import Split, batches, model_inputs, train_batches
 from ..core.checkpoints import load_checkpoint
-from ..core.cli import Split, start, write_split
-from ..core.data import Collator, Records, batches, model_inputs, train_batches
+from ..core.cli import start, write_split
+from ..core.data import Records
 from ..core.distributed import is_main_process
 from ..core.errors import ConfigurationError, ResumeError
 from ..core.evaluation import predict_batches, raw_path, write_raw
@@ -104,8 +105,8 @@ def layer_scores(model: DeeBert, task: str, split_batches: list[dict], device: t
     return [quality(task, predictions(task, z[l]), labels) for l in range(z.shape[0])]
 
 
-def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: list[dict], collate: Collator,
-          device: torch.device, stages: tuple[Path, Path], resumed: bool) -> dict:
+def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: list[dict], device: torch.device,
+          stages: tuple[Path, Path], resumed: bool) -> dict:
     """Both stages through tasks.core.train.fit, each keeping its best dev epoch (DeeBERT, sec. 3.1); a resumed run
     continues each stage from its checkpoint, where it has one."""
     task, tr, recipe = settings.task, settings.training, settings.recipe
@@ -113,8 +114,7 @@ def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: l
     config = resume_config(settings) | {"command": "deebert"}
 
     def epoch_batches(epoch: int) -> list[dict]:
-        return train_batches(train_split.records, collate, tr.batch_size, tr.seed, epoch, tr.bucket,
-                             train_split.lengths)
+        return train_batches(train_split, tr.batch_size, tr.seed, epoch, tr.bucket)
 
     def last_ramp(m: DeeBert) -> dict[str, float]:
         preds = predict_batches(m, dev_batches, lambda net, b: predictions(task, net(**model_inputs(b)).cpu()),
@@ -199,13 +199,12 @@ def run(settings: Settings) -> dict:
     test = load_split("test", settings.files.path(task, "test"), task, tokenizer, settings.max_eval_examples, tr.seed)
     if not dev.records.labelled:
         raise ConfigurationError(f"{dev.records.path}: the dev file must have labels")
-    collate = Collator(tokenizer, float_labels=task == "sts")
 
     model = DeeBert(minbert.load_pretrained(tr.model), settings.ramp_config())
     model.bert.gradient_checkpointing = tr.gradient_checkpointing
     model.to(device)
     select, report = split_halves(dev, tr.seed) if settings.dev_protocol == "halves" else (dev, dev)
-    dev_batches = batches(select.records, collate, EVAL_BATCH, bucket=True, lengths=select.lengths)
+    dev_batches = batches(select, EVAL_BATCH, bucket=True)
     summary: dict = {"task": task, "model": tr.model, "exit": sweep.exit, "dev_protocol": settings.dev_protocol,
                      "dev_select_examples": len(select.records), "dev_report_examples": len(report.records),
                      "settings": dump(settings), "run_dir": str(paths.dir)}
@@ -222,11 +221,11 @@ def run(settings: Settings) -> dict:
         print(f"{task}: {len(train_split.records)} train, {len(dev.records)} dev ({len(select.records)} select "
               f"the epochs and the setting, {len(report.records)} report), {len(test.records)} test; "
               f"{model.num_layers} off-ramps; device {device}; run {paths.dir}", file=sys.stderr)
-        summary["training"] = train(settings, model, train_split, dev_batches, collate, device,
+        summary["training"] = train(settings, model, train_split, dev_batches, device,
                                     (paths.checkpoint, paths.dir / STAGE2), paths.resume is not None)
     model.eval()
     with autocast(device, settings.recipe.precision):  # as fit() evaluated
-        sweep_and_predict(settings, sweep, model, (dev, test, select, report), collate, device, paths, summary)
+        sweep_and_predict(settings, sweep, model, (dev, test, select, report), device, paths, summary)
     result = {k: summary.get(k) for k in ("prediction_setting", "dev_quality", "test_quality", "metric", "from_run")}
     result["chosen"] = (summary.get("chosen") or {}).get("setting")
     result["training"] = {stage: {k: v for k, v in s.items() if k != "history"}
@@ -237,14 +236,14 @@ def run(settings: Settings) -> dict:
 
 
 def sweep_and_predict(settings: Settings, sweep: Sweep, model: DeeBert, splits: tuple[Split, Split, Split, Split],
-                      collate: Collator, device: torch.device, paths: RunPaths, summary: dict) -> None:
+                      device: torch.device, paths: RunPaths, summary: dict) -> None:
     """The timed sweep on the report half, the setting chosen on the selection half, the prediction files at it,
     the tables and figures; all into `summary`. `sweep` is settings.sweep resolved for the task."""
     task = settings.task
     dev, test, select, report = splits
-    report_batches = batches(report.records, collate, EVAL_BATCH, bucket=True, lengths=report.lengths)
+    report_batches = batches(report, EVAL_BATCH, bucket=True)
     summary["per_layer"] = layer_scores(model, task, report_batches, device)
-    table = sweep_table(task, sweep, model, report, collate, device, settings.run.eval_batch_size,
+    table = sweep_table(task, sweep, model, report, device, settings.run.eval_batch_size,
                         settings.training.seed, settings.run.progress)
     summary.update(table)
     print(format_table(table))
@@ -253,14 +252,14 @@ def sweep_and_predict(settings: Settings, sweep: Sweep, model: DeeBert, splits: 
     if sweep.threshold is not None:
         value = sweep.threshold
     else:
-        summary["selection"] = quality_table(task, sweep, model, select, collate, device)
+        summary["selection"] = quality_table(task, sweep, model, select, device)
         value = choose(summary["selection"], sweep.max_drop)["value"]
     summary["prediction_setting"] = value
     summary["chosen"] = next((r for r in table["rows"][1:-1] if r["value"] == value), None)
     if summary["chosen"] is not None:
         print(format_choice(summary["chosen"], table["metric"], select, report))
     for split in (dev, test):
-        preds, layers, logits = exit_predictions(model, task, split, collate, sweep.rule(value), device)
+        preds, layers, logits = exit_predictions(model, task, split, sweep.rule(value), device)
         at = (f" at {'S' if sweep.exit == 'entropy' else 'P'}={value:g}: mean exit layer "
               f"{statistics.mean(layers):.2f} of {model.num_layers}")
         if settings.run.raw_outputs:

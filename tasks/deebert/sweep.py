@@ -15,8 +15,8 @@ import torch
 from minbert import deebert
 from minbert.deebert import DeeBert, EntropyExit, PatienceExit
 
-from ..core.cli import Split
-from ..core.data import Collator, Records, batches, to_device
+from ..core.batching import Split, batches, to_device
+from ..core.data import Records
 from ..core.evaluation import accuracy, in_order, pearson, predict_batches
 from .report import savings
 from .settings import NUM_LABELS, Sweep
@@ -50,13 +50,12 @@ def setting_of(name: str) -> float | None:
     return float(name.split("=", 1)[1]) if "=" in name else None
 
 
-def sweep_table(task: str, settings: Sweep, model: DeeBert, split: Split, collate: Collator, device: torch.device,
-                batch_size: int, seed: int, progress: bool = False) -> dict:
+def sweep_table(task: str, settings: Sweep, model: DeeBert, split: Split, device: torch.device, batch_size: int,
+                seed: int, progress: bool = False) -> dict:
     """Quality, exit layers and measured time of each setting against the plain model, on one split, at
     `batch_size` (1: the paper's); `settings` resolved, `seed` orders the timing rounds."""
     L = model.num_layers
-    split_batches = [to_device(b, device) for b in batches(split.records, collate, batch_size,
-                                                           bucket=batch_size > 1, lengths=split.lengths)]
+    split_batches = [to_device(b, device) for b in batches(split, batch_size, bucket=batch_size > 1)]
     ids = [i for b in split_batches for i in b["ids"]]
     labels = [split.records[k].label for k in _positions(split.records, ids)]
     rules, no_exit = exit_rules(settings, L)
@@ -89,27 +88,21 @@ def split_halves(split: Split, seed: int) -> tuple[Split, Split]:
     """A seeded split of dev into a selection half (epochs, the exit setting) and a report half, file order kept."""
     n = len(split.records)
     chosen = set(random.Random(f"deebert-dev-split-{seed}").sample(range(n), n // 2))
-    halves = []
-    for name, keep in (("dev-select", [i for i in range(n) if i in chosen]),
-                       ("dev-report", [i for i in range(n) if i not in chosen])):
-        records = Records([split.records[i] for i in keep], split.records.path, split.records.labelled,
-                          split.records.skipped)
-        halves.append(Split(name, records, [split.lengths[i] for i in keep]))
-    return halves[0], halves[1]
+    return (split.subset("dev-select", [i for i in range(n) if i in chosen]),
+            split.subset("dev-report", [i for i in range(n) if i not in chosen]))
 
 
-def quality_table(task: str, settings: Sweep, model: DeeBert, split: Split, collate: Collator,
-                  device: torch.device) -> dict:
+def quality_table(task: str, settings: Sweep, model: DeeBert, split: Split, device: torch.device) -> dict:
     """Quality, drop and layers run of every setting on a split, untimed (batched exit: the same predictions as
     batch 1); the rows as sweep_table's, plain first and "no exit" last, for choose(); `settings` resolved."""
     L = model.num_layers
     rules, no_exit = exit_rules(settings, L)
     labels = [e.label for e in split.records]
-    base_preds, _, _ = exit_predictions(model, task, split, collate, no_exit, device)   # = the plain model's
+    base_preds, _, _ = exit_predictions(model, task, split, no_exit, device)   # = the plain model's
     base = quality(task, base_preds, labels)
     rows = [{"setting": "plain", "value": None, "quality": base, "quality_drop": 0.0, "layers_run": 1.0}]
     for name, rule in rules.items():
-        preds, layers, _ = exit_predictions(model, task, split, collate, rule, device)
+        preds, layers, _ = exit_predictions(model, task, split, rule, device)
         q = quality(task, preds, labels)
         rows.append({"setting": name, "value": setting_of(name), "quality": q, "quality_drop": base - q,
                      "layers_run": statistics.mean(layers) / L})
@@ -128,7 +121,7 @@ def choose(table: dict, max_drop: float) -> dict:
     return min(swept, key=lambda r: (r["layers_run"], r["value"]), default=table["rows"][1])
 
 
-def exit_predictions(model: DeeBert, task: str, split: Split, collate: Collator, rule: deebert.ExitRule,
+def exit_predictions(model: DeeBert, task: str, split: Split, rule: deebert.ExitRule,
                      device: torch.device) -> tuple[list, list[int], torch.Tensor]:
     """Early-exit predictions, exit layers and the exiting off-ramp's logits (N, C) of a split, in the file's order
     (batched exit equals batch 1)."""
@@ -136,7 +129,7 @@ def exit_predictions(model: DeeBert, task: str, split: Split, collate: Collator,
         o = deebert.early_exit(m, b["input_ids"], b["attention_mask"], b["token_type_ids"], rule)
         logits = o.logits.cpu()                                                            # (B, C)
         return list(zip(predictions(task, logits), o.layers.tolist(), logits.float()))
-    split_batches = batches(split.records, collate, EVAL_BATCH, bucket=True, lengths=split.lengths)
+    split_batches = batches(split, EVAL_BATCH, bucket=True)
     rows = in_order([e.id for e in split.records], [b["ids"] for b in split_batches],
                     predict_batches(model, split_batches, step, device))
     return [r[0] for r in rows], [r[1] for r in rows], torch.stack([r[2] for r in rows])

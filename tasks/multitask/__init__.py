@@ -29,8 +29,9 @@ import minbert
 from minbert.multitask import MultitaskBert
 from minbert.schedules import TaskSchedule
 
+from ..core.batching import batch_indices
 from ..core.cli import start, write_split
-from ..core.data import Records, batch_indices
+from ..core.data import Records
 from ..core.distributed import is_main_process, world_size
 from ..core.errors import ConfigurationError
 from ..core.evaluation import (

@@ -1,7 +1,7 @@
 """The multitask CLI's data: each task's file (train, dev or test) read and tokenised once (Encoded), a task's batches
 collated from token ids, and one epoch's batches in a task schedule's order (EpochBatches), each task's passes
-drawn by tasks.core.data.Passes from (seed, epoch, task, pass) alone, so that a resumed run draws the same batches as
-an uninterrupted one. The ordering, cutting and padding are the core's; what is the multitask's own is which task a
+drawn by tasks.core.batching.Passes from (seed, epoch, task, pass) alone, so that a resumed run draws the same batches
+as an uninterrupted one. The ordering, cutting and padding are the core's; what is the multitask's own is which task a
 batch belongs to, the schedule across the tasks, the pairs and their random order (swap_pairs).
 """
 
@@ -18,8 +18,9 @@ import minbert
 from minbert.multitask import TASK_NAMES
 from minbert.schedules import TaskSchedule, num_batches_of
 
+from ..core.batching import Passes, hash_seed, pad_views, token_ids
 from ..core.cli import read_records
-from ..core.data import PairExample, Passes, Records, hash_seed, pad_views, token_ids
+from ..core.data import PairExample, Records
 
 
 @dataclass

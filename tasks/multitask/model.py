@@ -13,7 +13,7 @@ from torch import nn
 from minbert.multitask import MultitaskBert
 from minbert.pcgrad import surgery_loss
 
-from ..core.data import to_device
+from ..core.batching import to_device
 from .toolkit import CosineStsMultitask, ToolkitLog, ToolkitSettings, embedding_loss
 
 

@@ -45,8 +45,9 @@ from minbert.checkpoint import resolve
 from minbert.hub import OPTIONAL as TOKENIZER_FILES
 from minbert.simcse import SimCSE
 
+from ..core.batching import Passes, batch_indices, pad_views, token_ids
 from ..core.cli import seeded_sample, start
-from ..core.data import TASKS, Passes, Records, batch_indices, pad_views, token_ids
+from ..core.data import TASKS, Records
 from ..core.distributed import world_size
 from ..core.errors import ConfigurationError
 from ..core.evaluation import in_order, pearson, predict_batches
@@ -93,7 +94,7 @@ def plan(examples: int, batch_size: int, epochs: int, eval_every: int) -> tuple[
 
 
 class Round(Sequence):
-    """Evaluation round k: steps [k N, (k + 1) N) of a stream of passes over the examples (tasks.core.data.Passes),
+    """Evaluation round k: steps [k N, (k + 1) N) of a stream of passes over the examples (tasks.core.batching.Passes),
     each pass shuffled from (seed, pass) alone, so a run resumed at a round boundary goes on as an uninterrupted one."""
 
     def __init__(self, data: Examples, batch_size: int, every: int, seed: int, k: int):
