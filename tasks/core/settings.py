@@ -298,19 +298,25 @@ def load(cls: type, data: dict, source: str = "settings") -> Any:
     return build(cls, flatten(cls, data, source))
 
 
-def read_config(path: str | Path, cls: type) -> dict[str, Any]:
-    """A JSON config file -> {dotted path: checked value}; a syntax error names the file, line and column."""
+def read_json(path: str | Path, what: str = "config file") -> Any:
+    """A JSON file's value; a missing or unreadable file, or a syntax error (with its line and column), is one line."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigurationError(f"{path}: no such config file") from None
+        raise ConfigurationError(f"{path}: no such {what}") from None
     except OSError as e:
-        raise ConfigurationError(f"{path}: cannot read the config file ({e.strerror})") from None
+        raise ConfigurationError(f"{path}: cannot read the {what} ({e.strerror})") from None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise ConfigurationError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
+
+
+def read_config(path: str | Path, cls: type) -> dict[str, Any]:
+    """A JSON config file -> {dotted path: checked value}; a syntax error names the file, line and column."""
+    path = Path(path)
+    data = read_json(path)
     if isinstance(data, dict) and "settings" in data and "command" in data:   # a run.json: its settings
         data = data["settings"]
     return flatten(cls, data, str(path))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any
 
 from ..core.errors import ConfigurationError
 from ..core.runs import CHECKPOINT
-from ..core.settings import build, check_value, read_config, spec_of, walk
+from ..core.settings import build, check_value, read_config, read_json, spec_of, walk
 
 COMMANDS = ("classifier", "multitask", "simcse", "deebert")
 TOP_KEYS = ("command", "base", "fixed", "params", "enqueue")
@@ -171,16 +170,7 @@ def _range(cls: type, path: str, spec: Any, source: str) -> Param:
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigurationError(f"{path}: no such space file") from None
-    except OSError as e:
-        raise ConfigurationError(f"{path}: cannot read the space file ({e.strerror})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigurationError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
+    return read_json(path, "space file")
 
 
 def _base_file(space: Path, given: Any) -> Path:
