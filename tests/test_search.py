@@ -92,11 +92,13 @@ def test_a_search_writes_run_directories_reports_and_a_best_json_that_reproduces
 
 def test_a_second_call_adds_trials_to_the_same_study(tiny_dir, tmp_path):
     argv = ["--space", str(space_file(tmp_path, tiny_dir, epochs=1)), "--study-dir", str(tmp_path / "s"),
-            "--trials", "1", "--pruner", "none"]
+            "--trials", "1", "--pruner", "none", "--seed", "0"]
     search.run(search.parse_settings(argv))
-    search.run(search.parse_settings(argv[:-3] + ["2", "--pruner", "none"]))
+    search.run(search.parse_settings(argv[:-5] + ["2", "--pruner", "none", "--seed", "0"]))
     trials = study_of(tmp_path / "s").trials
     assert [t.number for t in trials] == [0, 1, 2] and all(t.state.name == "COMPLETE" for t in trials)
+    # the same --seed again does not draw the first call's points again (the sampler's seed takes the study's size)
+    assert trials[1].params != trials[0].params
     assert sorted(p.name for p in (tmp_path / "s").glob("trial-*")) == ["trial-0000", "trial-0001", "trial-0002"]
 
 

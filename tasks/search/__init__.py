@@ -24,6 +24,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.batching import hash_seed
 from ..core.errors import (
     ConfigurationError,
     TrainingError,
@@ -107,6 +108,10 @@ def run(settings: Settings) -> dict:
         sampler, pruner = sampler_and_pruner(optuna, settings.pruner, settings.seed, settings.startup_trials,
                                              settings.warmup_epochs)
         study = open_study(optuna, url, name, space, settings.heartbeat, settings.retries, sampler, pruner)
+        done = len(study.get_trials(deepcopy=False))
+        if settings.seed is not None and done:   # the same seed again would draw the first call's points again
+            study.sampler, _ = sampler_and_pruner(optuna, settings.pruner, hash_seed(settings.seed, done) % 2 ** 32,
+                                                  settings.startup_trials, settings.warmup_epochs)
         print(f"search {name!r}: tasks.{space.command}, {len(space.params)} params "
               f"({'; '.join(f'{p.path} {p.describe()}' for p in space.params)}); {settings.trials} trials in "
               f"{study_dir}; storage {shown(url)}", file=sys.stderr)
