@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
+from tasks.core.distributed import pick_device
 from tasks.core.recipe import autocast, make_optimizer
-from tasks.core.train import pick_device
 from tasks.multitask import collate, load
 from tasks.multitask.model import multitask_loss
 from tasks.multitask.toolkit import ToolkitSettings

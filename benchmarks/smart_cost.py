@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from minbert.smart import PRESETS, SmartConfig
+from tasks.core.distributed import pick_device
 from tasks.core.recipe import autocast
-from tasks.core.train import pick_device
 from tasks.multitask import collate, load
 
 

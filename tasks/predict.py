@@ -30,12 +30,12 @@ from minbert.multitask import MultitaskBert
 from .core.checkpoints import load_checkpoint
 from .core.cli import DEVICES
 from .core.data import TASKS
+from .core.distributed import pick_device
 from .core.errors import ConfigurationError, run_cli
 from .core.evaluation import prediction_path, raw_path, write_predictions, write_raw
 from .core.recipe import autocast
 from .core.runs import CHECKPOINT, RUN_FILE, read_run_json
 from .core.settings import build, from_flat_names
-from .core.train import pick_device
 
 KINDS = ("classifier", "multitask", "deebert")
 EXPORT_SETTINGS = "multitask.json"   # an export directory's settings (tasks/export.py)

@@ -11,8 +11,9 @@ from tasks import classifier
 from tasks.classifier import SentimentClassifier, build_parser, parse_settings, run
 from tasks.core import finetune
 from tasks.core.checkpoints import load_checkpoint, save_checkpoint
+from tasks.core.distributed import pick_device
 from tasks.core.errors import ConfigurationError, ResumeError
-from tasks.core.train import Interrupted, pick_device
+from tasks.core.train import Interrupted
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

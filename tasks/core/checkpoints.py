@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .errors import MissingFileError, ResumeError
+from .recipe import RECIPE_BEFORE
 
 
 def rng_state() -> dict:
@@ -105,3 +106,37 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", requir
         raise ResumeError(f"{path}: the model state holds NaN or infinite values ({bad[0]}); the run had diverged "
                           "before this checkpoint: start again with a lower --lr or --max-grad-norm")
     return state
+
+
+IGNORED_ON_RESUME = {"epochs", "checkpoint", "resume", "out_dir", "device", "predictions_dir"}
+
+
+def check_config(path: str | Path, stored: dict, current: dict) -> None:
+    """The settings must match; a recipe flag absent from an older checkpoint counts as what it ran with then.
+
+    A command with typed settings stores {dotted path: value} of what a resumed run must keep (tasks.core.settings.
+    resume_config); a checkpoint written before that, with flat flag names, is read through the paths' last parts."""
+    defaults = dict(RECIPE_BEFORE)
+    if any("." in k for k in stored):      # typed: a recipe setting newer than the checkpoint counts as it ran then
+        stored = {k: defaults[k.rsplit(".", 1)[-1]] for k in current
+                  if k.startswith("recipe.") and k.rsplit(".", 1)[-1] in defaults} | stored
+    elif any("." in k for k in current):
+        short = {}
+        for k in current:
+            short.setdefault(k.rsplit(".", 1)[-1], []).append(k)
+        stored = {short[k][0]: v for k, v in (defaults | stored).items() if len(short.get(k, ())) == 1}
+        current = {k: v for k, v in current.items() if k in stored}   # what the older checkpoint recorded
+    elif set(defaults) & set(current):
+        stored, current = defaults | stored, defaults | current
+    stored, current = _decay_rule_moot(stored), _decay_rule_moot(current)
+    diffs = [f"{k}: checkpoint {stored.get(k)!r}, now {current.get(k)!r}"
+             for k in sorted((set(stored) | set(current)) - IGNORED_ON_RESUME) if stored.get(k) != current.get(k)]
+    if diffs:
+        raise ResumeError(f"{path}: cannot resume a different run; settings differ: " + "; ".join(diffs))
+
+
+def _decay_rule_moot(config: dict) -> dict:
+    """Which parameters weight decay spares does not matter when the weight decay is 0: compare it as None then."""
+    rule = next((k for k in config if k.rsplit(".", 1)[-1] == "decay_biases_and_gains"), None)
+    decay = next((v for k, v in config.items() if k.rsplit(".", 1)[-1] == "weight_decay"), None)
+    return config | {rule: None} if rule is not None and decay == 0 else config

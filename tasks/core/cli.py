@@ -22,11 +22,11 @@ from minbert.pooling import POOLINGS
 
 from .batching import Split, tokenise
 from .data import TASKS, Records
-from .distributed import is_main_process
+from .distributed import is_main_process, pick_device
 from .errors import ConfigurationError, nonnegative_float, positive_float, positive_int, probability
 from .evaluation import write_predictions
 from .settings import setting
-from .train import pick_device, seed_everything
+from .train import seed_everything
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 @dataclass

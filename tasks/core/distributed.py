@@ -19,6 +19,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from .errors import ConfigurationError
+
 
 def world_size() -> int:
     """How many processes train together (1 without torchrun)."""
@@ -144,3 +146,26 @@ def sum_over_ranks(values: list[float], device: torch.device) -> list[float]:
 
 def barrier() -> None:
     dist.barrier()
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """cpu, cuda, mps, or auto: cuda if available, then mps, then cpu; a clear error if the one asked for is absent.
+
+    Under torchrun, cuda is this process's own GPU, cuda:LOCAL_RANK.
+    """
+    if name in ("auto", "cuda") and torch.cuda.is_available() and world_size() > 1:
+        if local_rank() >= torch.cuda.device_count():
+            raise ConfigurationError(f"LOCAL_RANK {local_rank()} but this machine has {torch.cuda.device_count()} "
+                                     "CUDA device(s): start at most that many processes per machine (--nproc-per-node)")
+        return torch.device("cuda", local_rank())
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigurationError("--device cuda: no CUDA device is available (try --device auto)")
+    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ConfigurationError("--device mps: MPS is not available (try --device auto)")
+    return torch.device(name)

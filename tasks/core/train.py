@@ -43,6 +43,7 @@ from .batching import to_device
 from .checkpoints import (
     CHECKPOINT_KEYS,
     KILL_AT_STEP,
+    check_config,
     load_checkpoint,
     maybe_kill,
     rng_state,
@@ -51,33 +52,10 @@ from .checkpoints import (
 )
 from .curves import Curves, curves_path
 from .distributed import is_main_process, rank, world_size
-from .errors import ConfigurationError, ResumeError, TrainingError
+from .errors import TrainingError
 from .evaluation import evaluating
 from .precision import check_precision, cpu_has_bf16, resolve_precision
-from .recipe import RECIPE_BEFORE, LinearSchedule, Recipe, autocast
-
-
-def pick_device(name: str = "auto") -> torch.device:
-    """cpu, cuda, mps, or auto: cuda if available, then mps, then cpu; a clear error if the one asked for is absent.
-
-    Under torchrun, cuda is this process's own GPU, cuda:LOCAL_RANK.
-    """
-    if name in ("auto", "cuda") and torch.cuda.is_available() and world_size() > 1:
-        if dp.local_rank() >= torch.cuda.device_count():
-            raise ConfigurationError(f"LOCAL_RANK {dp.local_rank()} but this machine has {torch.cuda.device_count()} "
-                                     "CUDA device(s): start at most that many processes per machine (--nproc-per-node)")
-        return torch.device("cuda", dp.local_rank())
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigurationError("--device cuda: no CUDA device is available (try --device auto)")
-    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ConfigurationError("--device mps: MPS is not available (try --device auto)")
-    return torch.device(name)
+from .recipe import LinearSchedule, Recipe, autocast
 
 
 def seed_everything(seed: int) -> None:
@@ -427,37 +405,3 @@ def _diverged(value: float, epoch: int, step: int, task: str | None, unit: str, 
     raise TrainingError(f"the training loss is {value} in {unit} {epoch + 1}, optimiser step {step + 1}"
                         f"{f', task {task}' if task else ''}; {kept}. Lower --lr, set --max-grad-norm, or "
                         "check the data for extreme labels")
-
-
-IGNORED_ON_RESUME = {"epochs", "checkpoint", "resume", "out_dir", "device", "predictions_dir"}
-
-
-def check_config(path: str | Path, stored: dict, current: dict) -> None:
-    """The settings must match; a recipe flag absent from an older checkpoint counts as what it ran with then.
-
-    A command with typed settings stores {dotted path: value} of what a resumed run must keep (tasks.core.settings.
-    resume_config); a checkpoint written before that, with flat flag names, is read through the paths' last parts."""
-    defaults = dict(RECIPE_BEFORE)
-    if any("." in k for k in stored):      # typed: a recipe setting newer than the checkpoint counts as it ran then
-        stored = {k: defaults[k.rsplit(".", 1)[-1]] for k in current
-                  if k.startswith("recipe.") and k.rsplit(".", 1)[-1] in defaults} | stored
-    elif any("." in k for k in current):
-        short = {}
-        for k in current:
-            short.setdefault(k.rsplit(".", 1)[-1], []).append(k)
-        stored = {short[k][0]: v for k, v in (defaults | stored).items() if len(short.get(k, ())) == 1}
-        current = {k: v for k, v in current.items() if k in stored}   # what the older checkpoint recorded
-    elif set(defaults) & set(current):
-        stored, current = defaults | stored, defaults | current
-    stored, current = _decay_rule_moot(stored), _decay_rule_moot(current)
-    diffs = [f"{k}: checkpoint {stored.get(k)!r}, now {current.get(k)!r}"
-             for k in sorted((set(stored) | set(current)) - IGNORED_ON_RESUME) if stored.get(k) != current.get(k)]
-    if diffs:
-        raise ResumeError(f"{path}: cannot resume a different run; settings differ: " + "; ".join(diffs))
-
-
-def _decay_rule_moot(config: dict) -> dict:
-    """Which parameters weight decay spares does not matter when the weight decay is 0: compare it as None then."""
-    rule = next((k for k in config if k.rsplit(".", 1)[-1] == "decay_biases_and_gains"), None)
-    decay = next((v for k, v in config.items() if k.rsplit(".", 1)[-1] == "weight_decay"), None)
-    return config | {rule: None} if rule is not None and decay == 0 else config
