@@ -19,7 +19,7 @@ from conftest import DATA, ROOT, TEST_DEVICE
 
 from tasks import classifier, search
 from tasks.core.checkpoints import KILL_AT_STEP
-from tasks.core.errors import run_cli
+from tasks.core.errors import ConfigurationError, run_cli
 from tasks.core.runs import read_run_json
 from tasks.core.settings import dump
 from tasks.search.space import load_space
@@ -213,3 +213,60 @@ def test_the_committed_main_job_space_reads_and_its_first_trial_is_the_main_job_
             if (section, key) not in {("training", "max_train_examples"), ("run", "run_dir"), ("run", "threads")}:
                 assert first[section][key] == value, (section, key)
     assert first["training"]["max_train_examples"] == 2500
+
+
+def test_finished_runs_are_recorded_as_complete_trials_once_and_only_if_they_are_points_of_the_space(tiny_dir, tmp_path,
+                                                                                                   capsys):
+    space_path = space_file(tmp_path, tiny_dir)
+    space = load_space(space_path)
+    made = tmp_path / "made-before"                    # a run of the space's command made outside the search
+    classifier.run(space.settings({"training.lr": GOOD, "recipe.warmup_ratio": 0.1}, made))
+    argv = ["--space", str(space_path), "--study-dir", str(tmp_path / "s"), "--trials", "0", "--record", str(made)]
+    search.run(search.parse_settings(argv))
+    search.run(search.parse_settings(argv))            # again: already in the study, not added twice
+    (trial,) = study_of(tmp_path / "s").trials
+    history = [json.loads(line) for line in (made / "checkpoint.curves.jsonl").read_text().splitlines()]
+    dev = [h["dev_accuracy"] for h in history if h["kind"] == "epoch"]
+    assert trial.state.name == "COMPLETE" and trial.params == {"training.lr": GOOD, "recipe.warmup_ratio": 0.1}
+    assert trial.value == max(dev) == read_run_json(made)["result"]["dev_accuracy"]
+    assert list(trial.intermediate_values.values()) == dev and trial.user_attrs["run_dir"] == str(made.resolve())
+    assert json.loads((tmp_path / "s" / "best.json").read_text())["training"]["lr"] == GOOD
+
+    # a later call samples beside it; TPE and the pruner see it as one of the study's trials
+    search.run(search.parse_settings(argv[:5] + ["1", "--pruner", "none", "--seed", "0"]))
+    assert [t.number for t in study_of(tmp_path / "s").trials] == [0, 1]
+
+    other = tmp_path / "other-batch"                   # a fixed setting differs: not a point of the space
+    classifier.run(space.settings({"training.lr": GOOD, "recipe.warmup_ratio": 0.1}, other))
+    bad = json.loads((other / "run.json").read_text())
+    bad["settings"]["training"]["batch_size"] = 4
+    (other / "run.json").write_text(json.dumps(bad))
+    assert run_cli(lambda: search.main(argv[:-1] + [str(other)])) == 1
+    assert "not a point of this space (training.batch_size is 4, the space's 8)" in capsys.readouterr().err
+    narrow = tmp_path / "narrow-space.json"            # the run's lr outside the space's range
+    narrow.write_text(json.dumps(json.loads(space_path.read_text())
+                                 | {"params": {"training.lr": {"low": 1e-6, "high": 1e-3, "log": True},
+                                               "recipe.warmup_ratio": {"low": 0.0, "high": 0.3}}}))
+    assert run_cli(lambda: search.main(["--space", str(narrow), "--study-dir", str(tmp_path / "n"), "--trials", "0",
+                                        "--record", str(made)])) == 1
+    assert "outside the space's ranges: training.lr 0.003 (float in [1e-06, 0.001] (log))" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("space_name", ["main-job-space.json", "main-job-full-space.json"])
+def test_the_main_job_run_is_a_point_of_the_full_budget_space_only(space_name, tmp_path):
+    from tasks.search.record import read_recorded
+    run_dir = tmp_path / "main-job-run"
+    run_dir.mkdir()
+    settings = json.loads((ROOT / "tasks" / "multitask" / "main-job.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({"command": "multitask", "settings": settings,
+                                                  "result": {"dev_overall": 0.75}}))
+    space = load_space(ROOT / "tasks" / "search" / space_name)
+    if space_name == "main-job-space.json":
+        with pytest.raises(ConfigurationError, match="training.max_train_examples is None, the space's 2500"):
+            read_recorded(space, run_dir)
+    else:
+        params, value, epochs, _, metric, seconds = read_recorded(space, run_dir)
+        assert params == {"training.lr": 5e-5, "recipe.layer_decay": 1.0, "recipe.head_lr_scale": 1.0,
+                          "recipe.warmup_ratio": 0.1, "training.weight_decay": 0.0, "design.sts_head_bias": 2.5,
+                          "training.batch_size": 16}
+        assert (value, epochs, metric, seconds) == (0.75, {}, "overall", None)

@@ -352,6 +352,11 @@ def from_flat_names(cls: type, stored: dict[str, Any]) -> dict[str, Any]:
     return {by_name[k][0]: v for k, v in stored.items() if len(by_name.get(k, ())) == 1}
 
 
+def leaves(settings: Any) -> dict[str, Any]:
+    """{dotted path: value} of every leaf setting of a settings object."""
+    return dict(_leaves(settings))
+
+
 def _leaves(settings: Any, prefix: str = "") -> list[tuple[str, Any]]:
     out = []
     for f in _fields(settings):

@@ -78,6 +78,12 @@ class Settings:
     heartbeat: int = setting(60, parse=positive_int, metavar="SECONDS",
                              help="each running trial writes a heartbeat to the storage this often; one silent for 3 "
                                   "heartbeats (its worker killed) is failed and queued again")
+    record: list[str] | None = setting(None, metavar="RUN_DIR",
+                                       help="finished runs of the space's command to add to the study as complete "
+                                            "trials before this call's (the main job you already ran: it counts "
+                                            "for TPE and the pruner without running again); each must equal the "
+                                            "space's settings but for the searched params, which must lie in their "
+                                            "ranges; a run already in the study is skipped")
     retries: int = setting(2, parse=nonnegative_int, metavar="N",
                            help="how many times a killed worker's trial is queued again")
 
@@ -108,6 +114,10 @@ def run(settings: Settings) -> dict:
         sampler, pruner = sampler_and_pruner(optuna, settings.pruner, settings.seed, settings.startup_trials,
                                              settings.warmup_epochs)
         study = open_study(optuna, url, name, space, settings.heartbeat, settings.retries, sampler, pruner)
+        if settings.record:
+            from .record import record_runs
+            for line in record_runs(optuna, study, space, settings.record):
+                print(line, file=sys.stderr)
         done = len(study.get_trials(deepcopy=False))
         if settings.seed is not None and done:   # the same seed again would draw the first call's points again
             study.sampler, _ = sampler_and_pruner(optuna, settings.pruner, hash_seed(settings.seed, done) % 2 ** 32,

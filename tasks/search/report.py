@@ -42,6 +42,8 @@ def rows(trials: list[Any]) -> list[dict[str, Any]]:
     for t in sorted(trials, key=lambda t: t.number):
         end = t.datetime_complete or (datetime.now() if t.datetime_start is not None else None)
         seconds = round((end - t.datetime_start).total_seconds(), 1) if t.datetime_start is not None else None
+        if t.user_attrs.get("recorded"):               # a run made before the search: its own training time
+            seconds = t.user_attrs.get("seconds")
         out.append({"number": t.number, "state": t.state.name, "value": t.value, **t.params,
                     "epochs": len(t.intermediate_values), "seconds": seconds, "run_dir": t.user_attrs.get("run_dir")})
     return out
