@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,18 @@ TEST_DEVICE = os.environ.get("MINBERT_TEST_DEVICE", "cpu")
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_runs_in_tmp(tmp_path_factory) -> Iterator[Path]:
+    """The same for runs made by module- and session-scoped fixtures, which start before runs_in_tmp applies."""
+    saved, runs = os.environ.get("MINBERT_RUNS"), tmp_path_factory.mktemp("session-runs")
+    os.environ["MINBERT_RUNS"] = str(runs)
+    yield runs
+    if saved is None:
+        os.environ.pop("MINBERT_RUNS", None)
+    else:
+        os.environ["MINBERT_RUNS"] = saved
 
 
 @pytest.fixture(autouse=True)
