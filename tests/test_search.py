@@ -143,6 +143,17 @@ def test_a_weak_trial_is_pruned_after_its_first_epoch_and_keeps_its_run_director
     assert "PRUNED" in (tmp_path / "s" / "trials.md").read_text()
 
 
+def test_a_weak_trial_that_has_run_all_its_epochs_is_complete_not_pruned(tiny_dir, tmp_path):
+    good, bad = {"training.lr": GOOD, "recipe.warmup_ratio": 0.0}, {"training.lr": TERRIBLE, "recipe.warmup_ratio": 0.0}
+    space = space_file(tmp_path, tiny_dir, epochs=1, enqueue=[good, good, bad])   # epoch 1 is the last
+    search.run(search.parse_settings(["--space", str(space), "--study-dir", str(tmp_path / "s"), "--trials", "3",
+                                      "--pruner", "median", "--startup-trials", "2"]))
+    trials = study_of(tmp_path / "s").trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE", "COMPLETE"]
+    assert trials[2].value < trials[0].value                  # below the median: pruned at any earlier epoch
+    assert "result" in read_run_json(trials[2].user_attrs["run_dir"])
+
+
 def test_a_killed_workers_trial_is_retried_from_its_checkpoint(tiny_dir, tmp_path):
     space = space_file(tmp_path, tiny_dir, epochs=2, enqueue=[{"training.lr": GOOD, "recipe.warmup_ratio": 0.1}])
     argv = ["--space", str(space), "--study-dir", str(tmp_path / "s"), "--trials", "1", "--pruner", "none",

@@ -96,12 +96,13 @@ def _groups(batches: Iterable[dict], k: int) -> Iterable[list[dict]]:
         yield group
 
 
-_WATCHERS: list[Callable[[int, dict, str], None]] = []
+_WATCHERS: list[Callable[[int, dict, str, bool], None]] = []
 
 
 @contextmanager
-def watching(watcher: Callable[[int, dict, str], None]) -> Iterator[None]:
-    """Within the block, every fit() calls watcher(epoch, record, metric) after each epoch's evaluation and checkpoint.
+def watching(watcher: Callable[[int, dict, str, bool], None]) -> Iterator[None]:
+    """Within the block, every fit() calls watcher(epoch, record, metric, last) after each epoch's evaluation and
+    checkpoint; `last` is true for the fit's final epoch (stopping it there would save nothing).
 
     It lets a caller above a command (tasks.search: report each epoch's dev score, prune a weak trial by raising)
     follow a run without the command taking a callback; an exception from the watcher ends fit() there. A resumed
@@ -169,7 +170,7 @@ def fit(
         loop.restore(resume, config or {})
         for record in loop.history:                  # the watchers see the epochs restored, as if run here
             for watcher in _WATCHERS:
-                watcher(record["epoch"], record, metric)
+                watcher(record["epoch"], record, metric, record["epoch"] == epochs)
     else:
         seed_everything(seed)
     log_path = curves if curves is not None else curves_path(checkpoint) if checkpoint is not None else None
@@ -187,7 +188,7 @@ def fit(
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, record)
         for watcher in _WATCHERS:
-            watcher(epoch + 1, record, metric)
+            watcher(epoch + 1, record, metric, epoch + 1 == epochs)
     loop.best.history = loop.history
     if loop.curve is not None:
         loop.curve.close()

@@ -132,20 +132,21 @@ def open_study(optuna: Any, url: str, name: str, space: Space, heartbeat: int, r
 
 class Watch:
     """fit()'s watcher for one trial: reports each epoch's dev score (at its own step count: deebert fits twice),
-    prunes, and keeps the best score of the last fit (the one whose model the run keeps)."""
+    prunes (never at a fit's final epoch: the run is done, and a finished trial is COMPLETE with its value), and
+    keeps the best score of the last fit (the one whose model the run keeps)."""
 
     def __init__(self, trial: Any, pruned: type[Exception]):
         self.trial, self.pruned = trial, pruned
         self.step, self.metric, self.best = 0, None, -math.inf
 
-    def __call__(self, epoch: int, record: dict, metric: str) -> None:
+    def __call__(self, epoch: int, record: dict, metric: str, last: bool = False) -> None:
         score = float(record[f"dev_{metric}"])
         if epoch == 1 or self.metric is None:       # a fit starts (a resumed one replays its epochs from 1)
             self.metric, self.best = metric, -math.inf
         self.best = max(self.best, score)
         self.step += 1
         self.trial.report(score, self.step)
-        if self.trial.should_prune():
+        if not last and self.trial.should_prune():
             raise self.pruned(f"dev {metric} {score:.4f} at step {self.step} (epoch {epoch})")
 
     @property
