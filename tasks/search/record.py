@@ -18,18 +18,9 @@ from ..core.curves import curves_path
 from ..core.errors import ConfigurationError
 from ..core.runs import RUN_FILE, read_run_json
 from ..core.settings import build, dump, flatten, leaves, walk
-from .space import Param, Space
+from .space import Space
 
 IGNORED = ("run.",)          # where and how a run ran (its directory, threads, device, progress): not the experiment
-
-
-def distribution(optuna: Any, param: Param) -> Any:
-    """The Optuna distribution that param.suggest() samples from (what a recorded trial's value must lie in)."""
-    if param.kind == "choices":
-        return optuna.distributions.CategoricalDistribution(list(param.choices))
-    if param.kind == "int":
-        return optuna.distributions.IntDistribution(param.low, param.high, log=param.log, step=param.step or 1)
-    return optuna.distributions.FloatDistribution(param.low, param.high, log=param.log, step=param.step)
 
 
 def selection_metric(space: Space, settings: Any) -> str:
@@ -93,7 +84,7 @@ def record_runs(optuna: Any, study: Any, space: Space, run_dirs: list[str]) -> l
         if resolved in known:
             said.append(f"--record {run_dir}: already in the study, skipped")
             continue
-        dists = {p.path: distribution(optuna, p) for p in space.params}
+        dists = {p.path: p.distribution(optuna) for p in space.params}
         outside = [f"{path} {params[path]!r} ({p.describe()})" for p in space.params
                    if not dists[(path := p.path)]._contains(dists[path].to_internal_repr(params[path]))]
         if outside:
@@ -107,4 +98,3 @@ def record_runs(optuna: Any, study: Any, space: Space, run_dirs: list[str]) -> l
         said.append(f"--record {run_dir}: added as a complete trial, dev {metric} {value:.4f}"
                     + (f", {len(epochs)} epochs' scores" if epochs else ", no curves file: no epoch scores for the pruner"))
     return said
-

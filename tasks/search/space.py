@@ -60,6 +60,14 @@ class Param:
             return trial.suggest_int(self.path, self.low, self.high, step=self.step or 1, log=self.log)
         return trial.suggest_float(self.path, self.low, self.high, step=self.step, log=self.log)
 
+    def distribution(self, optuna: Any) -> Any:
+        """The Optuna distribution suggest() samples from (what a recorded run's value must lie in)."""
+        if self.kind == "choices":
+            return optuna.distributions.CategoricalDistribution(list(self.choices))
+        if self.kind == "int":
+            return optuna.distributions.IntDistribution(self.low, self.high, log=self.log, step=self.step or 1)
+        return optuna.distributions.FloatDistribution(self.low, self.high, log=self.log, step=self.step)
+
     def describe(self) -> str:
         """One line: the range or the choices."""
         if self.kind == "choices":
@@ -169,10 +177,6 @@ def _range(cls: type, path: str, spec: Any, source: str) -> Param:
     return Param(path, low, high, log, step)
 
 
-def _read_json(path: Path) -> Any:
-    return read_json(path, "space file")
-
-
 def _base_file(space: Path, given: Any) -> Path:
     """The base config file: relative to the space file, else to the working directory."""
     if not isinstance(given, str):
@@ -188,7 +192,7 @@ def _base_file(space: Path, given: Any) -> Path:
 def load_space(path: str | Path) -> Space:
     """Read and check a space file; every error names the file and the key."""
     path = Path(path)
-    data = _read_json(path)
+    data = read_json(path, "space file")
     if not isinstance(data, dict):
         raise ConfigurationError(f"{path}: a space file is a JSON object with {', '.join(TOP_KEYS)}")
     unknown = sorted(set(data) - set(TOP_KEYS))
