@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--row", required=True, help="the row's name in the table, e.g. baseline or smart-vat")
     p.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
     p.add_argument("--baseline", default=None, help="print benchmarks/stats.py's paired table against this row")
+    p.add_argument("--keep-runs", default=None, metavar="DIR",
+                   help="keep each run's directory as DIR/ROW-sSEED, with its checkpoint, predictions and raw outputs "
+                        "(for tasks.ensemble; default: a temporary checkpoint, no predictions)")
     args = p.parse_args(argv)
     out = Path(args.out)
     started = provenance()          # the code this process loaded, not whatever is checked out when a seed starts
@@ -72,8 +75,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== {args.row} seed {seed}: already in {out}", flush=True)
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            row_argv = [*extra, "--seed", str(seed), "--no-progress", "--no-predictions",
-                        "--checkpoint", os.path.join(tmp, "run.pt")]
+            if args.keep_runs is None:
+                kept = ["--no-predictions", "--checkpoint", os.path.join(tmp, "run.pt")]
+            else:
+                kept = ["--raw-outputs", "--run-dir", str(Path(args.keep_runs) / f"{args.row.replace(' ', '-')}-s{seed}")]
+            row_argv = [*extra, "--seed", str(seed), "--no-progress", *kept]
             print(f"== {args.row} seed {seed}: python -m tasks.multitask {' '.join(extra)}", flush=True)
             t0 = time.perf_counter()
             summary = multitask.run(multitask.parse_settings(row_argv))
