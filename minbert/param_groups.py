@@ -1,12 +1,17 @@
 """AdamW's parameter groups for fine-tuning: decoupled weight decay (Loshchilov & Hutter, 2019) on the weight matrices
-only, and layer-wise learning-rate decay (Howard & Ruder, 2018, sec. 3.2 "discriminative fine-tuning"; Sun et al.,
-2019, sec. 5.3: layer l of L learns at lr * decay^(L - l)).
+only, layer-wise learning-rate decay (Howard & Ruder, 2018, sec. 3.2 "discriminative fine-tuning"; Sun et al.,
+2019, sec. 5.3: layer l of L learns at lr * decay^(L - l)), and the step at which each parameter starts to train
+under gradual unfreezing (Howard & Ruder, 2018, sec. 3.3: the last layer first, then one more layer at a time).
 
 Depth of a parameter, for a model that holds a BertModel anywhere inside it (at prefix P):
     P.embeddings.*          depth 0          lr * decay^L        (the lowest rate)
     P.layers.{i}.*          depth i + 1      lr * decay^(L-i-1)  (the top layer, i = L - 1, learns at lr)
     P.pooler.*              depth L          lr                  (pretrained, above the top layer)
     anything else           a head           lr * head_lr_scale  (task heads, off-ramps, PALs: new parameters)
+
+Gradual unfreezing over a fraction U of T optimiser steps: the heads train from step 0; depth d (the top layer and the
+pooler d = L, ..., the embeddings d = 0) joins at step ceil((L + 1 - d) * U * T / (L + 1)), so the top layer joins
+after the heads have trained alone for U * T / (L + 1) steps and the embeddings join last, at U * T.
 
 Which parameters are not decayed is one name rule on minbert's notation (BitFit, eqs. 1-5): a name whose last part
 starts with "b" is a bias (bq bk bv bm1 bLN1 bm2 bm3 bLN2 bLN bp, and torch's own "bias"), one that starts with "gLN"
@@ -15,6 +20,7 @@ is a LayerNorm gain (gLN gLN1 gLN2). This is the exclusion Hugging Face's Traine
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 
@@ -79,3 +85,15 @@ def param_groups(model: nn.Module, params: Iterable[nn.Parameter], lr: float, we
         group = groups.setdefault((scale, wd), {"params": [], "lr": lr * scale, "weight_decay": wd})
         group["params"].append(p)
     return list(groups.values())
+
+
+def unfreeze_step(name: str, model: nn.Module, fraction: float, total: int) -> int:
+    """The optimiser step (0-based) from which a parameter trains under gradual unfreezing over the first `fraction`
+    of `total` steps (Howard & Ruder, 2018, sec. 3.3): 0 for a head, then the encoder from its top depth down."""
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"the gradual unfreezing fraction must be in [0, 1) (0: off), not {fraction}")
+    d = depth(name, model)
+    if d is None or fraction == 0.0:
+        return 0
+    top = max(m.config.num_hidden_layers for m in model.modules() if isinstance(m, BertModel))
+    return math.ceil((top + 1 - d) * fraction * total / (top + 1))

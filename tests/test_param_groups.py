@@ -7,7 +7,7 @@ from torch import nn
 
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
-from minbert.param_groups import no_decay, param_groups
+from minbert.param_groups import no_decay, param_groups, unfreeze_step
 from tasks.core.errors import ResumeError
 from tasks.core.recipe import RECIPE_BEFORE, Recipe
 from tasks.core.train import check_config
@@ -108,3 +108,17 @@ def test_an_older_typed_checkpoint_resumes_with_the_knobs_at_their_old_values():
     assert RECIPE_BEFORE["decay_biases_and_gains"] is True   # before the rule, decay reached every parameter
     with pytest.raises(ResumeError, match="decay_biases_and_gains"):
         check_config("old.pt", stored | {"training.weight_decay": 0.01}, now | {"training.weight_decay": 0.01})
+
+
+def test_gradual_unfreezing_steps_equal_a_hand_computation(tiny_config):
+    """Depth d of L = 2 joins at ceil((L + 1 - d) * U * T / (L + 1)); heads at 0."""
+    model = Classifier(tiny_config)
+    hand = {0.5: {"head.weight": 0, "bert.pooler.Wp": 2, "bert.layers.1.Wq": 2, "bert.layers.0.bLN2": 4,
+                  "bert.embeddings.word.weight": 6},                  # T = 12: ceil(1 * 6 / 3), ceil(2 * 6 / 3), 6
+            0.25: {"head.bias": 0, "bert.pooler.bp": 1, "bert.layers.1.Wm3": 1, "bert.layers.0.Wq": 2,
+                   "bert.embeddings.gLN": 3},                         # T = 12: ceil(1 * 3 / 3), ceil(2), ceil(3)
+            0.0: {"head.weight": 0, "bert.layers.0.Wq": 0, "bert.embeddings.word.weight": 0}}
+    for fraction, want in hand.items():
+        assert {n: unfreeze_step(n, model, fraction, 12) for n in want} == want, fraction
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        unfreeze_step("head.weight", model, 1.0, 12)

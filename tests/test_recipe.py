@@ -17,9 +17,11 @@ from tasks.core.train import Interrupted, check_config, fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 # the recipe flags at their defaults, written out here (tasks.core.recipe.Recipe is what they are checked against)
-LOOP_DEFAULTS = {"precision": "fp32", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 1}
+LOOP_DEFAULTS = {"precision": "fp32", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 1,
+                 "gradual_unfreezing": 0.0}
 # what a run took before the recipe flags existed: a constant learning rate, no clipping
-BEFORE_FLAGS = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1}
+BEFORE_FLAGS = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1,
+                 "gradual_unfreezing": 0.0}
 CPU = torch.device("cpu")
 
 
@@ -163,7 +165,8 @@ def test_loop_flags_defaults_and_help():
     assert parse_settings([]).recipe.loop() == LOOP_DEFAULTS              # a plain run: the recommended recipe, fp32
     recipe = parse_settings(["--precision", "bf16", "--warmup-ratio", "0.2", "--max-grad-norm", "2",
                              "--grad-accum", "4"]).recipe
-    assert recipe.loop() == {"precision": "bf16", "warmup_ratio": 0.2, "max_grad_norm": 2.0, "grad_accum": 4}
+    assert recipe.loop() == {"precision": "bf16", "warmup_ratio": 0.2, "max_grad_norm": 2.0, "grad_accum": 4,
+                             "gradual_unfreezing": 0.0}
     off = parse_settings(["--warmup-ratio", "none", "--max-grad-norm", "none"]).recipe
     assert off.loop() == BEFORE_FLAGS                                      # 'none' switches each off
     text = " ".join(build_parser().format_help().split())
@@ -259,3 +262,53 @@ def test_a_checkpoint_from_before_typed_settings_resumes_by_its_flat_names():
         check_config("old.pt", old, now | {"recipe.warmup_ratio": 0.1})
     with pytest.raises(ValueError, match=r"training.lr: checkpoint 0.001, now 0.01"):
         check_config("old.pt", old, now | {"training.lr": 1e-2})
+
+
+def changed_per_step(tiny_config, batches, epochs=1, **kw):
+    """Train with fused AdamW (weight decay 0.01 on everything, so every parameter that takes a step moves); for each
+    optimiser step, the set of parameter names it changed; and the final state."""
+    model = classifier(tiny_config)
+    steps, last = [], {k: v.clone() for k, v in model.state_dict().items()}
+
+    def watch(m):
+        now = m.state_dict()
+        steps.append({k for k in now if not torch.equal(now[k], last[k])})
+        last.update({k: v.clone() for k, v in now.items()})
+    quiet_fit(model, make_optimizer(model.parameters(), 1e-3, 0.01, "fused"), lambda e: batches, epochs=epochs,
+              post_step=watch, **kw)
+    return steps, model.state_dict()
+
+
+def test_gradual_unfreezing_trains_the_heads_then_each_depth_from_the_top(tiny_config):
+    """12 steps, U = 0.5 (L = 2): by hand, the head from step 0, layer 2 and the pooler from ceil(1 * 6 / 3) = 2,
+    layer 1 from 4, the embeddings from 6 (minbert/param_groups.py's rule); a parameter before its turn is bit for bit
+    unchanged, weight decay included, and changes at every step after it."""
+    steps, _ = changed_per_step(tiny_config, random_batches([4] * 12), gradual_unfreezing=0.5)
+    names = classifier(tiny_config).state_dict().keys()
+    # the pooler (depth 2) gets no gradient under mean pooling, so it never moves
+    first = {"bert.embeddings.": 6, "bert.layers.0.": 4, "bert.layers.1.": 2, "bert.pooler.": math.inf, "head.": 0}
+    assert {k for k in names if not any(k.startswith(p) for p in first)} == set()     # every parameter is covered
+    for s, changed in enumerate(steps):
+        want = {k for k in names if s >= next(v for p, v in first.items() if k.startswith(p))}
+        assert changed == want, f"step {s}: {sorted(changed ^ want)}"
+    # off (U = 0): everything from the first step
+    steps, _ = changed_per_step(tiny_config, random_batches([4] * 3))
+    assert all(changed == {k for k in names if not k.startswith("bert.pooler.")} for changed in steps)
+
+
+def test_gradual_unfreezing_resumes_exactly_mid_way(tiny_config, tmp_path):
+    """2 epochs of 6 steps, U = 0.75: layer 1 joins at step 6 and the embeddings at step 9, after the kill at the end
+    of epoch 1; the resumed run equals the uninterrupted one bit for bit."""
+    batches = random_batches([4, 3, 4, 4, 2, 4])
+    _, whole = changed_per_step(tiny_config, batches, epochs=2, gradual_unfreezing=0.75)
+
+    def kill(epoch, record):
+        raise Interrupted
+    with pytest.raises(Interrupted):
+        changed_per_step(tiny_config, batches, epochs=2, gradual_unfreezing=0.75, checkpoint=tmp_path / "g.pt",
+                         on_epoch_end=kill)
+    steps, resumed = changed_per_step(tiny_config, batches, epochs=2, gradual_unfreezing=0.75,
+                                      checkpoint=tmp_path / "g.pt", resume=tmp_path / "g.pt")
+    assert len(steps) == 6 and not any(k.startswith("bert.embeddings.") for c in steps[:3] for k in c)
+    assert all(any(k.startswith("bert.embeddings.") for k in c) for c in steps[3:])
+    assert all(torch.equal(whole[k], resumed[k]) for k in whole)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 import minbert
-from minbert.param_groups import param_groups
+from minbert.param_groups import depth, param_groups, unfreeze_step
 
 from .errors import positive_float, positive_int, probability, unit_interval
 from .precision import (  # the rules live in precision.py; check_precision, cpu_has_bf16 are re-exported
@@ -33,8 +33,8 @@ class Recipe:
 
     BERT's recipe: warm-up over 10% of the steps then linear decay, clipping at 1.0; torch's fused AdamW; fp32 so that a
     result does not depend on the machine. Under torchrun (torchrun --nproc-per-node N -m tasks.NAME ...) --batch-size
-    stays the global batch, each process takes its share, and only rank 0 writes files. fit() takes all but
-    `optimizer` (make_optimizer's)."""
+    stays the global batch, each process takes its share, and only rank 0 writes files. fit() takes the fields of
+    loop(); optimizer_for() the rest."""
 
     precision: str = setting(
         "fp32", choices=PRECISION_CHOICES,
@@ -65,6 +65,12 @@ class Recipe:
         1.0, parse=positive_float, metavar="S",
         help="the learning rate of the parameters outside the pretrained encoder (task heads, off-ramps, PALs) is "
              "lr * S")
+    gradual_unfreezing: float = setting(
+        0.0, parse=probability, metavar="U",
+        help="gradual unfreezing (Howard & Ruder, 2018, sec. 3.3): the heads train alone at first, then the "
+             "encoder's layers join one at a time from the top, the embeddings last, evenly over the first U of the "
+             "optimiser steps (a parameter takes no step, no weight decay included, before its turn); 0: everything "
+             "trains from the start (minbert/param_groups.py)")
     decay_biases_and_gains: bool = setting(
         False, help="apply --weight-decay to the biases and LayerNorm gains too (off: decay the weight matrices and "
                     "embeddings only, the usual exclusion)")
@@ -80,13 +86,29 @@ class Recipe:
         return make_optimizer(groups, lr, weight_decay, self.optimizer)
 
 
-LOOP_FIELDS = ("precision", "warmup_ratio", "max_grad_norm", "grad_accum")
+LOOP_FIELDS = ("precision", "warmup_ratio", "max_grad_norm", "grad_accum", "gradual_unfreezing")
 
 
 # What a checkpoint that predates a recipe setting ran with: the recipe's defaults before they became the recommended
 # recipe (a constant learning rate, no clipping, minbert's AdamW).
 RECIPE_BEFORE = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1,
-                 "optimizer": "minbert", "layer_decay": 1.0, "head_lr_scale": 1.0, "decay_biases_and_gains": True}
+                 "optimizer": "minbert", "layer_decay": 1.0, "head_lr_scale": 1.0, "decay_biases_and_gains": True,
+                 "gradual_unfreezing": 0.0}
+
+
+def unfreezing(model: torch.nn.Module, params: list, fraction: float, total: int) -> tuple[list[int], str]:
+    """Each of `params`' first optimiser step under gradual unfreezing (minbert/param_groups.py), and a log line."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    first = [unfreeze_step(names[id(p)], model, fraction, total) for p in params]
+    joins: dict[int, int] = {}                       # depth -> step
+    for p, step in zip(params, first):
+        d = depth(names[id(p)], model)
+        if d is not None:
+            joins[d] = step
+    order = ", ".join(f"{'the embeddings' if d == 0 else f'layer {d}'} at step {joins[d] + 1}"
+                      for d in sorted(joins, reverse=True))
+    return first, (f"gradual unfreezing over {max(first, default=0)} of {total} optimiser steps: the heads from step 1, "
+                   f"then {order or 'no encoder parameter to unfreeze'}")
 
 
 def autocast(device: torch.device, precision: str) -> torch.autocast:

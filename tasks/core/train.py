@@ -6,7 +6,8 @@ flags and defaults in tasks/core/recipe.py) and data parallelism through torchru
 The recipe: precision "bf16" or "fp16" runs loss_fn and evaluate under torch.autocast (fp16 with a gradient
 scaler; which precision trains on which device, and what "auto" picks: tasks/core/precision.py); warmup_ratio (None: a
 constant learning rate) warms the learning rate up linearly over that fraction of the optimiser steps of all
-epochs, then decays it linearly to 0; max_grad_norm clips the gradients' total norm; grad_accum sums the gradients
+epochs, then decays it linearly to 0; gradual_unfreezing U lets the heads train alone first and the encoder join a
+depth at a time from the top over the first U of the steps (no step for a parameter before its turn); max_grad_norm clips the gradients' total norm; grad_accum sums the gradients
 of that many consecutive batches, weighted by their sizes, into one optimiser step, as if they were one batch.
 
 Under torchrun (WORLD_SIZE > 1) each process takes its rows of every batch, DDP averages the gradients (each loss
@@ -55,7 +56,7 @@ from .distributed import is_main_process, rank, world_size
 from .errors import TrainingError
 from .evaluation import evaluating
 from .precision import check_precision, cpu_has_bf16, resolve_precision
-from .recipe import LinearSchedule, Recipe, autocast
+from .recipe import LinearSchedule, Recipe, autocast, unfreezing
 
 
 def seed_everything(seed: int) -> None:
@@ -147,7 +148,8 @@ def fit(
     a stored config that differs in any key but 'epochs' and the paths is an error, since the run would
     not continue the same experiment.
 
-    `recipe`: tasks.core.recipe.Recipe's fields but optimizer (precision, warmup_ratio, max_grad_norm, grad_accum),
+    `recipe`: tasks.core.recipe.Recipe.loop()'s fields (precision, warmup_ratio, max_grad_norm, grad_accum,
+    gradual_unfreezing),
     each at Recipe's default unless given; the recipe and data parallelism are described in the module docstring.
 
     Early stopping: patience P (None: run all `epochs`) ends the run once P evaluations in a row have not
@@ -227,6 +229,8 @@ class _Loop:
             lambda batch: loss_fn(model, batch))
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.schedule: LinearSchedule | None = None
+        self.total: int | None = None                # optimiser steps of the whole run, once known
+        self.unfreeze_at: list[int] | None = None    # per parameter of self.params: its first optimiser step
         self.curve: Curves | None = None
 
     def restore(self, resume: str | Path, config: dict) -> None:
@@ -292,16 +296,22 @@ class _Loop:
         return total, per_task, time.perf_counter() - t0
 
     def _schedule(self, batches: Iterable[dict], epochs: int) -> None:
-        """The learning-rate schedule, set once the first epoch's number of batches is known."""
-        if self.recipe.warmup_ratio is None or self.schedule is not None:
+        """The learning-rate schedule and the steps at which gradual unfreezing lets each parameter train, set once the
+        first epoch's number of batches is known."""
+        wanted = self.recipe.warmup_ratio is not None or self.recipe.gradual_unfreezing > 0
+        if not wanted or self.total is not None:
             return
         if not hasattr(batches, "__len__"):
-            raise TypeError("a learning-rate schedule needs epoch_batches to return a sequence: its length "
-                            "sets the number of optimiser steps")
-        steps = epochs * math.ceil(len(batches) / self.recipe.grad_accum)
-        self.schedule = LinearSchedule.from_ratio(self.recipe.warmup_ratio, steps)
-        self.say(f"learning rate: linear warm-up over {self.schedule.warmup} of {self.schedule.total} optimiser "
-                 "steps, then linear decay to 0")
+            raise TypeError("a learning-rate schedule or gradual unfreezing needs epoch_batches to return a sequence: "
+                            "its length sets the number of optimiser steps")
+        self.total = epochs * math.ceil(len(batches) / self.recipe.grad_accum)
+        if self.recipe.warmup_ratio is not None:
+            self.schedule = LinearSchedule.from_ratio(self.recipe.warmup_ratio, self.total)
+            self.say(f"learning rate: linear warm-up over {self.schedule.warmup} of {self.schedule.total} optimiser "
+                     "steps, then linear decay to 0")
+        if self.recipe.gradual_unfreezing > 0:
+            self.unfreeze_at, line = unfreezing(self.model, self.params, self.recipe.gradual_unfreezing, self.total)
+            self.say(line)
 
     def _accumulate(self, group: list[dict], epoch: int, checkpoint: str | Path | None, sums: dict,
                     per_task: dict[str, list[float]], bar: tqdm) -> float:
@@ -335,7 +345,11 @@ class _Loop:
         return group_loss
 
     def _optimizer_step(self) -> None:
-        """The scheduled learning rate, clipping, the (scaled) step."""
+        """The scheduled learning rate, gradual unfreezing, clipping, the (scaled) step."""
+        if self.unfreeze_at is not None:             # a parameter before its turn takes no step (AdamW skips None)
+            for p, first in zip(self.params, self.unfreeze_at):
+                if self.step < first:
+                    p.grad = None
         if self.schedule is not None:
             for g, lr in zip(self.optimizer.param_groups, self.base_lrs):
                 g["lr"] = lr * self.schedule.factor(self.step)
