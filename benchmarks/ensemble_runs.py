@@ -7,6 +7,13 @@ ensembles, benchmarks/stats.py), and write the table to a results JSON.
         --seeds 1,2,3,4,5,6,7,8,9 --size 3 -- --lr 5e-5 --batch-size 16 --warmup-ratio 0.1 --max-grad-norm 1.0 \
         --sts-head-bias 2.5 --epochs 2 --symmetric-pairs --optimizer fused
 
+    python benchmarks/ensemble_runs.py --out benchmarks/results/ensemble-full-budget.json \
+        --members main=runs/ens/main t4=runs/ens/t4 ...       # finished runs' raw outputs: no training
+
+--members NAME=DIR ... ensembles runs that already finished (each DIR a run directory or a directory of raw outputs,
+e.g. written by `python -m tasks.predict RUN_DIR --raw-outputs --out DIR`): every member is scored, then the
+ensembles of the first 2, 3, ..., all of them in the order given (fix the order before looking at dev).
+
 An ensemble of k runs costs k runs' time: compare it with the main job at k times the budget (e.g. --epochs 6 for
 k = 3, through benchmarks/paired_runs.py) as well as with its own members.
 """
@@ -28,7 +35,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import stats
 
 from tasks import multitask
-from tasks.ensemble import ensemble
+from tasks.ensemble import ensemble, raw_dir
 from tasks.score import score_directory
 
 
@@ -69,6 +76,26 @@ def add_peer(table: dict, results: str, row: str) -> None:
           f"95% interval [{100 * d['lo']:+.2f}, {100 * d['hi']:+.2f}]", flush=True)
 
 
+def finished_members(members: list[str], data_dir: str, runs: Path) -> dict:
+    """The table of --members: each member's dev scores, and the ensembles of its first k members, k = 2 .. all."""
+    named = dict(m.split("=", 1) for m in members)
+    if len(named) != len(members) or len(named) < 2:
+        raise SystemExit(f"--members takes two or more distinct NAME=DIR, not {members}")
+    table = {"members": {n: dev_scores(raw_dir(d), data_dir) for n, d in named.items()}, "dirs": named,
+             "ensembles": []}
+    for n, scores in table["members"].items():
+        print(f"== member {n}: overall {scores['overall']:.4f}", flush=True)
+    names = list(named)
+    for k in range(2, len(names) + 1):
+        out = runs / f"ensemble-first-{k}"
+        ensemble([named[n] for n in names[:k]], out)
+        scores = dev_scores(out, data_dir)
+        table["ensembles"].append({"members": names[:k], "dev": scores})
+        print(f"== ensemble of {', '.join(names[:k])}: overall {scores['overall']:.4f} (SST {scores['sst_accuracy']:.4f}, "
+              f"Quora {scores['para_accuracy']:.4f}, STS r {scores['sts_pearson']:.4f})", flush=True)
+    return table
+
+
 def write_table(path: Path, table: dict) -> None:
     """Write the results JSON atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -90,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peer", nargs=2, metavar=("RESULTS", "ROW"), default=None,
                    help="also compare the ensembles' overall score with this row of a paired_runs JSON, unpaired "
                         "(one run at the ensemble's total budget, e.g. power.json 'baseline 3 epochs')")
+    p.add_argument("--members", nargs="+", metavar="NAME=DIR", default=None,
+                   help="no training: ensemble these finished runs' raw outputs, the first 2, 3, ..., all in this order")
     p.add_argument("--peer-only", action="store_true",
                    help="no training and no runs dir: read the table already in --out and add --peer's comparison")
     args = p.parse_args(argv)
@@ -100,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         table = json.loads(Path(args.out).read_text())
         add_peer(table, *args.peer)
         write_table(Path(args.out), table)
+        return 0
+    if args.members is not None:
+        write_table(Path(args.out), finished_members(args.members, args.data_dir, Path(args.runs_dir)))
         return 0
     seeds = [int(s) for s in args.seeds.split(",")]
     runs, minutes = Path(args.runs_dir), {}

@@ -54,6 +54,7 @@ def test_trains_each_seed_once_and_scores_the_ensemble_against_its_members(tiny_
     ensemble_runs.main(cmd)
     table = json.loads(out.read_text())
     assert set(table["members"]) == {"1", "2"} and table["ensembles"][0]["seeds"] == [1, 2]
+    pair = table["ensembles"][0]["dev"]
     assert (runs / "ensemble-1-2" / "sst-dev-output.csv").is_file()
     assert table["members"]["1"]["overall"] != table["members"]["2"]["overall"]      # the seeds differ
     d = table["against_members"]["overall"]
@@ -73,6 +74,16 @@ def test_trains_each_seed_once_and_scores_the_ensemble_against_its_members(tiny_
     values = [e["dev"]["overall"] for e in table["ensembles"]]
     assert table["against_peer"]["mean"] == pytest.approx(sum(values) / 2 - 0.55)
     assert "ensemble - long, overall" in capsys.readouterr().out
+    # --members: the finished runs again, with no training: the same members' scores and the same 2-run ensemble
+    done = tmp_path / "members.json"
+    ensemble_runs.main(["--out", str(done), "--runs-dir", str(tmp_path / "m"), "--data-dir", str(data),
+                        "--members", f"one={runs / 'seed-1'}", f"two={runs / 'seed-2'}"])
+    members = json.loads(done.read_text())
+    assert members["members"] == {"one": table["members"]["1"], "two": table["members"]["2"]}
+    assert members["ensembles"] == [{"members": ["one", "two"], "dev": pair}]
+    assert "ensemble of one, two: overall" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="two or more distinct"):
+        ensemble_runs.main(["--out", str(done), "--members", f"one={runs / 'seed-1'}"])
 
 
 def test_peer_only_adds_the_peer_to_a_written_table_without_training_or_runs(tmp_path, capsys):
