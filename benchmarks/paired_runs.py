@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,11 @@ def dev_line(dev: dict) -> str:
     names = {"sst_accuracy": "SST", "para_accuracy": "Quora", "sts_pearson": "STS r"}
     tasks = ", ".join(f"{name} {dev[key]:.4f}" for key, name in names.items() if key in dev)
     return f"overall {dev['overall']:.4f} ({tasks})" if "overall" in dev else tasks
+
+
+def slug(row: str) -> str:
+    """A row's name as a directory name: runs of anything but letters, digits and dots become one dash."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", row).strip("-")
 
 
 def provenance() -> dict:
@@ -78,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.keep_runs is None:
                 kept = ["--no-predictions", "--checkpoint", os.path.join(tmp, "run.pt")]
             else:
-                kept = ["--raw-outputs", "--run-dir", str(Path(args.keep_runs) / f"{args.row.replace(' ', '-')}-s{seed}")]
+                kept = ["--raw-outputs", "--run-dir", str(Path(args.keep_runs) / f"{slug(args.row)}-s{seed}")]
             row_argv = [*extra, "--seed", str(seed), "--no-progress", *kept]
             print(f"== {args.row} seed {seed}: python -m tasks.multitask {' '.join(extra)}", flush=True)
             t0 = time.perf_counter()

@@ -110,3 +110,13 @@ def test_paired_runs_single_task_row_prints_its_task_and_stats_reads_it(tiny_dir
     assert f"sts alone seed 1: STS r {record['dev']['sts_pearson']:.4f}," in capsys.readouterr().out
     assert stats.load_rows([out], "sts_pearson") == {"sts alone": {1: record["dev"]["sts_pearson"]}}
     assert stats.load_rows([out], "overall") == {}
+    # --keep-runs: the same run kept as a run directory (checkpoint, raw outputs for tasks.ensemble), the same figures
+    own = [f for i, f in enumerate(flags) if f not in ("--checkpoint", "--predictions-dir")
+           and flags[i - 1] not in ("--checkpoint", "--predictions-dir")]
+    paired_runs.main(["--out", str(tmp_path / "kept.json"), "--row", "sts alone, kept", "--seeds", "1",
+                      "--keep-runs", str(tmp_path / "kept"), "--", *own])
+    kept, = json.loads((tmp_path / "kept.json").read_text())
+    assert kept["dev"] == record["dev"]
+    run_dir = tmp_path / "kept" / "sts-alone-kept-s1"
+    assert {"run.json", "checkpoint.pt"} <= {p.name for p in run_dir.iterdir()}
+    assert (run_dir / "predictions" / "sts-dev-raw.csv").is_file()
