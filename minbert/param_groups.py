@@ -56,12 +56,17 @@ def depth(name: str, model: nn.Module) -> int | None:
     return None
 
 
+def top_depth(model: nn.Module) -> int:
+    """L: the depth of the top layer (and the pooler) of the deepest BertModel inside the model."""
+    return max(m.config.num_hidden_layers for m in model.modules() if isinstance(m, BertModel))
+
+
 def lr_scale(name: str, model: nn.Module, layer_decay: float, head_lr_scale: float) -> float:
     """The multiplier of the base learning rate for one parameter: decay^(L - depth), or head_lr_scale for a head."""
     d = depth(name, model)
     if d is None:
         return head_lr_scale
-    top = max(m.config.num_hidden_layers for m in model.modules() if isinstance(m, BertModel))
+    top = top_depth(model)
     return layer_decay ** (top - d)
 
 
@@ -95,5 +100,5 @@ def unfreeze_step(name: str, model: nn.Module, fraction: float, total: int) -> i
     d = depth(name, model)
     if d is None or fraction == 0.0:
         return 0
-    top = max(m.config.num_hidden_layers for m in model.modules() if isinstance(m, BertModel))
+    top = top_depth(model)
     return math.ceil((top + 1 - d) * fraction * total / (top + 1))
