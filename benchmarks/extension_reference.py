@@ -97,7 +97,9 @@ def compare(before: Path, after: Path) -> list[str]:
         other = after / "predictions" / f.name
         if not other.is_file() or other.read_bytes() != f.read_bytes():
             diffs.append(f"predictions/{f.name}")
-    if _curves(before / "checkpoint.curves.jsonl") != _curves(after / "checkpoint.curves.jsonl"):
+    was, now = _curves(before / "checkpoint.curves.jsonl"), _curves(after / "checkpoint.curves.jsonl")
+    if len(was) != len(now) or any({k: line[k] for k in old} != {k: line.get(k) for k in old}
+                                   for old, line in zip(was, now)):       # keys added since may be new
         diffs.append("checkpoint.curves.jsonl (losses or records)")
     a, b = (_tensors(torch.load(d / "checkpoint.pt", weights_only=True)) for d in (before, after))
     for key in ("/model", "/best_state", "/optimizer/state"):

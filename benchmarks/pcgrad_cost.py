@@ -33,7 +33,8 @@ import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from tasks.core.distributed import pick_device
 from tasks.core.recipe import autocast, make_optimizer
-from tasks.multitask import collate, load
+from tasks.core.terms import Context, build_terms
+from tasks.multitask import Settings, collate, load
 from tasks.multitask.model import multitask_loss
 from tasks.multitask.toolkit import ToolkitSettings
 
@@ -71,9 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     kinds = ("plain", "pcgrad", "embedding")
     models = {k: copy.deepcopy(base) for k in kinds}
     opts = {k: make_optimizer(list(m.parameters()), 1e-5, 0.0, args.optimizer) for k, m in models.items()}
-    settings = {k: ToolkitSettings() for k in kinds}
-    settings["embedding"] = ToolkitSettings(sts_embedding_loss="cosent", para_embedding_loss="mnrl")
-    losses = {k: multitask_loss(settings[k], device) for k in kinds}
+    # the "pcgrad" row projects, as the docstring says (before the terms of tasks/multitask/terms.py its round went
+    # through surgery_loss with project=False: the same work but the 3 x 3 coefficients)
+    toolkit = {"plain": ToolkitSettings(), "pcgrad": ToolkitSettings(gradient_surgery="pcgrad"),
+               "embedding": ToolkitSettings(sts_embedding_loss="cosent", para_embedding_loss="mnrl")}
+    losses = {k: multitask_loss(build_terms("multitask", Settings(toolkit=toolkit[k]),
+                                            Context(models[k], list(models[k].parameters()), device, None)), device)
+              for k in kinds}
     encoder_passes = {k: [0] for k in kinds}
     for k, m in models.items():
         m.bert.register_forward_pre_hook(lambda mod, a, c=encoder_passes[k]: c.__setitem__(0, c[0] + 1))

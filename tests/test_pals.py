@@ -16,7 +16,7 @@ from minbert.pals import PALs, PalsConfig
 from tasks.core.checkpoints import load_checkpoint
 from tasks.core.finetune import MODES, get_mode
 from tasks.core.train import seed_everything
-from tasks.multitask import add_smart_pals, parse_settings, run
+from tasks.multitask import add_pals, parse_settings, run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -136,7 +136,7 @@ def test_pals_train_in_every_fine_tune_mode(mode, tiny_config):
     model = MultitaskBert(minbert.BertModel(tiny_config), MultitaskConfig(head_hidden=16))
     settings = parse_settings(["--fine-tune-mode", mode, "--pals", "standard", "--pals-size", "12",
                                "--pals-heads", "3"])
-    params = add_smart_pals(model, settings, get_mode(mode).setup(model, settings.fine_tune, settings.training.seed))
+    params = add_pals(model, settings, get_mode(mode).setup(model, settings.fine_tune, settings.training.seed))
     chosen = {id(p) for p in params}
     assert all(p.requires_grad and id(p) in chosen for p in model.pals.parameters())
     assert len(chosen) == len(params)
@@ -154,7 +154,7 @@ def test_pals_cli_trains_the_pals(variant, mode, tiny_dir, files, tmp_path):  # 
     seed_everything(11711)                                          # as run() builds its model: the same initial PALs
     settings = parse_settings(flags)
     fresh = MultitaskBert(minbert.load_pretrained(str(tiny_dir)), MultitaskConfig(head_hidden=16))
-    add_smart_pals(fresh, settings, get_mode(mode).setup(fresh, settings.fine_tune, settings.training.seed))
+    add_pals(fresh, settings, get_mode(mode).setup(fresh, settings.fine_tune, settings.training.seed))
     initial = fresh.state_dict()
     assert set(initial) == set(state)
     trained = [k for k in state if k.startswith("pals.tasks.") and k.rsplit(".", 1)[-1] in ("weight", "Wq")]

@@ -57,6 +57,7 @@ from .errors import TrainingError
 from .evaluation import evaluating
 from .precision import check_precision, cpu_has_bf16, resolve_precision
 from .recipe import LinearSchedule, Recipe, autocast, unfreezing
+from .terms import TermSet
 
 
 def seed_everything(seed: int) -> None:
@@ -137,6 +138,7 @@ def fit(
     unit: str = "epoch",
     curves: str | Path | None = None,
     save_every: int = 0,
+    terms: TermSet | None = None,
     **recipe,
 ) -> FitResult:
     """Train for `epochs` epochs; after each, evaluate on dev, keep the best state by `metric`, checkpoint.
@@ -163,11 +165,14 @@ def fit(
     machine that may disconnect); it holds where in the epoch the run is and the epoch's loss sums, and a resume
     from it skips the epoch's batches already taken (the order is drawn from seed and epoch alone) and goes on
     exactly as the uninterrupted run would.
+
+    `terms` (tasks/core/terms.py): the run's switched-on extension terms; the loop calls their after_step() after
+    each optimiser step and post_step, and adds what they logged over the epoch to its record.
     """
     loop = _Loop(model, optimizer, loss_fn, device, Recipe(**recipe), metric, unit, log, progress, patience)
     if save_every < 0:
         raise ValueError(f"save_every must be 0 (off) or a number of optimiser steps, not {save_every}")
-    loop.save_every, loop.config = save_every, config or {}
+    loop.save_every, loop.config, loop.terms = save_every, config or {}, terms or TermSet()
     if resume is not None:
         loop.restore(resume, config or {})
         for record in loop.history:                  # the watchers see the epochs restored, as if run here
@@ -184,7 +189,7 @@ def fit(
                      f"(best: {unit} {loop.best.best_epoch})")
             break
         total, per_task, train_time = loop.train_epoch(epoch_batches, epoch, epochs, checkpoint, post_step)
-        record = loop.evaluate(evaluate, epoch, epochs, total, per_task, train_time)
+        record = loop.evaluate(evaluate, epoch, epochs, total, per_task, train_time, loop.terms.epoch_end())
         if checkpoint is not None:
             loop.save(checkpoint, epoch, config or {})
         if on_epoch_end is not None:
@@ -232,6 +237,7 @@ class _Loop:
         self.total: int | None = None                # optimiser steps of the whole run, once known
         self.unfreeze_at: list[int] | None = None    # per parameter of self.params: its first optimiser step
         self.curve: Curves | None = None
+        self.terms = TermSet()
 
     def restore(self, resume: str | Path, config: dict) -> None:
         """The state of a checkpoint: model, optimiser, epochs done, best epoch, history, steps, RNG states."""
@@ -270,6 +276,7 @@ class _Loop:
         if self.within is not None:                  # resumed from one: its sums, then skip what it had done
             done, sums, per_task = self.within["groups"], self.within["sums"], self.within["per_task"]
             t0 -= self.within["seconds"]
+            self.terms.load_state(self.within.get("terms", {}))
             self.within = None
         for i, group in enumerate(_groups(batches, self.recipe.grad_accum)):
             if i < done:                             # the same batches as before the interruption: already taken
@@ -282,9 +289,11 @@ class _Loop:
                 self.curve.step(self.step, epoch + 1, group_loss, named.pop() if len(named) == 1 else None)
             if post_step is not None:
                 post_step(self.model)
+            self.terms.after_step(self.model)
             if self.save_every and self.step % self.save_every == 0 and checkpoint is not None:
                 self.save(checkpoint, epoch, self.config, within={
-                    "groups": i + 1, "sums": sums, "per_task": per_task, "seconds": time.perf_counter() - t0})
+                    "groups": i + 1, "sums": sums, "per_task": per_task, "seconds": time.perf_counter() - t0,
+                    "terms": self.terms.state()})
             maybe_kill(KILL_AT_STEP, self.step)
         bar.close()
         total = sums["total"] / max(sums["n"], 1)
@@ -361,13 +370,15 @@ class _Loop:
         self.step += 1
 
     def evaluate(self, evaluate: Callable[[nn.Module], dict[str, float]], epoch: int, epochs: int, train_loss: float,
-                 per_task: dict[str, list[float]], train_time: float) -> dict:
-        """Evaluate on dev, record the epoch, keep the best state, log one line; the epoch's record."""
+                 per_task: dict[str, list[float]], train_time: float, logged: dict[str, float]) -> dict:
+        """Evaluate on dev, record the epoch (with what the terms `logged`), keep the best state, log one line; the
+        epoch's record."""
         t0 = time.perf_counter()
         with evaluating(self.model, self.device, self.recipe.precision):   # eval mode, no gradients, the precision
             scores = evaluate(self.model)
         record = {"epoch": epoch + 1, "train_loss": train_loss,
-                  **{f"train_loss_{t}": s / k for t, (s, k) in sorted(per_task.items())}, "train_seconds": train_time,
+                  **{f"train_loss_{t}": s / k for t, (s, k) in sorted(per_task.items())}, **logged,
+                  "train_seconds": train_time,
                   "eval_seconds": time.perf_counter() - t0, **{f"dev_{k}": v for k, v in scores.items()}}
         self.history.append(record)
         if self.curve is not None:

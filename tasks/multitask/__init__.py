@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,7 +32,7 @@ from minbert.schedules import TaskSchedule
 from ..core.batching import batch_indices
 from ..core.cli import start, write_split
 from ..core.data import Records
-from ..core.distributed import is_main_process, world_size
+from ..core.distributed import is_main_process
 from ..core.errors import ConfigurationError
 from ..core.evaluation import (
     accuracy,
@@ -49,13 +49,14 @@ from ..core.precision import resolve_precision
 from ..core.runs import RunPaths, parse_run, run_paths, write_run_json
 from ..core.settings import parser_for, resume_config
 from ..core.starter_flags import translate
+from ..core.terms import Context, build_terms, check_terms
 from ..core.train import FitResult, fit
 from ..core.unfinished import explain_unfinished
 from ..simcse.quora import SIMCSE_QUORA_REST
 from .data import Encoded, EpochBatches, collate, load
 from .model import model_class, multitask_loss
 from .settings import METRICS, Settings
-from .toolkit import SurgeryBatches, ToolkitLog
+from .terms import SmartTerm  # noqa: F401  (importing it registers the command's terms)
 
 
 def outputs(model: MultitaskBert, data: Encoded, batch_size: int, device: torch.device,
@@ -87,35 +88,10 @@ def score(task: str, preds: list, records: Records) -> float:
     return pearson(preds, labels) if task == "sts" else accuracy(preds, labels)
 
 
-def add_smart_pals(model: MultitaskBert, settings: Settings, params: list[nn.Parameter]) -> list[nn.Parameter]:
-    """PALs (trained whatever the fine-tune mode) and SMART (after them: its copy follows every trained parameter)."""
-    pals, smart = settings.pals.config(), settings.smart.config()
-    if pals is not None:
-        params = params + list(model.add_pals(pals).parameters())
-    if smart is not None:
-        model.add_smart(smart)
-    return params
-
-
-def smart_post_step(post_step: Callable[[nn.Module], None] | None) -> Callable[[nn.Module], None] | None:
-    """The fine-tune mode's post_step, then SMART's momentum update of theta~ (when it keeps one)."""
-    def step(m: nn.Module) -> None:
-        if post_step is not None:
-            post_step(m)
-        if m.smart is not None and m.smart.names:
-            m.smart.update(m)
-    return step
-
-
-def smart_epoch_stats(model: MultitaskBert, log: list[dict]) -> None:
-    """At an epoch's end: SMART's mean R_s and D_Breg and their shares of the loss, logged and appended to `log`;
-    then the sums restart. (This process's batches only: under torchrun, rank 0's.)"""
-    stats = model.smart.epoch_stats()
-    model.smart.reset_stats()
-    log.append(stats)
-    if is_main_process():
-        print(f"  smart: R_s {stats['smart_r_s']:.3e} (lambda R_s {stats['smart_r_s_share']:.1%} of the loss), "
-              f"D_Breg {stats['smart_bregman']:.3e} ({stats['smart_bregman_share']:.1%})", file=sys.stderr)
+def add_pals(model: MultitaskBert, settings: Settings, params: list[nn.Parameter]) -> list[nn.Parameter]:
+    """PALs, trained whatever the fine-tune mode: `params` and theirs."""
+    pals = settings.pals.config()
+    return params + list(model.add_pals(pals).parameters()) if pals is not None else params
 
 
 def dev_table(scores: dict[str, float]) -> str:
@@ -170,8 +146,8 @@ def run(settings: Settings) -> dict:
     settings = after_simcse(settings)
     tasks, metric = settings.design.chosen()
     tr, ft, rs = settings.training, settings.fine_tune, settings.run
-    settings.toolkit.check(settings.recipe.grad_accum, world_size())
-    settings.smart.config(), settings.pals.config()                           # their checks, before any work
+    check_terms("multitask", settings)
+    settings.pals.config()                                                    # the checks, before any work
     mode = ft.mode
     lr = tr.lr if tr.lr is not None else mode.default_lr
     paths = run_paths(rs, "multitask", settings.design.design, settings.design.schedule, ft.fine_tune_mode)
@@ -183,7 +159,8 @@ def run(settings: Settings) -> dict:
     model = model_class(settings.toolkit.sts_output)(minbert.load_pretrained(tr.model), settings.model_config())
     model.bert.gradient_checkpointing = tr.gradient_checkpointing
     params = mode.setup(model, ft, tr.seed)
-    params = add_smart_pals(model, settings, params)
+    params = add_pals(model, settings, params)
+    terms = build_terms("multitask", settings, Context(model, params, device, settings))   # after the parameters
     model.to(device)
     optimizer = settings.recipe.optimizer_for(model, params, lr, tr.weight_decay)
     schedule = TaskSchedule(settings.design.schedule, settings.design.when_exhausted)
@@ -196,21 +173,13 @@ def run(settings: Settings) -> dict:
               f"{sum(p.numel() for p in model.parameters()):,} parameters; lr {lr:g}; device {device}; "
               f"{settings.recipe.precision}; run {paths.dir}", file=sys.stderr)
 
-    def epoch_batches(epoch: int) -> EpochBatches | SurgeryBatches:
-        batches = EpochBatches(train, schedule, tr.batch_size, epoch, tr.epochs, tr.seed, tr.bucket,
-                               settings.design.swap_pairs)
-        return SurgeryBatches(batches) if settings.toolkit.gradient_surgery != "none" else batches
+    def epoch_batches(epoch: int) -> Sequence[dict]:
+        return terms.batches(EpochBatches(train, schedule, tr.batch_size, epoch, tr.epochs, tr.seed, tr.bucket,
+                                          settings.design.swap_pairs))
 
     evaluated: list[dict[str, list]] = []  # the dev predictions of each epoch this process evaluated, in order
-    smart_log: list[dict] = []  # SMART's per-epoch means, for the epochs this process trained
-    if settings.smart.smart:
-        model.smart.reset_stats()
-    toolkit_log, toolkit_epochs = ToolkitLog(), []  # the embedding losses' and PCGrad's per-epoch means, likewise
 
     def evaluate(m: nn.Module) -> dict[str, float]:
-        if settings.smart.smart:
-            smart_epoch_stats(model, smart_log)
-        toolkit_log.epoch_end(toolkit_epochs)
         evaluated.append({t: predict(m, dev[t], rs.eval_batch_size, device, settings.recipe.precision)
                           for t in tasks})
         scores = {METRICS[t]: score(t, evaluated[-1][t], dev[t].records) for t in tasks}
@@ -221,8 +190,7 @@ def run(settings: Settings) -> dict:
         return scores
 
     post_step = (lambda m: mode.post_step(m, ft)) if mode.post_step is not None else None
-    post_step = smart_post_step(post_step) if settings.smart.smart else post_step
-    result = fit(model, optimizer, epoch_batches, multitask_loss(settings.toolkit, device, toolkit_log), evaluate,
+    result = fit(model, optimizer, epoch_batches, multitask_loss(terms, device), evaluate, terms=terms,
                  metric=metric, epochs=tr.epochs, device=device, seed=tr.seed, checkpoint=paths.checkpoint,
                  resume=paths.resume, config=resume_config(settings) | {"training.lr": lr, "command": "multitask"},
                  post_step=post_step, progress=rs.progress, save_every=rs.save_every, **settings.recipe.loop())
@@ -236,10 +204,7 @@ def run(settings: Settings) -> dict:
     summary: dict = {"tasks": tasks, "best_epoch": result.best_epoch, f"dev_{metric}": result.best_score,
                      "history": result.history, "checkpoint": str(paths.checkpoint), "run_dir": str(paths.dir),
                      "trainable": sum(p.numel() for p in params), "dev": {}, "test": {}}
-    if settings.smart.smart:  # per epoch this process trained: mean R_s, D_Breg and their shares of the loss
-        summary["smart"] = smart_log
-    if toolkit_epochs:  # likewise: the embedding losses' values and shares, PCGrad's conflicts and change
-        summary["toolkit"] = toolkit_epochs
+    summary |= terms.epochs  # per section, per epoch this process trained: what its terms logged (R_s, ...)
     # The best epoch's dev predictions, made with the weights just loaded, unless it was evaluated before a resume.
     k = result.best_epoch - 1 - (len(result.history) - len(evaluated))
     write_outputs(settings, paths, model, result, dev, test, evaluated[k] if 0 <= k < len(evaluated) else {},

@@ -1,20 +1,21 @@
 """What make train's multitask command trains: the model class (by --sts-output) and its per-batch loss, each task's
-loss (minbert.multitask, its heads) plus the leaderboard toolkit's optional extras (tasks/multitask/toolkit.py): the
-sentence-embedding objectives and, on a round of batches, gradient surgery (PCGrad; Yu et al., 2020, Alg. 1)."""
+loss (minbert.multitask, its heads) wrapped by the run's switched-on terms (tasks/multitask/terms.py: SMART, the
+sentence-embedding objectives, R-Drop; tasks/core/terms.py), and on a round of batches the term that combines the
+tasks' gradients (PCGrad; Yu et al., 2020, Alg. 1)."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
+from functools import cached_property
 
 import torch
 from torch import nn
 
-from minbert.multitask import MultitaskBert
-from minbert.pcgrad import surgery_loss
+from minbert.multitask import TASK_LOSSES, MultitaskBert
 
 from ..core.batching import to_device
-from .toolkit import CosineStsMultitask, ToolkitLog, ToolkitSettings, embedding_loss
+from ..core.terms import TermSet
+from .toolkit import CosineStsMultitask
 
 
 def model_class(sts_output: str = "head") -> type[MultitaskBert]:
@@ -22,35 +23,46 @@ def model_class(sts_output: str = "head") -> type[MultitaskBert]:
     return CosineStsMultitask if sts_output == "cosine" else MultitaskBert
 
 
-def multitask_loss(args: ToolkitSettings, device: torch.device,
-                   log: ToolkitLog | None = None) -> Callable[[nn.Module, dict], torch.Tensor]:
-    """The multitask loss_fn: the task's loss, plus the embedding objective; a PCGrad round's surgery_loss. What
-    the toolkit adds is logged in `log` (a ToolkitLog) when one is given."""
-    def one(m: nn.Module, task: str, batch: dict) -> torch.Tensor:
-        extra = embedding_loss(m, task, batch, args)
-        if task == "sts" and args.sts_output == "cosine":
-            total = extra                                                 # the head is unused: no MSE on it
-        else:
-            loss = m.loss(task, batch)
-            total = loss if extra is None else loss + args.embedding_loss_weight * extra
-        if log is not None and extra is not None:
-            log.add(f"{task}_embedding", extra)
-            log.add(f"{task}_embedding_weighted", args.embedding_loss_weight * extra if total is not extra else extra)
-            log.add(f"{task}_total", total)
-        return total
+class TaskForward:
+    """One batch's task forward, computed when first asked for (MultitaskBert.loss, in parts): the encoder passes'
+    inputs, their h0 (B, T, H) each, the output y (logits (B, C) or (B,)) and the task's loss. What a term reads."""
 
-    workspace: dict = {}                                                  # PCGrad's (n, D) matrix, kept between rounds
+    def __init__(self, model: nn.Module, task: str, batch: dict):
+        self.model, self.task, self.batch = model, task, batch
+
+    @cached_property
+    def inputs(self) -> list:
+        return self.model.inputs(self.task, self.batch)
+
+    @cached_property
+    def h(self) -> list[torch.Tensor]:
+        return self.model.embed(self.inputs)
+
+    @cached_property
+    def y(self) -> torch.Tensor:
+        return self.model.predict_from_embeddings(self.task, self.h, self.inputs)
+
+    @cached_property
+    def task_loss(self) -> torch.Tensor:
+        return TASK_LOSSES[self.task](self.y, self.batch["labels"])
+
+    def again(self) -> TaskForward:
+        """A fresh forward of the same batch (new dropout masks)."""
+        return TaskForward(self.model, self.task, self.batch)
+
+
+def multitask_loss(terms: TermSet, device: torch.device) -> Callable[[nn.Module, dict], torch.Tensor]:
+    """The multitask loss_fn: the task's loss wrapped by the switched-on terms; a round of batches (one per task)
+    combined by the term that combines them (PCGrad)."""
+    def one(m: nn.Module, task: str, batch: dict) -> torch.Tensor:
+        return terms.loss(TaskForward(m, task, batch), lambda fwd: fwd.task_loss)
+
+    combine = terms.combiner()
 
     def loss_fn(m: nn.Module, batch: dict) -> torch.Tensor:
         if "round" not in batch:
             return one(m, batch["task"], batch)
-        losses = [one(m, t, to_device(b, device)) for t, b in batch["round"].items()]
-        # the projection order from python's random, whose state the checkpoint keeps: resumes stay exact
-        loss = surgery_loss(losses, [p for p in m.parameters() if p.requires_grad],
-                            random.Random(random.getrandbits(64)), project=args.gradient_surgery == "pcgrad",
-                            workspace=workspace)
-        if log is not None and "last" in workspace:                      # a round of two or more tasks
-            for k, v in workspace.pop("last").items():
-                log.add(f"pcgrad_{k}", v)
-        return loss
+        if combine is None:
+            raise ValueError("a round of batches needs a term that combines the tasks' losses (--gradient-surgery)")
+        return combine(m, [one(m, t, to_device(b, device)) for t, b in batch["round"].items()])
     return loss_fn

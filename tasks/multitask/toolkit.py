@@ -1,6 +1,6 @@
 """The leaderboard entrant's additions to the multitask CLI: gradient surgery (PCGrad) and sentence-embedding objectives
-for the pair tasks, all optional. The multitask command takes their settings (ToolkitSettings); its model class and
-loss (tasks/multitask/model.py: model_class, multitask_loss) add what is switched on.
+for the pair tasks, all optional. The multitask command takes their settings (ToolkitSettings); its model class
+(tasks/multitask/model.py: model_class) and its terms (tasks/multitask/terms.py) add what is switched on.
 
 --gradient-surgery pcgrad (Yu et al., 2020, Alg. 1): each optimiser step takes one batch of each task (a round of
 the schedule's order), computes every task's gradient at the same parameters, projects them off each other where
@@ -15,7 +15,6 @@ design) to the task's loss: 2 more encoder passes per pair batch with the cross-
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ from torch import nn
 from minbert.multitask import MultitaskBert
 from minbert.sentence_losses import cosent_loss, cosine_similarity_loss, mnrl_loss
 
-from ..core.distributed import batch_rows, is_main_process
+from ..core.distributed import batch_rows
 from ..core.errors import ConfigurationError
 from ..core.evaluation import raw_path, read_raw, write_raw  # noqa: F401  (the raw-output files, re-exported)
 from ..core.settings import setting
@@ -133,40 +132,3 @@ def embedding_loss(m: nn.Module, task: str, batch: dict, args: ToolkitSettings) 
     if kind == "cosent":
         return cosent_loss(F.cosine_similarity(u, v, dim=-1), labels.float(), args.cosent_lambda)
     return mnrl_loss(u, v, labels, args.mnrl_scale)
-
-
-class ToolkitLog:
-    """Per-epoch means of what the toolkit adds, logged beside the loss so that a method's effect is seen to be non-zero:
-    each embedding objective's value and its weighted share of its task's loss; PCGrad's share of task pairs whose
-    gradients conflict and how far the projection moved the summed gradient (minbert.pcgrad.projection_stats)."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, torch.Tensor | float] = {}
-        self.counts: dict[str, int] = {}
-
-    def add(self, key: str, value: torch.Tensor | float) -> None:
-        value = value.detach().float() if isinstance(value, torch.Tensor) else value   # no device sync per step
-        self.sums[key], self.counts[key] = self.sums.get(key, 0.0) + value, self.counts.get(key, 0) + 1
-
-    def epoch_end(self, log: list[dict]) -> None:
-        """Append this epoch's means (if anything was logged) to `log`, print them, and start the sums again."""
-        mean = {k: float(v) / self.counts[k] for k, v in self.sums.items()}
-        self.sums, self.counts = {}, {}
-        if not mean:
-            return
-        stats = {}
-        for task in ("sts", "para"):
-            if f"{task}_embedding" in mean:
-                stats[f"{task}_embedding_loss"] = mean[f"{task}_embedding"]
-                stats[f"{task}_embedding_share"] = mean[f"{task}_embedding_weighted"] / mean[f"{task}_total"]
-        if "pcgrad_pairs" in mean:
-            stats["surgery_conflict_share"] = mean["pcgrad_conflicts"] / mean["pcgrad_pairs"]
-            stats["surgery_change"] = mean["pcgrad_change"]
-        log.append(stats)
-        if is_main_process():
-            parts = [f"{t} embedding loss {stats[f'{t}_embedding_loss']:.3e} ({stats[f'{t}_embedding_share']:.1%} of "
-                     f"{t}'s loss)" for t in ("sts", "para") if f"{t}_embedding_loss" in stats]
-            if "surgery_change" in stats:
-                parts.append(f"surgery: {stats['surgery_conflict_share']:.1%} of task pairs conflict, the summed "
-                             f"gradient moved by {stats['surgery_change']:.2%} of its norm")
-            print("  toolkit: " + "; ".join(parts), file=sys.stderr)

@@ -1,0 +1,191 @@
+"""The one extension point of a training command's objective: terms. docs/extensions.md walks through adding one.
+
+A term is an extension of the loss (SMART, the sentence-embedding objectives, R-Drop) or of how the tasks' gradients
+combine (PCGrad). It is declared once, beside the command's other terms:
+
+    register_term("multitask", Term("rdrop", section="rdrop", build=rdrop_term))
+
+`section` names the field of the command's Settings that holds the term's settings (one typed section, its flags
+generated as every other's); `build(section, context)` returns the term's Extension for this run, or None when its
+settings switch it off; `check(section, settings)`, if given, refuses settings before any work is done. The command
+builds its terms once (build_terms) and hands the TermSet to its loss function and to fit(); neither its run() nor
+the loop names a term.
+
+An Extension's hooks, each a no-op unless overridden:
+    loss(fwd, inner)        the batch's loss: `inner(fwd)` is the loss of the terms registered before this one (the
+                            task's own loss innermost), `fwd` the batch's task forward (the command's: for the
+                            multitask command tasks/multitask/model.py TaskForward); return the new loss
+    combine(model, losses)  one loss from a round of the tasks' losses (one batch of each), whose backward() gives
+                            the gradients the step takes (PCGrad); the first switched-on term that has it decides
+    batches(inner)          the epoch's batches the loop takes (PCGrad: rounds of one batch per task)
+    after_step(model)       after each optimiser step (SMART's momentum copy)
+    epoch_stats(means)      the epoch's logged means -> what its record shows; describe(stats) -> the log line
+Whatever a term logs with self.log.add(key, value) is averaged over the epoch and joins the epoch's record (the
+curves, the progress line, the run's history and summary), so that its effect is visible and can be checked non-zero.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .distributed import is_main_process
+
+
+@dataclass
+class Context:
+    """What a term's build() may use: the model, the parameters the optimiser trains, the device, all settings."""
+
+    model: nn.Module
+    params: list[nn.Parameter]
+    device: torch.device
+    settings: Any
+
+
+class TermLog:
+    """Running sums of what a term logs, kept as detached tensors (no device sync per step)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor | float] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, key: str, value: torch.Tensor | float) -> None:
+        value = value.detach().float() if isinstance(value, torch.Tensor) else value
+        self.sums[key], self.counts[key] = self.sums.get(key, 0.0) + value, self.counts.get(key, 0) + 1
+
+    def means(self) -> dict[str, float]:
+        """The means since the last call, and the sums restart."""
+        mean = {k: float(v) / self.counts[k] for k, v in self.sums.items()}
+        self.sums, self.counts = {}, {}
+        return mean
+
+
+class Extension:
+    """A switched-on term of one run; the TermSet gives it `log`, a TermLog."""
+
+    log: TermLog
+
+    def loss(self, fwd: Any, inner: Callable[[Any], torch.Tensor]) -> torch.Tensor:
+        return inner(fwd)
+
+    combine: Callable[[nn.Module, list[torch.Tensor]], torch.Tensor] | None = None
+
+    def batches(self, inner: Sequence) -> Sequence:
+        return inner
+
+    def after_step(self, model: nn.Module) -> None:
+        return None
+
+    def epoch_stats(self, means: dict[str, float]) -> dict[str, float]:
+        return means
+
+    def describe(self, stats: dict[str, float]) -> str:
+        return ", ".join(f"{k} {v:.3e}" for k, v in stats.items())
+
+    def state(self) -> dict:
+        """The epoch's running sums, for a checkpoint written within an epoch."""
+        return {"sums": self.log.sums, "counts": self.log.counts}
+
+    def load_state(self, state: dict) -> None:
+        self.log.sums, self.log.counts = dict(state["sums"]), dict(state["counts"])
+
+
+@dataclass(frozen=True)
+class Term:
+    """A registered term: its name, the Settings section it reads, how it is built and checked."""
+
+    name: str
+    section: str
+    build: Callable[[Any, Context], Extension | None]
+    check: Callable[[Any, Any], None] | None = None
+
+
+TERMS: dict[str, list[Term]] = {}
+
+
+def register_term(command: str, term: Term) -> Term:
+    """Add a term to a command's objective; terms nest in registration order (the first innermost)."""
+    terms = TERMS.setdefault(command, [])
+    if any(t.name == term.name for t in terms):
+        raise ValueError(f"{command} has a term {term.name!r} already")
+    terms.append(term)
+    return term
+
+
+def check_terms(command: str, settings: Any) -> None:
+    """Every registered term's check of the settings, before any work."""
+    for term in TERMS.get(command, []):
+        if term.check is not None:
+            term.check(getattr(settings, term.section), settings)
+
+
+class TermSet:
+    """The switched-on terms of a run, in registration order, and what they logged per epoch (by section)."""
+
+    def __init__(self, active: list[tuple[Term, Extension]] = ()):
+        self.active = list(active)
+        for _, ext in self.active:
+            ext.log = TermLog()
+        self.epochs: dict[str, list[dict]] = {}          # section -> the epochs this process trained: the stats
+
+    def loss(self, fwd: Any, base: Callable[[Any], torch.Tensor]) -> torch.Tensor:
+        """The batch's loss: base(fwd) (the task's loss) wrapped by every term in turn."""
+        inner = base
+        for _, ext in self.active:
+            inner = _wrapped(ext, inner)
+        return inner(fwd)
+
+    def combiner(self) -> Callable[[nn.Module, list[torch.Tensor]], torch.Tensor] | None:
+        """The switched-on term that combines a round's task losses, if any."""
+        return next((ext.combine for _, ext in self.active if ext.combine is not None), None)
+
+    def batches(self, inner: Sequence) -> Sequence:
+        for _, ext in self.active:
+            inner = ext.batches(inner)
+        return inner
+
+    def after_step(self, model: nn.Module) -> None:
+        for _, ext in self.active:
+            ext.after_step(model)
+
+    def epoch_end(self) -> dict[str, float]:
+        """The epoch's stats of every term (for its record), kept by section and logged, one line per section."""
+        by_section: dict[str, tuple[dict, list[str]]] = {}
+        for term, ext in self.active:
+            stats = ext.epoch_stats(ext.log.means())
+            if stats:
+                merged, lines = by_section.setdefault(term.section, ({}, []))
+                merged.update(stats)
+                lines.append(ext.describe(stats))
+        for section, (stats, lines) in by_section.items():
+            self.epochs.setdefault(section, []).append(stats)
+            if is_main_process():
+                print(f"  {section}: " + "; ".join(lines), file=sys.stderr)
+        return {k: v for stats, _ in by_section.values() for k, v in stats.items()}
+
+    def state(self) -> dict:
+        return {term.name: ext.state() for term, ext in self.active}
+
+    def load_state(self, state: dict) -> None:
+        for term, ext in self.active:
+            if term.name in state:
+                ext.load_state(state[term.name])
+
+
+def _wrapped(ext: Extension, inner: Callable[[Any], torch.Tensor]) -> Callable[[Any], torch.Tensor]:
+    return lambda fwd: ext.loss(fwd, inner)
+
+
+def build_terms(command: str, settings: Any, context: Context) -> TermSet:
+    """The command's registered terms that the settings switch on, built for this run."""
+    active = []
+    for term in TERMS.get(command, []):
+        ext = term.build(getattr(settings, term.section), context)
+        if ext is not None:
+            active.append((term, ext))
+    return TermSet(active)
