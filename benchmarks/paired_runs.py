@@ -8,7 +8,8 @@ Every row is `python -m tasks.multitask` with the flags after `--`, run once per
 share the data sample, the initial heads and the data order: their difference is a paired comparison
 (benchmarks/stats.py computes the mean, sd and 95% interval of it; --baseline ROW prints its table at the end).
 A SMART row also records its per-epoch R_s and D_Breg means and their shares of the loss ("smart"); a row of the
-toolkit's embedding losses or gradient surgery their per-epoch values and shares ("toolkit").
+toolkit's embedding losses or gradient surgery their per-epoch values and shares ("toolkit"); an R-Drop row its
+divergence and share ("rdrop").
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads(out.read_text()) if out.is_file() else []
         results.append({"row": args.row, "seed": seed, "flags": extra, "dev": summary["dev"],
                         "best_epoch": summary["best_epoch"], "minutes": minutes, "history": summary["history"],
-                        **started, **{k: summary[k] for k in ("smart", "toolkit") if k in summary}})
+                        **started, **{k: summary[k] for k in ("smart", "toolkit", "rdrop") if k in summary}})
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp_out = out.with_suffix(".tmp")
         tmp_out.write_text(json.dumps(results, indent=1))

@@ -112,14 +112,15 @@ IGNORED_ON_RESUME = {"epochs", "checkpoint", "resume", "out_dir", "device", "pre
 
 
 def check_config(path: str | Path, stored: dict, current: dict) -> None:
-    """The settings must match; a recipe flag absent from an older checkpoint counts as what it ran with then.
+    """The settings must match; a setting absent from an older checkpoint counts as what it ran with then.
 
     A command with typed settings stores {dotted path: value} of what a resumed run must keep (tasks.core.settings.
-    resume_config); a checkpoint written before that, with flat flag names, is read through the paths' last parts."""
+    resume_config, whose `before` says what each newer setting was before it existed); a checkpoint written before
+    typed settings, with flat flag names, is read through the paths' last parts and RECIPE_BEFORE."""
     defaults = dict(RECIPE_BEFORE)
-    if any("." in k for k in stored):      # typed: a recipe setting newer than the checkpoint counts as it ran then
-        stored = {k: defaults[k.rsplit(".", 1)[-1]] for k in current
-                  if k.startswith("recipe.") and k.rsplit(".", 1)[-1] in defaults} | stored
+    if any("." in k for k in stored):      # typed: a setting newer than the checkpoint counts as it ran then
+        before = getattr(current, "before", {})                    # (tasks.core.settings.resume_config)
+        stored = {k: before[k] for k in current if k in before} | stored
     elif any("." in k for k in current):
         short = {}
         for k in current:

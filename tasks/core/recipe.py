@@ -27,6 +27,13 @@ from .settings import setting
 OPTIMIZERS = ("minbert", "fused")
 
 
+# What a checkpoint that predates a recipe setting ran with: the recipe's defaults before they became the recommended
+# recipe (a constant learning rate, no clipping, minbert's AdamW).
+RECIPE_BEFORE = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1,
+                 "optimizer": "minbert", "layer_decay": 1.0, "head_lr_scale": 1.0, "decay_biases_and_gains": True,
+                 "gradual_unfreezing": 0.0}
+
+
 @dataclass(frozen=True)
 class Recipe:
     """The fine-tuning recipe; its defaults are the recommended recipe, in fp32 (bf16 or auto: --precision).
@@ -37,42 +44,42 @@ class Recipe:
     loop(); optimizer_for() the rest."""
 
     precision: str = setting(
-        "fp32", choices=PRECISION_CHOICES,
+        "fp32", before=RECIPE_BEFORE["precision"], choices=PRECISION_CHOICES,
         help="fp32; bf16: autocast matrix products to bfloat16, recommended on CPUs with avx512_bf16 or AMX and on "
              "GPUs from Ampere on; fp16: float16 with a gradient scaler, for GPUs without native bf16 and MPS "
              "(torch 2.8 on); auto: the device's fastest safe one (docs/training.md). Parameters and the "
              "optimiser stay fp32")
     warmup_ratio: float | None = setting(
-        0.1, parse=probability, metavar="R",
+        0.1, before=RECIPE_BEFORE["warmup_ratio"], parse=probability, metavar="R",
         help="linear warm-up of the learning rate over this fraction of all optimiser steps, then linear decay to 0 "
              "(BERT's fine-tuning recipe)")
     max_grad_norm: float | None = setting(
-        1.0, parse=positive_float, metavar="N",
+        1.0, before=RECIPE_BEFORE["max_grad_norm"], parse=positive_float, metavar="N",
         help="clip the gradients' total norm to N before each step")
     grad_accum: int = setting(
-        1, parse=positive_int, metavar="K",
+        1, before=RECIPE_BEFORE["grad_accum"], parse=positive_int, metavar="K",
         help="one optimiser step per K batches, as one batch of K x --batch-size")
     optimizer: str = setting(
-        "fused", choices=OPTIMIZERS,
+        "fused", before=RECIPE_BEFORE["optimizer"], choices=OPTIMIZERS,
         help="fused: torch.optim.AdamW(fused=True), the update in one kernel; minbert: minbert.AdamW, the same "
              "update written out in minbert/optim.py (benchmarks/optimizer.py measures both; they differ in "
              "rounding only)")
     layer_decay: float = setting(
-        1.0, parse=unit_interval, metavar="D",
+        1.0, before=RECIPE_BEFORE["layer_decay"], parse=unit_interval, metavar="D",
         help="layer-wise learning-rate decay (Howard & Ruder, 2018; Sun et al., 2019): encoder layer l of L learns at "
              "lr * D^(L - l), the embeddings at lr * D^L; 1: one rate everywhere (minbert/param_groups.py)")
     head_lr_scale: float = setting(
-        1.0, parse=positive_float, metavar="S",
+        1.0, before=RECIPE_BEFORE["head_lr_scale"], parse=positive_float, metavar="S",
         help="the learning rate of the parameters outside the pretrained encoder (task heads, off-ramps, PALs) is "
              "lr * S")
     gradual_unfreezing: float = setting(
-        0.0, parse=probability, metavar="U",
+        0.0, before=RECIPE_BEFORE["gradual_unfreezing"], parse=probability, metavar="U",
         help="gradual unfreezing (Howard & Ruder, 2018, sec. 3.3): the heads train alone at first, then the "
              "encoder's layers join one at a time from the top, the embeddings last, evenly over the first U of the "
              "optimiser steps (a parameter takes no step, no weight decay included, before its turn); 0: everything "
              "trains from the start (minbert/param_groups.py)")
     decay_biases_and_gains: bool = setting(
-        False, help="apply --weight-decay to the biases and LayerNorm gains too (off: decay the weight matrices and "
+        False, before=RECIPE_BEFORE["decay_biases_and_gains"], help="apply --weight-decay to the biases and LayerNorm gains too (off: decay the weight matrices and "
                     "embeddings only, the usual exclusion)")
 
     def loop(self) -> dict:
@@ -87,13 +94,6 @@ class Recipe:
 
 
 LOOP_FIELDS = ("precision", "warmup_ratio", "max_grad_norm", "grad_accum", "gradual_unfreezing")
-
-
-# What a checkpoint that predates a recipe setting ran with: the recipe's defaults before they became the recommended
-# recipe (a constant learning rate, no clipping, minbert's AdamW).
-RECIPE_BEFORE = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1,
-                 "optimizer": "minbert", "layer_decay": 1.0, "head_lr_scale": 1.0, "decay_biases_and_gains": True,
-                 "gradual_unfreezing": 0.0}
 
 
 def unfreezing(model: torch.nn.Module, params: list, fraction: float, total: int) -> tuple[list[int], str]:

@@ -37,6 +37,7 @@ from typing import Any
 from .errors import ConfigurationError
 
 ON_RESUME = ("same", "free")
+NEW = object()              # before=NEW: the setting has existed since run directories have (no older value to assume)
 
 
 @dataclass(frozen=True)
@@ -51,17 +52,19 @@ class Spec:
     on_resume: str = "same"
     item: Callable[[str], Any] | None = None    # a list field: each item's parser (`--f a,b c`, ListAction)
     in_config: bool = True                  # False: an action (--resume), not part of what the run is
+    before: Any = NEW                       # the value runs had before the setting existed (what a resume assumes)
 
 
 def setting(default: Any = MISSING, *, help: str, flags: Sequence[str] = (), parse: Callable[[str], Any] | None = None,
             choices: Sequence | None = None, metavar: str | None = None, on_resume: str = "same",
             item: Callable[[str], Any] | None = None, in_config: bool = True,
-            default_factory: Callable[[], Any] | None = None) -> Any:
-    """A dataclass field with its help text, flag spellings, check and resume rule."""
+            default_factory: Callable[[], Any] | None = None, before: Any = NEW) -> Any:
+    """A dataclass field with its help text, flag spellings, check and resume rule: on_resume="same" or "free", and
+    `before`, the value a run written before the setting existed ran with (a resume of such a run compares with it)."""
     if on_resume not in ON_RESUME:
         raise ValueError(f"on_resume must be one of {ON_RESUME}, not {on_resume!r}")
     spec = Spec(help, tuple(flags), parse, tuple(choices) if choices is not None else None, metavar, on_resume, item,
-                in_config)
+                in_config, before)
     if default_factory is not None:
         return field(default_factory=default_factory, metadata={"setting": spec})
     return field(default=default, metadata={"setting": spec})
@@ -335,12 +338,25 @@ def differences(cls: type, stored: dict, current: Any) -> list[str]:
     return out
 
 
-def resume_config(settings: Any) -> dict[str, Any]:
+class ResumeConfig(dict):
+    """{dotted path: value} of what a resumed run must keep, and `before`: {dotted path: the value it had before it
+    existed} for the settings that declare one (what check_config assumes for a checkpoint without them)."""
+
+    def __init__(self, values: dict[str, Any], before: dict[str, Any]):
+        super().__init__(values)
+        self.before = before
+
+    def __or__(self, other: dict) -> ResumeConfig:
+        return ResumeConfig(dict(self) | dict(other), self.before)
+
+
+def resume_config(settings: Any) -> ResumeConfig:
     """{dotted path: value} of the settings a resumed run must keep (on_resume="same"): what fit() stores in the
-    checkpoint and compares on --resume."""
+    checkpoint and compares on --resume; with each one's `before` value."""
     specs = {path: spec_of(f) for path, f, _ in walk(type(settings))}
-    return {path: list(v) if isinstance(v, tuple) else v for path, v in _leaves(settings)
-            if specs[path].on_resume == "same" and specs[path].in_config}
+    kept = [path for path, spec in specs.items() if spec.on_resume == "same" and spec.in_config]
+    return ResumeConfig({path: list(v) if isinstance(v, tuple) else v for path, v in _leaves(settings) if path in kept},
+                        {path: specs[path].before for path in kept if specs[path].before is not NEW})
 
 
 def from_flat_names(cls: type, stored: dict[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """The one extension point of a training command's objective: terms. docs/extensions.md walks through adding one.
 
-A term is an extension of the loss (SMART, the sentence-embedding objectives, R-Drop) or of how the tasks' gradients
+A term is an extension of the loss (SMART, the sentence-embedding objectives, ...) or of how the tasks' gradients
 combine (PCGrad). It is declared once, beside the command's other terms:
 
-    register_term("multitask", Term("rdrop", section="rdrop", build=rdrop_term))
+    register_term("multitask", Term("mine", section="mine", build=my_term))
 
 `section` names the field of the command's Settings that holds the term's settings (one typed section, its flags
 generated as every other's); `build(section, context)` returns the term's Extension for this run, or None when its

@@ -406,7 +406,7 @@ class _Loop:
                 "epoch": epoch + 1 if within is None else epoch,
                 **({"within_epoch": within, "within_ranks": places} if within is not None else {}),
                 "best_epoch": self.best.best_epoch, "best_score": self.best.best_score,
-                "best_state": self.best.best_state, "history": self.history, "rng": rngs[0], "config": config,
+                "best_state": self.best.best_state, "history": self.history, "rng": rngs[0], "config": dict(config),
                 "optimizer_steps": self.step, "base_lrs": self.base_lrs, "scaler": self.scaler.state_dict(),
                 **({"rng_ranks": rngs} if self.parallel else {}),
             })

@@ -53,10 +53,10 @@ from ..core.terms import Context, build_terms, check_terms
 from ..core.train import FitResult, fit
 from ..core.unfinished import explain_unfinished
 from ..simcse.quora import SIMCSE_QUORA_REST
+from . import terms as _registered  # noqa: F401  (importing it registers the command's terms)
 from .data import Encoded, EpochBatches, collate, load
 from .model import model_class, multitask_loss
 from .settings import METRICS, Settings
-from .terms import SmartTerm  # noqa: F401  (importing it registers the command's terms)
 
 
 def outputs(model: MultitaskBert, data: Encoded, batch_size: int, device: torch.device,

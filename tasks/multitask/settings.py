@@ -7,6 +7,7 @@
       recipe     warm-up and decay, clipping, precision, the optimiser  (tasks/core/recipe.py)
       smart      SMART's regulariser                                     -> minbert.smart.SmartConfig
       pals       projected attention layers                              -> minbert.pals.PalsConfig
+      rdrop      R-Drop's regulariser                                    -> minbert.rdrop
       toolkit    PCGrad and the sentence-embedding objectives            (tasks/multitask/toolkit.py)
       files      each task's train, dev and test file
       run        where it writes, the hardware, progress                 (tasks/core/runs.py)
@@ -186,6 +187,17 @@ class Pals:
             raise ConfigurationError(f"PALs: {e}") from None
 
 
+@dataclass
+class RDrop:
+    """R-Drop (Liang et al., 2021): every training batch through the model twice, with independent dropout masks;
+    the mean of the two task losses plus alpha times the divergence of the two outputs (minbert/rdrop.py). A
+    training step then runs two forward passes instead of one, and its backward goes through both."""
+
+    rdrop_alpha: float = setting(0.0, parse=nonnegative_float, metavar="ALPHA", before=0.0,
+                                 help="alpha, the weight of the divergence between the two passes' outputs (symmetric "
+                                      "KL for SST and Quora, squared difference for STS); 0: off")
+
+
 def _file_setting(task: str, split: str) -> object:
     default = f"{DEFAULT_FILES[task]}-{'test-student' if split == 'test' else split}.csv"
     extra = "; scored too if it has labels" if split == "test" else ""
@@ -240,6 +252,7 @@ class Settings:
     recipe: Recipe = section(Recipe)
     smart: Smart = section(Smart)
     pals: Pals = section(Pals)
+    rdrop: RDrop = section(RDrop)
     toolkit: ToolkitSettings = section(ToolkitSettings)
     files: Files = section(Files)
     run: MultitaskRun = section(MultitaskRun)

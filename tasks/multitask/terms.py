@@ -1,6 +1,7 @@
 """The multitask command's terms (tasks/core/terms.py): each reads one section of its Settings and is registered once
 here; run() and the loop name none of them. They nest in the order registered (the first innermost): SMART adds to
-the task's loss, the sentence-embedding objectives to that; gradient surgery combines the tasks' losses of a round."""
+the task's loss, the sentence-embedding objectives to that, R-Drop takes all of it on two passes; gradient surgery
+combines the tasks' losses of a round."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from torch import nn
 
 from minbert.multitask import SMART_KINDS
 from minbert.pcgrad import surgery_loss
+from minbert.rdrop import rdrop_loss
 
 from ..core.distributed import world_size
+from ..core.errors import ConfigurationError
 from ..core.terms import Context, Extension, Term, register_term
-from .settings import Smart
+from .settings import RDrop, Smart
 from .toolkit import SurgeryBatches, ToolkitSettings, embedding_loss
 
 
@@ -136,7 +139,42 @@ def surgery_term(section: ToolkitSettings, context: Context) -> SurgeryTerm | No
     return None if section.gradient_surgery == "none" else SurgeryTerm(section.gradient_surgery == "pcgrad")
 
 
+class RDropTerm(Extension):
+    """R-Drop (Liang et al., 2021, sec. 2.1, eq. 3): the loss of everything inside it taken on two passes of the batch
+    (independent dropout masks), averaged, plus alpha times the divergence of the two outputs (minbert/rdrop.py)."""
+
+    def __init__(self, alpha: float):
+        self.alpha = alpha
+
+    def loss(self, fwd, inner) -> torch.Tensor:
+        if not fwd.model.training:
+            return inner(fwd)
+        again = fwd.again()
+        loss_1, loss_2 = inner(fwd), inner(again)
+        total, divergence = rdrop_loss(loss_1, loss_2, fwd.y, again.y, RDROP_KINDS[fwd.task], self.alpha)
+        self.log.add("divergence", divergence)
+        self.log.add("weighted", self.alpha * divergence)
+        self.log.add("total", total)
+        return total
+
+    def epoch_stats(self, mean: dict[str, float]) -> dict[str, float]:
+        return {"rdrop_divergence": mean["divergence"], "rdrop_share": mean["weighted"] / mean["total"]} if mean else {}
+
+    def describe(self, s: dict[str, float]) -> str:
+        return f"divergence {s['rdrop_divergence']:.3e} (alpha D {s['rdrop_share']:.1%} of the loss)"
+
+
+def check_rdrop(section: RDrop, settings) -> None:
+    if section.rdrop_alpha > 0 and settings.toolkit.sts_output == "cosine":
+        raise ConfigurationError("--rdrop-alpha compares the heads' outputs: not with --sts-output cosine")
+
+
+RDROP_KINDS = {"sst": "classification", "para": "binary", "sts": "regression"}
+
+
 register_term("multitask", Term("smart", "smart", smart_term, check=lambda s, settings: s.config()))
 register_term("multitask", Term("embedding", "toolkit", embedding_term))
 register_term("multitask", Term("surgery", "toolkit", surgery_term,
                                 check=lambda s, settings: s.check(settings.recipe.grad_accum, world_size())))
+register_term("multitask", Term("rdrop", "rdrop", lambda s, c: RDropTerm(s.rdrop_alpha) if s.rdrop_alpha > 0 else None,
+                                check=check_rdrop))

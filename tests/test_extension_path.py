@@ -1,0 +1,135 @@
+"""The final project's path, as docs/extensions.md walks it with R-Drop: one library module (minbert/rdrop.py), one
+settings section (tasks/multitask/settings.py RDrop) and one registered term (tasks/multitask/terms.py); run(), fit()
+and the loop name no extension. Then the resume rule for a setting newer than a run: a run directory written at
+a1db91d (before R-Drop existed) resumes and predicts at this commit."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import subprocess
+import sys
+import tarfile
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT, TEST_DEVICE
+from test_faults import killed
+from test_typed_multitask import SIX, argv
+
+from minbert.rdrop import output_divergence, rdrop_loss, symmetric_kl
+from tasks import multitask, predict
+from tasks.core import train
+from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint
+from tasks.core.errors import ResumeError
+from tasks.core.terms import TERMS
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+OLD_COMMIT = "a1db91d"           # before R-Drop and the terms
+
+
+def test_rdrop_loss_by_hand():
+    """P = [0.5, 0.5], Q = [0.9, 0.1]: 1/2 (KL(P || Q) + KL(Q || P)) written out; the mean of the losses plus alpha D."""
+    p, q = torch.tensor([[0.5, 0.5]]).log(), torch.tensor([[0.9, 0.1]]).log()
+    kl_pq = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
+    kl_qp = 0.9 * math.log(0.9 / 0.5) + 0.1 * math.log(0.1 / 0.5)
+    want = (kl_pq + kl_qp) / 2
+    assert symmetric_kl(p, q).item() == pytest.approx(want, rel=1e-6)
+    assert symmetric_kl(q, p).item() == pytest.approx(want, rel=1e-6)
+    # the paraphrase logit: sigmoid(0) = 0.5, sigmoid(-log 9) = 0.1, the same two distributions
+    assert output_divergence(torch.tensor([0.0]), torch.tensor([-math.log(9.0)]), "binary").item() == pytest.approx(
+        want, rel=1e-6)
+    # STS: the mean squared difference, (1 - 2)^2 and (2 - 4)^2
+    assert output_divergence(torch.tensor([1.0, 2.0]), torch.tensor([2.0, 4.0]), "regression").item() == 2.5
+    total, d = rdrop_loss(torch.tensor(1.0), torch.tensor(3.0), p, q, "classification", alpha=2.0)
+    assert d.item() == pytest.approx(want, rel=1e-6) and total.item() == pytest.approx(2.0 + 2.0 * want, rel=1e-6)
+    assert symmetric_kl(p, p).item() == 0.0
+
+
+def test_rdrop_is_one_module_one_section_one_registration():
+    """docs/extensions.md's three places hold every line that names R-Drop; the command and the loop hold none."""
+    named = sorted(str(p.relative_to(ROOT)) for folder in ("minbert", "tasks") for p in (ROOT / folder).rglob("*.py")
+                   if "rdrop" in p.read_text(encoding="utf-8").lower())
+    assert named == ["minbert/rdrop.py", "tasks/multitask/settings.py", "tasks/multitask/terms.py"]
+    settings = (ROOT / "tasks/multitask/settings.py").read_text().splitlines()
+    start = settings.index("class RDrop:")
+    outside = [line for i, line in enumerate(settings) if "rdrop" in line.lower() and not start <= i < start + 12]
+    assert [" ".join(line.split()) for line in outside] == ["rdrop R-Drop's regulariser -> minbert.rdrop",
+                                                             "rdrop: RDrop = section(RDrop)"]
+    assert [t.name for t in TERMS["multitask"]][-1] == "rdrop"                           # its one registration
+    for code in (multitask.run, train.fit, train._Loop):                      # nor any other extension's
+        assert not {"smart", "pcgrad", "surgery", "embedding"} & set(inspect.getsource(code).lower().split()), code
+
+
+def test_a_tiny_rdrop_run_logs_its_term_and_resumes_after_sigkill_bit_for_bit(tiny_dir, multitask_files, tmp_path):
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    flags = ["--rdrop-alpha", "1.0", "--epochs", "2"]
+    out = multitask.run(multitask.parse_settings(argv(tiny_dir, multitask_files, whole, *flags)))
+    for epoch in out["rdrop"]:                                                   # the summary, per epoch
+        assert math.isfinite(epoch["rdrop_divergence"]) and epoch["rdrop_divergence"] > 0 and 0 < epoch["rdrop_share"]
+    assert all(r["rdrop_divergence"] > 0 for r in out["history"])                  # the records: curves, history
+    curves = [json.loads(line) for line in (whole / "checkpoint.curves.jsonl").read_text().splitlines()]
+    assert [line["rdrop_divergence"] for line in curves if "rdrop_divergence" in line] == [
+        r["rdrop_divergence"] for r in out["history"]]
+    done = load_checkpoint(whole / "checkpoint.pt")
+    step = done["optimizer_steps"] // done["epoch"] + 3                               # inside epoch 2
+    killed("multitask", argv(tiny_dir, multitask_files, split, *flags), tmp_path, **{KILL_AT_STEP: str(step)})
+    with pytest.raises(ResumeError, match=r"rdrop.rdrop_alpha: checkpoint 1.0, now 0.5"):
+        multitask.run(multitask.parse_settings(["--resume", str(split), "--rdrop-alpha", "0.5"]))
+    multitask.run(multitask.parse_settings(["--resume", str(split)]))
+    again = load_checkpoint(split / "checkpoint.pt")
+    for part in ("model", "best_state"):
+        for key in done[part]:
+            assert torch.equal(done[part][key], again[part][key]), (part, key)
+    strip = [[{k: v for k, v in h.items() if not k.endswith("seconds")} for h in c["history"]] for c in (done, again)]
+    assert strip[0] == strip[1]
+    for name in SIX:
+        assert (split / "predictions" / name).read_text() == (whole / "predictions" / name).read_text(), name
+
+
+def old_tree(tmp_path: Path) -> Path:
+    """The repository at OLD_COMMIT (git archive), with this checkout's data/."""
+    try:
+        tar = subprocess.run(["git", "-C", str(ROOT), "archive", OLD_COMMIT, "minbert", "tasks"], capture_output=True,
+                             check=True, timeout=60).stdout
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        pytest.skip(f"needs git and the commit {OLD_COMMIT} (a clone of the repository, not an exported tree)")
+    tree = tmp_path / "old"
+    with tarfile.open(fileobj=BytesIO(tar)) as archive:
+        archive.extractall(tree, filter="data")
+    return tree
+
+
+def test_a_run_directory_written_before_rdrop_resumes_and_predicts_here(tiny_dir, multitask_files, tmp_path):
+    """Written at a1db91d and killed after epoch 1 of 2; here: --resume DIR (rdrop.rdrop_alpha absent from it counts
+    as its before=0.0) finishes it, predict DIR reads its run.json; a new R-Drop alpha is refused."""
+    tree, run = old_tree(tmp_path), tmp_path / "old-run"
+    flags = argv(tiny_dir, multitask_files, run, "--epochs", "2")
+    steps = load_steps_of_one_epoch(tree, flags, tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "tasks.multitask", *flags], cwd=tree, capture_output=True, text=True,
+                          timeout=300, check=False, env={**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1",
+                                                         KILL_AT_STEP: str(steps + 1)})
+    assert proc.returncode < 0, proc.stderr[-2000:]
+    stored = load_checkpoint(run / "checkpoint.pt")
+    assert stored["epoch"] == 1 and not any(k.startswith("rdrop.") for k in stored["config"])
+    with pytest.raises(ResumeError, match=r"rdrop.rdrop_alpha: checkpoint 0.0, now 1.0"):
+        multitask.run(multitask.parse_settings(["--resume", str(run), "--rdrop-alpha", "1"]))
+    out = multitask.run(multitask.parse_settings(["--resume", str(run)]))
+    assert out["best_epoch"] >= 1 and len(out["history"]) == 2
+    assert predict.main([str(run), "--out", str(tmp_path / "pred"), "--device", TEST_DEVICE,
+                         "--eval-batch-size", "8"]) == 0
+    for name in SIX:
+        assert (tmp_path / "pred" / name).read_text() == (run / "predictions" / name).read_text(), name
+
+
+def load_steps_of_one_epoch(tree: Path, flags: list[str], tmp_path: Path) -> int:
+    """The optimiser steps of one epoch of these settings, from a 1-epoch run of the old tree."""
+    probe = tmp_path / "probe"
+    one = flags + ["--epochs", "1", "--run-dir", str(probe), "--no-predictions"]
+    subprocess.run([sys.executable, "-m", "tasks.multitask", *one], cwd=tree, capture_output=True, timeout=300,
+                   check=True, env={**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"})
+    return load_checkpoint(probe / "checkpoint.pt")["optimizer_steps"]
