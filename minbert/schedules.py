@@ -4,7 +4,7 @@ sec. 4 for `annealed`): which task each batch of an epoch comes from. Data order
 Each schedule gives the order of one epoch's training batches as (task, j): the j-th batch of that task's
 stream for the epoch. A task's stream is its shuffled batches, and, should a schedule ask for more batches
 than the task has, further passes over it, each shuffled anew (the caller builds them; see
-tasks.multitask_data). The order depends on (seed, epoch) alone, so a run resumed at an epoch boundary goes
+tasks/multitask/data.py, EpochBatches). The order depends on (seed, epoch) alone, so a run resumed at an epoch boundary goes
 on exactly as an uninterrupted run would.
 """
 
