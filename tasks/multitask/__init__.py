@@ -157,8 +157,9 @@ def load_files(settings: Settings, tasks: list[str], tokenizer: minbert.Tokenize
 def build_model(settings: Settings, encoder: str | None = None) -> MultitaskBert:
     """The multitask model the settings describe (heads, PALs; not SMART, which only training adds), on `encoder` or
     the settings' --model."""
-    model = model_class(settings.toolkit.sts_output)(minbert.load_pretrained(encoder or settings.training.model),
-                                                    settings.model_config())
+    bert = minbert.load_pretrained(encoder or settings.training.model,
+                                   attn_implementation=settings.recipe.attn_implementation)
+    model = model_class(settings.toolkit.sts_output)(bert, settings.model_config())
     pals = settings.pals.config()
     if pals is not None:
         model.add_pals(pals)
@@ -180,7 +181,8 @@ def run(settings: Settings) -> dict:
                                                 precision=resolve_precision(device, settings.recipe.precision)))
     train, dev, test = load_files(settings, tasks, tokenizer)
 
-    model = model_class(settings.toolkit.sts_output)(minbert.load_pretrained(tr.model), settings.model_config())
+    bert = minbert.load_pretrained(tr.model, attn_implementation=settings.recipe.attn_implementation)
+    model = model_class(settings.toolkit.sts_output)(bert, settings.model_config())
     model.bert.gradient_checkpointing = tr.gradient_checkpointing
     params = mode.setup(model, ft, tr.seed)
     params = add_smart_pals(model, settings, params)

@@ -143,7 +143,8 @@ def run(settings: Settings) -> dict:
         raise ConfigurationError(f"the training and dev files must have labels ({train.records.path}, "
                                  f"{dev.records.path})")
 
-    model = SentimentClassifier(minbert.load_pretrained(tr.model), NUM_LABELS[task], tr.dropout, tr.pooling)
+    bert = minbert.load_pretrained(tr.model, attn_implementation=settings.recipe.attn_implementation)
+    model = SentimentClassifier(bert, NUM_LABELS[task], tr.dropout, tr.pooling)
     model.bert.gradient_checkpointing = tr.gradient_checkpointing
     params = mode.setup(model, ft, tr.seed)
     model.to(device)
