@@ -26,7 +26,7 @@ def attention_variant(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
     div = {"sqrt": math.sqrt(hs), "hs": float(hs), "H": math.sqrt(nh * hs), "none": 1.0}[scale]
     scores = q @ k.transpose(-2, -1) / div + mask_sign * mask          # (B, nh, T, T)
     out = scores.softmax(dim=softmax_dim) @ v                           # (B, nh, T, hs)
-    return out.transpose(1, 2).reshape(B, T, nh * hs)                   # (B, T, H)
+    return torch.cat(out.unbind(1), dim=-1)                             # the heads side by side, (B, T, H)
 
 
 def attention_hints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -31,7 +31,7 @@ from minbert.schedules import TaskSchedule
 
 from ..core.batching import batch_indices
 from ..core.cli import start, write_split
-from ..core.data import Records
+from ..core.data import SIMCSE_QUORA_REST, Records
 from ..core.distributed import is_main_process, world_size
 from ..core.errors import ConfigurationError
 from ..core.evaluation import (
@@ -51,7 +51,6 @@ from ..core.settings import parser_for, resume_config
 from ..core.starter_flags import translate
 from ..core.train import FitResult, fit
 from ..core.unfinished import explain_unfinished
-from ..simcse.quora import SIMCSE_QUORA_REST
 from .data import Encoded, EpochBatches, collate, load
 from .model import model_class, multitask_loss
 from .settings import METRICS, Settings
