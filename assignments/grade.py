@@ -154,7 +154,8 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
     for r in results:                # a part whose file was not submitted says so in its own output
         absent = [f for f in PARTS[r["part"]].files if f in missing]
         if absent and r["status"] != "pass":
-            r["message"] = (f"{', '.join(absent)} is not in the submission (looked at its top and up to two "
+            r["message"] = (f"{', '.join(absent)} {'is' if len(absent) == 1 else 'are'} not in the submission "
+                            "(looked at its top and up to two "
                             f"folders down), so this part ran the unfilled stub: {r['message']}")
     elapsed = round(time.perf_counter() - t0, 2)
     tests = [{"name": f"{r['part']}: {PARTS[r['part']].functions}", "score": r["score"],

@@ -51,7 +51,7 @@ COURSE_URL = "{{COURSE_URL}}"                       # the notebook's placeholder
 NO_COURSE_URL = "https://COURSE-URL-NOT-SET.invalid/minbert.git"   # its value when make is given no --course-url
 PROFILE_LINE = 'PROFILE = "reference"'              # tasks/core/tree.py's line, rewritten to name the profile
 GITIGNORE = ("runs/", "predictions/", ".venv/", "venv/", "__pycache__/", "*.pyc", "*.zip", ".ipynb_checkpoints/",
-             "*.png", ".DS_Store")
+             ".DS_Store")
 STUDENT_DIR = ROOT / "assignments" / "student"
 
 
