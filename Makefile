@@ -8,7 +8,7 @@ PRECISION ?= fp32
 # `make train FINE_TUNE=full-frozen-words`: every parameter but the word-embedding table trains (a faster step on CPU).
 FINE_TUNE ?= full-model
 
-.PHONY: install test mutate train train-sst lint bench clean
+.PHONY: install test test-trees mutate train train-sst lint bench clean
 
 install: $(VENV)/.installed
 
@@ -39,6 +39,12 @@ train-sst: install
 test: install $(VENV)/.test-installed
 	$(PY) -m pytest tests
 
+# Each profile's student tree as a new student meets it (tests/tree_env.py; CI runs it after `make test`): a fresh venv
+# from the tree's own requirements.txt (kept in .venv-trees/, one per requirements file), the checker, the handout's first
+# training command on a slice, optimizer_test.py and the tree's notebook.
+test-trees: install $(VENV)/.test-installed
+	$(PY) tests/tree_env.py
+
 $(VENV)/.test-installed: requirements-test.txt $(VENV)/.installed
 	$(PY) -m pip install -q -r requirements-test.txt
 	touch $@
@@ -56,4 +62,4 @@ bench: install
 	$(PY) benchmarks/speed.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .venv-trees .pytest_cache

@@ -1,8 +1,10 @@
-"""Check your code against the reference: python -m assignments.check [PART or GROUP ...]  (run from the tree's root).
+"""Check your code against the reference: python -m assignments.check [all | GROUP or PART ...]  (from the tree's root).
 
-Each part prints PASS, "not started" (your function still raises NotImplementedError), or what differs:
-the function, the first mismatching index, the two values there and the max abs diff. A group (core,
-multitask, deebert, smart, pals, simcse) stands for all its parts; each group's points are totalled on their own.
+With no argument it checks the first group of your tree, in order (core, multitask, then the extensions your
+tree has), that is not complete yet: its parts, its total, and which group comes next. `all` checks every group;
+a group (core, multitask, deebert, smart, pals, simcse) stands for all its parts. Each part prints PASS, "not
+started" (your function still raises NotImplementedError), or what differs: the function, the first mismatching
+index, the two values there and the max abs diff. Each group's points are totalled on their own.
 """
 
 from __future__ import annotations
@@ -276,24 +278,78 @@ def expand(names: list[str]) -> list[str]:
     return out
 
 
+def tree_groups() -> list[str]:
+    """The groups this tree's checker lists (checks.PARTS), in GROUPS order: core, multitask, the extensions."""
+    from .checks import PARTS
+    from .common import GROUPS
+    present = {p.group for p in PARTS.values()}
+    return [g for g in GROUPS if g in present]
+
+
+def _check(names: list[str], args: argparse.Namespace, echo: bool) -> list[dict]:
+    """Run these parts (each in its own process with --timeout), printing a line per part when echo."""
+    if args.timeout is not None:
+        with tempfile.TemporaryDirectory(prefix="minbert-check-") as tmp:
+            results = run_isolated(names, args.timeout, max(1, args.jobs), Path(tmp))
+        if echo:
+            for r in results:
+                print(format_result(r), flush=True)
+        return results
+    results = []
+    for name in names:
+        results.append(run_part(name))
+        if echo:
+            print(format_result(results[-1]), flush=True)
+    return results
+
+
+def check_next_group(args: argparse.Namespace) -> list[dict]:
+    """The no-argument check: each group in turn until the first one not complete, whose parts are printed.
+
+    A complete group before it prints its total alone; the last line says which group comes next.
+    """
+    from .checks import parts_of
+    from .common import GROUPS
+    groups, results = tree_groups(), []
+    for i, group in enumerate(groups):
+        rs = _check(parts_of([group]), args, echo=False)
+        results += rs
+        total = group_totals(rs)[0]
+        if all(r["status"] == "pass" for r in rs):
+            print(f"{format_total(total)}: complete", flush=True)
+            continue
+        for r in rs:
+            print(format_result(r), flush=True)
+        print(format_total(total))
+        after = (f"next: {GROUPS[groups[i + 1]]} (python -m assignments.check {groups[i + 1]}), once this group "
+                 "passes" if i + 1 < len(groups) else "this is your tree's last group")
+        print(f"{after}; python -m assignments.check all checks every group")
+        return results
+    print(f"every group of your tree is complete: {', '.join(GROUPS[g] for g in groups)}")
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     problem = tree_guard()     # before anything heavy is imported: a refusal is quick
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    import minbert  # noqa: F401 - from this tree (checked above); it refuses a Python older than 3.10 in one line
+
     from .checks import PARTS
-    from .common import GROUPS
+    groups = tree_groups()
     ap = argparse.ArgumentParser(prog="python -m assignments.check", description=__doc__.split("\n")[0])
-    ap.add_argument("parts", nargs="*", metavar="PART", help=f"groups ({', '.join(GROUPS)}) or parts "
-                    f"({', '.join(PARTS)}); default: all")
+    ap.add_argument("parts", nargs="*", metavar="PART",
+                    help=f"all (every group), groups ({', '.join(groups)}) or parts ({', '.join(PARTS)}); default: "
+                         "the first group, in that order, that is not complete yet")
     ap.add_argument("--result", metavar="FILE", help="also write the results as JSON (used by the grader)")
     ap.add_argument("--timeout", type=float, metavar="S",
                     help="run each part in its own process, stopped after S seconds (used by the grader)")
     ap.add_argument("--jobs", type=int, default=1, help="with --timeout: parts run at once (default 1)")
     args = ap.parse_args(argv)
-    unknown = [p for p in args.parts if p not in PARTS and p not in GROUPS]
+    unknown = [p for p in args.parts if p not in PARTS and p not in groups and p != "all"]
     if unknown:
-        ap.error(f"unknown part(s) {', '.join(unknown)}; the groups are {', '.join(GROUPS)}, "
+        ap.error(f"unknown part(s) {', '.join(unknown)}; the groups are {', '.join(groups)} (or all), "
                  f"the parts {', '.join(PARTS)}")
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
@@ -301,21 +357,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
     torch.set_num_threads(1)
-    names = expand(args.parts) if args.parts else list(PARTS)
-    if args.timeout is not None:
-        with tempfile.TemporaryDirectory(prefix="minbert-check-") as tmp:
-            results = run_isolated(names, args.timeout, max(1, args.jobs), Path(tmp))
-        for r in results:
-            print(format_result(r), flush=True)
+    if args.parts:
+        results = _check(list(PARTS) if "all" in args.parts else expand(args.parts), args, echo=True)
+        for t in group_totals(results):
+            print(format_total(t))
     else:
-        results = []
-        for name in names:
-            results.append(run_part(name))
-            print(format_result(results[-1]), flush=True)
+        results = check_next_group(args)
     if args.result:
         Path(args.result).write_text(json.dumps(results))
-    for t in group_totals(results):
-        print(format_total(t))
     return 0 if all(r["status"] == "pass" for r in results) else 1
 
 

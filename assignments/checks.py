@@ -4,7 +4,8 @@ Expected values come from small tensor fixtures in assignments/fixtures/ (writte
 by assignments/make_fixtures.py) or, for AdamW, from the course's AdamW formulas computed here in float64 and the
 course's own optimizer_test.npy (neubig/minbert-assignment; see tests/fixtures/PROVENANCE.md). This file holds
 part 1's checks and the table of every part; part 2 (the multitask model) and the extensions have their own
-files: checks_multitask.py, checks_deebert.py, checks_smart.py, checks_pals.py and checks_simcse.py.
+files: checks_multitask.py, checks_deebert.py, checks_smart.py, checks_pals.py and checks_simcse.py (a student
+tree carries those of its profile's groups: common.GROUPS lists them).
 """
 
 from __future__ import annotations
@@ -12,12 +13,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .checks_deebert import DEEBERT_PARTS
-from .checks_multitask import MULTITASK_PARTS
-from .checks_pals import PALS_PARTS
-from .checks_simcse import SIMCSE_PARTS
-from .checks_smart import SMART_PARTS
-from .common import FIXTURES, MODEL_ATOL, SEED, Fail, Part, _state, _tiny_config, compare, load_fixture
+from .common import (
+    FIXTURES,
+    GROUPS,
+    MODEL_ATOL,
+    SEED,
+    Fail,
+    Part,
+    _state,
+    _tiny_config,
+    compare,
+    load_fixture,
+    needs_pool,
+)
 
 # ---------------------------------------------------------------- the parts
 
@@ -248,7 +256,7 @@ class _FixedEncoder(nn.Module):
 def check_classifier_head() -> None:
     from tasks.classifier import SentimentClassifier
     f = load_fixture("classifier_head")
-    what = "SentimentClassifier.forward in tasks/classifier.py"
+    what = "SentimentClassifier.forward in tasks/classifier.py (its h from pool() in minbert/pooling.py)"
     for pooling in ("mean", "cls", "pooler"):
         model = SentimentClassifier(_FixedEncoder(_tiny_config(), f["hidden"], f["pooled"]), 5, pooling=pooling)
         model.load_state_dict(_state(f, "param."))
@@ -263,7 +271,7 @@ def check_classifier_head() -> None:
             torch.manual_seed(SEED)
             compare(f'{what} with pooling="{pooling}" in training mode (after torch.manual_seed({SEED}))',
                     model(f["input_ids"], f["attention_mask"]), f[f"out_{pooling}_train"],
-                    hint="Apply self.dropout to h once, then self.head")
+                    hint="Apply self.dropout to h once, then self.head; pool() itself takes no dropout")
 
 
 CORE_PARTS = [
@@ -273,13 +281,24 @@ CORE_PARTS = [
     Part("model", 10, "no new code: your attention(), embeddings and layer together, on MiniLM", check_model,
          ("minbert/model.py",)),
     Part("adamw", 20, "AdamW.step in minbert/optim.py", check_adamw, ("minbert/optim.py",)),
-    Part("classifier_head", 10, "SentimentClassifier.forward in tasks/classifier.py", check_classifier_head,
-         ("tasks/classifier.py",)),
+    Part("classifier_head", 10, "pool() in minbert/pooling.py and SentimentClassifier.forward in tasks/classifier.py",
+         check_classifier_head, ("minbert/pooling.py", "tasks/classifier.py")),
 ]
 
-# Every part, in the order they are run and printed; each group (GROUPS) is scored on its own.
-PARTS: dict[str, Part] = {p.name: p for p in [*CORE_PARTS, *MULTITASK_PARTS, *DEEBERT_PARTS, *SMART_PARTS, *PALS_PARTS,
-                                              *SIMCSE_PARTS]}
+
+
+def group_parts(group: str) -> list[Part]:
+    """The parts of a group other than core, from its file checks_GROUP.py; they run through part 1's pool(), whose
+    absence they name as such (common.needs_pool)."""
+    import dataclasses
+    import importlib
+    parts = getattr(importlib.import_module(f".checks_{group}", __package__), f"{group.upper()}_PARTS")
+    return [dataclasses.replace(p, check=needs_pool(p.check)) for p in parts]
+
+
+# Every part of the groups this tree carries (GROUPS), in the order they are run and printed; each group is scored
+# on its own.
+PARTS: dict[str, Part] = {p.name: p for p in [*CORE_PARTS, *(p for g in GROUPS if g != "core" for p in group_parts(g))]}
 
 
 def parts_of(groups: list[str] | tuple[str, ...]) -> list[str]:

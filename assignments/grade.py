@@ -3,9 +3,11 @@
 The submission is a student tree (or a folder holding just the files students fill in, e.g. model.py and
 optim.py, as Gradescope uploads them; either may sit one or two folders down, as a zipped folder unpacks).
 Only the files of the graded groups' parts are taken from it (part 1,
-"core", by default: model.py, optim.py, classifier.py; part 2, "multitask": multitask.py; an extension such
-as "deebert": its file): they are laid over a fresh student tree generated from this reference, so that the
-checks, fixtures and every other file are the instructor's. Each part then runs in its own Python process
+"core", by default: model.py, optim.py, pooling.py, classifier.py; part 2, "multitask": multitask.py; an
+extension such as "deebert": its file): they are laid over a fresh student tree of the profile (--profile, default
+full) generated from this reference, so that the checks, fixtures and every other file are the instructor's. The
+groups other than core run through part 1's pool(): they are graded in a tree of their own with the reference's
+minbert/pooling.py laid over it (REFERENCE_FOR_OTHERS), so that part 1's pool() costs part 1 alone. Each part then runs in its own Python process
 with a time limit, so that an infinite loop, a crash or an exit in one part costs that part alone. Prints a
 score table with each group's total and writes results.json in Gradescope's autograder format: {"score",
 "execution_time", "tests": [{"name", "score", "max_score", "output", "status"}, ...]}; the score is the sum
@@ -32,8 +34,10 @@ from .check import describe, format_result, format_total, group_totals
 from .checks import PARTS, parts_of
 from .common import GROUPS
 from .make import ROOT, generate, stubbed_files
+from .profiles import DEFAULT_PROFILE, PROFILES
 
 DEFAULT_TIMEOUT = 20.0
+REFERENCE_FOR_OTHERS = ("minbert/pooling.py",)   # part 1's helpers that the other groups' checks run through
 
 
 SKIP_DIRS = ("__MACOSX", "__pycache__", ".git", ".venv")
@@ -56,13 +60,15 @@ def find_submitted(submission: Path, rel: Path, depth: int = 2) -> Path | None:
     return None
 
 
-def stage(submission: Path, staging: Path, files: list[str] | None = None) -> tuple[list[str], set[str]]:
-    """A fresh student tree in staging with the submission's files laid over it: (one note per file, files absent).
+def stage(submission: Path, staging: Path, files: list[str] | None = None, profile: str = DEFAULT_PROFILE,
+          reference: tuple[str, ...] = ()) -> tuple[list[str], set[str]]:
+    """A fresh student tree of `profile` in staging with the submission's files laid over it: (one note per file,
+    files absent).
 
     files (relative to the root) are the ones taken from the submission, by default every file students fill in;
-    the others stay the unfilled stubs, which import.
+    the others stay the unfilled stubs, which import. reference: files laid from this reference tree instead.
     """
-    generate(staging, data=False)
+    generate(staging, data=False, profile=profile)
     notes, missing = [], set()
     wanted = None if files is None else set(files)
     for rel in stubbed_files(ROOT):
@@ -75,6 +81,8 @@ def stage(submission: Path, staging: Path, files: list[str] | None = None) -> tu
             continue
         shutil.copyfile(found, staging / rel)
         notes.append(f"{rel}: from {found.relative_to(submission)}")
+    for rel in reference:
+        shutil.copyfile(ROOT / rel, staging / rel)
     return notes, missing
 
 
@@ -113,8 +121,10 @@ def without_hint(text: str) -> str:
 
 
 def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[str] | None = None,
-          jobs: int | None = None, groups: list[str] | tuple[str, ...] = ("core",), hide_hints: bool = False) -> dict:
-    """Grade one submission on the parts of `groups` (or the named parts); returns the Gradescope results dict.
+          jobs: int | None = None, groups: list[str] | tuple[str, ...] = ("core",), hide_hints: bool = False,
+          profile: str = DEFAULT_PROFILE) -> dict:
+    """Grade one submission on the parts of `groups` (or the named parts) of `profile`; returns the Gradescope
+    results dict.
 
     Besides Gradescope's keys it holds the per-part results under 'parts' and each group's total under 'groups'.
     hide_hints: each part's output leaves out the mistake it matches; a 0-point test holding the full outputs
@@ -123,21 +133,29 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
     submission = Path(submission)
     if not submission.is_dir():
         raise FileNotFoundError(f"{submission}: no such directory")
-    unknown = [g for g in groups if g not in GROUPS]
+    own = PROFILES[profile].groups
+    unknown = [g for g in groups if g not in own] + [p for p in parts or () if PARTS[p].group not in own]
     if unknown:
-        raise ValueError(f"unknown group(s) {', '.join(unknown)}; the groups are {', '.join(GROUPS)}")
+        raise ValueError(f"not in the {profile} profile: {', '.join(unknown)}; its groups are {', '.join(own)}")
     t0 = time.perf_counter()
     names = parts or parts_of(groups)
-    files = sorted({f for n in names for f in PARTS[n].files})
+    by_tree = [[n for n in names if PARTS[n].group == "core"], [n for n in names if PARTS[n].group != "core"]]
+    notes, missing, results = [], set(), {}
     with tempfile.TemporaryDirectory(prefix="minbert-grade-") as tmp:
-        staging = Path(tmp) / "tree"
-        notes, missing = stage(submission, staging, files)
-        jobs = jobs or max(1, min(len(names), os.cpu_count() or 1))
-        results = run_parts(staging, names, timeout, jobs)
+        for i, batch in enumerate(b for b in by_tree if b):     # part 1, then the others on the reference's pool()
+            files = sorted({f for n in batch for f in PARTS[n].files})
+            reference = REFERENCE_FOR_OTHERS if PARTS[batch[0]].group != "core" else ()
+            batch_notes, batch_missing = stage(submission, Path(tmp) / f"tree{i}", files, profile, reference)
+            notes += [n for n in batch_notes if n not in notes]
+            missing |= batch_missing
+            n_jobs = jobs or max(1, min(len(batch), os.cpu_count() or 1))
+            results.update({r["part"]: r for r in run_parts(Path(tmp) / f"tree{i}", batch, timeout, n_jobs)})
+    results = [results[n] for n in names]
     for r in results:                # a part whose file was not submitted says so in its own output
         absent = [f for f in PARTS[r["part"]].files if f in missing]
         if absent and r["status"] != "pass":
-            r["message"] = (f"{', '.join(absent)} is not in the submission (looked at its top and up to two "
+            r["message"] = (f"{', '.join(absent)} {'is' if len(absent) == 1 else 'are'} not in the submission "
+                            "(looked at its top and up to two "
                             f"folders down), so this part ran the unfilled stub: {r['message']}")
     elapsed = round(time.perf_counter() - t0, 2)
     tests = [{"name": f"{r['part']}: {PARTS[r['part']].functions}", "score": r["score"],
@@ -192,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=positive_int, default=None, help="parts graded at once (default: CPU count)")
     ap.add_argument("--groups", nargs="+", choices=[*GROUPS, "all"], default=["core"],
                     help="the groups graded, each totalled on its own; the score is their sum (default: core, "
-                         "part 1)")
+                         "part 1; all: every group of the profile)")
+    ap.add_argument("--profile", choices=list(PROFILES), default=DEFAULT_PROFILE,
+                    help=f"the profile of the tree handed out, whose groups can be graded (default: {DEFAULT_PROFILE})")
     ap.add_argument("--parts", nargs="+", choices=list(PARTS), help="grade only these parts")
     ap.add_argument("--hide-hints", action="store_true",
                     help="leave the matched mistake out of each part's output; show it after the due date")
@@ -201,10 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    groups = list(GROUPS) if "all" in args.groups else args.groups
+    groups = list(PROFILES[args.profile].groups) if "all" in args.groups else args.groups
     try:
-        res = grade(args.submission, args.timeout, args.parts, args.jobs, groups, args.hide_hints)
-    except FileNotFoundError as e:
+        res = grade(args.submission, args.timeout, args.parts, args.jobs, groups, args.hide_hints, args.profile)
+    except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print_table(res)

@@ -1,7 +1,12 @@
 """Write the student tree from the reference code: every solution region becomes its stub.
 
-    python -m assignments.make OUT_DIR      # the whole student tree (code, checker, fixtures, handout, data)
+    python -m assignments.make OUT_DIR [--profile NAME] [--course-url URL]   # a student tree (code, checker,
+                                            # fixtures, handout, data, notebook)
     python -m assignments.make --stubs      # refresh the committed stubs under assignments/student/
+
+Profiles (assignments/profiles.py): part1 (minBERT alone: a course teaching BERT), default-project (CS224N's
+default final project: part 1, the multitask starter, the extensions left for students to build), full (every
+extension with its graded stubs; the default).
 
 A region in the reference code looks like
 
@@ -20,21 +25,33 @@ and becomes, at the same indentation,
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import re
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .profiles import DEFAULT_PROFILE, PROFILES, Profile, imported_modules, skeleton_text
+
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END, STUB = "### BEGIN SOLUTION", "### END SOLUTION", "### STUB:"
 
-# What the student tree holds: these packages (every .py file; regions stubbed), these files of
-# assignments/ (the checker and its fixtures, not the generator, the grader or the stubs), and data.
+# What the student tree holds: these packages (the .py files its profile runs; regions stubbed), these files of
+# assignments/ (the checker, the checks of the profile's groups and their fixtures, not the generator, the grader
+# or the stubs), the handout, tree_files/ (at the tree's root), and data.
 PACKAGES = ("minbert", "tasks")
-ASSIGNMENT_FILES = ("__init__.py", "check.py", "checks.py", "checks_multitask.py", "checks_deebert.py",
-                    "checks_smart.py", "checks_pals.py", "checks_simcse.py", "common.py", "mistakes.py", "README.md")
-ASSIGNMENT_DIRS = ("fixtures",)
+ASSIGNMENT_FILES = ("__init__.py", "check.py", "checks.py", "common.py", "mistakes.py")
+GROUP_CHECKS = {"multitask": "checks_multitask.py", "deebert": "checks_deebert.py", "smart": "checks_smart.py",
+                "pals": "checks_pals.py", "simcse": "checks_simcse.py"}     # each non-core group's checks
+HANDOUT = "README.md"                               # of assignments/; its profile sections kept, markers stripped
 STUDENT_REQUIREMENTS = "requirements-student.txt"   # of assignments/; the student tree's requirements.txt
+TREE_FILES = "tree_files"                           # of assignments/: copied into the tree's root
+COURSE_URL = "{{COURSE_URL}}"                       # the notebook's placeholder for the course's copy of the tree
+NO_COURSE_URL = "https://COURSE-URL-NOT-SET.invalid/minbert.git"   # its value when make is given no --course-url
+PROFILE_LINE = 'PROFILE = "reference"'              # tasks/core/tree.py's line, rewritten to name the profile
+GITIGNORE = ("runs/", "predictions/", ".venv/", "venv/", "__pycache__/", "*.pyc", "*.zip", ".ipynb_checkpoints/",
+             ".DS_Store")
 STUDENT_DIR = ROOT / "assignments" / "student"
 
 
@@ -150,15 +167,105 @@ def backup_path(out: Path) -> Path:
     return path
 
 
-def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True, force: bool = False) -> list[Path]:
-    """Write the student tree into out_dir; returns the stubbed files.
+def tree_texts(profile: str | Profile = DEFAULT_PROFILE, root: Path = ROOT) -> dict[Path, str]:
+    """The profile's minbert/ and tasks/ files as its tree holds them: {path relative to root: text}.
+
+    Regions become stubs, the profile's skeletons lose their bodies, and only the modules its commands import
+    (from their import closure, computed on these texts) are kept, with their packages' __init__.py files.
+    """
+    prof = PROFILES[profile] if isinstance(profile, str) else profile
+    texts = {}
+    for rel in reference_files(root):
+        text = (root / rel).read_text()
+        if BEGIN in text:
+            text = stub_text(text, str(rel))
+        if rel.as_posix() in prof.skeletons:
+            text = skeleton_text(text, prof.skeletons[rel.as_posix()], str(rel))
+        if rel.as_posix() == "tasks/core/tree.py":
+            text = profile_line(text, prof.name)
+        texts[rel] = text
+    if prof.commands is None:
+        return texts
+    by_module = {_module_of(rel): rel for rel in texts}
+    wanted = {"minbert", "tasks", "tasks.core.tree", "tasks.core.unfinished"} | set(prof.commands)
+    seen: set[str] = set()
+    while wanted - seen:
+        module = min(wanted - seen)
+        seen.add(module)
+        rel = by_module.get(module)
+        if rel is None:
+            continue
+        wanted |= {m for m in imported_modules(texts[rel], module, str(rel)) if m in by_module}
+        parts = module.split(".")
+        wanted |= {".".join(parts[:i]) for i in range(1, len(parts))}       # the packages above it
+    return {rel: text for rel, text in texts.items() if _module_of(rel) in seen}
+
+
+def _module_of(rel: Path) -> str:
+    parts = rel.with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def profile_line(text: str, name: str) -> str:
+    """tasks/core/tree.py's text with its exact line PROFILE = "reference" naming the profile instead."""
+    lines = text.splitlines(keepends=True)
+    hits = [i for i, line in enumerate(lines) if line.rstrip("\n") == PROFILE_LINE]
+    if len(hits) != 1:
+        raise RegionError(f"tasks/core/tree.py: expected the line {PROFILE_LINE!r} once, found it {len(hits)} times")
+    lines[hits[0]] = f"PROFILE = {name!r}\n".replace("'", '"')
+    return "".join(lines)
+
+
+HANDOUT_MARK, HANDOUT_END = "<!-- profile:", "<!-- end profile -->"
+
+
+def handout_text(text: str, profile: str, name: str = "assignments/README.md") -> str:
+    """The handout for one profile: each `<!-- profile: A B -->` ... `<!-- end profile -->` section kept when the
+    profile is among A B (markers dropped), else left out; sections do not nest."""
+    out, keep, opened = [], True, 0
+    for i, line in enumerate(text.splitlines(keepends=True), start=1):
+        s = line.strip()
+        if s.startswith(HANDOUT_MARK):
+            if opened:
+                raise RegionError(f"{name}:{i}: a profile section inside the one opened at line {opened}")
+            names = s[len(HANDOUT_MARK):].removesuffix("-->").split()
+            unknown = [n for n in names if n not in PROFILES]
+            if not names or unknown:
+                raise RegionError(f"{name}:{i}: unknown profile(s) {unknown or '(none named)'}; the profiles are "
+                                  f"{', '.join(PROFILES)}")
+            keep, opened = profile in names, i
+        elif s == HANDOUT_END:
+            if not opened:
+                raise RegionError(f"{name}:{i}: '{HANDOUT_END}' without a section opened before it")
+            keep, opened = True, 0
+        elif keep:
+            out.append(line)
+    if opened:
+        raise RegionError(f"{name}:{opened}: the profile section is never closed by '{HANDOUT_END}'")
+    return re.sub(r"\n{3,}", "\n\n", "".join(out))
+
+
+def tree_readme(profile: Profile) -> str:
+    """The README.md at the student tree's root: which profile it is, where the handout is."""
+    return (f"# minBERT\n\nThis tree is the `{profile.name}` profile: {profile.help}.\n\n"
+            "The handout is [assignments/README.md](assignments/README.md): set-up (Python >= 3.10, or Colab with "
+            "`minbert.ipynb`), what to write, how to check it and how to train. Check your work with "
+            "`python -m assignments.check`, run from this directory.\n")
+
+
+def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True, force: bool = False,
+             profile: str = DEFAULT_PROFILE, course_url: str | None = None) -> list[Path]:
+    """Write the student tree of `profile` into out_dir; returns its stubbed files.
 
     A non-empty out_dir (a student's work, perhaps) is refused with FileExistsError; with force it is first
     moved aside to backup_path(out_dir), never overwritten.
     """
+    prof = PROFILES[profile]
     out = Path(out_dir)
     if out.resolve() == root.resolve():
         raise ValueError(f"{out}: refusing to write the student tree over the reference code")
+    texts = tree_texts(prof, root)          # before anything is moved: a malformed region writes nothing
+    handout = handout_text((root / "assignments" / HANDOUT).read_text(), prof.name)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not force:
             raise FileExistsError(f"{out} exists and is not empty (a student's work?); nothing was written. Give "
@@ -166,22 +273,37 @@ def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True, force: b
         backup = backup_path(out)
         shutil.move(str(out), str(backup))
         print(f"moved the existing {out} to {backup}", file=sys.stderr)
-    stubbed = []
-    for rel in reference_files(root):
-        text = (root / rel).read_text()
-        if BEGIN in text:
-            text = stub_text(text, str(rel))
-            stubbed.append(rel)
+    for rel, text in texts.items():
         _write(out / rel, text)
-    for name in ASSIGNMENT_FILES:
+    stubbed = [rel for rel in texts if BEGIN in (root / rel).read_text() and rel.as_posix() not in prof.skeletons]
+    configs = prof.configs if prof.configs is not None else sorted(
+        p.relative_to(root).as_posix() for p in (root / "tasks").rglob("*.json"))
+    for rel in configs:
+        _write(out / rel, (root / rel).read_text())
+    for name in (*ASSIGNMENT_FILES, *(GROUP_CHECKS[g] for g in prof.groups if g in GROUP_CHECKS)):
         _write(out / "assignments" / name, (root / "assignments" / name).read_text())
-    for name in ASSIGNMENT_DIRS:
-        shutil.copytree(root / "assignments" / name, out / "assignments" / name, dirs_exist_ok=True)
+    _write(out / "assignments" / HANDOUT, handout)
+    for path in sorted((root / "assignments" / "fixtures").iterdir()):
+        if path.is_file() and prof.carries_fixture(path.name):
+            (out / "assignments" / "fixtures").mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, out / "assignments" / "fixtures" / path.name)
     shutil.copy2(root / "assignments" / STUDENT_REQUIREMENTS, out / "requirements.txt")
-    _write(out / "README.md", "# minBERT\n\nThe assignment's handout is [assignments/README.md](assignments/README.md).\n"
-           "Check your work with `python -m assignments.check`, run from this directory.\n")
+    _write(out / "README.md", tree_readme(prof))
+    _write(out / ".gitignore", "".join(f"{line}\n" for line in GITIGNORE))
+    extra = root / "assignments" / TREE_FILES
+    if extra.is_dir():
+        for path in sorted(p for p in extra.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            dest = out / path.relative_to(extra)
+            if path.suffix == ".ipynb":
+                _write(dest, path.read_text().replace(COURSE_URL, course_url or NO_COURSE_URL))
+            else:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, dest)
     if data:
-        shutil.copytree(root / "data", out / "data", dirs_exist_ok=True)
+        (out / "data").mkdir(parents=True, exist_ok=True)
+        for path in sorted((root / "data").iterdir()):
+            if path.is_file() and any(fnmatch.fnmatch(path.name, g) for g in prof.data):
+                shutil.copy2(path, out / "data" / path.name)
     return stubbed
 
 
@@ -197,8 +319,14 @@ def update_committed_stubs(root: Path = ROOT) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m assignments.make", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m assignments.make", description=__doc__.split("\n")[0],
+                                 epilog="profiles: " + "; ".join(f"{p.name}: {p.help}" for p in PROFILES.values()))
     ap.add_argument("out_dir", nargs="?", help="where to write the student tree")
+    ap.add_argument("--profile", choices=list(PROFILES), default=DEFAULT_PROFILE,
+                    help=f"what the tree holds (default: {DEFAULT_PROFILE}); see the profiles below")
+    ap.add_argument("--course-url", metavar="URL",
+                    help="the git URL of the course's copy of the tree, which the notebook clones on Colab (default: "
+                         "a placeholder that the notebook explains)")
     ap.add_argument("--stubs", action="store_true", help="refresh the committed stubs under assignments/student/")
     ap.add_argument("--no-data", action="store_true", help="leave data/ out of the student tree")
     ap.add_argument("--force", action="store_true",
@@ -211,8 +339,9 @@ def main(argv: list[str] | None = None) -> int:
             for rel in update_committed_stubs():
                 print(f"wrote assignments/student/{rel}")
         if args.out_dir:
-            stubbed = generate(args.out_dir, data=not args.no_data, force=args.force)
-            print(f"wrote the student tree to {args.out_dir}; stubbed: {', '.join(map(str, stubbed))}")
+            stubbed = generate(args.out_dir, data=not args.no_data, force=args.force, profile=args.profile,
+                               course_url=args.course_url)
+            print(f"wrote the {args.profile} student tree to {args.out_dir}; stubbed: {', '.join(map(str, stubbed))}")
     except (RegionError, FileExistsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

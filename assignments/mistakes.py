@@ -22,11 +22,11 @@ def attention_variant(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
     softmax_dim=-2 normalises over the queries, mask_sign=-1 subtracts the mask, scale="hs" divides by hs,
     scale="H" by sqrt(H) = sqrt(nh * hs), the hidden size (what math.sqrt(nh * hs) or q.shape[1] * q.shape[-1] gives).
     """
-    B, nh, T, hs = q.shape
+    nh, hs = q.shape[1], q.shape[-1]
     div = {"sqrt": math.sqrt(hs), "hs": float(hs), "H": math.sqrt(nh * hs), "none": 1.0}[scale]
     scores = q @ k.transpose(-2, -1) / div + mask_sign * mask          # (B, nh, T, T)
     out = scores.softmax(dim=softmax_dim) @ v                           # (B, nh, T, hs)
-    return out.transpose(1, 2).reshape(B, T, nh * hs)                   # (B, T, H)
+    return torch.cat(out.unbind(1), dim=-1)                             # the heads side by side, (B, T, H)
 
 
 def attention_hints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -44,7 +44,7 @@ class Setup:
         else:
             self.model.requires_grad_(True)
         params = [p for p in [*self.model.parameters(), *self.head.parameters()] if p.requires_grad]
-        self.opt = minbert.AdamW(params, lr=lr, weight_decay=0.01, variant="torch")
+        self.opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01, foreach=False)
 
     def step(self, batch, labels) -> float:
         out = self.model(batch.input_ids, batch.attention_mask, batch.token_type_ids)

@@ -1,16 +1,18 @@
-"""What the AdamW step costs: minbert.AdamW (written out) against torch's AdamW, and in a whole training step.
+"""What the AdamW step costs: the course's minbert.AdamW (written out) against torch's AdamW, and in a whole
+training step.
 
 Part 1, the optimiser step alone: the multitask model's parameters (MiniLM and the three heads, every one
 trainable as in full fine-tuning) get fixed random gradients, and each optimiser takes `--steps` steps on
-them after `--warmup` untimed ones: minbert.AdamW; torch.optim.AdamW one tensor at a time (foreach=False),
-over lists of tensors (foreach=True) and in one fused kernel (fused=True). The kinds alternate round by
-round so that a drift in the machine's speed touches them all alike. It prints the median ms per step, the
-ratio to minbert.AdamW, and the largest difference in any parameter from minbert.AdamW's after the runs
-(all start from the same weights and see the same gradients, so only rounding separates them).
+them after `--warmup` untimed ones: minbert.AdamW (the course's update, `--optimizer course`); torch.optim.AdamW one
+tensor at a time (foreach=False, `--optimizer torch` on a CPU), over lists of tensors (foreach=True) and in one fused
+kernel (fused=True, `--optimizer fused`). The kinds alternate round by round so that a drift in the machine's speed
+touches them all alike. It prints the median ms per step, the ratio to minbert.AdamW, and the largest difference in
+any parameter from torch's single-tensor AdamW after the runs (all start from the same weights and see the same
+gradients: torch's kinds differ by rounding only, the course's update by its eps and the order of its decay too).
 
 Part 2, a whole step of the main job (`make train`): a cross-encoder batch of `--batch-size` real Quora pairs
 (the first rows of data/quora-train.csv), loss, backward, clipping to norm 1 and the optimiser step, with
-minbert.AdamW and with `--optimizer fused`; the median ms of each and the share of the step the optimiser takes.
+`--optimizer course`, `torch` and `fused`; the median ms of each and the share of the step the optimiser takes.
 
     python benchmarks/optimizer.py --steps 20
     python benchmarks/optimizer.py --steps 20 --json benchmarks/results/optimizer.json
@@ -34,10 +36,10 @@ sys.path.insert(0, str(ROOT))
 
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
-from tasks.core.recipe import make_optimizer
+from tasks.core.recipe import OPTIMIZERS, make_optimizer
 from tasks.multitask import collate, load
 
-KINDS = {"minbert": lambda ps: minbert.AdamW(ps, lr=5e-5, weight_decay=0.01, variant="torch"),
+KINDS = {"course": lambda ps: minbert.AdamW(ps, lr=5e-5, weight_decay=0.01),
          "torch single-tensor": lambda ps: torch.optim.AdamW(ps, lr=5e-5, weight_decay=0.01, foreach=False),
          "torch foreach": lambda ps: torch.optim.AdamW(ps, lr=5e-5, weight_decay=0.01, foreach=True),
          "torch fused": lambda ps: torch.optim.AdamW(ps, lr=5e-5, weight_decay=0.01, fused=True)}
@@ -66,25 +68,25 @@ def optimizer_steps(base: MultitaskBert, steps: int, warmup: int) -> dict[str, d
             t = timed(optimizers[k].step)
             if r >= warmup:
                 times[k].append(t)
-    ref = list(models["minbert"].parameters())
+    ref = list(models["torch single-tensor"].parameters())
     out = {}
     for k, m in models.items():
         drift = max((p - q).abs().max().item() for p, q in zip(m.parameters(), ref))
-        out[k] = {"ms": 1000 * statistics.median(times[k]), "max_abs_diff_from_minbert": drift}
+        out[k] = {"ms": 1000 * statistics.median(times[k]), "max_abs_diff_from_torch": drift}
     return out
 
 
 def training_steps(base: MultitaskBert, batch: dict, steps: int, warmup: int) -> dict[str, dict]:
     """Part 2: the median seconds of a whole training step (and of its optimiser step) with each optimiser."""
     runs = {}
-    for kind in ("minbert", "fused"):
+    for kind in OPTIMIZERS:
         model = copy.deepcopy(base).train()
         params = [p for p in model.parameters() if p.requires_grad]
         runs[kind] = (model, params, make_optimizer(params, 5e-5, 0.01, kind))
     whole: dict[str, list[float]] = {k: [] for k in runs}
     opt: dict[str, list[float]] = {k: [] for k in runs}
     for r in range(warmup + steps):
-        for kind in ("minbert", "fused") if r % 2 == 0 else ("fused", "minbert"):
+        for kind in OPTIMIZERS if r % 2 == 0 else OPTIMIZERS[::-1]:
             model, params, optimizer = runs[kind]
             torch.manual_seed(r)                                    # the same dropout for both
             t0 = time.perf_counter()
@@ -119,9 +121,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{torch.get_num_threads()} threads; median of {args.steps} steps after {args.warmup} untimed")
 
     alone = optimizer_steps(base, args.steps, args.warmup)
-    print("\noptimiser step alone           ms   vs minbert   max |diff| from minbert")
+    print("\noptimiser step alone           ms   vs course   max |diff| from torch single-tensor")
     for k, r in alone.items():
-        print(f"  {k:<22} {r['ms']:8.1f}   {alone['minbert']['ms'] / r['ms']:6.2f}x    {r['max_abs_diff_from_minbert']:.1e}")
+        print(f"  {k:<22} {r['ms']:8.1f}   {alone['course']['ms'] / r['ms']:6.2f}x    {r['max_abs_diff_from_torch']:.1e}")
 
     tokenizer = minbert.Tokenizer.from_pretrained(args.model)
     data = load("para", "train", args.data, tokenizer)
@@ -132,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     for k, r in whole.items():
         print(f"  --optimizer {k:<8} step {r['step_ms']:7.1f} ms, of which the optimiser {r['optimizer_ms']:6.1f} ms "
               f"({100 * r['optimizer_ms'] / r['step_ms']:.0f}%)")
-    print(f"  ratio minbert / fused: {whole['minbert']['step_ms'] / whole['fused']['step_ms']:.2f}x per step")
+    print(f"  ratio course / fused: {whole['course']['step_ms'] / whole['fused']['step_ms']:.2f}x per step, "
+          f"torch / fused: {whole['torch']['step_ms'] / whole['fused']['step_ms']:.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps({"settings": vars(args), "threads": torch.get_num_threads(),
                                                "parameters": n_params, "optimizer_step": alone,

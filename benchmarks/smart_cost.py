@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     smart.add_smart(SmartConfig.preset(args.smart_perturbation, steps=args.smart_steps, bregman=args.smart_bregman,
                                        dropout=args.smart_dropout == "on"))
     models = {"plain": plain, "smart": smart}
-    optimizers = {k: minbert.AdamW(list(m.parameters()), lr=1e-5, variant="torch") for k, m in models.items()}
+    optimizers = {k: torch.optim.AdamW(list(m.parameters()), lr=1e-5, weight_decay=0.0, foreach=False)
+                  for k, m in models.items()}
     passes = {k: [0] for k in models}                                 # encoder forwards, counted by a hook
     for name, model in models.items():
         model.train()

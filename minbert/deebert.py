@@ -86,8 +86,8 @@ class DeeBert(nn.Module):
         h = self.bert.embed(input_ids, token_type_ids)                     # (B, T, H)
         bias = self.bert.attention_bias(attention_mask, h)                 # (B, 1, 1, T)
         out = []
-        for layer in self.bert.layers:
-            h = layer(h, bias)
+        for block in self.bert.layers:
+            h = block(h, bias)
             out.append(h)
         return out
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import minbert
-from minbert.pooling import POOLINGS
+from minbert.pooling import POOLINGS, pool
 
 from .core.batching import Split, batches, model_inputs, train_batches
 from .core.cli import Training, load_split, start, write_split
@@ -65,21 +65,11 @@ class SentimentClassifier(nn.Module):
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Token ids and mask (B, T) -> unnormalised class scores (B, num_labels)."""
         out = self.bert(input_ids, attention_mask, token_type_ids)
+        h = pool(out.last_hidden_state, attention_mask, out.pooler_output, self.pooling)   # (B, H): yours, pooling.py
         ### BEGIN SOLUTION
-        ### STUB: The head: a sentence vector h (B, H) from BERT's output `out`, chosen by self.pooling:
-        ### STUB:   "mean":   the mean of out.last_hidden_state (B, T, H) over the tokens that are not padding
-        ### STUB:             (attention_mask (B, T) is 1): their sum over T divided by their count (at least 1)
-        ### STUB:   "cls":    the final hidden state of the [CLS] token, the first position: (B, T, H) -> (B, H)
-        ### STUB:   "pooler": out.pooler_output, (B, H)
-        ### STUB: Return the logits self.head(self.dropout(h)), (B, num_labels): dropout, then the linear layer.
-        if self.pooling == "mean":
-            keep = attention_mask[..., None].to(out.last_hidden_state.dtype)          # (B, T, 1)
-            h = (out.last_hidden_state * keep).sum(1) / keep.sum(1).clamp(min=1.0)   # (B, H)
-        elif self.pooling == "cls":
-            h = out.last_hidden_state[:, 0]                                          # (B, H)
-        else:
-            h = out.pooler_output                                                    # (B, H)
-        return self.head(self.dropout(h))                                            # (B, num_labels)
+        ### STUB: The head on the sentence vector h (B, H): dropout (self.dropout), then the linear layer (self.head).
+        ### STUB: Return the logits, (B, num_labels).
+        return self.head(self.dropout(h))                                                # (B, num_labels)
         ### END SOLUTION
 
 
@@ -151,7 +141,8 @@ def run(settings: Settings) -> dict:
         raise ConfigurationError(f"the training and dev files must have labels ({train.records.path}, "
                                  f"{dev.records.path})")
 
-    model = SentimentClassifier(minbert.load_pretrained(tr.model), NUM_LABELS[task], tr.dropout, tr.pooling)
+    bert = minbert.load_pretrained(tr.model, attn_implementation=settings.recipe.attn_implementation)
+    model = SentimentClassifier(bert, NUM_LABELS[task], tr.dropout, tr.pooling)
     model.bert.gradient_checkpointing = tr.gradient_checkpointing
     params = mode.setup(model, ft, tr.seed)
     model.to(device)

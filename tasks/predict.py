@@ -33,7 +33,7 @@ from .core.data import TASKS
 from .core.distributed import pick_device
 from .core.errors import ConfigurationError, run_cli
 from .core.evaluation import prediction_path, raw_path, write_predictions, write_raw
-from .core.recipe import autocast
+from .core.recipe import ATTN_IMPLEMENTATION, RECIPE_BEFORE, autocast
 from .core.runs import CHECKPOINT, RUN_FILE, read_run_json
 from .core.settings import build, from_flat_names
 
@@ -131,7 +131,12 @@ def build_multitask(settings: dict, encoder: str | Path | None = None) -> Multit
     `settings` under their plain field names, each absent one at its default (tasks/multitask/settings.py)."""
     from .multitask import build_model
     from .multitask.settings import Settings
-    return build_model(build(Settings, from_flat_names(Settings, settings)), str(encoder) if encoder else None)
+    return build_model(build(Settings, from_flat_names(Settings, as_it_ran(settings))), str(encoder) if encoder else None)
+
+
+def as_it_ran(settings: dict) -> dict:
+    """A run's settings under their plain names, with --attention at what a run that predates it ran with (fused)."""
+    return {"attention": RECIPE_BEFORE["attention"]} | settings
 
 
 @dataclass(frozen=True)
@@ -189,8 +194,9 @@ def single_files(args: Request, settings: dict, task: str, split: str) -> Path:
 def predict_classifier(args: Request, settings: dict, state: dict, device: torch.device) -> list[Path]:
     from .classifier import NUM_LABELS, SentimentClassifier, load_split, logits_of
     task = settings["task"]
-    model = SentimentClassifier(minbert.load_pretrained(settings.get("model", "minilm")), NUM_LABELS[task],
-                                settings.get("dropout"), settings.get("pooling", "mean"))
+    bert = minbert.load_pretrained(settings.get("model", "minilm"),
+                                   attn_implementation=ATTN_IMPLEMENTATION[as_it_ran(settings)["attention"]])
+    model = SentimentClassifier(bert, NUM_LABELS[task], settings.get("dropout"), settings.get("pooling", "mean"))
     load_weights(model, state, args.checkpoint)
     model.to(device).eval()
     tokenizer = minbert.Tokenizer.from_pretrained(settings.get("model", "minilm"), max_length=settings.get("max_length"))
@@ -213,7 +219,7 @@ def predict_deebert(args: Request, settings: dict, state: dict, device: torch.de
 
     from .deebert import BOARD, SOURCE, exit_predictions, load_split
     from .deebert.settings import Settings, Sweep
-    stored = build(Settings, from_flat_names(Settings, settings))       # each absent setting at its default
+    stored = build(Settings, from_flat_names(Settings, as_it_ran(settings)))   # each absent setting at its default
     task = stored.task
     value = args.threshold if args.threshold is not None else settings.get("prediction_setting")
     if value is None:
@@ -221,7 +227,8 @@ def predict_deebert(args: Request, settings: dict, state: dict, device: torch.de
                                  "patience)")
     sweep = Sweep(exit=args.exit or stored.sweep.exit, normalize_entropy=stored.sweep.normalize_entropy,
                   change_threshold=stored.sweep.change_threshold).resolved(task)
-    model = DeeBert(minbert.load_pretrained(stored.training.model), stored.ramp_config())
+    bert = minbert.load_pretrained(stored.training.model, attn_implementation=stored.recipe.attn_implementation)
+    model = DeeBert(bert, stored.ramp_config())
     load_weights(model, state, args.checkpoint)
     model.to(device).eval()
     tokenizer = minbert.Tokenizer.from_pretrained(stored.training.model, max_length=stored.training.max_length)

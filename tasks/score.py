@@ -16,10 +16,10 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from minbert.multitask import TASK_NAMES
-
 from .core.errors import existing_dir, run_cli
 from .core.evaluation import LEADERBOARD, Report, check_predictions, gold_records, overall_score, prediction_path
+
+TASK_NAMES = ("sst", "para", "sts")   # minbert.multitask.TASK_NAMES (a test says so), without importing part 2
 
 NAMES = {"sst": "SST accuracy", "para": "Quora accuracy", "sts": "STS Pearson r"}
 

@@ -18,10 +18,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from minbert.multitask import TASK_NAMES
-
 from .core.errors import run_cli
 from .core.evaluation import check_predictions, gold_records, prediction_path
+
+TASK_NAMES = ("sst", "para", "sts")   # minbert.multitask.TASK_NAMES (a test says so), without importing part 2
 
 SPLITS = ("dev", "test")
 

@@ -59,21 +59,31 @@ def test_alias_table_lists_every_alias_once() -> None:
     assert table_markdown() in handout, "the handout's alias table is stale: paste tasks.core.starter_flags.table_markdown()"
 
 
+def train_classifier_in(tree: Path, *flags: str) -> subprocess.CompletedProcess:
+    """python -m tasks.classifier FLAGS run in a student tree, on its own code only (PYTHONPATH is the tree)."""
+    return subprocess.run([sys.executable, "-m", "tasks.classifier", *flags, "--threads", "1", "--no-progress"],
+                          cwd=tree, capture_output=True, text=True, check=False, timeout=300,
+                          env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+
+
+def assert_names_the_part(proc: subprocess.CompletedProcess, function: str, file: str) -> None:
+    """The run stopped with one line naming the unwritten function (a method as Class.name, a function as name()),
+    its file and the check to run, and no traceback."""
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {function if '.' in function else function + '()'} in {file}:"), proc.stderr
+    assert "python -m assignments.check core" in last and "Traceback" not in proc.stderr
+
+
 def test_training_an_unfinished_tree_names_the_part_and_the_check(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     generate(tree, data=False)
     rows = "\tid\tsentence\tsentiment\n" + "".join(f"{i}\tid{i}\t a fine film .\t{i % 5}\n" for i in range(4))
     (tmp_path / "tiny.csv").write_text(rows)
     tiny = str(tmp_path / "tiny.csv")
-    proc = subprocess.run([sys.executable, "-m", "tasks.classifier", "--train", tiny, "--dev", tiny, "--test", tiny,
-                           "--epochs", "1", "--threads", "1", "--no-progress", "--checkpoint", str(tmp_path / "c.pt"),
-                           "--predictions-dir", str(tmp_path / "p")], cwd=tree, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
-                          check=False, timeout=300)
-    assert proc.returncode == 1, proc.stderr
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: BertEmbeddings.forward in minbert/model.py:"), proc.stderr
-    assert "python -m assignments.check core" in last and "Traceback" not in proc.stderr
+    proc = train_classifier_in(tree, "--train", tiny, "--dev", tiny, "--test", tiny, "--epochs", "1",
+                               "--checkpoint", str(tmp_path / "c.pt"), "--predictions-dir", str(tmp_path / "p"))
+    assert_names_the_part(proc, "BertEmbeddings.forward", "minbert/model.py")
 
 
 def _predict_all(pred_dir: Path, split: str) -> None:

@@ -28,18 +28,17 @@ def torch_accepts(kwargs: dict) -> bool:
     return True
 
 
-@pytest.mark.parametrize("variant", ["course", "torch"])
 @pytest.mark.parametrize(("kwargs", "accepted"), EDGES, ids=[str(k) for k, _ in EDGES])
-def test_bounds_are_torchs(kwargs: dict, accepted: bool, variant: str) -> None:
+def test_bounds_are_torchs(kwargs: dict, accepted: bool) -> None:
     """lr >= 0, 0 <= b1, b2 < 1, eps >= 0: the closed and open ends exactly where torch.optim.AdamW puts them."""
     assert torch_accepts(kwargs) is accepted
     p = [torch.nn.Parameter(torch.zeros(1))]
     if accepted:
-        minbert.AdamW(p, variant=variant, **kwargs)
+        minbert.AdamW(p, **kwargs)
     else:
         name = next(iter(kwargs))
         with pytest.raises(ValueError, match="learning rate" if name == "lr" else name):
-            minbert.AdamW(p, variant=variant, **kwargs)
+            minbert.AdamW(p, **kwargs)
 
 
 def test_edge_values_step_by_hand() -> None:
@@ -56,25 +55,20 @@ def test_edge_values_step_by_hand() -> None:
 
 def test_weight_decay_defaults_to_zero() -> None:
     """No weight_decay given: no decay. A zero gradient moves nothing (m = v = 0), so a decayed p would shrink."""
-    for variant in ("course", "torch"):
-        p = torch.nn.Parameter(torch.tensor([2.0, -4.0]))
-        opt = minbert.AdamW([p], lr=0.1, variant=variant)
-        assert opt.defaults["weight_decay"] == 0.0
-        p.grad = torch.zeros(2)
-        opt.step()
-        assert p.detach().tolist() == [2.0, -4.0]
+    p = torch.nn.Parameter(torch.tensor([2.0, -4.0]))
+    opt = minbert.AdamW([p], lr=0.1)
+    assert opt.defaults["weight_decay"] == 0.0
+    p.grad = torch.zeros(2)
+    opt.step()
+    assert p.detach().tolist() == [2.0, -4.0]
 
 
 def test_messages_exactly() -> None:
     p = [torch.nn.Parameter(torch.zeros(1))]
     with pytest.raises(ValueError, match="^" + re.escape(
-            "unknown variant 'adam': use 'course' (the course's reference) or 'torch' (torch.optim.AdamW's update)")
-            + "$"):
-        minbert.AdamW(p, variant="adam")
-    with pytest.raises(ValueError, match="^" + re.escape(
-            "variant='torch' always corrects the bias, as torch.optim.AdamW does; correct_bias=False needs "
-            "variant='course'") + "$"):
-        minbert.AdamW(p, variant="torch", correct_bias=False)
+            "unknown variant 'torch': minbert.AdamW is the course's AdamW ('course'); for torch's update use "
+            "torch.optim.AdamW") + "$"):
+        minbert.AdamW(p, variant="torch")
     with pytest.raises(ValueError, match=r"^invalid learning rate -1\.0$"):
         minbert.AdamW(p, lr=-1.0)
     with pytest.raises(ValueError, match=re.escape("invalid betas (0.9, 1.0): each must be in [0, 1)")):
@@ -84,7 +78,7 @@ def test_messages_exactly() -> None:
 
 
 def test_default_hyperparameters() -> None:
-    """lr = 1e-3 and betas = (0.9, 0.999) by default, torch.optim.AdamW's; eps 1e-6 (course) or 1e-8 (torch)."""
+    """lr = 1e-3 and betas = (0.9, 0.999) by default, torch.optim.AdamW's; eps 1e-6, the course's."""
     g = torch.tensor([0.5, -2.0], dtype=torch.float64)
     p = torch.nn.Parameter(torch.tensor([1.0, 1.0], dtype=torch.float64))
     opt = minbert.AdamW([p])
@@ -93,10 +87,4 @@ def test_default_hyperparameters() -> None:
     for gi, after in zip(g.tolist(), p.detach().tolist()):   # first step: m = 0.1 g, v = 0.001 g^2
         step_size = 1e-3 * (1 - 0.999) ** 0.5 / (1 - 0.9)
         assert after == pytest.approx(1.0 - step_size * 0.1 * gi / ((0.001 * gi * gi) ** 0.5 + 1e-6), abs=1e-15)
-    ours, theirs = (torch.nn.Parameter(torch.tensor([1.0, -3.0], dtype=torch.float64)) for _ in range(2))
-    opts = minbert.AdamW([ours], variant="torch"), torch.optim.AdamW([theirs], weight_decay=0.0)
-    for t in range(5):
-        for q, o in zip((ours, theirs), opts):
-            q.grad = torch.tensor([0.3 * t - 0.5, 1.0 + t], dtype=torch.float64)
-            o.step()
-    assert ours.detach().tolist() == pytest.approx(theirs.detach().tolist(), abs=1e-15)
+    assert opt.defaults["eps"] == 1e-6 and opt.defaults["correct_bias"] is True

@@ -12,7 +12,7 @@ from torch import nn
 import minbert
 from tasks.classifier import SentimentClassifier, build_parser, classification_loss, parse_settings
 from tasks.core.checkpoints import load_checkpoint
-from tasks.core.recipe import LinearSchedule, make_optimizer
+from tasks.core.recipe import OPTIMIZERS, LinearSchedule, make_optimizer
 from tasks.core.train import Interrupted, check_config, fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -181,30 +181,79 @@ def test_checkpoints_from_before_the_recipe_flags_still_resume():
     old = {"lr": 1e-3, "task": "sst"}                                      # stored before the loop flags existed
     check_config("old.pt", old, old | BEFORE_FLAGS)
     check_config("old.pt", old, old | BEFORE_FLAGS | {"optimizer": "minbert"})
+    check_config("old.pt", old, old | BEFORE_FLAGS | {"optimizer": "torch"})   # 'minbert' is read as 'torch' now
     with pytest.raises(ValueError, match="precision: checkpoint 'fp32', now 'bf16'"):
         check_config("old.pt", old, old | BEFORE_FLAGS | {"precision": "bf16"})
-    with pytest.raises(ValueError, match="optimizer: checkpoint 'minbert', now 'fused'"):  # its state is another kind
+    with pytest.raises(ValueError, match="optimizer: checkpoint 'torch', now 'fused'"):  # its state is another kind
         check_config("old.pt", old, old | BEFORE_FLAGS | {"optimizer": "fused"})
+    with pytest.raises(ValueError, match="optimizer: checkpoint 'torch', now 'course'"):
+        check_config("old.pt", old, old | BEFORE_FLAGS | {"optimizer": "course"})
     with pytest.raises(ValueError, match="warmup_ratio: checkpoint None, now 0.1"):  # today's default is not what ran
         check_config("old.pt", old, old | LOOP_DEFAULTS)
 
 
-def test_the_optimizer_flag_picks_minbert_adamw_or_torch_fused_adamw(tiny_config):
-    assert parse_settings([]).recipe.optimizer == "fused"
-    assert parse_settings(["--optimizer", "minbert"]).recipe.optimizer == "minbert"
+def test_the_optimizer_flag_picks_the_course_adamw_or_torch_adamw_unfused_or_fused(tiny_config):
+    assert parse_settings([]).recipe.optimizer == "fused"                   # the reference's default
+    for kind in ("course", "torch", "fused"):
+        assert parse_settings(["--optimizer", kind]).recipe.optimizer == kind
+    assert parse_settings(["--optimizer", "minbert"]).recipe.optimizer == "torch"    # the legacy name
     with pytest.raises(SystemExit):
         parse_settings(["--optimizer", "sgd"])
+    help_text = " ".join(build_parser().format_help().split())
+    assert "--optimizer {course,torch,fused}" in help_text and "minbert}" not in help_text   # the alias is not listed
     model = classifier(tiny_config)
-    ours, fused = (make_optimizer(model.parameters(), 2e-5, 0.01, kind) for kind in ("minbert", "fused"))
-    assert type(ours) is minbert.AdamW and type(fused) is torch.optim.AdamW and fused.defaults["fused"]
-    for a, b in zip(ours.param_groups, fused.param_groups):
+    course, plain, fused = (make_optimizer(model.parameters(), 2e-5, 0.01, kind) for kind in OPTIMIZERS)
+    assert type(course) is minbert.AdamW and course.defaults["eps"] == 1e-6
+    assert type(plain) is type(fused) is torch.optim.AdamW and plain.defaults["fused"] is None and fused.defaults["fused"]
+    for a, b in zip(plain.param_groups, fused.param_groups):
         assert {k: a[k] for k in ("lr", "betas", "eps", "weight_decay")} == \
-            {k: b[k] for k in ("lr", "betas", "eps", "weight_decay")}
+            {k: b[k] for k in ("lr", "betas", "eps", "weight_decay")} == \
+            {"lr": 2e-5, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01}
     with pytest.raises(ValueError, match="optimizer must be one of"):
         make_optimizer(model.parameters(), 2e-5, 0.01, "adam")
 
 
-def test_fused_adamw_trains_as_minbert_adamw_and_resumes_exactly(tiny_config, tmp_path):
+def test_the_attention_flag_builds_the_model_with_attention_or_the_fused_kernel():
+    assert parse_settings([]).recipe.attention == "fused"                   # the reference's default
+    assert parse_settings(["--attention", "eager"]).recipe.attn_implementation == "eager"
+    assert parse_settings(["--attention", "fused"]).recipe.attn_implementation == "sdpa"
+    with pytest.raises(SystemExit):
+        parse_settings(["--attention", "sdpa"])
+    help_text = " ".join(build_parser().format_help().split())
+    assert "--attention {eager,fused}" in help_text and "your attention() is what trains" in help_text
+
+
+def test_a_minbert_adamw_checkpoint_resumes_in_torch_adamw(tiny_config):
+    """The optimiser state that --optimizer minbert (torch's update written out, now removed) saved: a Python int
+    step, its own group keys. Loaded into --optimizer torch it continues the run an uninterrupted torch.optim.AdamW
+    takes, bit for bit."""
+    batches = random_batches([4] * 6)
+
+    def steps(model, opt, part):
+        for batch in part:
+            opt.zero_grad()
+            classification_loss(model, batch).backward()
+            opt.step()
+    whole = classifier(tiny_config)
+    steps(whole, make_optimizer(whole.parameters(), 1e-3, 0.01, "torch"), batches)
+    model = classifier(tiny_config)
+    first = make_optimizer(model.parameters(), 1e-3, 0.01, "torch")
+    steps(model, first, batches[:3])
+    saved = first.state_dict()
+    old = {"state": {i: {"step": int(st["step"]), "exp_avg": st["exp_avg"], "exp_avg_sq": st["exp_avg_sq"]}
+                     for i, st in saved["state"].items()},                     # minbert.AdamW's state: an int step
+           "param_groups": [{k: g[k] for k in ("lr", "betas", "eps", "weight_decay", "params")}
+                            | {"correct_bias": True, "variant": "torch"} for g in saved["param_groups"]]}
+    resumed = make_optimizer(model.parameters(), 1e-3, 0.01, "minbert")
+    resumed.load_state_dict(old)
+    steps(model, resumed, batches[3:])
+    assert all(resumed.state[p]["step"].item() == 6 for p in model.parameters() if p.grad is not None)
+    assert not torch.equal(model.head.weight, classifier(tiny_config).head.weight)          # it did train
+    for (name, a), b in zip(model.state_dict().items(), whole.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_fused_adamw_trains_as_torch_adamw_and_resumes_exactly(tiny_config, tmp_path):
     """Two epochs with warm-up, decay, clipping and weight decay: the same parameters to rounding; a kill after
     epoch 1 and a resume give the fused run bit for bit."""
     batches = random_batches([4, 4, 3, 4])
@@ -214,7 +263,7 @@ def test_fused_adamw_trains_as_minbert_adamw_and_resumes_exactly(tiny_config, tm
         model = classifier(tiny_config)
         quiet_fit(model, make_optimizer(model.parameters(), 1e-3, 0.01, kind), lambda e: batches, **kw, **more)
         return model.state_dict()
-    ours, fused = train("minbert"), train("fused")
+    ours, fused = train("torch"), train("fused")
     start = classifier(tiny_config).state_dict()
     moved = 0
     for key, value in fused.items():

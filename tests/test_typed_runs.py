@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DATA, ROOT, TEST_DEVICE
+from conftest import DATA, ROOT, TEST_DEVICE, killed_after_first_epoch
 from test_faults import killed
 
 from tasks import classifier, predict
@@ -112,8 +112,8 @@ def test_print_config_fed_back_reproduces_the_settings(tiny_dir, tmp_path, capsy
     settings = classifier.parse_settings(argv)
     assert classifier.parse_settings(["--config", str(path)]) == settings
     assert settings.recipe.warmup_ratio is None and settings.fine_tune.bitfit_terms == "bq,bm2"
-    over = classifier.parse_settings(["--config", str(path), "--epochs", "5", "--optimizer", "minbert"])
-    assert over.training.epochs == 5 and over.recipe.optimizer == "minbert" and over.fine_tune == settings.fine_tune
+    over = classifier.parse_settings(["--config", str(path), "--epochs", "5", "--optimizer", "course"])
+    assert over.training.epochs == 5 and over.recipe.optimizer == "course" and over.fine_tune == settings.fine_tune
     assert classifier.parse_settings([]).recipe.loop() == {"precision": "fp32", "warmup_ratio": 0.1,
                                                            "max_grad_norm": 1.0, "grad_accum": 1,
                                                            "gradual_unfreezing": 0.0}              # the recipe
@@ -155,6 +155,56 @@ def test_a_run_directory_holds_its_run_resumes_after_sigkill_and_predicts(tiny_d
         assert (out / name).read_text() == (whole / "predictions" / name).read_text()
     with pytest.raises(ResumeError, match="not a run directory"):
         classifier.parse_settings(["--resume", str(tmp_path)])
+
+
+def test_a_run_from_before_the_attention_setting_resumes_and_predicts_with_fused(tiny_dir, tmp_path, monkeypatch):
+    """run.json and the checkpoint of a run killed after epoch 1, with --attention taken out as a run from before the
+    setting wrote them: --resume DIR continues with fused (RECIPE_BEFORE), refuses eager, and predict DIR builds the
+    model with the run's own attention (fused here, eager for an eager run)."""
+    import minbert
+    from tasks.core.runs import resume_base
+    from tasks.core.train import Interrupted
+    argv = classifier_argv(tiny_dir, tmp_path) + ["--epochs", "2"]
+    old = tmp_path / "old"
+    real_fit = classifier.fit
+    monkeypatch.setattr(classifier, "fit", killed_after_first_epoch(real_fit))
+    with pytest.raises(Interrupted):
+        classifier.run(classifier.parse_settings(argv + ["--run-dir", str(old), "--attention", "fused"]))
+    monkeypatch.setattr(classifier, "fit", real_fit)
+    record = json.loads((old / "run.json").read_text())
+    del record["settings"]["recipe"]["attention"]
+    (old / "run.json").write_text(json.dumps(record))
+    state = load_checkpoint(old / "checkpoint.pt")
+    del state["config"]["recipe.attention"]
+    torch.save(state, old / "checkpoint.pt")
+
+    assert resume_base(str(old), classifier.Settings)["recipe.attention"] == "fused"
+    with pytest.raises(ResumeError, match=r"recipe.attention: checkpoint 'fused', now 'eager'"):
+        classifier.run(classifier.parse_settings(["--resume", str(old), "--attention", "eager"]))
+    built: list[str | None] = []
+    real_load = minbert.load_pretrained
+
+    def recording_load(*args, **kwargs):
+        built.append(kwargs.get("attn_implementation"))
+        return real_load(*args, **kwargs)
+    monkeypatch.setattr(minbert, "load_pretrained", recording_load)
+    settings = classifier.parse_settings(["--resume", str(old)])
+    assert settings.recipe.attention == "fused"
+    assert classifier.run(settings)["best_epoch"] >= 1 and built == ["sdpa"]            # it resumed, on the kernel
+
+    for run_dir, attention in ((old, None), (tmp_path / "eager", "eager")):
+        if attention is not None:
+            classifier.run(classifier.parse_settings(argv + ["--run-dir", str(run_dir), "--attention", attention]))
+        else:                                                      # the finished run's run.json, again without it
+            record = json.loads((run_dir / "run.json").read_text())
+            del record["settings"]["recipe"]["attention"]
+            (run_dir / "run.json").write_text(json.dumps(record))
+        built.clear()
+        out = tmp_path / f"predicted-{run_dir.name}"
+        assert predict.main([str(run_dir), "--out", str(out), "--device", TEST_DEVICE, "--eval-batch-size", "8"]) == 0
+        assert built == ["eager" if attention == "eager" else "sdpa"]
+        for name in ("sst-dev-output.csv", "sst-test-output.csv"):
+            assert (out / name).read_text() == (run_dir / "predictions" / name).read_text()
 
 
 # ------------------------------------------------------------------ tasks.simcse, the contrastive stage

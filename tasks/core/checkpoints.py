@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .errors import MissingFileError, ResumeError
-from .recipe import RECIPE_BEFORE
+from .recipe import RECIPE_BEFORE, optimizer_name
 
 
 def rng_state() -> dict:
@@ -129,11 +129,17 @@ def check_config(path: str | Path, stored: dict, current: dict) -> None:
         current = {k: v for k, v in current.items() if k in stored}   # what the older checkpoint recorded
     elif set(defaults) & set(current):
         stored, current = defaults | stored, defaults | current
-    stored, current = _decay_rule_moot(stored), _decay_rule_moot(current)
+    stored, current = _decay_rule_moot(_legacy(stored)), _decay_rule_moot(_legacy(current))
     diffs = [f"{k}: checkpoint {stored.get(k)!r}, now {current.get(k)!r}"
              for k in sorted((set(stored) | set(current)) - IGNORED_ON_RESUME) if stored.get(k) != current.get(k)]
     if diffs:
         raise ResumeError(f"{path}: cannot resume a different run; settings differ: " + "; ".join(diffs))
+
+
+def _legacy(config: dict) -> dict:
+    """Legacy values read as today's: optimizer 'minbert' (torch's update written out, since removed) is 'torch'."""
+    return {k: optimizer_name(v) if k.rsplit(".", 1)[-1] == "optimizer" and isinstance(v, str) else v
+            for k, v in config.items()}
 
 
 def _decay_rule_moot(config: dict) -> dict:

@@ -259,6 +259,8 @@ class TaskFiles:
         return read_sentences(path, self.label.num_classes, strict)
 
 
+SIMCSE_QUORA_REST = "quora-train-rest.csv"  # the Quora training pairs a tasks.simcse stage left to tasks.multitask
+
 TASKS = {
     "sst": TaskFiles("sst", "ids-sst", False, SENTIMENT5),
     "cfimdb": TaskFiles("cfimdb", "ids-cfimdb", False, BINARY),

@@ -1,8 +1,10 @@
 """The fine-tuning recipe that tasks/core/train.py fit() applies: the precision (fp32, or bf16 / fp16 autocast,
 Micikevicius et al., 2018), the linear warm-up and decay of the learning rate (Devlin et al., 2019, A.2), gradient
-clipping, gradient accumulation, and which AdamW takes the steps. Recipe is a section of every training command's
-settings (its flags are generated from its fields; its defaults are the recommended recipe); a command builds its
-optimiser with make_optimizer(...) and hands the rest to fit(..., **recipe.loop()).
+clipping, gradient accumulation, which attention the model computes and which AdamW takes the steps. Recipe is a
+section of every training command's settings (its flags are generated from its fields; its defaults are the
+recommended recipe); a command builds its encoder with load_pretrained(..., attn_implementation=recipe.
+attn_implementation), its optimiser with make_optimizer(...), and hands the rest to fit(..., **recipe.loop()).
+In a student tree (tasks/core/tree.py) the defaults are the student's own code: eager attention and the course's AdamW.
 """
 
 from __future__ import annotations
@@ -22,24 +24,35 @@ from .precision import (  # the rules live in precision.py; check_precision, cpu
     check_precision,  # noqa: F401
     cpu_has_bf16,  # noqa: F401
 )
-from .settings import setting
+from .settings import setting, walk
+from .tree import STUDENT
 
-OPTIMIZERS = ("minbert", "fused")
+ATTENTIONS = ("eager", "fused")
+ATTN_IMPLEMENTATION = {"eager": "eager", "fused": "sdpa"}     # --attention -> minbert's BertConfig.attn_implementation
+OPTIMIZERS = ("course", "torch", "fused")
+LEGACY_OPTIMIZERS = {"minbert": "torch"}   # an older name still read from run.json, checkpoints and the command line
+
+
+def optimizer_name(text: str) -> str:
+    """An --optimizer value, its legacy name read as today's ('minbert', the written-out torch update, is 'torch')."""
+    return LEGACY_OPTIMIZERS.get(text, text)
 
 
 # What a checkpoint that predates a recipe setting ran with: the recipe's defaults before they became the recommended
-# recipe (a constant learning rate, no clipping, minbert's AdamW).
+# recipe (a constant learning rate, no clipping, minbert's written-out torch AdamW, read as 'torch' today; torch's fused
+# attention).
 RECIPE_BEFORE = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1,
                  "optimizer": "minbert", "layer_decay": 1.0, "head_lr_scale": 1.0, "decay_biases_and_gains": True,
-                 "gradual_unfreezing": 0.0}
+                 "gradual_unfreezing": 0.0, "attention": "fused"}
 
 
 @dataclass(frozen=True)
 class Recipe:
     """The fine-tuning recipe; its defaults are the recommended recipe, in fp32 (bf16 or auto: --precision).
 
-    BERT's recipe: warm-up over 10% of the steps then linear decay, clipping at 1.0; torch's fused AdamW; fp32 so that a
-    result does not depend on the machine. Under torchrun (torchrun --nproc-per-node N -m tasks.NAME ...) --batch-size
+    BERT's recipe: warm-up over 10% of the steps then linear decay, clipping at 1.0; fp32 so that a result does not
+    depend on the machine; torch's fused attention and AdamW in the reference code, the student's own attention() and
+    AdamW in a student tree (tasks/core/tree.py). Under torchrun (torchrun --nproc-per-node N -m tasks.NAME ...) --batch-size
     stays the global batch, each process takes its share, and only rank 0 writes files. fit() takes the fields of
     loop(); optimizer_for() the rest."""
 
@@ -59,11 +72,21 @@ class Recipe:
     grad_accum: int = setting(
         1, before=RECIPE_BEFORE["grad_accum"], parse=positive_int, metavar="K",
         help="one optimiser step per K batches, as one batch of K x --batch-size")
+    attention: str = setting(
+        "eager" if STUDENT else "fused", before=RECIPE_BEFORE["attention"], choices=ATTENTIONS,
+        help="eager: minbert/model.py's attention(), written out: your attention() is what trains; it keeps the "
+             "(B, heads, T, T) scores and probabilities for the backward pass and runs several kernels, so it is "
+             "slower and takes more memory; fused: torch's scaled_dot_product_attention, the same computation in one "
+             "kernel (benchmarks/student_path.py measures the two). Default: eager in a student tree, so that your "
+             "attention() is what trains; fused in the reference code")
     optimizer: str = setting(
-        "fused", before=RECIPE_BEFORE["optimizer"], choices=OPTIMIZERS,
-        help="fused: torch.optim.AdamW(fused=True), the update in one kernel; minbert: minbert.AdamW, the same "
-             "update written out in minbert/optim.py (benchmarks/optimizer.py measures both; they differ in "
-             "rounding only)")
+        "course" if STUDENT else "fused", before=RECIPE_BEFORE["optimizer"], parse=optimizer_name,
+        choices=OPTIMIZERS,
+        help="course: minbert.AdamW, the course's AdamW update as minbert/optim.py writes it out (eps 1e-6; your "
+             "AdamW.step is what trains), about eight passes over memory per parameter; torch: torch.optim.AdamW, "
+             "torch's update (eps 1e-8) with torch's default, unfused implementation; fused: torch.optim.AdamW("
+             "fused=True), torch's update in one kernel, the fastest (benchmarks/optimizer.py). Default: course in "
+             "a student tree, so that your AdamW is what trains; fused in the reference code")
     layer_decay: float = setting(
         1.0, before=RECIPE_BEFORE["layer_decay"], parse=unit_interval, metavar="D",
         help="layer-wise learning-rate decay (Howard & Ruder, 2018; Sun et al., 2019): encoder layer l of L learns at "
@@ -92,8 +115,20 @@ class Recipe:
                               self.decay_biases_and_gains)
         return make_optimizer(groups, lr, weight_decay, self.optimizer)
 
+    @property
+    def attn_implementation(self) -> str:
+        """minbert's BertConfig.attn_implementation for --attention: 'eager' (attention()) or 'sdpa' (torch's kernel)."""
+        return ATTN_IMPLEMENTATION[self.attention]
+
 
 LOOP_FIELDS = ("precision", "warmup_ratio", "max_grad_norm", "grad_accum", "gradual_unfreezing")
+
+
+def recipe_before(cls: type) -> dict[str, object]:
+    """{dotted path: value} of each recipe setting of a command's settings class as a run that predates it ran (what
+    a resumed run whose run.json lacks the setting continues with)."""
+    return {path: optimizer_name(RECIPE_BEFORE[path.rsplit(".", 1)[-1]]) for path, _, _ in walk(cls)
+            if path.startswith("recipe.") and path.rsplit(".", 1)[-1] in RECIPE_BEFORE}
 
 
 def unfreezing(model: torch.nn.Module, params: list, fraction: float, total: int) -> tuple[list[int], str]:
@@ -146,14 +181,19 @@ class LinearSchedule:
 
 
 def make_optimizer(params, lr: float, weight_decay: float, kind: str = Recipe.optimizer) -> torch.optim.Optimizer:
-    """AdamW (Loshchilov & Hutter, 2019, alg. 2): minbert.AdamW written out, or torch's fused kernel for the same update.
+    """AdamW (Loshchilov & Hutter, 2019, alg. 2): the course's minbert.AdamW, or torch.optim.AdamW unfused or fused.
 
-    Both take the same update with the same defaults; they differ in rounding only (about 1e-7 relative). The
-    written-out step makes about eight passes over memory per parameter; the fused kernel makes one, which on
-    a CPU is most of the difference (benchmarks/optimizer.py).
+    course is the course's update (eps 1e-6 added to sqrt(v), the decay after the step); torch and fused are torch's
+    (eps 1e-8 added to sqrt(v_hat), the decay first): they differ from each other in rounding only (about 1e-7
+    relative). The written-out step makes about eight passes over memory per parameter; the fused kernel makes one,
+    which on a CPU is most of the difference (benchmarks/optimizer.py). 'minbert', the name of torch's update written
+    out before it was removed, is read as 'torch'.
     """
-    if kind == "minbert":
-        return minbert.AdamW(params, lr=lr, weight_decay=weight_decay, variant="torch")
+    kind = optimizer_name(kind)
+    if kind == "course":
+        return minbert.AdamW(params, lr=lr, weight_decay=weight_decay)
+    if kind == "torch":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     if kind == "fused":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
     raise ValueError(f"optimizer must be one of {OPTIMIZERS}, not {kind!r}")

@@ -200,7 +200,8 @@ def run(settings: Settings) -> dict:
     if not dev.records.labelled:
         raise ConfigurationError(f"{dev.records.path}: the dev file must have labels")
 
-    model = DeeBert(minbert.load_pretrained(tr.model), settings.ramp_config())
+    model = DeeBert(minbert.load_pretrained(tr.model, attn_implementation=settings.recipe.attn_implementation),
+                    settings.ramp_config())
     model.bert.gradient_checkpointing = tr.gradient_checkpointing
     model.to(device)
     select, report = split_halves(dev, tr.seed) if settings.dev_protocol == "halves" else (dev, dev)

@@ -31,7 +31,7 @@ from minbert.schedules import TaskSchedule
 
 from ..core.batching import batch_indices
 from ..core.cli import start, write_split
-from ..core.data import Records
+from ..core.data import SIMCSE_QUORA_REST, Records
 from ..core.distributed import is_main_process
 from ..core.errors import ConfigurationError
 from ..core.evaluation import (
@@ -52,7 +52,6 @@ from ..core.starter_flags import translate
 from ..core.terms import Context, build_terms, check_terms
 from ..core.train import FitResult, fit
 from ..core.unfinished import explain_unfinished
-from ..simcse.quora import SIMCSE_QUORA_REST
 from . import terms as _registered  # noqa: F401  (importing it registers the command's terms)
 from .data import Encoded, EpochBatches, collate, load
 from .model import model_class, multitask_loss
@@ -133,8 +132,9 @@ def load_files(settings: Settings, tasks: list[str], tokenizer: minbert.Tokenize
 def build_model(settings: Settings, encoder: str | None = None) -> MultitaskBert:
     """The multitask model the settings describe (heads, PALs; not SMART, which only training adds), on `encoder` or
     the settings' --model."""
-    model = model_class(settings.toolkit.sts_output)(minbert.load_pretrained(encoder or settings.training.model),
-                                                    settings.model_config())
+    bert = minbert.load_pretrained(encoder or settings.training.model,
+                                   attn_implementation=settings.recipe.attn_implementation)
+    model = model_class(settings.toolkit.sts_output)(bert, settings.model_config())
     pals = settings.pals.config()
     if pals is not None:
         model.add_pals(pals)
@@ -156,7 +156,8 @@ def run(settings: Settings) -> dict:
                                                 precision=resolve_precision(device, settings.recipe.precision)))
     train, dev, test = load_files(settings, tasks, tokenizer)
 
-    model = model_class(settings.toolkit.sts_output)(minbert.load_pretrained(tr.model), settings.model_config())
+    bert = minbert.load_pretrained(tr.model, attn_implementation=settings.recipe.attn_implementation)
+    model = model_class(settings.toolkit.sts_output)(bert, settings.model_config())
     model.bert.gradient_checkpointing = tr.gradient_checkpointing
     params = mode.setup(model, ft, tr.seed)
     params = add_pals(model, settings, params)

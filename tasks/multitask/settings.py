@@ -26,7 +26,7 @@ from minbert.schedules import SCHEDULES, TaskSchedule
 from minbert.smart import PRESETS, SmartConfig
 
 from ..core.cli import Training
-from ..core.data import TASKS
+from ..core.data import SIMCSE_QUORA_REST, TASKS
 from ..core.errors import (
     ConfigurationError,
     existing_file,
@@ -40,7 +40,6 @@ from ..core.finetune import FineTune
 from ..core.recipe import Recipe
 from ..core.runs import RunOptions
 from ..core.settings import section, setting
-from ..simcse.quora import SIMCSE_QUORA_REST
 from .toolkit import ToolkitSettings
 
 METRICS = {"sst": "sst_accuracy", "para": "para_accuracy", "sts": "sts_pearson"}

@@ -253,7 +253,8 @@ def run(settings: Settings) -> dict:
                                                 precision=resolve_precision(device, settings.recipe.precision)))
     quora, stage, rest, data, what, dev, gold = load_stage(settings, tokenizer)
 
-    model = SimCSE(minbert.load_pretrained(tr.model), settings.simcse_config()).to(device)
+    bert = minbert.load_pretrained(tr.model, attn_implementation=settings.recipe.attn_implementation)
+    model = SimCSE(bert, settings.simcse_config()).to(device)
     model.bert.gradient_checkpointing = tr.gradient_checkpointing
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = settings.recipe.optimizer_for(model, params, lr, tr.weight_decay)

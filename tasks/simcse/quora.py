@@ -13,10 +13,9 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..core.data import file_rows
+from ..core.data import SIMCSE_QUORA_REST, file_rows  # noqa: F401 - tasks.simcse imports it from here
 from ..core.errors import ConfigurationError
 
-SIMCSE_QUORA_REST = "quora-train-rest.csv"  # the Quora training pairs a tasks.simcse stage left to tasks.multitask
 QUORA_STAGE = "quora-train-stage.csv"       # the Quora training pairs the stage used
 
 

@@ -94,11 +94,10 @@ def fused_attention(
     dropout_p: float = 0.0, training: bool = False,
 ) -> torch.Tensor:
     """The same computation as attention(), through torch's fused scaled_dot_product_attention kernel."""
-    B, nh, T, hs = q.shape
     if not mask.is_cuda and not mask.any():  # no padding: without a mask torch can pick its flash kernel (no (T, T))
         mask = None
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p if training else 0.0)
-    return out.transpose(1, 2).reshape(B, T, nh * hs)  # (B, nh, T, hs) -> (B, T, H)
+    return out.permute(0, 2, 1, 3).flatten(2)  # (B, nh, T, hs) -> (B, T, nh, hs) -> (B, T, H)
 
 
 class BertEmbeddings(nn.Module):

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import minbert
-from minbert.pooling import POOLINGS
+from minbert.pooling import POOLINGS, pool
 
 from .core.batching import Split, batches, model_inputs, train_batches
 from .core.cli import Training, load_split, start, write_split
@@ -65,13 +65,10 @@ class SentimentClassifier(nn.Module):
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Token ids and mask (B, T) -> unnormalised class scores (B, num_labels)."""
         out = self.bert(input_ids, attention_mask, token_type_ids)
+        h = pool(out.last_hidden_state, attention_mask, out.pooler_output, self.pooling)   # (B, H): yours, pooling.py
         # YOUR CODE HERE
-        # The head: a sentence vector h (B, H) from BERT's output `out`, chosen by self.pooling:
-        #   "mean":   the mean of out.last_hidden_state (B, T, H) over the tokens that are not padding
-        #             (attention_mask (B, T) is 1): their sum over T divided by their count (at least 1)
-        #   "cls":    the final hidden state of the [CLS] token, the first position: (B, T, H) -> (B, H)
-        #   "pooler": out.pooler_output, (B, H)
-        # Return the logits self.head(self.dropout(h)), (B, num_labels): dropout, then the linear layer.
+        # The head on the sentence vector h (B, H): dropout (self.dropout), then the linear layer (self.head).
+        # Return the logits, (B, num_labels).
         raise NotImplementedError
 
 
@@ -143,7 +140,8 @@ def run(settings: Settings) -> dict:
         raise ConfigurationError(f"the training and dev files must have labels ({train.records.path}, "
                                  f"{dev.records.path})")
 
-    model = SentimentClassifier(minbert.load_pretrained(tr.model), NUM_LABELS[task], tr.dropout, tr.pooling)
+    bert = minbert.load_pretrained(tr.model, attn_implementation=settings.recipe.attn_implementation)
+    model = SentimentClassifier(bert, NUM_LABELS[task], tr.dropout, tr.pooling)
     model.bert.gradient_checkpointing = tr.gradient_checkpointing
     params = mode.setup(model, ft, tr.seed)
     model.to(device)

