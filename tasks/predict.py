@@ -33,9 +33,10 @@ from .core.data import TASKS
 from .core.distributed import pick_device
 from .core.errors import ConfigurationError, run_cli
 from .core.evaluation import prediction_path, raw_path, write_predictions, write_raw
-from .core.recipe import ATTN_IMPLEMENTATION, RECIPE_BEFORE, autocast
+from .core.recipe import ATTN_IMPLEMENTATION, Recipe, autocast
+from .core.resume import before_values, from_flat_names
 from .core.runs import CHECKPOINT, RUN_FILE, read_run_json
-from .core.settings import build, from_flat_names
+from .core.settings import build
 
 KINDS = ("classifier", "multitask", "deebert")
 EXPORT_SETTINGS = "multitask.json"   # an export directory's settings (tasks/export.py)
@@ -136,7 +137,7 @@ def build_multitask(settings: dict, encoder: str | Path | None = None) -> Multit
 
 def as_it_ran(settings: dict) -> dict:
     """A run's settings under their plain names, with --attention at what a run that predates it ran with (fused)."""
-    return {"attention": RECIPE_BEFORE["attention"]} | settings
+    return {"attention": before_values(Recipe)["attention"]} | settings
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import torch
 from conftest import TEST_DEVICE
 
 from tasks import classifier, deebert, multitask, simcse
-from tasks.core.settings import resume_config
+from tasks.core.resume import resume_config
 
 TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
 

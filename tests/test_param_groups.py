@@ -8,8 +8,10 @@ from torch import nn
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from minbert.param_groups import no_decay, param_groups, unfreeze_step
+from tasks.classifier import parse_settings
 from tasks.core.errors import ResumeError
-from tasks.core.recipe import RECIPE_BEFORE, Recipe
+from tasks.core.recipe import Recipe
+from tasks.core.resume import before_values, resume_config
 from tasks.core.train import check_config
 
 
@@ -99,13 +101,13 @@ def test_the_recipe_builds_the_groups_into_its_optimiser(tiny_config):
 
 
 def test_an_older_typed_checkpoint_resumes_with_the_knobs_at_their_old_values():
-    stored = {"training.weight_decay": 0.0, "recipe.precision": "fp32"}
-    now = {"training.weight_decay": 0.0, "recipe.precision": "fp32", "recipe.layer_decay": 1.0,
-           "recipe.head_lr_scale": 1.0, "recipe.decay_biases_and_gains": False}
+    now = resume_config(parse_settings(["--layer-decay", "1", "--head-lr-scale", "1", "--weight-decay", "0"]))
+    stored = {k: v for k, v in now.items() if k not in ("recipe.layer_decay", "recipe.head_lr_scale",
+                                                         "recipe.decay_biases_and_gains")}   # before these knobs
     check_config("old.pt", stored, now)                 # wd 0: which parameters it spares is moot
     with pytest.raises(ResumeError, match="layer_decay"):
         check_config("old.pt", stored, now | {"recipe.layer_decay": 0.9})
-    assert RECIPE_BEFORE["decay_biases_and_gains"] is True   # before the rule, decay reached every parameter
+    assert before_values(Recipe)["decay_biases_and_gains"] is True   # before the rule, decay reached every parameter
     with pytest.raises(ResumeError, match="decay_biases_and_gains"):
         check_config("old.pt", stored | {"training.weight_decay": 0.01}, now | {"training.weight_decay": 0.01})
 

@@ -13,6 +13,7 @@ import minbert
 from tasks.classifier import SentimentClassifier, build_parser, classification_loss, parse_settings
 from tasks.core.checkpoints import load_checkpoint
 from tasks.core.recipe import OPTIMIZERS, LinearSchedule, make_optimizer
+from tasks.core.resume import resume_config
 from tasks.core.train import Interrupted, check_config, fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -177,19 +178,27 @@ def test_loop_flags_defaults_and_help():
     assert parse_settings([]).recipe.optimizer == "fused"
 
 
+def typed(*flags: str, lr: float = 1e-3) -> dict:
+    """What the classifier stores and compares on resume for these flags (tasks.core.settings.resume_config)."""
+    return resume_config(parse_settings(["--task", "sst", "--seed", "1", *flags])) | {"training.lr": lr,
+                                                                                      "command": "classifier"}
+
+
 def test_checkpoints_from_before_the_recipe_flags_still_resume():
-    old = {"lr": 1e-3, "task": "sst"}                                      # stored before the loop flags existed
-    check_config("old.pt", old, old | BEFORE_FLAGS)
-    check_config("old.pt", old, old | BEFORE_FLAGS | {"optimizer": "minbert"})
-    check_config("old.pt", old, old | BEFORE_FLAGS | {"optimizer": "torch"})   # 'minbert' is read as 'torch' now
+    old = {"lr": 1e-3, "task": "sst", "seed": 1}                          # stored before the loop flags existed
+    before = ["--warmup-ratio", "none", "--max-grad-norm", "none", "--attention", "fused", "--layer-decay", "1",
+              "--weight-decay", "0"]
+    check_config("old.pt", old, typed(*before, "--optimizer", "torch"))
+    check_config("old.pt", old, typed(*before, "--optimizer", "minbert"))    # 'minbert' is read as 'torch' now
+    check_config("old.pt", old | {"optimizer": "minbert"}, typed(*before, "--optimizer", "torch"))
     with pytest.raises(ValueError, match="precision: checkpoint 'fp32', now 'bf16'"):
-        check_config("old.pt", old, old | BEFORE_FLAGS | {"precision": "bf16"})
+        check_config("old.pt", old, typed(*before, "--optimizer", "torch", "--precision", "bf16"))
     with pytest.raises(ValueError, match="optimizer: checkpoint 'torch', now 'fused'"):  # its state is another kind
-        check_config("old.pt", old, old | BEFORE_FLAGS | {"optimizer": "fused"})
+        check_config("old.pt", old, typed(*before, "--optimizer", "fused"))
     with pytest.raises(ValueError, match="optimizer: checkpoint 'torch', now 'course'"):
-        check_config("old.pt", old, old | BEFORE_FLAGS | {"optimizer": "course"})
+        check_config("old.pt", old, typed(*before, "--optimizer", "course"))
     with pytest.raises(ValueError, match="warmup_ratio: checkpoint None, now 0.1"):  # today's default is not what ran
-        check_config("old.pt", old, old | LOOP_DEFAULTS)
+        check_config("old.pt", old, typed("--optimizer", "torch", "--max-grad-norm", "none"))
 
 
 def test_the_optimizer_flag_picks_the_course_adamw_or_torch_adamw_unfused_or_fused(tiny_config):
@@ -304,8 +313,7 @@ def test_fp16_on_cuda_resumes_exactly(tiny_config, tmp_path):
 
 def test_a_checkpoint_from_before_typed_settings_resumes_by_its_flat_names():
     old = {"lr": 1e-3, "task": "sst", "seed": 1, "checkpoint": "x.pt"}   # flat flag names, no recipe keys
-    now = {"task": "sst", "training.lr": 1e-3, "training.seed": 1, "training.weight_decay": 0.0, "command": "classifier",
-           **{f"recipe.{k}": v for k, v in (BEFORE_FLAGS | {"optimizer": "minbert"}).items()}}
+    now = typed("--warmup-ratio", "none", "--max-grad-norm", "none", "--optimizer", "minbert")
     check_config("old.pt", old, now)                        # what it did not record (weight decay, command) is not asked
     with pytest.raises(ValueError, match=r"recipe.warmup_ratio: checkpoint None, now 0.1"):
         check_config("old.pt", old, now | {"recipe.warmup_ratio": 0.1})

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .errors import MissingFileError, ResumeError
-from .recipe import RECIPE_BEFORE, optimizer_name
+from .resume import resume_differences
 
 
 def rng_state() -> dict:
@@ -108,42 +108,10 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", requir
     return state
 
 
-IGNORED_ON_RESUME = {"epochs", "checkpoint", "resume", "out_dir", "device", "predictions_dir"}
-
-
 def check_config(path: str | Path, stored: dict, current: dict) -> None:
-    """The settings must match; a setting absent from an older checkpoint counts as what it ran with then.
-
-    A command with typed settings stores {dotted path: value} of what a resumed run must keep (tasks.core.settings.
-    resume_config, whose `before` says what each newer setting was before it existed); a checkpoint written before
-    typed settings, with flat flag names, is read through the paths' last parts and RECIPE_BEFORE."""
-    defaults = dict(RECIPE_BEFORE)
-    if any("." in k for k in stored):      # typed: a setting newer than the checkpoint counts as it ran then
-        before = getattr(current, "before", {})                    # (tasks.core.settings.resume_config)
-        stored = {k: before[k] for k in current if k in before} | stored
-    elif any("." in k for k in current):
-        short = {}
-        for k in current:
-            short.setdefault(k.rsplit(".", 1)[-1], []).append(k)
-        stored = {short[k][0]: v for k, v in (defaults | stored).items() if len(short.get(k, ())) == 1}
-        current = {k: v for k, v in current.items() if k in stored}   # what the older checkpoint recorded
-    elif set(defaults) & set(current):
-        stored, current = defaults | stored, defaults | current
-    stored, current = _decay_rule_moot(_legacy(stored)), _decay_rule_moot(_legacy(current))
-    diffs = [f"{k}: checkpoint {stored.get(k)!r}, now {current.get(k)!r}"
-             for k in sorted((set(stored) | set(current)) - IGNORED_ON_RESUME) if stored.get(k) != current.get(k)]
+    """A checkpoint continues only the run it was written by: its stored settings must agree with `current` (what
+    tasks.core.settings.resume_config gives, and any extra keys) by the settings' own resume rule
+    (tasks.core.settings.resume_differences); otherwise a ResumeError names each difference."""
+    diffs = resume_differences(stored, current)
     if diffs:
         raise ResumeError(f"{path}: cannot resume a different run; settings differ: " + "; ".join(diffs))
-
-
-def _legacy(config: dict) -> dict:
-    """Legacy values read as today's: optimizer 'minbert' (torch's update written out, since removed) is 'torch'."""
-    return {k: optimizer_name(v) if k.rsplit(".", 1)[-1] == "optimizer" and isinstance(v, str) else v
-            for k, v in config.items()}
-
-
-def _decay_rule_moot(config: dict) -> dict:
-    """Which parameters weight decay spares does not matter when the weight decay is 0: compare it as None then."""
-    rule = next((k for k in config if k.rsplit(".", 1)[-1] == "decay_biases_and_gains"), None)
-    decay = next((v for k, v in config.items() if k.rsplit(".", 1)[-1] == "weight_decay"), None)
-    return config | {rule: None} if rule is not None and decay == 0 else config

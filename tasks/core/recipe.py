@@ -24,7 +24,7 @@ from .precision import (  # the rules live in precision.py; check_precision, cpu
     check_precision,  # noqa: F401
     cpu_has_bf16,  # noqa: F401
 )
-from .settings import setting, walk
+from .settings import setting
 from .tree import STUDENT
 
 ATTENTIONS = ("eager", "fused")
@@ -32,18 +32,9 @@ ATTN_IMPLEMENTATION = {"eager": "eager", "fused": "sdpa"}     # --attention -> m
 OPTIMIZERS = ("course", "torch", "fused")
 LEGACY_OPTIMIZERS = {"minbert": "torch"}   # an older name still read from run.json, checkpoints and the command line
 
-
-def optimizer_name(text: str) -> str:
-    """An --optimizer value, its legacy name read as today's ('minbert', the written-out torch update, is 'torch')."""
-    return LEGACY_OPTIMIZERS.get(text, text)
-
-
-# What a checkpoint that predates a recipe setting ran with: the recipe's defaults before they became the recommended
-# recipe (a constant learning rate, no clipping, minbert's written-out torch AdamW, read as 'torch' today; torch's fused
-# attention).
-RECIPE_BEFORE = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1,
-                 "optimizer": "minbert", "layer_decay": 1.0, "head_lr_scale": 1.0, "decay_biases_and_gains": True,
-                 "gradual_unfreezing": 0.0, "attention": "fused"}
+# A setting's `before` is what a run that predates it ran with: the recipe's values before they became the recommended
+# recipe (a constant learning rate, no clipping, torch's AdamW update (then written out and called 'minbert'), torch's
+# fused attention, weight decay on every parameter).
 
 
 @dataclass(frozen=True)
@@ -57,53 +48,53 @@ class Recipe:
     loop(); optimizer_for() the rest."""
 
     precision: str = setting(
-        "fp32", before=RECIPE_BEFORE["precision"], choices=PRECISION_CHOICES,
+        "fp32", before="fp32", choices=PRECISION_CHOICES,
         help="fp32; bf16: autocast matrix products to bfloat16, recommended on CPUs with avx512_bf16 or AMX and on "
              "GPUs from Ampere on; fp16: float16 with a gradient scaler, for GPUs without native bf16 and MPS "
              "(torch 2.8 on); auto: the device's fastest safe one (docs/training.md). Parameters and the "
              "optimiser stay fp32")
     warmup_ratio: float | None = setting(
-        0.1, before=RECIPE_BEFORE["warmup_ratio"], parse=probability, metavar="R",
+        0.1, before=None, parse=probability, metavar="R",
         help="linear warm-up of the learning rate over this fraction of all optimiser steps, then linear decay to 0 "
              "(BERT's fine-tuning recipe)")
     max_grad_norm: float | None = setting(
-        1.0, before=RECIPE_BEFORE["max_grad_norm"], parse=positive_float, metavar="N",
+        1.0, before=None, parse=positive_float, metavar="N",
         help="clip the gradients' total norm to N before each step")
     grad_accum: int = setting(
-        1, before=RECIPE_BEFORE["grad_accum"], parse=positive_int, metavar="K",
+        1, before=1, parse=positive_int, metavar="K",
         help="one optimiser step per K batches, as one batch of K x --batch-size")
     attention: str = setting(
-        "eager" if STUDENT else "fused", before=RECIPE_BEFORE["attention"], choices=ATTENTIONS,
+        "eager" if STUDENT else "fused", before="fused", choices=ATTENTIONS,
         help="eager: minbert/model.py's attention(), written out: your attention() is what trains; it keeps the "
              "(B, heads, T, T) scores and probabilities for the backward pass and runs several kernels, so it is "
              "slower and takes more memory; fused: torch's scaled_dot_product_attention, the same computation in one "
              "kernel (benchmarks/student_path.py measures the two). Default: eager in a student tree, so that your "
              "attention() is what trains; fused in the reference code")
     optimizer: str = setting(
-        "course" if STUDENT else "fused", before=RECIPE_BEFORE["optimizer"], parse=optimizer_name,
-        choices=OPTIMIZERS,
+        "course" if STUDENT else "fused", before="torch", legacy=LEGACY_OPTIMIZERS, choices=OPTIMIZERS,
         help="course: minbert.AdamW, the course's AdamW update as minbert/optim.py writes it out (eps 1e-6; your "
              "AdamW.step is what trains), about eight passes over memory per parameter; torch: torch.optim.AdamW, "
              "torch's update (eps 1e-8) with torch's default, unfused implementation; fused: torch.optim.AdamW("
              "fused=True), torch's update in one kernel, the fastest (benchmarks/optimizer.py). Default: course in "
              "a student tree, so that your AdamW is what trains; fused in the reference code")
     layer_decay: float = setting(
-        1.0, before=RECIPE_BEFORE["layer_decay"], parse=unit_interval, metavar="D",
+        1.0, before=1.0, parse=unit_interval, metavar="D",
         help="layer-wise learning-rate decay (Howard & Ruder, 2018; Sun et al., 2019): encoder layer l of L learns at "
              "lr * D^(L - l), the embeddings at lr * D^L; 1: one rate everywhere (minbert/param_groups.py)")
     head_lr_scale: float = setting(
-        1.0, before=RECIPE_BEFORE["head_lr_scale"], parse=positive_float, metavar="S",
+        1.0, before=1.0, parse=positive_float, metavar="S",
         help="the learning rate of the parameters outside the pretrained encoder (task heads, off-ramps, PALs) is "
              "lr * S")
     gradual_unfreezing: float = setting(
-        0.0, before=RECIPE_BEFORE["gradual_unfreezing"], parse=probability, metavar="U",
+        0.0, before=0.0, parse=probability, metavar="U",
         help="gradual unfreezing (Howard & Ruder, 2018, sec. 3.3): the heads train alone at first, then the "
              "encoder's layers join one at a time from the top, the embeddings last, evenly over the first U of the "
              "optimiser steps (a parameter takes no step, no weight decay included, before its turn); 0: everything "
              "trains from the start (minbert/param_groups.py)")
     decay_biases_and_gains: bool = setting(
-        False, before=RECIPE_BEFORE["decay_biases_and_gains"], help="apply --weight-decay to the biases and LayerNorm gains too (off: decay the weight matrices and "
-                    "embeddings only, the usual exclusion)")
+        False, before=True, moot_when=("weight_decay", 0.0),
+        help="apply --weight-decay to the biases and LayerNorm gains too (off: decay the weight matrices and embeddings "
+             "only, the usual exclusion)")
 
     def loop(self) -> dict:
         """fit()'s keyword arguments."""
@@ -122,13 +113,6 @@ class Recipe:
 
 
 LOOP_FIELDS = ("precision", "warmup_ratio", "max_grad_norm", "grad_accum", "gradual_unfreezing")
-
-
-def recipe_before(cls: type) -> dict[str, object]:
-    """{dotted path: value} of each recipe setting of a command's settings class as a run that predates it ran (what
-    a resumed run whose run.json lacks the setting continues with)."""
-    return {path: optimizer_name(RECIPE_BEFORE[path.rsplit(".", 1)[-1]]) for path, _, _ in walk(cls)
-            if path.startswith("recipe.") and path.rsplit(".", 1)[-1] in RECIPE_BEFORE}
 
 
 def unfreezing(model: torch.nn.Module, params: list, fraction: float, total: int) -> tuple[list[int], str]:
@@ -189,7 +173,7 @@ def make_optimizer(params, lr: float, weight_decay: float, kind: str = Recipe.op
     which on a CPU is most of the difference (benchmarks/optimizer.py). 'minbert', the name of torch's update written
     out before it was removed, is read as 'torch'.
     """
-    kind = optimizer_name(kind)
+    kind = LEGACY_OPTIMIZERS.get(kind, kind)
     if kind == "course":
         return minbert.AdamW(params, lr=lr, weight_decay=weight_decay)
     if kind == "torch":

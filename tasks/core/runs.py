@@ -24,7 +24,7 @@ import torch
 
 from .errors import ConfigurationError, ResumeError, existing_path, nonnegative_int, positive_int
 from .evaluation import write_text
-from .recipe import recipe_before
+from .resume import before_values
 from .settings import dump, parse, read_config, setting
 
 RUN_FILE = "run.json"
@@ -94,7 +94,8 @@ def resume_base(resume: str | None, cls: type) -> dict[str, Any]:
         if not (path / RUN_FILE).is_file():
             raise ResumeError(f"{path}: not a run directory (no {RUN_FILE}); give the directory a run wrote, or its "
                               "checkpoint file")
-        return recipe_before(cls) | read_config(path / RUN_FILE, cls) | {"run.run_dir": str(path)}  # older: as it ran
+        # a setting the run predates: as it ran then (its `before`)
+        return before_values(cls) | read_config(path / RUN_FILE, cls) | {"run.run_dir": str(path)}
     if not path.is_file():
         raise ResumeError(f"--resume {resume}: no such run directory or checkpoint file")
     return {}

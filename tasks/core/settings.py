@@ -4,7 +4,10 @@ written down as a JSON config file and read back.
 Each field is declared once with `setting(...)`: its default, its help text, its check (a parser from the
 command line's text, also applied to a config file's values) and what a resumed run may do with it
 (on_resume="same": the run continues only with the value it started with; "free": it says where the run writes,
-how it shows progress or what hardware it uses, and may change). A field whose type is a dataclass is a section:
+how it shows progress or what hardware it uses, and may change), the value runs had before it existed (`before`,
+what a resume of an older run assumes for it) and any older spellings of its values (`legacy`). These are the one
+resume rule: tasks/core/resume.py decides from them alone whether a checkpoint may continue.
+A field whose type is a dataclass is a section:
 its flags join the same command line (flat, as they have always been spelt), its values nest in the JSON.
 
     @dataclass
@@ -53,18 +56,28 @@ class Spec:
     item: Callable[[str], Any] | None = None    # a list field: each item's parser (`--f a,b c`, ListAction)
     in_config: bool = True                  # False: an action (--resume), not part of what the run is
     before: Any = NEW                       # the value runs had before the setting existed (what a resume assumes)
+    legacy: tuple[tuple[str, Any], ...] = ()    # (older spelling, today's value): read as today's everywhere
+    moot_when: tuple[str, Any] | None = None    # (setting name, value): this one has no effect then (not compared)
+
+    def today(self, value: Any) -> Any:
+        """A value with an older spelling read as today's (e.g. --optimizer minbert as torch)."""
+        return dict(self.legacy).get(value, value) if isinstance(value, str) else value
 
 
 def setting(default: Any = MISSING, *, help: str, flags: Sequence[str] = (), parse: Callable[[str], Any] | None = None,
             choices: Sequence | None = None, metavar: str | None = None, on_resume: str = "same",
             item: Callable[[str], Any] | None = None, in_config: bool = True,
-            default_factory: Callable[[], Any] | None = None, before: Any = NEW) -> Any:
-    """A dataclass field with its help text, flag spellings, check and resume rule: on_resume="same" or "free", and
-    `before`, the value a run written before the setting existed ran with (a resume of such a run compares with it)."""
+            default_factory: Callable[[], Any] | None = None, before: Any = NEW, legacy: dict[str, Any] | None = None,
+            moot_when: tuple[str, Any] | None = None) -> Any:
+    """A dataclass field with its help text, flag spellings, check and resume rule: on_resume="same" or "free";
+    `before`, the value a run written before the setting existed ran with (a resume of such a run compares with it);
+    `legacy`, {older spelling: today's value}, read from flags, config files, run.json and checkpoints alike;
+    `moot_when` (name, value): when the run's setting of that name has that value this one has no effect, and a
+    resume does not compare it."""
     if on_resume not in ON_RESUME:
         raise ValueError(f"on_resume must be one of {ON_RESUME}, not {on_resume!r}")
     spec = Spec(help, tuple(flags), parse, tuple(choices) if choices is not None else None, metavar, on_resume, item,
-                in_config, before)
+                in_config, before, tuple((legacy or {}).items()), moot_when)
     if default_factory is not None:
         return field(default_factory=default_factory, metadata={"setting": spec})
     return field(default=default, metadata={"setting": spec})
@@ -183,6 +196,17 @@ def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse_or_none
 
 
+def _read_legacy(spec: Spec, parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """The field's parser, an older spelling read as today's value first."""
+    if not spec.legacy:
+        return parse
+
+    def parse_today(text: str) -> Any:
+        return parse(spec.today(text))
+    parse_today.__name__ = getattr(parse, "__name__", "value")
+    return parse_today
+
+
 def _add_flag(parser: Any, path: str, f: dataclasses.Field, tp: Any, default: Any = argparse.SUPPRESS) -> None:
     spec = spec_of(f)
     base, optional = _base(tp)
@@ -197,7 +221,8 @@ def _add_flag(parser: Any, path: str, f: dataclasses.Field, tp: Any, default: An
         elif spec.item is not None:                      # a string of comma-separated items, `a,b` or `a b`
             kw["action"], kw["item"], kw["joined"] = ListAction, spec.item, True
         else:
-            kw["type"] = _or_none(spec.parse or base) if optional else spec.parse or base
+            parse = _read_legacy(spec, spec.parse or base)
+            kw["type"] = _or_none(parse) if optional else parse
         if spec.choices is not None:
             kw["choices"] = spec.choices
         if spec.metavar is not None or spec.choices is None:
@@ -243,7 +268,7 @@ def check_value(path: str, f: dataclasses.Field, tp: Any, value: Any, source: st
         if base is str and not isinstance(v, str):
             raise bad(f"must be a string, not {v!r}")
         try:
-            checked = parse(str(v))
+            checked = parse(spec.today(str(v)))
         except (argparse.ArgumentTypeError, ValueError, TypeError) as e:
             raise bad(str(e)) from None
         if spec.choices is not None and checked not in spec.choices:
@@ -323,49 +348,6 @@ def read_config(path: str | Path, cls: type) -> dict[str, Any]:
     if isinstance(data, dict) and "settings" in data and "command" in data:   # a run.json: its settings
         data = data["settings"]
     return flatten(cls, data, str(path))
-
-
-def differences(cls: type, stored: dict, current: Any) -> list[str]:
-    """The settings a resumed run may not change (on_resume="same") on which `stored` (dump()'s JSON) and
-    `current` disagree, one 'path: was X, now Y' each."""
-    was = flatten(cls, stored, "the stored settings")
-    now = {path: value for path, value in _leaves(current)}
-    out = []
-    for path, f, _ in walk(cls):
-        spec = spec_of(f)
-        if spec.on_resume == "same" and spec.in_config and path in was and was[path] != now.get(path):
-            out.append(f"{path}: was {was[path]!r}, now {now.get(path)!r}")
-    return out
-
-
-class ResumeConfig(dict):
-    """{dotted path: value} of what a resumed run must keep, and `before`: {dotted path: the value it had before it
-    existed} for the settings that declare one (what check_config assumes for a checkpoint without them)."""
-
-    def __init__(self, values: dict[str, Any], before: dict[str, Any]):
-        super().__init__(values)
-        self.before = before
-
-    def __or__(self, other: dict) -> ResumeConfig:
-        return ResumeConfig(dict(self) | dict(other), self.before)
-
-
-def resume_config(settings: Any) -> ResumeConfig:
-    """{dotted path: value} of the settings a resumed run must keep (on_resume="same"): what fit() stores in the
-    checkpoint and compares on --resume; with each one's `before` value."""
-    specs = {path: spec_of(f) for path, f, _ in walk(type(settings))}
-    kept = [path for path, spec in specs.items() if spec.on_resume == "same" and spec.in_config]
-    return ResumeConfig({path: list(v) if isinstance(v, tuple) else v for path, v in _leaves(settings) if path in kept},
-                        {path: specs[path].before for path in kept if specs[path].before is not NEW})
-
-
-def from_flat_names(cls: type, stored: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's settings stored under plain flag names (before typed settings) -> dotted paths, for the
-    names that are one field's; the others are dropped."""
-    by_name: dict[str, list[str]] = {}
-    for path, _, _ in walk(cls):
-        by_name.setdefault(path.rsplit(".", 1)[-1], []).append(path)
-    return {by_name[k][0]: v for k, v in stored.items() if len(by_name.get(k, ())) == 1}
 
 
 def leaves(settings: Any) -> dict[str, Any]:

@@ -47,8 +47,9 @@ from ..core.errors import ConfigurationError, ResumeError
 from ..core.evaluation import predict_batches, raw_path, write_raw
 from ..core.precision import resolve_precision
 from ..core.recipe import autocast
+from ..core.resume import resume_config, stored_values
 from ..core.runs import RUN_FILE, RunPaths, read_run_json, resume_base, run_paths, write_run_json
-from ..core.settings import build, dump, from_flat_names, parse, parser_for, read_config, resume_config
+from ..core.settings import build, dump, parse, parser_for, read_config
 from ..core.train import fit
 from .report import format_choice, format_table, write_outputs
 from .settings import DEFAULT_THRESHOLDS, NUM_LABELS, SOURCE, Settings, Sweep  # noqa: F401 (re-exported)
@@ -168,10 +169,7 @@ def load_trained(model: DeeBert, settings: Settings) -> Path:
         raise ResumeError(f"{settings.sweep.from_run}: no trained DeeBERT model ({path} is missing: its stage 2 "
                           "never finished an epoch)")
     state = load_checkpoint(path)
-    stored = state.get("config", {})
-    if not any("." in k for k in stored):                 # written before typed settings: flat flag names
-        stored = from_flat_names(Settings, stored)
-    was = build(Settings, stored)
+    was = build(Settings, stored_values(Settings, state.get("config", {})))   # flat names of older ones too
     diffs = [f"{k}: {a!r} there, {b!r} now" for k, a, b in _model_fields(was, settings) if a != b]
     if state.get("config", {}).get("stage") != 2 or diffs:
         raise ConfigurationError(f"{path}: not a trained DeeBERT model for this run"

@@ -46,8 +46,9 @@ from ..core.evaluation import (
     write_text,
 )
 from ..core.precision import resolve_precision
+from ..core.resume import resume_config
 from ..core.runs import RunPaths, parse_run, run_paths, write_run_json
-from ..core.settings import parser_for, resume_config
+from ..core.settings import parser_for
 from ..core.starter_flags import translate
 from ..core.terms import Context, build_terms, check_terms
 from ..core.train import FitResult, fit

@@ -53,8 +53,9 @@ from ..core.errors import ConfigurationError
 from ..core.evaluation import in_order, pearson, predict_batches
 from ..core.precision import resolve_precision
 from ..core.recipe import autocast
+from ..core.resume import resume_config
 from ..core.runs import RUN_FILE, RunPaths, parse_run, run_paths, write_run_json
-from ..core.settings import parser_for, resume_config
+from ..core.settings import parser_for
 from ..core.train import fit
 from .quora import QUORA_STAGE, SIMCSE_QUORA_REST, mine_hard_negatives, split_quora, write_rows
 from .settings import DEFAULTS, Settings

@@ -31,8 +31,9 @@ from .core.evaluation import LEADERBOARD, accuracy, in_order, predict_batches, p
 from .core.finetune import FineTune
 from .core.precision import resolve_precision
 from .core.recipe import Recipe
+from .core.resume import resume_config
 from .core.runs import RunOptions, RunPaths, parse_run, run_paths, write_run_json
-from .core.settings import parser_for, resume_config, section, setting
+from .core.settings import parser_for, section, setting
 from .core.starter_flags import translate
 from .core.train import fit
 from .core.unfinished import explain_unfinished
