@@ -74,16 +74,34 @@ def tiny_dir(tmp_path, tiny_config, minilm_dir) -> Path:
     return directory
 
 
-def killed_after_first_epoch(real_fit):
-    """fit() that raises Interrupted once its first epoch (or round) is checkpointed: a run killed there."""
+def kill_after(first: int = 1):
+    """A watcher (tasks.core.train.watching) that raises Interrupted once epoch `first` is checkpointed."""
     from tasks.core.train import Interrupted
 
+    def kill(epoch: int, record: dict, *_) -> None:
+        if epoch == first:
+            raise Interrupted(f"killed after epoch {first}")
+    return kill
+
+
+def killed_after_first_epoch(real_fit):
+    """fit() that raises Interrupted once its first epoch (or round) is checkpointed: a run killed there."""
+    from tasks.core.train import watching
+
     def fit(*args, **kwargs):
-        def kill(epoch, record):
-            if epoch == 1:
-                raise Interrupted("killed after epoch 1")
-        return real_fit(*args, **kwargs, on_epoch_end=kill)
+        with watching(kill_after(1)):
+            return real_fit(*args, **kwargs)
     return fit
+
+
+def fit_with(model, optimizer, batches, loss, evaluate, *, metric: str, post_step=None, terms=None, **keywords):
+    """tasks.core.train.fit from keywords, as the tests write it: Recipe's loop fields (precision, warmup_ratio, ...)
+    make the recipe, the rest (epochs, device, checkpoint, ...) the FitOptions."""
+    from tasks.core.recipe import LOOP_FIELDS, Recipe
+    from tasks.core.train import FitOptions, Work, fit
+    recipe = Recipe(**{k: keywords.pop(k) for k in LOOP_FIELDS if k in keywords})
+    return fit(Work(model, optimizer, batches, loss, evaluate, metric, post_step), recipe, FitOptions(**keywords),
+               terms)
 
 
 @pytest.fixture

@@ -64,8 +64,8 @@ def test_deebert_trains_both_stages_with_the_recipe_flags(tiny_dir, tmp_path, mo
     class Stop(Exception):
         pass
 
-    def fake_fit(model, optimizer, *args, **kwargs):
-        seen.append((type(optimizer), kwargs))
+    def fake_fit(work, recipe, options, terms=None):
+        seen.append((type(work.optimizer), recipe.loop() | {"config": options.config}))
         raise Stop
 
     monkeypatch.setattr(deebert, "fit", fake_fit)

@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from conftest import DATA, TEST_DEVICE
+from conftest import DATA, TEST_DEVICE, fit_with
 
 import minbert
 from minbert import deebert
@@ -20,7 +20,6 @@ from tasks.core.batching import batches
 from tasks.core.data import TASKS
 from tasks.core.errors import ConfigurationError
 from tasks.core.evaluation import check_predictions
-from tasks.core.train import fit
 from tasks.deebert import timing as deebert_timing
 from tasks.deebert.report import savings
 
@@ -214,8 +213,8 @@ def test_stage_two_leaves_every_stage_one_parameter_bit_identical_and_computes_n
 
     before = {k: v.clone() for k, v in model.state_dict().items()}
     opt = minbert.AdamW(deebert.stage1_parameters(model), lr=1e-3)
-    fit(model, opt, epoch_batches, cli.stage1_loss, evaluate, metric="accuracy", epochs=1, device=torch.device("cpu"),
-        progress=False, log=lambda s: None)
+    fit_with(model, opt, epoch_batches, cli.stage1_loss, evaluate, metric="accuracy", epochs=1,
+             device=torch.device("cpu"), progress=False, log=lambda s: None)
     stage1 = {k: v.clone() for k, v in model.state_dict().items()}
     assert not torch.equal(stage1["bert.layers.0.Wq"], before["bert.layers.0.Wq"])      # stage 1 trained
     assert not torch.equal(stage1["ramps.3.classifier.weight"], before["ramps.3.classifier.weight"])
@@ -227,8 +226,8 @@ def test_stage_two_leaves_every_stage_one_parameter_bit_identical_and_computes_n
     grad_modes = []
     hooks = [layer.register_forward_hook(lambda *a: grad_modes.append(torch.is_grad_enabled()))
              for layer in model.bert.layers]
-    fit(model, opt, epoch_batches, cli.stage2_loss, evaluate, metric="accuracy", epochs=1, device=torch.device("cpu"),
-        progress=False, log=lambda s: None)
+    fit_with(model, opt, epoch_batches, cli.stage2_loss, evaluate, metric="accuracy", epochs=1,
+             device=torch.device("cpu"), progress=False, log=lambda s: None)
     for h in hooks:
         h.remove()
     state = model.state_dict()

@@ -18,14 +18,15 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from conftest import DATA
+from conftest import DATA, killed_after_first_epoch
 from torch import nn
 
 import minbert
 from tasks import classifier
 from tasks.core.checkpoints import load_checkpoint
 from tasks.core.distributed import batch_rows, shard
-from tasks.core.train import Interrupted, fit
+from tasks.core.recipe import Recipe
+from tasks.core.train import FitOptions, Interrupted, Work, fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -110,9 +111,9 @@ def two_task_batches(epoch: int) -> list[dict]:
 def two_task_fit(path: Path) -> None:
     torch.manual_seed(0)
     model = TwoTasks()
-    fit(model, torch.optim.AdamW(model.parameters(), lr=1e-3), two_task_batches, two_task_loss,
-        lambda m: {"zero": 0.0}, metric="zero", epochs=2, device=torch.device("cpu"), checkpoint=path,
-        grad_accum=2, progress=False, log=lambda s: None)
+    fit(Work(model, torch.optim.AdamW(model.parameters(), lr=1e-3), two_task_batches, two_task_loss,
+             lambda m: {"zero": 0.0}, "zero"), Recipe(grad_accum=2),
+        FitOptions(2, torch.device("cpu"), checkpoint=path, progress=False, log=lambda s: None))
 
 
 # ---------------------------------------------------------------- the two processes
@@ -135,12 +136,7 @@ def worker(rank: int, world: int, port: int, root: str, files: dict) -> None:
             classifier.run(classifier.parse_settings(argv(root, files, "whole", "tiny1", *RECIPE)))
             real_fit = classifier.fit
 
-            def killed(*args, **kwargs):
-                def kill(epoch, record):
-                    if epoch == 1:
-                        raise Interrupted("killed after epoch 1")
-                return real_fit(*args, **kwargs, on_epoch_end=kill)
-            classifier.fit = killed
+            classifier.fit = killed_after_first_epoch(real_fit)
             with contextlib.suppress(Interrupted):
                 classifier.run(classifier.parse_settings(argv(root, files, "split", "tiny1", *RECIPE)))
             classifier.fit = real_fit

@@ -137,8 +137,9 @@ def test_auto_is_a_flag_choice_and_autocast_wants_it_resolved():
 
 
 def test_fit_resolves_auto_once_and_says_to_what(cpu, monkeypatch):
+    from conftest import fit_with
+
     import tasks.core.train
-    from tasks.core.train import fit
 
     cpu(False)                                           # auto on a CPU without native bf16: fp32
     asked = []
@@ -147,9 +148,9 @@ def test_fit_resolves_auto_once_and_says_to_what(cpu, monkeypatch):
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 2)
     batches = [{"x": torch.randn(3, 4), "y": torch.tensor([0, 1, 0])}]
-    fit(model, torch.optim.SGD(model.parameters(), lr=0.1), lambda epoch: batches,
-        lambda m, b: torch.nn.functional.cross_entropy(m(b["x"]), b["y"]), lambda m: {"zero": 0.0}, metric="zero",
-        epochs=2, device=CPU, progress=False, log=said.append, precision="auto")
+    fit_with(model, torch.optim.SGD(model.parameters(), lr=0.1), lambda epoch: batches,
+             lambda m, b: torch.nn.functional.cross_entropy(m(b["x"]), b["y"]), lambda m: {"zero": 0.0},
+             metric="zero", epochs=2, device=CPU, progress=False, log=said.append, precision="auto")
     assert asked == ["auto"] and "--precision auto: fp32 on cpu" in said
 
 
@@ -161,8 +162,8 @@ def test_the_cli_stores_what_auto_resolved_to(tiny_dir, tmp_path, monkeypatch):
     class Stop(Exception):
         pass
 
-    def fake_fit(model, optimizer, *args, **kwargs):
-        seen.append(kwargs)
+    def fake_fit(work, recipe, options, terms=None):
+        seen.append({"precision": recipe.precision, "config": options.config})
         raise Stop
 
     monkeypatch.setattr(deebert, "fit", fake_fit)

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from conftest import fit_with, kill_after
 from torch import nn
 
 import minbert
@@ -14,7 +15,7 @@ from tasks.classifier import SentimentClassifier, build_parser, classification_l
 from tasks.core.checkpoints import load_checkpoint
 from tasks.core.recipe import OPTIMIZERS, LinearSchedule, make_optimizer
 from tasks.core.resume import resume_config
-from tasks.core.train import Interrupted, check_config, fit
+from tasks.core.train import Interrupted, check_config, watching
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 # the recipe flags at their defaults, written out here (tasks.core.recipe.Recipe is what they are checked against)
@@ -55,7 +56,7 @@ def merge(batches: list[dict]) -> dict:
 
 
 def quiet_fit(model: nn.Module, optimizer: torch.optim.Optimizer, epoch_batches, **kwargs):
-    return fit(model, optimizer, epoch_batches, classification_loss, lambda m: {"zero": 0.0}, metric="zero",
+    return fit_with(model, optimizer, epoch_batches, classification_loss, lambda m: {"zero": 0.0}, metric="zero",
                device=CPU, progress=False, log=lambda s: None, **kwargs)
 
 
@@ -82,12 +83,10 @@ def test_warmup_then_linear_decay_by_hand_and_across_a_resume(tiny_config, tmp_p
               checkpoint=tmp_path / "whole.pt")
     assert opt.lrs == pytest.approx(expected, rel=1e-15)
 
-    def kill(epoch, record):
-        raise Interrupted
     model = classifier(tiny_config)
-    with pytest.raises(Interrupted):
+    with pytest.raises(Interrupted), watching(kill_after(1)):
         quiet_fit(model, RecordingSGD(model.parameters(), lr=0.1), lambda e: batches, epochs=2, warmup_ratio=0.3,
-                  grad_accum=2, checkpoint=tmp_path / "split.pt", on_epoch_end=kill)
+                  grad_accum=2, checkpoint=tmp_path / "split.pt")
     model = classifier(tiny_config)
     opt = RecordingSGD(model.parameters(), lr=0.1)
     quiet_fit(model, opt, lambda e: batches, epochs=2, warmup_ratio=0.3, grad_accum=2,
@@ -280,10 +279,8 @@ def test_fused_adamw_trains_as_torch_adamw_and_resumes_exactly(tiny_config, tmp_
         moved += not torch.equal(value, start[key])
     assert moved > 10                                                   # it did train
 
-    def kill(epoch, record):
-        raise Interrupted
-    with pytest.raises(Interrupted):
-        train("fused", checkpoint=tmp_path / "split.pt", on_epoch_end=kill)
+    with pytest.raises(Interrupted), watching(kill_after(1)):
+        train("fused", checkpoint=tmp_path / "split.pt")
     assert load_checkpoint(tmp_path / "split.pt")["optimizer"]["param_groups"][0]["fused"] is True
     resumed = train("fused", checkpoint=tmp_path / "split.pt", resume=tmp_path / "split.pt")
     assert all(torch.equal(fused[k], resumed[k]) for k in fused)
@@ -296,15 +293,13 @@ def test_fp16_on_cuda_resumes_exactly(tiny_config, tmp_path):
 
     def run(**kw):
         model = classifier(tiny_config)
-        return fit(model, minbert.AdamW(model.parameters(), lr=1e-3), lambda e: batches, classification_loss,
+        return fit_with(model, minbert.AdamW(model.parameters(), lr=1e-3), lambda e: batches, classification_loss,
                    lambda m: {"zero": 0.0}, metric="zero", device=cuda, progress=False, log=lambda s: None,
                    epochs=2, precision="fp16", max_grad_norm=1.0, **kw)
     run(checkpoint=tmp_path / "whole.pt")
 
-    def kill(epoch, record):
-        raise Interrupted
-    with pytest.raises(Interrupted):
-        run(checkpoint=tmp_path / "split.pt", on_epoch_end=kill)
+    with pytest.raises(Interrupted), watching(kill_after(1)):
+        run(checkpoint=tmp_path / "split.pt")
     run(checkpoint=tmp_path / "split.pt", resume=tmp_path / "split.pt")
     a, b = load_checkpoint(tmp_path / "whole.pt"), load_checkpoint(tmp_path / "split.pt")
     assert a["scaler"] and a["scaler"]["scale"] == b["scaler"]["scale"] and math.isfinite(a["scaler"]["scale"])
@@ -359,11 +354,8 @@ def test_gradual_unfreezing_resumes_exactly_mid_way(tiny_config, tmp_path):
     batches = random_batches([4, 3, 4, 4, 2, 4])
     _, whole = changed_per_step(tiny_config, batches, epochs=2, gradual_unfreezing=0.75)
 
-    def kill(epoch, record):
-        raise Interrupted
-    with pytest.raises(Interrupted):
-        changed_per_step(tiny_config, batches, epochs=2, gradual_unfreezing=0.75, checkpoint=tmp_path / "g.pt",
-                         on_epoch_end=kill)
+    with pytest.raises(Interrupted), watching(kill_after(1)):
+        changed_per_step(tiny_config, batches, epochs=2, gradual_unfreezing=0.75, checkpoint=tmp_path / "g.pt")
     steps, resumed = changed_per_step(tiny_config, batches, epochs=2, gradual_unfreezing=0.75,
                                       checkpoint=tmp_path / "g.pt", resume=tmp_path / "g.pt")
     assert len(steps) == 6 and not any(k.startswith("bert.embeddings.") for c in steps[:3] for k in c)

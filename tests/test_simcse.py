@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from conftest import DATA, TEST_DEVICE, killed_after_first_epoch
+from conftest import DATA, TEST_DEVICE, fit_with, kill_after, killed_after_first_epoch
 from safetensors.torch import load_file
 from torch import nn
 
@@ -19,7 +19,7 @@ from tasks import multitask, simcse
 from tasks.core.checkpoints import load_checkpoint
 from tasks.core.data import TASKS
 from tasks.core.errors import ConfigurationError
-from tasks.core.train import Interrupted, fit
+from tasks.core.train import Interrupted, watching
 from tasks.simcse import Examples, Round, mine_hard_negatives, parse_settings, plan, run, split_quora, write_rows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -189,15 +189,13 @@ def test_fit_stops_after_patience_evaluations_without_improvement(tmp_path):
             seen.append(len(seen))
             return {"r": scores[len(seen) - 1 + (start if resume else 0)]}
 
-        def on_end(epoch, record):
-            if stop_after is not None and epoch == stop_after:
-                raise Interrupted
         start = load_checkpoint(resume)["epoch"] if resume else 0
         batches = lambda e: [{"x": torch.ones(2, 2), "y": torch.zeros(2, 1)}]
-        return fit(model, torch.optim.SGD(model.parameters(), 0.1), batches,
-                   lambda m, b: ((m(b["x"]) - b["y"]) ** 2).mean(), evaluate, metric="r", epochs=len(scores),
-                   device=torch.device("cpu"), checkpoint=tmp_path / "c.pt", resume=resume, patience=patience,
-                   progress=False, log=lambda s: None, on_epoch_end=on_end)
+        with watching(kill_after(stop_after)):
+            return fit_with(model, torch.optim.SGD(model.parameters(), 0.1), batches,
+                            lambda m, b: ((m(b["x"]) - b["y"]) ** 2).mean(), evaluate, metric="r",
+                            epochs=len(scores), device=torch.device("cpu"), checkpoint=tmp_path / "c.pt",
+                            resume=resume, patience=patience, progress=False, log=lambda s: None)
 
     assert len(train(None).history) == 7 and train(None).best_epoch == 7
     early = train(3)

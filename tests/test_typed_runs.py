@@ -18,10 +18,11 @@ from test_faults import killed
 from tasks import classifier, predict
 from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint
 from tasks.core.errors import ConfigurationError, ResumeError
+from tasks.core.recipe import Recipe
 from tasks.core.resume import resume_config, resume_differences
 from tasks.core.runs import RunOptions, parse_run, run_paths, write_run_json
 from tasks.core.settings import load, parse, section, setting
-from tasks.core.train import fit
+from tasks.core.train import FitOptions, Work, fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -130,10 +131,11 @@ def toy_fit(settings, checkpoint: Path, epochs: int, resume: Path | None = None)
     torch.manual_seed(0)
     model = torch.nn.Linear(2, 2)
     batches = [{"x": torch.randn(4, 2), "y": torch.randn(4, 2)} for _ in range(3)]
-    return fit(model, torch.optim.SGD(model.parameters(), lr=0.1), lambda epoch: batches,
-               lambda m, b: ((m(b["x"]) - b["y"]) ** 2).mean(), lambda m: {"zero": 0.0}, metric="zero",
-               device=torch.device("cpu"), progress=False, log=lambda s: None, epochs=epochs, checkpoint=checkpoint,
-               resume=resume, config=resume_config(settings) | {"command": "toy"}, warmup_ratio=None)
+    return fit(Work(model, torch.optim.SGD(model.parameters(), lr=0.1), lambda epoch: batches,
+                    lambda m, b: ((m(b["x"]) - b["y"]) ** 2).mean(), lambda m: {"zero": 0.0}, "zero"),
+               Recipe(warmup_ratio=None),
+               FitOptions(epochs, torch.device("cpu"), checkpoint=checkpoint, resume=resume,
+                          config=resume_config(settings) | {"command": "toy"}, progress=False, log=lambda s: None))
 
 
 def test_a_section_gains_a_setting_and_a_run_written_without_it_resumes(tmp_path):

@@ -3,7 +3,7 @@ Micikevicius et al., 2018), the linear warm-up and decay of the learning rate (D
 clipping, gradient accumulation, which attention the model computes and which AdamW takes the steps. Recipe is a
 section of every training command's settings (its flags are generated from its fields; its defaults are the
 recommended recipe); a command builds its encoder with load_pretrained(..., attn_implementation=recipe.
-attn_implementation), its optimiser with make_optimizer(...), and hands the rest to fit(..., **recipe.loop()).
+attn_implementation), its optimiser with make_optimizer(...), and hands the recipe to fit(work, recipe, options).
 In a student tree (tasks/core/tree.py) the defaults are the student's own code: eager attention and the course's AdamW.
 """
 
@@ -97,7 +97,7 @@ class Recipe:
              "only, the usual exclusion)")
 
     def loop(self) -> dict:
-        """fit()'s keyword arguments."""
+        """The fields fit() reads (LOOP_FIELDS), by name."""
         return {k: v for k, v in asdict(self).items() if k in LOOP_FIELDS}
 
     def optimizer_for(self, model: torch.nn.Module, params, lr: float, weight_decay: float) -> torch.optim.Optimizer:

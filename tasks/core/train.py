@@ -3,7 +3,7 @@ stopping, and a checkpoint after every epoch (tasks/core/checkpoints.py) that a 
 result as an uninterrupted one; the recipe (mixed precision, warm-up and decay, clipping, accumulation; its pieces,
 flags and defaults in tasks/core/recipe.py) and data parallelism through torchrun (tasks/core/distributed.py).
 
-The recipe: precision "bf16" or "fp16" runs loss_fn and evaluate under torch.autocast (fp16 with a gradient
+The recipe: precision "bf16" or "fp16" runs the loss and the evaluation under torch.autocast (fp16 with a gradient
 scaler; which precision trains on which device, and what "auto" picks: tasks/core/precision.py); warmup_ratio (None: a
 constant learning rate) warms the learning rate up linearly over that fraction of the optimiser steps of all
 epochs, then decays it linearly to 0; gradual_unfreezing U lets the heads train alone first and the encoder join a
@@ -18,9 +18,10 @@ holds every rank's RNG state for an exact resume.
 Each epoch's batch order is drawn from (seed, epoch) alone, so restoring the RNG states, the optimiser and the
 step count is enough to continue exactly where an uninterrupted run would be.
 
-fit() reads top to bottom as: check the settings, restore (or seed), then per epoch: train one epoch, evaluate,
-keep the best, save. Every command's settings hold the recipe (tasks/core/recipe.py) and pass it on with
-fit(..., **recipe.loop()); under torchrun it writes its files only where tasks.core.distributed.is_main_process().
+fit(work, recipe, options, terms) takes what trains (Work), the recipe (tasks/core/recipe.py), the run's options
+(FitOptions) and its extension terms (tasks/core/loop.py) and reads top to bottom as: check the settings, restore
+(or seed), then per epoch: train one epoch, evaluate, keep the best, save, tell the watchers. Under torchrun it writes
+its files only where tasks.core.distributed.is_main_process().
 """
 
 from __future__ import annotations
@@ -28,9 +29,8 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +55,7 @@ from .curves import Curves, curves_path
 from .distributed import is_main_process, rank, world_size
 from .errors import TrainingError
 from .evaluation import evaluating
+from .loop import FitOptions, FitResult, Interrupted, Work, after_epoch, watching  # noqa: F401 - fit()'s surface
 from .precision import check_precision, cpu_has_bf16, resolve_precision
 from .recipe import LinearSchedule, Recipe, autocast, unfreezing
 from .terms import TermSet
@@ -72,20 +73,6 @@ def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
 
-@dataclass
-class FitResult:
-    """What fit() returns: the best epoch (1-based), its dev score and model state, and per-epoch records."""
-
-    best_epoch: int
-    best_score: float
-    best_state: dict[str, torch.Tensor]
-    history: list[dict] = field(default_factory=list)
-
-
-class Interrupted(Exception):
-    """Raised by a callback to stop a run after its checkpoint is written (used to test resuming)."""
-
-
 def _groups(batches: Iterable[dict], k: int) -> Iterable[list[dict]]:
     """Consecutive runs of k batches (the last one may be shorter): the micro-batches of one optimiser step."""
     group = []
@@ -98,89 +85,22 @@ def _groups(batches: Iterable[dict], k: int) -> Iterable[list[dict]]:
         yield group
 
 
-_WATCHERS: list[Callable[[int, dict, str, bool], None]] = []
-
-
-@contextmanager
-def watching(watcher: Callable[[int, dict, str, bool], None]) -> Iterator[None]:
-    """Within the block, every fit() calls watcher(epoch, record, metric, last) after each epoch's evaluation and
-    checkpoint; `last` is true for the fit's final epoch (stopping it there would save nothing).
-
-    It lets a caller above a command (tasks.search: report each epoch's dev score, prune a weak trial by raising)
-    follow a run without the command taking a callback; an exception from the watcher ends fit() there. A resumed
-    fit() first calls it for each epoch its checkpoint holds, so that the watcher sees the whole run."""
-    _WATCHERS.append(watcher)
-    try:
-        yield
-    finally:
-        _WATCHERS.remove(watcher)
-
-
-def fit(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    epoch_batches: Callable[[int], Sequence[dict]],
-    loss_fn: Callable[[nn.Module, dict], torch.Tensor],
-    evaluate: Callable[[nn.Module], dict[str, float]],
-    *,
-    metric: str,
-    epochs: int,
-    device: torch.device,
-    seed: int = 0,
-    checkpoint: str | Path | None = None,
-    resume: str | Path | None = None,
-    config: dict | None = None,
-    post_step: Callable[[nn.Module], None] | None = None,
-    on_epoch_end: Callable[[int, dict], None] | None = None,
-    log: Callable[[str], None] = print,
-    progress: bool = True,
-    patience: int | None = None,
-    unit: str = "epoch",
-    curves: str | Path | None = None,
-    save_every: int = 0,
-    terms: TermSet | None = None,
-    **recipe,
-) -> FitResult:
-    """Train for `epochs` epochs; after each, evaluate on dev, keep the best state by `metric`, checkpoint.
-
-    epoch_batches(epoch) gives that epoch's collated batches, the same on every process (shuffled from
-    seed and epoch); loss_fn(model, batch) gives the mean loss of a batch on the device; a batch may name
-    its task (batch["task"], as the multitask schedules do), and the record then also holds each task's
-    mean training loss, train_loss_{task}. `config` (plain values) is stored in the checkpoint; on resume,
-    a stored config that differs in any key but 'epochs' and the paths is an error, since the run would
-    not continue the same experiment.
-
-    `recipe`: tasks.core.recipe.Recipe.loop()'s fields (precision, warmup_ratio, max_grad_norm, grad_accum,
-    gradual_unfreezing),
-    each at Recipe's default unless given; the recipe and data parallelism are described in the module docstring.
-
-    Early stopping: patience P (None: run all `epochs`) ends the run once P evaluations in a row have not
-    improved on the best, resumed runs included. `unit` is the log's word for one call of epoch_batches: a CLI
-    that evaluates every N steps hands fit rounds of N batches as its "epochs" and calls them "round".
-
-    Curves (tasks/core/curves.py): each optimiser step's loss and each epoch's record go to `curves` (default: beside the
-    checkpoint, CHECKPOINT.curves.jsonl), drawn as a PNG when the run ends.
-
-    save_every N > 0 also writes the checkpoint after every N-th optimiser step within an epoch (a long epoch on a
-    machine that may disconnect); it holds where in the epoch the run is and the epoch's loss sums, and a resume
-    from it skips the epoch's batches already taken (the order is drawn from seed and epoch alone) and goes on
-    exactly as the uninterrupted run would.
-
-    `terms` (tasks/core/terms.py): the run's switched-on extension terms; the loop calls their after_step() after
-    each optimiser step and post_step, and adds what they logged over the epoch to its record.
-    """
-    loop = _Loop(model, optimizer, loss_fn, device, Recipe(**recipe), metric, unit, log, progress, patience)
-    if save_every < 0:
-        raise ValueError(f"save_every must be 0 (off) or a number of optimiser steps, not {save_every}")
-    loop.save_every, loop.config, loop.terms = save_every, config or {}, terms or TermSet()
-    if resume is not None:
-        loop.restore(resume, config or {})
+def fit(work: Work, recipe: Recipe, options: FitOptions, terms: TermSet | None = None) -> FitResult:
+    """Train `work` for options.epochs epochs by `recipe`'s loop fields; after each, evaluate on dev, keep the best
+    state by work.metric, checkpoint, and tell the watchers (tasks/core/loop.py). `terms`: the run's switched-on
+    extension terms (tasks/core/terms.py); the loop calls their after_step() after each optimiser step and
+    post_step, and adds what they logged over the epoch to its record."""
+    loop = _Loop(work, recipe, options, terms or TermSet())
+    epochs, metric, unit, patience = options.epochs, work.metric, options.unit, options.patience
+    if options.resume is not None:
+        loop.restore(options.resume)
         for record in loop.history:                  # the watchers see the epochs restored, as if run here
-            for watcher in _WATCHERS:
-                watcher(record["epoch"], record, metric, record["epoch"] == epochs)
+            after_epoch(record["epoch"], record, metric, record["epoch"] == epochs)
     else:
-        seed_everything(seed)
-    log_path = curves if curves is not None else curves_path(checkpoint) if checkpoint is not None else None
+        seed_everything(options.seed)
+    checkpoint = options.checkpoint
+    log_path = (options.curves if options.curves is not None else curves_path(checkpoint) if checkpoint is not None
+                else None)
     loop.curve = (Curves(log_path, keep_epochs=loop.start, keep_steps=loop.step if loop.within else None)
                   if loop.main and log_path is not None else None)
     for epoch in range(loop.start, epochs):
@@ -188,14 +108,11 @@ def fit(
             loop.say(f"stopping early: dev {metric} has not improved for {patience} {unit}s "
                      f"(best: {unit} {loop.best.best_epoch})")
             break
-        total, per_task, train_time = loop.train_epoch(epoch_batches, epoch, epochs, checkpoint, post_step)
-        record = loop.evaluate(evaluate, epoch, epochs, total, per_task, train_time, loop.terms.epoch_end())
+        total, per_task, train_time = loop.train_epoch(epoch)
+        record = loop.evaluate(epoch, total, per_task, train_time, loop.terms.epoch_end())
         if checkpoint is not None:
-            loop.save(checkpoint, epoch, config or {})
-        if on_epoch_end is not None:
-            on_epoch_end(epoch + 1, record)
-        for watcher in _WATCHERS:
-            watcher(epoch + 1, record, metric, epoch + 1 == epochs)
+            loop.save(epoch)
+        after_epoch(epoch + 1, record, metric, epoch + 1 == epochs)
     loop.best.history = loop.history
     if loop.curve is not None:
         loop.curve.close()
@@ -206,17 +123,17 @@ class _Loop:
     """fit()'s parts and the state they share: the step count, the history, the best epoch, the scaler, the
     schedule; everything a checkpoint holds besides the model and the optimiser."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
-                 loss_fn: Callable[[nn.Module, dict], torch.Tensor], device: torch.device, recipe: Recipe,
-                 metric: str, unit: str, log: Callable[[str], None], progress: bool, patience: int | None):
+    def __init__(self, work: Work, recipe: Recipe, options: FitOptions, terms: TermSet):
+        model, optimizer, device = work.model, work.optimizer, options.device
         asked, recipe = recipe.precision, replace(recipe, precision=resolve_precision(device, recipe.precision))
-        _check_settings(device, recipe, patience)
+        _check_settings(device, recipe, options)
+        self.work, self.options, self.terms = work, options, terms
         self.model, self.optimizer, self.device, self.recipe = model, optimizer, device, recipe
-        self.metric, self.unit, self.progress = metric, unit, progress
+        self.metric, self.unit, self.progress = work.metric, options.unit, options.progress
         model.to(device)
         self.parallel = dp.init_distributed(device)
         self.me, self.world, self.main = rank(), world_size(), is_main_process()
-        self.say = log if self.main else (lambda message: None)
+        self.say = options.log if self.main else (lambda message: None)
         if asked == "auto":
             self.say(f"--precision auto: {recipe.precision} on {device}")
         if recipe.precision == "bf16" and device.type == "cpu" and not cpu_has_bf16():
@@ -226,23 +143,21 @@ class _Loop:
                      "every batch")
         self.start, self.history, self.step = 0, [], 0
         self.within: dict | None = None      # a mid-epoch checkpoint's place: groups done, the loss sums, seconds
-        self.save_every, self.config = 0, {}
         self.best = FitResult(0, float("-inf"), cpu_state(model))
         self.scaler = torch.amp.GradScaler(device.type, enabled=recipe.precision == "fp16")
         self.base_lrs = [group["lr"] for group in optimizer.param_groups]
-        self.compute = dp.data_parallel(model, loss_fn, device) if self.parallel else (
-            lambda batch: loss_fn(model, batch))
+        self.compute = dp.data_parallel(model, work.loss, device) if self.parallel else (
+            lambda batch: work.loss(model, batch))
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.schedule: LinearSchedule | None = None
         self.total: int | None = None                # optimiser steps of the whole run, once known
         self.unfreeze_at: list[int] | None = None    # per parameter of self.params: its first optimiser step
         self.curve: Curves | None = None
-        self.terms = TermSet()
 
-    def restore(self, resume: str | Path, config: dict) -> None:
+    def restore(self, resume: str | Path) -> None:
         """The state of a checkpoint: model, optimiser, epochs done, best epoch, history, steps, RNG states."""
         state = load_checkpoint(resume, required=CHECKPOINT_KEYS)  # on the CPU: RNG states must stay there
-        check_config(resume, state.get("config", {}), config)
+        check_config(resume, state.get("config", {}), self.options.config)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.start, self.history = state["epoch"], list(state["history"])
@@ -261,14 +176,13 @@ class _Loop:
         self.say(f"resumed from {resume}: {self.start} epochs done{within}, best dev {self.metric} "
                  f"{self.best.best_score:.4f} (epoch {self.best.best_epoch})")
 
-    def train_epoch(self, epoch_batches: Callable[[int], Iterable[dict]], epoch: int, epochs: int,
-                    checkpoint: str | Path | None, post_step: Callable[[nn.Module], None] | None
-                    ) -> tuple[float, dict[str, list[float]], float]:
+    def train_epoch(self, epoch: int) -> tuple[float, dict[str, list[float]], float]:
         """One epoch of optimiser steps: (the mean training loss, per task [loss sum, batches], seconds)."""
+        epochs, checkpoint, post_step = self.options.epochs, self.options.checkpoint, self.work.post_step
         self.model.train()
         t0, sums = time.perf_counter(), {"total": 0.0, "n": 0, "shown": [0.0, 0]}
         per_task: dict[str, list[float]] = {}  # task -> [loss sum, batches]
-        batches = epoch_batches(epoch)
+        batches = self.work.batches(epoch)
         self._schedule(batches, epochs)
         bar = tqdm(desc=f"{self.unit} {epoch + 1}/{epochs}", disable=not (self.progress and self.main), leave=False,
                    total=len(batches) if hasattr(batches, "__len__") else None)
@@ -290,8 +204,9 @@ class _Loop:
             if post_step is not None:
                 post_step(self.model)
             self.terms.after_step(self.model)
-            if self.save_every and self.step % self.save_every == 0 and checkpoint is not None:
-                self.save(checkpoint, epoch, self.config, within={
+            every = self.options.save_every
+            if every and self.step % every == 0 and checkpoint is not None:
+                self.save(epoch, within={
                     "groups": i + 1, "sums": sums, "per_task": per_task, "seconds": time.perf_counter() - t0,
                     "terms": self.terms.state()})
             maybe_kill(KILL_AT_STEP, self.step)
@@ -311,7 +226,7 @@ class _Loop:
         if not wanted or self.total is not None:
             return
         if not hasattr(batches, "__len__"):
-            raise TypeError("a learning-rate schedule or gradual unfreezing needs epoch_batches to return a sequence: "
+            raise TypeError("a learning-rate schedule or gradual unfreezing needs Work.batches to return a sequence: "
                             "its length sets the number of optimiser steps")
         self.total = epochs * math.ceil(len(batches) / self.recipe.grad_accum)
         if self.recipe.warmup_ratio is not None:
@@ -369,13 +284,13 @@ class _Loop:
         self.scaler.update()
         self.step += 1
 
-    def evaluate(self, evaluate: Callable[[nn.Module], dict[str, float]], epoch: int, epochs: int, train_loss: float,
-                 per_task: dict[str, list[float]], train_time: float, logged: dict[str, float]) -> dict:
+    def evaluate(self, epoch: int, train_loss: float, per_task: dict[str, list[float]], train_time: float,
+                 logged: dict[str, float]) -> dict:
         """Evaluate on dev, record the epoch (with what the terms `logged`), keep the best state, log one line; the
         epoch's record."""
         t0 = time.perf_counter()
         with evaluating(self.model, self.device, self.recipe.precision):   # eval mode, no gradients, the precision
-            scores = evaluate(self.model)
+            scores = self.work.evaluate(self.model)
         record = {"epoch": epoch + 1, "train_loss": train_loss,
                   **{f"train_loss_{t}": s / k for t, (s, k) in sorted(per_task.items())}, **logged,
                   "train_seconds": train_time,
@@ -388,12 +303,12 @@ class _Loop:
             self.best = FitResult(epoch + 1, scores[self.metric], cpu_state(self.model), self.history)
         task_losses = "".join(f", {k[len('train_loss_'):]} {v:.4f}" for k, v in record.items()
                               if k.startswith("train_loss_"))
-        self.say(f"{self.unit} {epoch + 1}/{epochs}: train loss {record['train_loss']:.4f}{task_losses}, "
+        self.say(f"{self.unit} {epoch + 1}/{self.options.epochs}: train loss {record['train_loss']:.4f}{task_losses}, "
                  f"dev {self.metric} {scores[self.metric]:.4f}{' (best so far)' if improved else ''}, "
                  f"{train_time:.0f}s training + {record['eval_seconds']:.0f}s eval")
         return record
 
-    def save(self, checkpoint: str | Path, epoch: int, config: dict, within: dict | None = None) -> None:
+    def save(self, epoch: int, within: dict | None = None) -> None:
         """The checkpoint after `epoch`, or within it after `within["groups"]` optimiser steps (rank 0 writes it,
         holding every rank's RNG state and, within an epoch, every rank's loss sums)."""
         rngs = dp.all_gather(rng_state()) if self.parallel else [rng_state()]
@@ -401,12 +316,12 @@ class _Loop:
         if self.main:
             if places is not None and self.curve is not None:
                 self.curve.file.flush()              # the steps logged so far, as the checkpoint has them
-            save_checkpoint(checkpoint, {
+            save_checkpoint(self.options.checkpoint, {
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "epoch": epoch + 1 if within is None else epoch,
                 **({"within_epoch": within, "within_ranks": places} if within is not None else {}),
                 "best_epoch": self.best.best_epoch, "best_score": self.best.best_score,
-                "best_state": self.best.best_state, "history": self.history, "rng": rngs[0], "config": dict(config),
+                "best_state": self.best.best_state, "history": self.history, "rng": rngs[0], "config": dict(self.options.config),
                 "optimizer_steps": self.step, "base_lrs": self.base_lrs, "scaler": self.scaler.state_dict(),
                 **({"rng_ranks": rngs} if self.parallel else {}),
             })
@@ -414,12 +329,14 @@ class _Loop:
             dp.barrier()  # the epoch ends when its checkpoint is on disk, for every rank
 
 
-def _check_settings(device: torch.device, recipe: Recipe, patience: int | None) -> None:
+def _check_settings(device: torch.device, recipe: Recipe, options: FitOptions) -> None:
     check_precision(device, recipe.precision)
     if recipe.grad_accum < 1:
         raise ValueError(f"grad_accum must be at least 1, not {recipe.grad_accum}")
-    if patience is not None and patience < 1:
-        raise ValueError(f"patience must be at least 1, not {patience}")
+    if options.patience is not None and options.patience < 1:
+        raise ValueError(f"patience must be at least 1, not {options.patience}")
+    if options.save_every < 0:
+        raise ValueError(f"save_every must be 0 (off) or a number of optimiser steps, not {options.save_every}")
     if recipe.warmup_ratio is not None and not 0 <= recipe.warmup_ratio < 1:
         raise ValueError(f"warmup_ratio must be in [0, 1), not {recipe.warmup_ratio}")
 

@@ -50,7 +50,7 @@ from ..core.recipe import autocast
 from ..core.resume import resume_config, stored_values
 from ..core.runs import RUN_FILE, RunPaths, read_run_json, resume_base, run_paths, write_run_json
 from ..core.settings import build, dump, parse, parser_for, read_config
-from ..core.train import fit
+from ..core.train import FitOptions, Work, fit
 from .report import format_choice, format_table, write_outputs
 from .settings import DEFAULT_THRESHOLDS, NUM_LABELS, SOURCE, Settings, Sweep  # noqa: F401 (re-exported)
 from .sweep import (
@@ -132,17 +132,16 @@ def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: l
         return path if resumed and path.is_file() else None
 
     opt = recipe.optimizer_for(model, deebert.stage1_parameters(model), tr.lr, tr.weight_decay)
-    first = fit(model, opt, epoch_batches, stage1_loss, last_ramp, metric=metric, epochs=tr.epochs, device=device,
-                seed=tr.seed, checkpoint=stages[0], config=config | {"stage": 1}, progress=settings.run.progress,
-                resume=resume(stages[0]), save_every=settings.run.save_every, **recipe.loop())
+    first = fit(Work(model, opt, epoch_batches, stage1_loss, last_ramp, metric), recipe,
+                FitOptions(tr.epochs, device, tr.seed, stages[0], resume(stages[0]), config | {"stage": 1},
+                           progress=settings.run.progress, save_every=settings.run.save_every))
     model.load_state_dict(first.best_state)
     opt = recipe.optimizer_for(model, deebert.stage2_parameters(model), settings.ramps.ramp_lr,
                              tr.weight_decay)
     ramp_epochs = settings.ramps.ramp_epochs or tr.epochs
-    second = fit(model, opt, epoch_batches, stage2_loss, ramps, metric=f"{metric}_ramps", epochs=ramp_epochs,
-                 device=device, seed=tr.seed + 1, checkpoint=stages[1], config=config | {"stage": 2},
-                 progress=settings.run.progress, resume=resume(stages[1]), save_every=settings.run.save_every,
-                 **recipe.loop())
+    second = fit(Work(model, opt, epoch_batches, stage2_loss, ramps, f"{metric}_ramps"), recipe,
+                 FitOptions(ramp_epochs, device, tr.seed + 1, stages[1], resume(stages[1]), config | {"stage": 2},
+                            progress=settings.run.progress, save_every=settings.run.save_every))
     model.load_state_dict(second.best_state)
     return {"stage1": {"best_epoch": first.best_epoch, f"dev_{metric}": first.best_score, "history": first.history},
             "stage2": {"best_epoch": second.best_epoch, f"dev_{metric}_ramps": second.best_score,

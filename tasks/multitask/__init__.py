@@ -51,7 +51,7 @@ from ..core.runs import RunPaths, parse_run, run_paths, write_run_json
 from ..core.settings import parser_for
 from ..core.starter_flags import translate
 from ..core.terms import Context, build_terms, check_terms
-from ..core.train import FitResult, fit
+from ..core.train import FitOptions, FitResult, Work, fit
 from ..core.unfinished import explain_unfinished
 from . import terms as _registered  # noqa: F401  (importing it registers the command's terms)
 from .data import Encoded, EpochBatches, collate, load
@@ -192,10 +192,11 @@ def run(settings: Settings) -> dict:
         return scores
 
     post_step = (lambda m: mode.post_step(m, ft)) if mode.post_step is not None else None
-    result = fit(model, optimizer, epoch_batches, multitask_loss(terms, device), evaluate, terms=terms,
-                 metric=metric, epochs=tr.epochs, device=device, seed=tr.seed, checkpoint=paths.checkpoint,
-                 resume=paths.resume, config=resume_config(settings) | {"training.lr": lr, "command": "multitask"},
-                 post_step=post_step, progress=rs.progress, save_every=rs.save_every, **settings.recipe.loop())
+    result = fit(Work(model, optimizer, epoch_batches, multitask_loss(terms, device), evaluate, metric, post_step),
+                 settings.recipe,
+                 FitOptions(tr.epochs, device, tr.seed, paths.checkpoint, paths.resume,
+                            resume_config(settings) | {"training.lr": lr, "command": "multitask"},
+                            progress=rs.progress, save_every=rs.save_every), terms)
     if not is_main_process():
         return {"best_epoch": result.best_epoch, f"dev_{metric}": result.best_score}
 

@@ -17,9 +17,9 @@ from typing import Any
 
 from ..core.errors import ConfigurationError, UserError
 from ..core.evaluation import write_text
+from ..core.loop import watching
 from ..core.runs import RUN_FILE, resume_base
 from ..core.settings import build, dump
-from ..core.train import watching
 from .space import Space
 
 CONFIGS = "configs"              # STUDY_DIR/configs/trial-NNNN.json: each trial's settings, a --config file

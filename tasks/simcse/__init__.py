@@ -56,7 +56,7 @@ from ..core.recipe import autocast
 from ..core.resume import resume_config
 from ..core.runs import RUN_FILE, RunPaths, parse_run, run_paths, write_run_json
 from ..core.settings import parser_for
-from ..core.train import fit
+from ..core.train import FitOptions, Work, fit
 from .quora import QUORA_STAGE, SIMCSE_QUORA_REST, mine_hard_negatives, split_quora, write_rows
 from .settings import DEFAULTS, Settings
 
@@ -275,11 +275,10 @@ def run(settings: Settings) -> dict:
         before = evaluate(model)["sts_pearson"]
     print(f"zero-shot STS dev r before the stage: {before:.4f}", file=sys.stderr)
     run_config = resume_config(settings) | {"training.lr": lr, "command": "simcse"}
-    result = fit(model, optimizer, lambda k: Round(data, tr.batch_size, every, tr.seed, k),
-                 lambda m, batch: m.loss(batch), evaluate, metric="sts_pearson", epochs=rounds, device=device,
-                 seed=tr.seed, checkpoint=paths.checkpoint, resume=paths.resume, config=run_config,
-                 progress=settings.run.progress, patience=s.patience, unit="round", save_every=settings.run.save_every,
-                 **settings.recipe.loop())
+    result = fit(Work(model, optimizer, lambda k: Round(data, tr.batch_size, every, tr.seed, k),
+                      lambda m, batch: m.loss(batch), evaluate, "sts_pearson"), settings.recipe,
+                 FitOptions(rounds, device, tr.seed, paths.checkpoint, paths.resume, run_config, patience=s.patience,
+                            unit="round", progress=settings.run.progress, save_every=settings.run.save_every))
     model.load_state_dict(result.best_state)
     history = [{"round": h["epoch"], "step": h["epoch"] * every}
                | {k: v for k, v in h.items() if k != "epoch"} for h in result.history]

@@ -35,7 +35,7 @@ from .core.resume import resume_config
 from .core.runs import RunOptions, RunPaths, parse_run, run_paths, write_run_json
 from .core.settings import parser_for, section, setting
 from .core.starter_flags import translate
-from .core.train import fit
+from .core.train import FitOptions, Work, fit
 from .core.unfinished import explain_unfinished
 
 NUM_LABELS = {"sst": 5, "cfimdb": 2}
@@ -163,10 +163,11 @@ def run(settings: Settings) -> dict:
         return {"accuracy": accuracy(preds, [e.label for e in dev.records])}
 
     post_step = (lambda m: mode.post_step(m, ft)) if mode.post_step is not None else None
-    result = fit(model, optimizer, epoch_batches, classification_loss, evaluate, metric="accuracy",
-                 epochs=tr.epochs, device=device, seed=tr.seed, checkpoint=paths.checkpoint, resume=paths.resume,
-                 config=resume_config(settings) | {"training.lr": lr, "command": "classifier"}, post_step=post_step,
-                 progress=settings.run.progress, save_every=settings.run.save_every, **settings.recipe.loop())
+    result = fit(Work(model, optimizer, epoch_batches, classification_loss, evaluate, "accuracy", post_step),
+                 settings.recipe,
+                 FitOptions(tr.epochs, device, tr.seed, paths.checkpoint, paths.resume,
+                            resume_config(settings) | {"training.lr": lr, "command": "classifier"},
+                            progress=settings.run.progress, save_every=settings.run.save_every))
 
     summary = {"task": task, "best_epoch": result.best_epoch, "dev_accuracy": result.best_score,
                "history": result.history, "checkpoint": str(paths.checkpoint), "run_dir": str(paths.dir)}
