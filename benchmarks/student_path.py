@@ -37,9 +37,9 @@ from epoch_speed import cpu_info, summary
 import minbert
 from tasks.classifier import NUM_LABELS, SentimentClassifier, Settings, classification_loss
 from tasks.core.batching import train_batches
-from tasks.core.cli import load_split
 from tasks.core.finetune import get_mode
 from tasks.core.recipe import ATTENTIONS, OPTIMIZERS, Recipe
+from tasks.core.training_setup import load_split
 
 ARMS = "eager+course,fused+fused"      # the student tree's defaults, the reference's; the first is the ratio's top
 

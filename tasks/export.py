@@ -20,23 +20,17 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
 import minbert
 
 from .core.checkpoints import load_checkpoint
-from .core.errors import ConfigurationError, MissingFileError, run_cli
+from .core.errors import ConfigurationError, MissingFileError, directory_to_write, run_cli
 from .core.runs import RUN_FILE, read_run_json
-from .predict import (
-    EXPORT_ENCODER,
-    EXPORT_HEADS,
-    EXPORT_SETTINGS,
-    build_multitask,
-    from_run_json,
-    load_run,
-    load_weights,
-)
+from .core.settings import dump
+from .predict import EXPORT_ENCODER, EXPORT_HEADS, EXPORT_SETTINGS, command, from_run_json, load_run, load_weights
 
 ENCODER_KINDS = ("classifier", "deebert", "simcse")   # runs whose export is their encoder alone
 EXPORT_RECORD = "export.json"                         # beside such an export: the run it came from
@@ -52,28 +46,29 @@ def export(checkpoint: str | Path, out: str | Path) -> Path:
                                  "python -m tasks.classifier, multitask, deebert or simcse wrote (or a checkpoint "
                                  "file of an older multitask run)")
     if (run_dir / RUN_FILE).is_file():
-        kind, settings, trained = from_run_json(run_dir)            # run.json says which command wrote the run
-        if kind in ENCODER_KINDS:
-            return export_encoder(run_dir, kind, settings, path if path.is_file() else trained, out)
-        if kind != "multitask":
+        kind = read_run_json(run_dir)["command"]                    # run.json says which command wrote the run
+        if kind not in ENCODER_KINDS + ("multitask",):
             raise ConfigurationError(f"{run_dir}: a run of python -m tasks.{kind}, which trains no encoder of its own; "
                                      "tasks.export takes a run of tasks.classifier, multitask, deebert or simcse")
+        kind, settings, trained = from_run_json(run_dir)            # its settings, as the command's Settings
+        if kind in ENCODER_KINDS:
+            return export_encoder(run_dir, kind, settings, path if path.is_file() else trained, out)
         if not (path if path.is_file() else trained).is_file():
             raise missing_checkpoint(run_dir, kind, trained)
-    kind, settings, state, _ = load_run(checkpoint)
-    if kind != "multitask":
-        raise ConfigurationError(f"{checkpoint}: a {kind} checkpoint outside a run directory; tasks.export takes a run "
-                                 "directory, or a checkpoint file of an older multitask run")
-    model = build_multitask(settings)
-    load_weights(model, state, checkpoint)
-    write_encoder(model.bert, settings.get("model", "minilm"), out / EXPORT_ENCODER)
+    run = load_run(checkpoint)
+    if run.kind != "multitask":
+        raise ConfigurationError(f"{checkpoint}: a {run.kind} checkpoint outside a run directory; tasks.export takes a "
+                                 "run directory, or a checkpoint file of an older multitask run")
+    model = command("multitask").build_model(run.settings)
+    load_weights(model, run.state, checkpoint)
+    write_encoder(model.bert, run.settings.training.model, out / EXPORT_ENCODER)
     encoder_keys = {f"bert.{k}" for k in minbert.BertModel(model.bert.config).state_dict()}
     heads = {k: v for k, v in model.state_dict().items() if k not in encoder_keys}
     torch.save(heads, out / EXPORT_HEADS)
     full = load_checkpoint(from_run_json(Path(checkpoint))[2] if (Path(checkpoint) / RUN_FILE).is_file() else checkpoint)
     best = full["history"][full["best_epoch"] - 1] if full.get("history") else {}
     (out / EXPORT_SETTINGS).write_text(json.dumps({
-        "kind": "multitask", "settings": settings, "best_epoch": full.get("best_epoch"),
+        "kind": "multitask", "settings": dump(run.settings), "best_epoch": full.get("best_epoch"),
         "dev": {k[4:]: v for k, v in best.items() if k.startswith("dev_")}, "exported_from": str(checkpoint)},
         indent=1))
     return out
@@ -94,21 +89,21 @@ def missing_checkpoint(run_dir: Path, kind: str, checkpoint: Path) -> MissingFil
                             f"until the run has one (python -m tasks.{kind} --resume {run_dir}, or train it again)")
 
 
-def export_encoder(run_dir: Path, kind: str, settings: dict, checkpoint: Path, out: Path) -> Path:
+def export_encoder(run_dir: Path, kind: str, settings: Any, checkpoint: Path, out: Path) -> Path:
     """OUT as a Hugging Face BERT directory: the encoder of the checkpoint's best state (the weights named bert.*:
     not the classifier's head, DeeBERT's off-ramps or SimCSE's MLP), the tokenizer of the run's --model, and
     export.json."""
     if not checkpoint.is_file():
         raise missing_checkpoint(run_dir, kind, checkpoint)
     full = load_checkpoint(checkpoint)
-    model = settings.get("model", "minilm")
+    model = settings.training.model
     bert = minbert.load_pretrained(model)                          # the run's architecture; its weights replaced
     load_weights(bert, {k[len("bert."):]: v for k, v in full["best_state"].items() if k.startswith("bert.")},
                  checkpoint)
     write_encoder(bert, model, out)
     (out / EXPORT_RECORD).write_text(json.dumps({
         "kind": kind, "command": read_run_json(run_dir).get("argv"), "exported_from": str(run_dir),
-        "checkpoint": str(checkpoint), "best_epoch": full.get("best_epoch"), "settings": settings}, indent=1))
+        "checkpoint": str(checkpoint), "best_epoch": full.get("best_epoch"), "settings": dump(settings)}, indent=1))
     return out
 
 
@@ -117,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", help="a run directory of python -m tasks.classifier, multitask, deebert or simcse, "
                                       "or its checkpoint")
-    p.add_argument("out", help="the directory to write")
+    p.add_argument("out", type=directory_to_write, help="the directory to write")
     args = p.parse_args(argv)
     out = export(args.checkpoint, args.out)
     if (out / EXPORT_RECORD).is_file():

@@ -16,27 +16,28 @@ are made at the run's --precision and with --eval-batch-size 128 (the CLIs' defa
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import torch
 
 import minbert
-from minbert.multitask import MultitaskBert
 
 from .core.checkpoints import load_checkpoint
-from .core.cli import DEVICES
-from .core.data import TASKS
 from .core.distributed import pick_device
-from .core.errors import ConfigurationError, run_cli
+from .core.errors import ConfigurationError, directory_to_write, run_cli
 from .core.evaluation import prediction_path, raw_path, write_predictions, write_raw
-from .core.recipe import ATTN_IMPLEMENTATION, Recipe, autocast
-from .core.resume import before_values, from_flat_names
-from .core.runs import CHECKPOINT, RUN_FILE, read_run_json
-from .core.settings import build
+from .core.recipe import autocast
+from .core.resume import stored_values
+from .core.runs import CHECKPOINT, RUN_FILE, read_run_json, run_settings
+from .core.settings import build, leaves
+from .core.training_setup import DEVICES
 
 KINDS = ("classifier", "multitask", "deebert")
 EXPORT_SETTINGS = "multitask.json"   # an export directory's settings (tasks/export.py)
@@ -44,75 +45,99 @@ EXPORT_HEADS = "heads.pt"            # its weights outside the encoder: the head
 EXPORT_ENCODER = "encoder"           # its encoder, a Hugging Face directory
 
 
+def command(kind: str) -> ModuleType:
+    """The command that wrote a run (tasks.classifier, tasks.multitask, ...): its Settings and build_model()."""
+    return importlib.import_module(f"tasks.{kind}")
+
+
+@dataclass
+class Run:
+    """A trained run as predict and export read it: which command wrote it, its settings as that command's Settings,
+    its best epoch's weights, the encoder directory of an export (or None) and, for DeeBERT, the exit setting the run
+    chose (or None)."""
+
+    kind: str
+    settings: Any
+    state: dict[str, torch.Tensor]
+    encoder: Path | None = None
+    chosen: float | None = None
+
+
 def kind_of(config: dict) -> str | None:
-    """Which CLI wrote a checkpoint, from its stored run settings."""
-    if "ramp_pooler" in config:
+    """Which CLI wrote a checkpoint, from its stored run settings (their last names)."""
+    names = {k.rsplit(".", 1)[-1] for k in config}
+    if "ramp_pooler" in names:
         return "deebert"
-    if "design" in config and "schedule" in config:
+    if "design" in names and "schedule" in names:
         return "multitask"
-    if config.get("task") in ("sst", "cfimdb") and "pooling" in config:
+    if config.get("task") in ("sst", "cfimdb") and "pooling" in names:
         return "classifier"
     return None
 
 
-def from_run_json(directory: Path) -> tuple[str, dict, Path]:
-    """(the command, its settings under their plain field names, the checkpoint) of a run directory's run.json."""
+def from_run_json(directory: Path, given: dict[str, Any] | None = None) -> tuple[str, Any, Path]:
+    """(the command, its settings as the command's Settings, the checkpoint) of a run directory's run.json; `given`
+    ({dotted path: value}) overrides what it recorded (other files to predict)."""
     record = read_run_json(directory)
-    flat = {path.rsplit(".", 1)[-1]: value for path, value in _leaves_of(record["settings"])}
-    run = record["settings"].get("run", {})
-    if record["command"] == "deebert":   # its model: stage 2's checkpoint, or that of the run it loaded (--from-run)
+    kind = record["command"]
+    settings = run_settings(command(kind).Settings, record["settings"], str(directory / RUN_FILE), given)
+    if kind == "deebert":      # its model: stage 2's checkpoint, or that of the run it loaded (--from-run)
         from .deebert import trained_checkpoint
-        result = record.get("result") or {}
-        return "deebert", flat | {"prediction_setting": result.get("prediction_setting")}, trained_checkpoint(directory)
-    return record["command"], flat, Path(run["checkpoint"]) if run.get("checkpoint") else directory / CHECKPOINT
+        return kind, settings, trained_checkpoint(directory)
+    checkpoint = getattr(getattr(settings, "run", None), "checkpoint", None)
+    return kind, settings, Path(checkpoint) if checkpoint else directory / CHECKPOINT
 
 
-def _leaves_of(data: dict, prefix: str = "") -> list[tuple[str, object]]:
-    out: list[tuple[str, object]] = []
-    for k, v in data.items():
-        out += _leaves_of(v, f"{prefix}{k}.") if isinstance(v, dict) else [(prefix + k, v)]
-    return out
-
-
-def load_run(path: str | Path) -> tuple[str, dict, dict[str, torch.Tensor], Path | None]:
-    """(kind, run settings, the best epoch's weights, the encoder directory of an export or None) of a run: a run
-    directory (its run.json says which command wrote it), its checkpoint, an export directory, or a checkpoint written
-    before run directories (its kind read from the settings it stores)."""
+def load_run(path: str | Path, given: dict[str, Any] | None = None) -> Run:
+    """A run: a run directory (its run.json says which command wrote it), its checkpoint, an export directory, or a
+    checkpoint written before run directories (its kind read from the settings it stores). `given`: settings over
+    the run's own (by dotted path; those the command does not have are left out)."""
     path = Path(path)
-    given = path if path.is_file() else None
+    given_file = path if path.is_file() else None
     if path.is_file() and (path.parent / RUN_FILE).is_file():
         path = path.parent
     if path.is_dir() and (path / RUN_FILE).is_file():
-        kind, settings, checkpoint = from_run_json(path)
+        kind = read_run_json(path)["command"]
         if kind not in KINDS:
             raise ConfigurationError(f"{path}: a run of python -m tasks.{kind}, which has no model to predict with")
-        state = load_checkpoint(given or checkpoint)
+        kind, settings, checkpoint = from_run_json(path, only_known(kind, given))
+        state = load_checkpoint(given_file or checkpoint)
         if kind == "deebert" and state.get("config", {}).get("stage") != 2:
-            raise ConfigurationError(f"{given}: a DeeBERT stage-1 checkpoint, whose off-ramps are not trained: give "
-                                     "the run's directory or its stage2.pt")
-        settings["lr"] = state.get("config", {}).get("training.lr", settings.get("lr"))
-        return kind, settings, state["best_state"], None
+            raise ConfigurationError(f"{given_file}: a DeeBERT stage-1 checkpoint, whose off-ramps are not trained: "
+                                     "give the run's directory or its stage2.pt")
+        chosen = (read_run_json(path).get("result") or {}).get("prediction_setting") if kind == "deebert" else None
+        return Run(kind, settings, state["best_state"], None, chosen)
     if path.is_dir() and (path / EXPORT_SETTINGS).is_file():
         meta = json.loads((path / EXPORT_SETTINGS).read_text())
+        kind, cls = meta["kind"], command(meta["kind"]).Settings
+        stored = meta["settings"]
+        settings = (run_settings(cls, stored, str(path / EXPORT_SETTINGS), only_known(kind, given))
+                    if any(isinstance(v, dict) for v in stored.values())     # as dump() writes it; older: flat names
+                    else build(cls, stored_values(cls, stored) | only_known(kind, given)))
         heads = torch.load(path / EXPORT_HEADS, map_location="cpu", weights_only=True)
-        return meta["kind"], meta["settings"], heads, path / EXPORT_ENCODER
+        return Run(kind, settings, heads, path / EXPORT_ENCODER)
     if path.is_dir():
         if not (path / "stage2.pt").is_file():
             raise ConfigurationError(f"{path}: a directory with neither {EXPORT_SETTINGS} (python -m tasks.export) nor "
-                             "stage2.pt (python -m tasks.deebert --out)")
+                                     "stage2.pt (python -m tasks.deebert --out)")
         path = path / "stage2.pt"
     state = load_checkpoint(path)
     config = state.get("config", {})
-    if any("." in k for k in config):        # typed settings: {dotted path: value}, and the command that wrote it
-        config = {k.rsplit(".", 1)[-1]: v for k, v in config.items()}
     kind = config.get("command") or kind_of(config)
-    if kind is None:
+    if kind not in KINDS:
         raise ConfigurationError(f"{path}: not a checkpoint of tasks.classifier, tasks.multitask or tasks.deebert (its "
-                         f"settings: {', '.join(sorted(config)) or 'none'}); nothing to predict with")
+                                 f"settings: {', '.join(sorted(config)) or 'none'}); nothing to predict with")
     if kind == "deebert" and config.get("stage") != 2:
-        raise ConfigurationError(f"{path}: a DeeBERT stage-{config.get('stage')} checkpoint, whose off-ramps are not trained: "
-                         "give stage2.pt or the run's --out directory")
-    return kind, config, state["best_state"], None
+        raise ConfigurationError(f"{path}: a DeeBERT stage-{config.get('stage')} checkpoint, whose off-ramps are not "
+                                 "trained: give stage2.pt or the run's --out directory")
+    cls = command(kind).Settings
+    return Run(kind, build(cls, stored_values(cls, config) | only_known(kind, given)), state["best_state"])
+
+
+def only_known(kind: str, given: dict[str, Any] | None) -> dict[str, Any]:
+    """The settings of `given` that the command has and that were given (not None)."""
+    known = set(leaves(command(kind).Settings()))
+    return {k: v for k, v in (given or {}).items() if k in known and v is not None}
 
 
 def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], path: str | Path, strict: bool = True) -> None:
@@ -125,19 +150,6 @@ def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], path: s
     outside = [k for k in missing if not k.startswith("bert.")]  # without strict: the encoder comes from elsewhere
     if unexpected or outside:
         raise ConfigurationError(f"{path}: weights unexpected {unexpected[:5]}, missing {outside[:5]}")
-
-
-def build_multitask(settings: dict, encoder: str | Path | None = None) -> MultitaskBert:  # or a subclass
-    """The multitask model a run's settings describe (heads, PALs), on the encoder `encoder` or the run's --model;
-    `settings` under their plain field names, each absent one at its default (tasks/multitask/settings.py)."""
-    from .multitask import build_model
-    from .multitask.settings import Settings
-    return build_model(build(Settings, from_flat_names(Settings, as_it_ran(settings))), str(encoder) if encoder else None)
-
-
-def as_it_ran(settings: dict) -> dict:
-    """A run's settings under their plain names, with --attention at what a run that predates it ran with (fused)."""
-    return {"attention": before_values(Recipe)["attention"]} | settings
 
 
 @dataclass(frozen=True)
@@ -157,29 +169,24 @@ class Request:
     device: str = "auto"
 
 
-def multitask_files(args: Request, settings: dict, task: str, split: str) -> Path:
-    given = args.files.get(f"{task}_{split}") or settings.get(f"{task}_{split}")
-    return Path(given) if given else TASKS[task].path(args.data_dir or settings.get("data_dir", "data"), split)
-
-
-def predict_multitask(args: Request, settings: dict, state: dict, encoder: Path | None,
-                      device: torch.device) -> list[Path]:
-    from .multitask import decide, load, outputs
-    model = build_multitask(settings, encoder)
-    load_weights(model, state, args.checkpoint, strict=encoder is None)
+def predict_multitask(args: Request, run: Run, device: torch.device) -> list[Path]:
+    """Each of the run's tasks' files (its own, or those given), with the model tasks.multitask.build_model builds."""
+    from .multitask import build_model, decide, load, outputs
+    s = run.settings
+    model = build_model(s, str(run.encoder) if run.encoder else None)
+    load_weights(model, run.state, args.checkpoint, strict=run.encoder is None)
     model.to(device).eval()
-    tokenizer = minbert.Tokenizer.from_pretrained(str(encoder or settings.get("model", "minilm")),
-                                                  max_length=settings.get("max_length"))
-    tasks = [t for t in ("sst", "para", "sts") if t in settings.get("tasks", "sst,para,sts").split(",")]
+    tokenizer = minbert.Tokenizer.from_pretrained(str(run.encoder or s.training.model),
+                                                  max_length=s.training.max_length)
     written = []
     for split in args.splits:
-        for t in tasks:
-            path = multitask_files(args, settings, t, split)
+        for t in s.design.chosen()[0]:
+            path = s.files.path(t, split)
             if not path.is_file():
                 print(f"{t} {split}: no file {path}; skipped", file=sys.stderr)
                 continue
             data = load(t, split, path, tokenizer)
-            y = outputs(model, data, args.eval_batch_size, device, settings.get("precision", "fp32"))
+            y = outputs(model, data, args.eval_batch_size, device, s.recipe.precision)
             ids = [e.id for e in data.records]
             written.append(write_predictions(prediction_path(args.out, t, split), t, ids, decide(t, y)))
             if args.raw_outputs:
@@ -187,58 +194,50 @@ def predict_multitask(args: Request, settings: dict, state: dict, encoder: Path 
     return written
 
 
-def single_files(args: Request, settings: dict, task: str, split: str) -> Path:
-    given = args.files.get(f"{split}_file") or settings.get(f"{split}_file")
-    return Path(given) if given else TASKS[task].path(args.data_dir or settings.get("data_dir", "data"), split)
-
-
-def predict_classifier(args: Request, settings: dict, state: dict, device: torch.device) -> list[Path]:
-    from .classifier import NUM_LABELS, SentimentClassifier, load_split, logits_of
-    task = settings["task"]
-    bert = minbert.load_pretrained(settings.get("model", "minilm"),
-                                   attn_implementation=ATTN_IMPLEMENTATION[as_it_ran(settings)["attention"]])
-    model = SentimentClassifier(bert, NUM_LABELS[task], settings.get("dropout"), settings.get("pooling", "mean"))
-    load_weights(model, state, args.checkpoint)
+def predict_classifier(args: Request, run: Run, device: torch.device) -> list[Path]:
+    """The run's task's files, with the model tasks.classifier.build_model builds."""
+    from .classifier import build_model, load_split, logits_of
+    s = run.settings
+    model = build_model(s)
+    load_weights(model, run.state, args.checkpoint)
     model.to(device).eval()
-    tokenizer = minbert.Tokenizer.from_pretrained(settings.get("model", "minilm"), max_length=settings.get("max_length"))
+    tokenizer = minbert.Tokenizer.from_pretrained(s.training.model, max_length=s.training.max_length)
     written = []
     for split in args.splits:
-        s = load_split(split, single_files(args, settings, task, split), task, tokenizer)
-        with autocast(device, settings.get("precision", "fp32")):
-            logits = logits_of(model, s, args.eval_batch_size, device)   # (N, C)
-        ids = [e.id for e in s.records]
-        written.append(write_predictions(prediction_path(args.out, task, split), task, ids, logits.argmax(-1).tolist()))
+        data = load_split(split, s.files.path(s.task, split), s.task, tokenizer)
+        with autocast(device, s.recipe.precision):
+            logits = logits_of(model, data, args.eval_batch_size, device)   # (N, C)
+        ids = [e.id for e in data.records]
+        written.append(write_predictions(prediction_path(args.out, s.task, split), s.task, ids,
+                                         logits.argmax(-1).tolist()))
         if args.raw_outputs:
-            written.append(write_raw(raw_path(args.out, task, split), ids, logits))
+            written.append(write_raw(raw_path(args.out, s.task, split), ids, logits))
     return written
 
 
-def predict_deebert(args: Request, settings: dict, state: dict, device: torch.device) -> list[Path]:
+def predict_deebert(args: Request, run: Run, device: torch.device) -> list[Path]:
     """At --threshold (default: the setting the run chose, from its run.json), with the run's exit rule; the files
-    named {task}-{split}-output.csv as the run's own."""
-    from minbert.deebert import DeeBert
-
-    from .deebert import BOARD, SOURCE, exit_predictions, load_split
-    from .deebert.settings import Settings, Sweep
-    stored = build(Settings, from_flat_names(Settings, as_it_ran(settings)))   # each absent setting at its default
-    task = stored.task
-    value = args.threshold if args.threshold is not None else settings.get("prediction_setting")
+    named {task}-{split}-output.csv as the run's own; the model tasks.deebert.build_model builds."""
+    from .deebert import BOARD, build_model, exit_predictions, load_split
+    from .deebert.settings import Sweep
+    s = run.settings
+    task = s.task
+    value = args.threshold if args.threshold is not None else run.chosen
     if value is None:
         raise ConfigurationError("a DeeBERT run: give the exit setting, --threshold S (entropy) or P (with --exit "
                                  "patience)")
-    sweep = Sweep(exit=args.exit or stored.sweep.exit, normalize_entropy=stored.sweep.normalize_entropy,
-                  change_threshold=stored.sweep.change_threshold).resolved(task)
-    bert = minbert.load_pretrained(stored.training.model, attn_implementation=stored.recipe.attn_implementation)
-    model = DeeBert(bert, stored.ramp_config())
-    load_weights(model, state, args.checkpoint)
+    sweep = Sweep(exit=args.exit or s.sweep.exit, normalize_entropy=s.sweep.normalize_entropy,
+                  change_threshold=s.sweep.change_threshold).resolved(task)
+    model = build_model(s)
+    load_weights(model, run.state, args.checkpoint)
     model.to(device).eval()
-    tokenizer = minbert.Tokenizer.from_pretrained(stored.training.model, max_length=stored.training.max_length)
+    tokenizer = minbert.Tokenizer.from_pretrained(s.training.model, max_length=s.training.max_length)
     written = []
     for split in args.splits:
-        s = load_split(split, single_files(args, settings, SOURCE[task], split), task, tokenizer)
-        with autocast(device, stored.recipe.precision):                 # as the run predicted
-            preds, _, logits = exit_predictions(model, task, s, sweep.rule(value), device)
-        ids = [e.id for e in s.records]
+        data = load_split(split, s.files.path(task, split), task, tokenizer)
+        with autocast(device, s.recipe.precision):                 # as the run predicted
+            preds, _, logits = exit_predictions(model, task, data, sweep.rule(value), device)
+        ids = [e.id for e in data.records]
         written.append(write_predictions(prediction_path(args.out, task, split), BOARD[task], ids, preds))
         if args.raw_outputs:
             written.append(write_raw(raw_path(args.out, task, split), ids, logits))
@@ -251,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", help="a run directory (its run.json), a CLI's checkpoint (.pt), a DeeBERT --out "
                                       "directory, or a tasks.export directory")
     p.add_argument("--kind", choices=KINDS, default=None, help="the model you expect; a checkpoint of another is refused")
-    p.add_argument("--out", default="predictions", help="where the prediction files go (default: predictions)")
+    p.add_argument("--out", default="predictions", type=directory_to_write,
+                   help="the directory the prediction files go to (default: predictions)")
     p.add_argument("--splits", type=lambda s: [x for x in s.split(",") if x], default=["dev", "test"],
                    help="which files to predict, comma-separated (default dev,test)")
     p.add_argument("--data-dir", default=None, help="where the default files live (default: the run's own)")
@@ -279,24 +279,25 @@ def request(argv: list[str] | None = None) -> Request:
     return Request(files={k: given.pop(k) for k in names}, splits=tuple(given.pop("splits")), **given)
 
 
+def overrides(args: Request) -> dict[str, Any]:
+    """The run's settings the command line replaces: its data directory and files (by each command's dotted path)."""
+    files = {f"files.{k}": v for k, v in args.files.items()}
+    return files | {"files.data_dir": args.data_dir}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = request(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    kind, settings, state, encoder = load_run(args.checkpoint)
-    if args.kind is not None and args.kind != kind:
-        raise ConfigurationError(f"{args.checkpoint}: a {kind} checkpoint (written by python -m tasks.{kind}), not a "
-                                 f"{args.kind} one")
+    run = load_run(args.checkpoint, overrides(args))
+    if args.kind is not None and args.kind != run.kind:
+        raise ConfigurationError(f"{args.checkpoint}: a {run.kind} checkpoint (written by python -m tasks.{run.kind}), "
+                                 f"not a {args.kind} one")
     unknown = [s for s in args.splits if s not in ("dev", "test")]
     if unknown:
         raise ConfigurationError(f"--splits: dev and/or test, not {', '.join(unknown)}")
     device = pick_device(args.device)
-    if kind == "multitask":
-        written = predict_multitask(args, settings, state, encoder, device)
-    elif kind == "classifier":
-        written = predict_classifier(args, settings, state, device)
-    else:
-        written = predict_deebert(args, settings, state, device)
-    for path in written:
+    predictors = {"multitask": predict_multitask, "classifier": predict_classifier, "deebert": predict_deebert}
+    for path in predictors[run.kind](args, run, device):
         print(f"wrote {path}")
     return 0
 

@@ -1,4 +1,4 @@
-"""The CLI scaffold (tasks/core/cli.py): list flags in both spellings, each common flag declared once, run settings."""
+"""The CLI scaffold (tasks/core/training_setup.py): list flags in both spellings, each common flag declared once, run settings."""
 
 from __future__ import annotations
 

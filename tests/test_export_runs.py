@@ -5,10 +5,13 @@ why. (A multitask run's export: tests/test_typed_multitask.py and tests/test_too
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 from test_typed_runs import classifier_argv, deebert_argv, simcse_argv
 
 import minbert
@@ -86,3 +89,20 @@ def test_a_simcse_run_exports_the_encoder_it_wrote(tiny_dir, tmp_path):
     exported = minbert.load_pretrained(str(tmp_path / "exp")).state_dict()
     for key, value in minbert.load_pretrained(str(run)).state_dict().items():      # the stage's own encoder
         assert torch.equal(exported[key], value), key
+
+
+@pytest.mark.parametrize("command", ["predict", "export"])
+def test_out_naming_an_existing_file_is_one_line_of_error_and_exit_2(tmp_path, command):
+    """python -m tasks.predict RUN --out FILE (and tasks.export RUN FILE) with FILE an existing file: argparse's usage
+    and one error line naming FILE, exit status 2, no traceback (it was a FileExistsError traceback)."""
+    taken = tmp_path / "taken.csv"
+    taken.write_text("not a directory\n")
+    out = ["--out", str(taken)] if command == "predict" else [str(taken)]
+    proc = subprocess.run([sys.executable, "-m", f"tasks.{command}", str(tmp_path), *out], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    flag = "--out" if command == "predict" else "out"
+    want = f"python -m tasks.{command}: error: argument {flag}: {taken} is a file, not a directory: give a directory"
+    assert errors == [want + " to write into"]
+    assert "Traceback" not in proc.stderr and taken.read_text() == "not a directory\n"

@@ -13,6 +13,7 @@ from conftest import DATA, TEST_DEVICE
 from tasks import classifier, ensemble, export, multitask, predict
 from tasks.core.curves import read_curves
 from tasks.core.errors import ConfigurationError
+from tasks.core.runs import run_settings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SIX = [f"{t}-{s}-output.csv" for t in ("sst", "para", "sts") for s in ("dev", "test")]
@@ -74,12 +75,12 @@ def test_export_loads_in_transformers_and_predicts_the_same(tiny_dir, files, tmp
     train(tiny_dir, files, tmp_path, "run", "--design", "bi-encoder")
     export.main([str(tmp_path / "run.pt"), str(tmp_path / "exp")])
     settings = json.loads((tmp_path / "exp" / "multitask.json").read_text())
-    assert settings["settings"]["design"] == "bi-encoder" and "overall" in settings["dev"]
+    assert settings["settings"]["design"]["design"] == "bi-encoder" and "overall" in settings["dev"]
     assert predict.main([str(tmp_path / "exp"), "--out", str(tmp_path / "from-export")]) == 0
     same_files(tmp_path / "run", tmp_path / "from-export")
 
     state = torch.load(tmp_path / "run.pt", weights_only=True)["best_state"]
-    ours = predict.build_multitask(settings["settings"])
+    ours = multitask.build_model(run_settings(multitask.Settings, settings["settings"], "multitask.json"))
     ours.load_state_dict(state)
     hf = transformers.BertModel.from_pretrained(str(tmp_path / "exp" / "encoder")).eval()
     ids = torch.tensor([[101, 7592, 2088, 102]])

@@ -1,11 +1,14 @@
 """The shared core of the task commands; it imports minbert, never a command.
 
     settings.py       typed settings: flags generated from dataclass fields, --config FILE, --print-config
+    resume.py         the one resume rule, from the settings' fields: what a resumed run may change, older runs
     runs.py           a directory per run: run.json, the checkpoint, curves, predictions/; --resume DIR
-    cli.py            the Training section every command shares, set-up, reading a split, writing predictions
+    training_setup.py the Training section every command shares, set-up, reading a split, writing predictions
     data.py           the task files' readers (errors with file and line)
     batching.py       the one batching pipeline: a file tokenised once, batches drawn, cut and padded from its ids
     train.py          the one training loop: epochs, dev selection, checkpoints (also mid-epoch), exact resume
+    loop.py           what the loop takes (Work, FitOptions) and gives (FitResult); watching(), to follow it
+    terms.py          the extension point of a command's objective: registered terms
     checkpoints.py    training checkpoints, written atomically, read back checked, RNG states
     recipe.py         the fine-tuning recipe (warm-up and decay, clipping, accumulation, the optimiser)
     precision.py      which precision each device trains in, --precision auto

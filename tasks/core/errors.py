@@ -158,3 +158,11 @@ def existing_dir(text: str) -> str:
     if not Path(text).expanduser().is_dir():
         raise argparse.ArgumentTypeError(f"{text}: no such directory")
     return text
+
+
+def directory_to_write(text: str) -> str:
+    """A directory to write files into: absent (it is made) or a directory, not an existing file."""
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a directory: give a directory to write into")
+    return text

@@ -25,7 +25,7 @@ import torch
 from .errors import ConfigurationError, ResumeError, existing_path, nonnegative_int, positive_int
 from .evaluation import write_text
 from .resume import before_values
-from .settings import dump, parse, read_config, setting
+from .settings import build, dump, flatten, parse, read_config, setting
 
 RUN_FILE = "run.json"
 CHECKPOINT = "checkpoint.pt"
@@ -183,6 +183,14 @@ def write_run_json(paths: RunPaths, command: str, settings: Any, argv: list[str]
         record["resumed"] = old.get("resumed", []) + ([{"argv": record["argv"]}] if paths.resume else [])
     write_text(paths.run_json, json.dumps(record | extra, indent=1) + "\n")
     return paths.run_json
+
+
+def run_settings(cls: type, data: dict, source: str, given: dict[str, Any] | None = None) -> Any:
+    """A run's settings as its command's Settings `cls`, from what run.json (or an export) recorded: each setting the
+    run predates at its `before`, the rest at the command's defaults, `given` ({dotted path: value}) over them. The
+    record is read as written (tasks.core.settings.flatten trusted): the files it names need not exist any more."""
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    return build(cls, before_values(cls) | flatten(cls, data, source, trusted=True) | given)
 
 
 def read_run_json(directory: str | Path) -> dict[str, Any]:

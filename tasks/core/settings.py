@@ -279,8 +279,10 @@ def check_value(path: str, f: dataclasses.Field, tp: Any, value: Any, source: st
     return out if typing.get_origin(base) is list else out[0]
 
 
-def flatten(cls: type, data: dict, source: str, prefix: str = "") -> dict[str, Any]:
-    """A (nested) JSON object of settings -> {dotted path: checked value}; unknown keys are an error."""
+def flatten(cls: type, data: dict, source: str, prefix: str = "", trusted: bool = False) -> dict[str, Any]:
+    """A (nested) JSON object of settings -> {dotted path: checked value}; unknown keys are an error. `trusted`: a
+    run's own record (dump() wrote it): values taken as written, older spellings read as today's, not checked again
+    (a file it names may have moved since)."""
     if not isinstance(data, dict):
         raise ConfigurationError(f"{source}: {prefix.rstrip('.') or 'the file'} must be a JSON object of settings")
     hints, known = _hints(cls), {f.name: f for f in _fields(cls)}
@@ -291,9 +293,9 @@ def flatten(cls: type, data: dict, source: str, prefix: str = "") -> dict[str, A
                                      f"{', '.join(sorted(known))}")
         f, tp = known[key], hints[key]
         if _is_section(tp):
-            out |= flatten(tp, value, source, f"{prefix}{key}.")
+            out |= flatten(tp, value, source, f"{prefix}{key}.", trusted)
         elif spec_of(f).in_config:
-            out[prefix + key] = check_value(prefix + key, f, tp, value, source)
+            out[prefix + key] = spec_of(f).today(value) if trusted else check_value(prefix + key, f, tp, value, source)
     return out
 
 

@@ -37,10 +37,9 @@ import minbert
 from minbert import deebert
 from minbert.deebert import DeeBert
 
-from ..core import cli
+from ..core import training_setup
 from ..core.batching import Split, batches, model_inputs, train_batches
 from ..core.checkpoints import load_checkpoint
-from ..core.cli import start, write_split
 from ..core.data import Records
 from ..core.distributed import is_main_process
 from ..core.errors import ConfigurationError, ResumeError
@@ -51,6 +50,7 @@ from ..core.resume import resume_config, stored_values
 from ..core.runs import RUN_FILE, RunPaths, read_run_json, resume_base, run_paths, write_run_json
 from ..core.settings import build, dump, parse, parser_for, read_config
 from ..core.train import FitOptions, Work, fit
+from ..core.training_setup import start, write_split
 from .report import format_choice, format_table, write_outputs
 from .settings import DEFAULT_THRESHOLDS, NUM_LABELS, SOURCE, Settings, Sweep  # noqa: F401 (re-exported)
 from .sweep import (
@@ -84,7 +84,7 @@ def load_split(name: str, path: str | Path, task: str, tokenizer: minbert.Tokeni
         if dropped:
             print(f"{path}: sst2 leaves out {dropped} neutral rows (label 2)", file=sys.stderr)
         return records
-    return cli.load_split(name, path, SOURCE[task], tokenizer, limit, seed, convert if task == "sst2" else None)
+    return training_setup.load_split(name, path, SOURCE[task], tokenizer, limit, seed, convert if task == "sst2" else None)
 
 
 def stage1_loss(model: DeeBert, batch: dict) -> torch.Tensor:
@@ -104,6 +104,14 @@ def layer_scores(model: DeeBert, task: str, split_batches: list[dict], device: t
     labels = [y for b in split_batches for y in b["labels"].tolist()]
     z = torch.cat(logits, dim=1)                                                        # (L, N, C)
     return [quality(task, predictions(task, z[l]), labels) for l in range(z.shape[0])]
+
+
+def build_model(settings: Settings) -> DeeBert:
+    """The DeeBERT model the settings describe: the encoder of --model (with --attention's kernel) and its
+    off-ramps."""
+    return DeeBert(minbert.load_pretrained(settings.training.model,
+                                           attn_implementation=settings.recipe.attn_implementation),
+                   settings.ramp_config())
 
 
 def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: list[dict], device: torch.device,
@@ -197,8 +205,7 @@ def run(settings: Settings) -> dict:
     if not dev.records.labelled:
         raise ConfigurationError(f"{dev.records.path}: the dev file must have labels")
 
-    model = DeeBert(minbert.load_pretrained(tr.model, attn_implementation=settings.recipe.attn_implementation),
-                    settings.ramp_config())
+    model = build_model(settings)
     model.bert.gradient_checkpointing = tr.gradient_checkpointing
     model.to(device)
     select, report = split_halves(dev, tr.seed) if settings.dev_protocol == "halves" else (dev, dev)

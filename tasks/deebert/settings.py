@@ -2,7 +2,7 @@
 
     Settings
       task, dev_protocol, max_eval_examples   the task, and how dev selects and reports
-      training   stage 1: the model, epochs, learning rate, batch size, seed, the off-ramps' pooling (tasks/core/cli.py)
+      training   stage 1: the model, epochs, learning rate, batch size, seed, the off-ramps' pooling (tasks/core/training_setup.py)
       ramps      stage 2: the off-ramps                                   -> minbert.deebert.DeeBertConfig
       sweep      after training: the exit rule, the settings swept, the timing rounds, --from-run
       recipe     warm-up and decay, clipping, precision, the optimiser  (tasks/core/recipe.py)
@@ -20,12 +20,12 @@ from dataclasses import dataclass, replace
 
 from minbert.deebert import RAMP_POOLINGS, DeeBertConfig, EntropyExit, ExitRule, PatienceExit
 
-from ..core.cli import Training
 from ..core.data import TASKS
 from ..core.errors import ConfigurationError, existing_file, existing_path, positive_float, positive_int, probability
 from ..core.recipe import Recipe
 from ..core.runs import RunOptions
 from ..core.settings import dropped, section, setting
+from ..core.training_setup import Training
 
 SOURCE = {"sst": "sst", "sst2": "sst", "cfimdb": "cfimdb", "sts": "sts"}   # which files a task reads
 NUM_LABELS = {"sst": 5, "sst2": 2, "cfimdb": 2, "sts": 1}

@@ -30,7 +30,6 @@ from minbert.multitask import MultitaskBert
 from minbert.schedules import TaskSchedule
 
 from ..core.batching import batch_indices
-from ..core.cli import start, write_split
 from ..core.data import SIMCSE_QUORA_REST, Records
 from ..core.distributed import is_main_process
 from ..core.errors import ConfigurationError
@@ -52,6 +51,7 @@ from ..core.settings import parser_for
 from ..core.starter_flags import translate
 from ..core.terms import Context, build_terms, check_terms
 from ..core.train import FitOptions, FitResult, Work, fit
+from ..core.training_setup import start, write_split
 from ..core.unfinished import explain_unfinished
 from . import terms as _registered  # noqa: F401  (importing it registers the command's terms)
 from .data import Encoded, EpochBatches, collate, load

@@ -19,8 +19,8 @@ from minbert.multitask import TASK_NAMES
 from minbert.schedules import TaskSchedule, num_batches_of
 
 from ..core.batching import Passes, hash_seed, pad_views, token_ids
-from ..core.cli import read_records
 from ..core.data import PairExample, Records
+from ..core.training_setup import read_records
 
 
 @dataclass

@@ -3,7 +3,7 @@
     Settings
       design     the pair design, the task schedule, the heads          -> minbert.multitask.MultitaskConfig
       fine_tune  which parameters train                                  (tasks/core/finetune.py)
-      training   the model, epochs, learning rate, batch size, seed      (tasks/core/cli.py)
+      training   the model, epochs, learning rate, batch size, seed      (tasks/core/training_setup.py)
       recipe     warm-up and decay, clipping, precision, the optimiser  (tasks/core/recipe.py)
       smart      SMART's regulariser                                     -> minbert.smart.SmartConfig
       pals       projected attention layers                              -> minbert.pals.PalsConfig
@@ -25,7 +25,6 @@ from minbert.pals import VARIANTS, PalsConfig
 from minbert.schedules import SCHEDULES, TaskSchedule
 from minbert.smart import PRESETS, SmartConfig
 
-from ..core.cli import Training
 from ..core.data import SIMCSE_QUORA_REST, TASKS
 from ..core.errors import (
     ConfigurationError,
@@ -40,6 +39,7 @@ from ..core.finetune import FineTune
 from ..core.recipe import Recipe
 from ..core.runs import RunOptions
 from ..core.settings import section, setting
+from ..core.training_setup import Training
 from .toolkit import ToolkitSettings
 
 METRICS = {"sst": "sst_accuracy", "para": "para_accuracy", "sts": "sts_pearson"}

@@ -46,7 +46,6 @@ from minbert.hub import OPTIONAL as TOKENIZER_FILES
 from minbert.simcse import SimCSE
 
 from ..core.batching import Passes, batch_indices, pad_views, token_ids
-from ..core.cli import seeded_sample, start
 from ..core.data import TASKS, Records
 from ..core.distributed import world_size
 from ..core.errors import ConfigurationError
@@ -57,6 +56,7 @@ from ..core.resume import resume_config
 from ..core.runs import RUN_FILE, RunPaths, parse_run, run_paths, write_run_json
 from ..core.settings import parser_for
 from ..core.train import FitOptions, Work, fit
+from ..core.training_setup import seeded_sample, start
 from .quora import QUORA_STAGE, SIMCSE_QUORA_REST, mine_hard_negatives, split_quora, write_rows
 from .settings import DEFAULTS, Settings
 

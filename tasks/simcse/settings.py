@@ -2,7 +2,7 @@
 
     Settings
       simcse     the objective and its loss, the Quora split, evaluation and stopping -> minbert.simcse.SimCSEConfig
-      training   the encoder to start from, epochs, learning rate, batch size, seed   (tasks/core/cli.py, SimCSE's defaults)
+      training   the encoder to start from, epochs, learning rate, batch size, seed   (tasks/core/training_setup.py, SimCSE's defaults)
       recipe     warm-up and decay, clipping, precision, the optimiser               (tasks/core/recipe.py)
       files      the training files and the STS dev file
       run        the run directory (--out), the hardware, progress                    (tasks/core/runs.py)
@@ -17,12 +17,12 @@ from pathlib import Path
 
 from minbert.simcse import DISTANCES, OBJECTIVES, SIMCSE_POOLINGS, SimCSEConfig
 
-from ..core.cli import Training
 from ..core.data import TASKS
 from ..core.errors import existing_file, fraction, nonnegative_float, positive_float, positive_int
 from ..core.recipe import Recipe
 from ..core.runs import RunOptions
 from ..core.settings import dropped, section, setting
+from ..core.training_setup import Training
 
 # SimCSE's appendix A: 1 epoch at 3e-5 unsupervised, 3 at 5e-5 supervised (the margin loss as sup)
 DEFAULTS = {"unsup": {"epochs": 1, "lr": 3e-5}, "sup": {"epochs": 3, "lr": 5e-5}, "margin": {"epochs": 3, "lr": 5e-5}}

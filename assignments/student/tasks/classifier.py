@@ -23,7 +23,6 @@ import minbert
 from minbert.pooling import POOLINGS, pool
 
 from .core.batching import Split, batches, model_inputs, train_batches
-from .core.cli import Training, load_split, start, write_split
 from .core.data import TASKS
 from .core.distributed import is_main_process
 from .core.errors import ConfigurationError, existing_file, run_cli
@@ -36,6 +35,7 @@ from .core.runs import RunOptions, RunPaths, parse_run, run_paths, write_run_jso
 from .core.settings import parser_for, section, setting
 from .core.starter_flags import translate
 from .core.train import FitOptions, Work, fit
+from .core.training_setup import Training, load_split, start, write_split
 from .core.unfinished import explain_unfinished
 
 NUM_LABELS = {"sst": 5, "cfimdb": 2}
@@ -125,6 +125,13 @@ class Settings:
     run: RunOptions = section(RunOptions)
 
 
+def build_model(settings: Settings) -> SentimentClassifier:
+    """The classifier the settings describe: the encoder of --model (with --attention's kernel) and a fresh head."""
+    tr = settings.training
+    bert = minbert.load_pretrained(tr.model, attn_implementation=settings.recipe.attn_implementation)
+    return SentimentClassifier(bert, NUM_LABELS[settings.task], tr.dropout, tr.pooling)
+
+
 def run(settings: Settings) -> dict:
     """Train, select on dev, write the prediction files; returns the dev (and test) accuracy and history."""
     task, tr, ft = settings.task, settings.training, settings.fine_tune
@@ -141,8 +148,7 @@ def run(settings: Settings) -> dict:
         raise ConfigurationError(f"the training and dev files must have labels ({train.records.path}, "
                                  f"{dev.records.path})")
 
-    bert = minbert.load_pretrained(tr.model, attn_implementation=settings.recipe.attn_implementation)
-    model = SentimentClassifier(bert, NUM_LABELS[task], tr.dropout, tr.pooling)
+    model = build_model(settings)
     model.bert.gradient_checkpointing = tr.gradient_checkpointing
     params = mode.setup(model, ft, tr.seed)
     model.to(device)
