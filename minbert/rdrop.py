@@ -21,9 +21,13 @@ KINDS = ("classification", "binary", "regression")
 
 
 def symmetric_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
-    """Sec. 2.1, eq. 2: 1/2 (KL(P || Q) + KL(Q || P)), P = softmax(p_logits) (B, C), summed over classes, batch mean."""
-    lp, lq = F.log_softmax(p_logits.float(), dim=-1), F.log_softmax(q_logits.float(), dim=-1)   # (B, C)
-    return 0.5 * ((lp.exp() - lq.exp()) * (lp - lq)).sum(-1).mean()
+    """Sec. 2.1, eq. 2: 1/2 (KL(P || Q) + KL(Q || P)), P = softmax(p_logits) (B, C), summed over classes, batch mean
+    (the authors' compute_kl_loss, with F.kl_div both ways; their sum over the batch is a mean here)."""
+    log_p = F.log_softmax(p_logits.float(), dim=-1)                                  # (B, C)
+    log_q = F.log_softmax(q_logits.float(), dim=-1)                                  # (B, C)
+    kl_pq = F.kl_div(log_q, log_p, reduction="batchmean", log_target=True)           # KL(P || Q)
+    kl_qp = F.kl_div(log_p, log_q, reduction="batchmean", log_target=True)           # KL(Q || P)
+    return 0.5 * (kl_pq + kl_qp)
 
 
 def two_class(logit: torch.Tensor) -> torch.Tensor:
