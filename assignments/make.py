@@ -278,7 +278,7 @@ def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True, force: b
     stubbed = [rel for rel in texts if BEGIN in (root / rel).read_text() and rel.as_posix() not in prof.skeletons]
     configs = prof.configs if prof.configs is not None else sorted(
         p.relative_to(root).as_posix() for p in (root / "tasks").rglob("*.json"))
-    for rel in configs:
+    for rel in (*configs, *prof.docs):
         _write(out / rel, (root / rel).read_text())
     for name in (*ASSIGNMENT_FILES, *(GROUP_CHECKS[g] for g in prof.groups if g in GROUP_CHECKS)):
         _write(out / "assignments" / name, (root / "assignments" / name).read_text())

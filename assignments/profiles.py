@@ -33,6 +33,7 @@ class Profile:
     skeletons: dict[str, tuple[str, ...]] = field(default_factory=dict)   # {file: names kept whole}
     configs: tuple[str, ...] | None = None         # the tasks/**/*.json its commands read (None: all of them)
     data: tuple[str, ...] = ("*",)                 # globs of data/ files it ships
+    docs: tuple[str, ...] = ()                     # pages of docs/ it ships (the extension path, for the projects)
 
     def carries_fixture(self, name: str) -> bool:
         """Whether the tree ships the fixture of this file name (its group's checks are shipped)."""
@@ -52,11 +53,11 @@ PROFILES = {
         "extensions (BitFit, SMART, PALs, SimCSE, DeeBERT, PCGrad, ensembles, the search) left for students to "
         "build: their modules skeletonised or absent, their checks kept for staff",
         ("core", "multitask"), (*PART1_COMMANDS, "tasks.multitask", "tasks.multitask.__main__"),
-        dict(EXTENSION_SKELETONS), ("tasks/multitask/main-job.json",)),
+        dict(EXTENSION_SKELETONS), ("tasks/multitask/main-job.json",), docs=("docs/extensions.md",)),
     "full": Profile(
         "full", "everything: part 1, part 2 and every extension with its graded stubs; for a course that grades "
         "the extensions' stubs (the default)",
-        ("core", "multitask", "deebert", "smart", "pals", "simcse"), None),
+        ("core", "multitask", "deebert", "smart", "pals", "simcse"), None, docs=("docs/extensions.md",)),
 }
 DEFAULT_PROFILE = "full"
 

@@ -104,6 +104,9 @@ def test_the_tree_holds_its_profile_s_groups_files_and_name(trees: dict[str, Pat
     ignored = (tree / ".gitignore").read_text().split()
     assert {"runs/", "predictions/", ".venv/", "__pycache__/", "*.zip"} <= set(ignored)
     shipped = {p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file()}
+    # the extension path's page, with its worked example, goes to the trees whose students build extensions
+    assert {p for p in shipped if p.startswith("docs/")} == (set() if profile == "part1" else {"docs/extensions.md"})
+    assert ("minbert/rdrop.py" in shipped) == (profile != "part1")
     assert not {"assignments/make.py", "assignments/grade.py", "assignments/profiles.py", "assignments/leaks.py",
                 "assignments/INSTRUCTORS.md"} & shipped
 
@@ -205,6 +208,10 @@ def test_the_handout_keeps_each_profile_s_sections() -> None:
     assert f"{minutes} min {seconds:02d} s" in first and f"about {round(measured['wall_seconds'] / 60)} minutes" in first
     ratio = json.loads((ROOT / "benchmarks" / "results" / "student-path.json").read_text())
     assert f"about {ratio['ratio']['median']:.1f}x faster" in first
+    mistake = json.loads((ROOT / "benchmarks" / "results" / "mistake_run.json").read_text())
+    assert (mistake["train_examples"], mistake["epochs"], mistake["seed"]) == (8000, 3, 11711)   # the command's budget
+    assert mistake["runs"]["correct"]["dev_accuracy"] == measured["best_dev_accuracy"]
+    assert f"reach {mistake['runs']['scores / sqrt(H)']['dev_accuracy']:.3f}" in first
 
 
 def test_the_training_defaults_the_handout_states_are_a_student_tree_s(trees: dict[str, Path]) -> None:
