@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -18,169 +17,10 @@ from test_faults import killed
 from tasks import classifier, predict
 from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint
 from tasks.core.errors import ConfigurationError, ResumeError
-from tasks.core.recipe import Recipe
-from tasks.core.resume import resume_config, resume_differences
-from tasks.core.runs import RunOptions, parse_run, run_paths, write_run_json
-from tasks.core.settings import load, parse, section, setting
-from tasks.core.train import FitOptions, Work, fit
+from tasks.core.runs import run_paths, write_run_json
+from tasks.core.settings import load
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-# ------------------------------------------------------------------ the generator, on a settings class of its own
-
-@dataclass
-class Inner:
-    """A section."""
-
-    rate: float | None = setting(0.5, parse=float, help="a rate")
-    names: str = setting("a", item=lambda s: s if s in ("a", "b", "c") else int("x"), help="some of a, b, c")
-
-
-@dataclass
-class Toy:
-    """A command's settings."""
-
-    size: int = setting(3, parse=int, help="a size")
-    fast: bool = setting(False, help="go fast")
-    shuffle: bool = setting(True, help="keep the order")
-    where: str = setting("out", on_resume="free", help="where it writes")
-    inner: Inner = section(Inner)
-
-
-def test_flags_are_generated_with_their_spellings_defaults_and_checks(capsys):
-    assert parse(Toy, [], "toy") == Toy()
-    got = parse(Toy, ["--size", "5", "--fast", "--no-shuffle", "--rate", "none", "--names", "a", "b,c"], "toy")
-    assert got == Toy(5, True, False, "out", Inner(None, "a,b,c"))
-    for bad in (["--size", "x"], ["--names", "a,z"], ["--shuffle"]):
-        with pytest.raises(SystemExit):
-            parse(Toy, bad, "toy")
-    with pytest.raises(SystemExit):
-        parse(Toy, ["--help"], "toy")
-    text = " ".join(capsys.readouterr().out.split())
-    assert "a size (default: 3)" in text and "a rate (default: 0.5; none switches it off)" in text
-
-
-def test_a_config_file_is_checked_as_the_flags_are_and_flags_override_it(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        parse(Toy, ["--size", "4", "--print-config"], "toy")
-    printed = json.loads(capsys.readouterr().out)
-    assert printed == {"size": 4, "fast": False, "shuffle": True, "where": "out", "inner": {"rate": 0.5, "names": "a"}}
-    path = tmp_path / "toy.json"
-    path.write_text(json.dumps(printed))
-    assert parse(Toy, ["--config", str(path)], "toy") == load(Toy, printed) == Toy(size=4)
-    assert parse(Toy, ["--config", str(path), "--size", "9"], "toy").size == 9        # a flag beats the file
-    for data, message in (({"sizes": 1}, "unknown setting 'sizes'"), ({"size": "x"}, "setting 'size'"),
-                          ({"inner": {"names": "a,z"}}, "setting 'inner.names'"), ({"fast": 1}, "true or false"),
-                          ({"size": None}, "may not be null"), ({"inner": 3}, "must be a JSON object")):
-        path.write_text(json.dumps(data))
-        with pytest.raises(ConfigurationError, match=message) as e:
-            parse(Toy, ["--config", str(path)], "toy")
-        assert str(path) in str(e.value)
-    path.write_text('{"size": 3,\n "fast": tru}')
-    with pytest.raises(ConfigurationError, match=rf"{path}:2:\d+: not valid JSON"):
-        parse(Toy, ["--config", str(path)], "toy")
-
-
-def test_what_a_resumed_run_may_change_is_a_property_of_the_field():
-    stored = dict(resume_config(Toy()))
-    assert "where" not in stored                                                          # on_resume="free"
-    assert resume_differences(stored, resume_config(Toy(where="elsewhere"))) == []
-    assert resume_differences(stored, resume_config(Toy(size=4, inner=Inner(rate=0.1)))) == [
-        "inner.rate: checkpoint 0.5, now 0.1", "size: checkpoint 3, now 4"]
-    assert resume_differences(stored | {"where": "there"}, resume_config(Toy())) == []    # stored once, free now
-
-
-# a later version of Toy: its section gains a setting (with the value runs had before it, not today's default), and a
-# field gains an older spelling of a value
-@dataclass
-class InnerLater(Inner):
-    """A section, one setting more."""
-
-    gain: float = setting(2.0, parse=float, before=1.0, help="a gain, 1 before it existed")
-    kind: str = setting("new", choices=("new", "plain"), before="plain", legacy={"old": "plain"},
-                        help="a kind, plain before it existed, once spelt old")
-
-
-@dataclass
-class ToyRun:
-    """A command with a run directory."""
-
-    size: int = setting(3, parse=int, help="a size")
-    inner: Inner = section(Inner)
-    run: RunOptions = section(RunOptions)
-
-
-@dataclass
-class ToyRunLater(ToyRun):
-    """The same command, a version later."""
-
-    inner: InnerLater = section(InnerLater)
-
-
-@dataclass
-class ToyRunNoBefore(ToyRun):
-    """The same command, a version later, its new setting declared without `before`."""
-
-    inner: InnerLater = section(InnerLater)
-    extra: int = setting(0, parse=int, help="a setting without before")
-
-
-def toy_fit(settings, checkpoint: Path, epochs: int, resume: Path | None = None):
-    """Two epochs of a 2x2 linear model on fixed batches, the settings' resume_config stored in the checkpoint."""
-    torch.manual_seed(0)
-    model = torch.nn.Linear(2, 2)
-    batches = [{"x": torch.randn(4, 2), "y": torch.randn(4, 2)} for _ in range(3)]
-    return fit(Work(model, torch.optim.SGD(model.parameters(), lr=0.1), lambda epoch: batches,
-                    lambda m, b: ((m(b["x"]) - b["y"]) ** 2).mean(), lambda m: {"zero": 0.0}, "zero"),
-               Recipe(warmup_ratio=None),
-               FitOptions(epochs, torch.device("cpu"), checkpoint=checkpoint, resume=resume,
-                          config=resume_config(settings) | {"command": "toy"}, progress=False, log=lambda s: None))
-
-
-def test_a_section_gains_a_setting_and_a_run_written_without_it_resumes(tmp_path):
-    """The generic rule, on a test-local command: a run written by ToyRun (its run.json and checkpoint) resumes under
-    ToyRunLater, whose section gained `gain` (before=1.0, default 2.0): --resume DIR continues with 1.0, refuses 2.0;
-    a newer spelling of a value compares as today's; a new setting without `before` is refused."""
-    directory = tmp_path / "run"
-    first = parse_run(ToyRun, ["--run-dir", str(directory)], "toy", None)
-    paths = run_paths(first.run, "toy")
-    write_run_json(paths, "toy", first, argv=[])
-    toy_fit(first, paths.checkpoint, epochs=1)
-    assert "inner.gain" not in load_checkpoint(paths.checkpoint)["config"]
-
-    later = parse_run(ToyRunLater, ["--resume", str(directory)], "toy", None)
-    assert later.inner.gain == 1.0 and ToyRunLater().inner.gain == 2.0         # as it ran, not today's default
-    assert later.inner.kind == "plain"
-    result = toy_fit(later, paths.checkpoint, epochs=2, resume=paths.checkpoint)
-    assert [r["epoch"] for r in result.history] == [1, 2]                          # it resumed and went on
-    state = load_checkpoint(paths.checkpoint)
-    assert state["config"]["inner.gain"] == 1.0 and state["epoch"] == 2
-
-    changed = parse_run(ToyRunLater, ["--resume", str(directory), "--gain", "2"], "toy", None)
-    with pytest.raises(ResumeError, match=r"inner.gain: checkpoint 1.0, now 2.0"):
-        toy_fit(changed, paths.checkpoint, epochs=3, resume=paths.checkpoint)
-    stored = {k: v for k, v in state["config"].items() if k != "command"} | {"inner.kind": "old"}   # older spelling
-    assert resume_differences(stored, resume_config(later)) == []
-    assert resume_differences(stored, resume_config(replace(later, inner=replace(later.inner, kind="new")))) == [
-        "inner.kind: checkpoint 'plain', now 'new'"]
-    assert parse_run(ToyRunLater, ["--kind", "old"], "toy", None).inner.kind == "plain"
-    no_before = parse_run(ToyRunNoBefore, ["--resume", str(directory)], "toy", None)
-    with pytest.raises(ResumeError, match=r"extra: checkpoint None, now 0"):
-        toy_fit(no_before, paths.checkpoint, epochs=3, resume=paths.checkpoint)
-
-
-def test_a_checkpoint_from_before_typed_settings_is_read_by_its_flat_names():
-    """Plain flag names map to the one field of that name; what it did not record is not asked, except a setting
-    with `before`, which counts as that."""
-    old = {"size": 3, "rate": 0.5, "where": "x"}
-    now = resume_config(ToyRunLater())
-    assert resume_differences(old, now | {"command": "toy"}) == ["inner.gain: checkpoint 1.0, now 2.0",
-                                                                  "inner.kind: checkpoint 'plain', now 'new'"]
-    as_it_ran = InnerLater(gain=1.0, kind="plain")
-    assert resume_differences(old, resume_config(ToyRunLater(inner=as_it_ran))) == []
-    assert resume_differences(old, resume_config(ToyRunLater(size=4, inner=as_it_ran))) == [
-        "size: checkpoint 3, now 4"]
 
 
 # ------------------------------------------------------------------ the classifier, a command with typed settings
@@ -466,7 +306,6 @@ def test_deebert_run_directory_round_trips_resumes_after_sigkill_and_predicts(ti
 def test_a_run_stopped_before_its_first_checkpoint_starts_again_in_its_directory(tiny_dir, tmp_path):
     argv = classifier_argv(tiny_dir, tmp_path) + ["--run-dir", str(tmp_path / "r"), "--epochs", "1"]
     settings = classifier.parse_settings(argv)
-    from tasks.core.runs import run_paths, write_run_json
     write_run_json(run_paths(settings.run, "classifier"), "classifier", settings)   # as a run killed in epoch 1
     with pytest.raises(ResumeError, match="start it again without --resume"):
         classifier.run(classifier.parse_settings(["--resume", str(tmp_path / "r")]))
