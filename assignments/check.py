@@ -158,8 +158,12 @@ def _exit_reason(status: int) -> str:
     return f"signal {name} ({hint.get(name, 'a hard crash')})"
 
 
-def _child(name: str, result: Path, log: Path) -> None:
-    """In a forked process: run one part with its output going to log, write its result, and exit."""
+def _child(name: str, result: Path, log: Path, record: Path | None = None) -> None:
+    """In a forked process: run one part with its output going to log, write its result, and exit.
+
+    With record (the grader's --record): the check runs on the inputs in RECORD_INPUTS and what each compare()
+    was given goes to record; the verdict is the grader's, made elsewhere.
+    """
     code = 70
     try:
         os.setsid()                                   # its own process group, so that a kill takes all of it
@@ -168,12 +172,24 @@ def _child(name: str, result: Path, log: Path) -> None:
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
-        result.write_text(json.dumps(run_part(name)))
+        if record is None:
+            result.write_text(json.dumps(run_part(name)))
+        else:
+            from . import common
+            from .record import Recorder
+            common.SESSION = recorder = Recorder(Path(os.environ[RECORD_INPUTS]))
+            r = run_part(name)
+            common.SESSION = None
+            recorder.save(record / f"{name}.safetensors", r["status"], r["message"])
+            result.write_text(json.dumps(r))
         code = 0
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+RECORD_INPUTS = "MINBERT_RECORD_INPUTS"   # the directory of the hidden inputs, set by --inputs for the children
 
 
 def _warm_up() -> None:
@@ -187,7 +203,8 @@ def _warm_up() -> None:
     torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
 
 
-def run_isolated(names: list[str], timeout: float, jobs: int, workdir: Path) -> list[dict]:
+def run_isolated(names: list[str], timeout: float, jobs: int, workdir: Path,
+                 record: Path | None = None) -> list[dict]:
     """Run each part in a process forked from this one (torch imported once), killed after timeout seconds.
 
     A part that loops forever, exits the interpreter or crashes ends as "timeout" or "crash" with the end
@@ -205,7 +222,7 @@ def run_isolated(names: list[str], timeout: float, jobs: int, workdir: Path) -> 
             sys.stdout.flush()
             pid = os.fork()
             if pid == 0:
-                _child(name, result, log)
+                _child(name, result, log, record)
             running[pid] = (name, time.monotonic(), result, log)
         time.sleep(0.02)
         for pid, (name, t0, result, log) in list(running.items()):
@@ -290,7 +307,8 @@ def _check(names: list[str], args: argparse.Namespace, echo: bool) -> list[dict]
     """Run these parts (each in its own process with --timeout), printing a line per part when echo."""
     if args.timeout is not None:
         with tempfile.TemporaryDirectory(prefix="minbert-check-") as tmp:
-            results = run_isolated(names, args.timeout, max(1, args.jobs), Path(tmp))
+            results = run_isolated(names, args.timeout, max(1, args.jobs), Path(tmp),
+                                   Path(args.record) if args.record else None)
         if echo:
             for r in results:
                 print(format_result(r), flush=True)
@@ -346,11 +364,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, metavar="S",
                     help="run each part in its own process, stopped after S seconds (used by the grader)")
     ap.add_argument("--jobs", type=int, default=1, help="with --timeout: parts run at once (default 1)")
+    ap.add_argument("--record", metavar="DIR", help=argparse.SUPPRESS)   # the grader's: results as data into DIR
+    ap.add_argument("--inputs", metavar="DIR", help=argparse.SUPPRESS)   # the grader's: the hidden inputs
     args = ap.parse_args(argv)
     unknown = [p for p in args.parts if p not in PARTS and p not in groups and p != "all"]
     if unknown:
         ap.error(f"unknown part(s) {', '.join(unknown)}; the groups are {', '.join(groups)} (or all), "
                  f"the parts {', '.join(PARTS)}")
+    if bool(args.record) != bool(args.inputs) or (args.record and args.timeout is None):
+        ap.error("--record and --inputs go together, with --timeout (the grader's options)")
+    if args.inputs:
+        os.environ[RECORD_INPUTS] = str(Path(args.inputs).resolve())
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     print(f"checking the tree at {ROOT}", flush=True)

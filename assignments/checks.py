@@ -14,7 +14,6 @@ import torch
 from torch import nn
 
 from .common import (
-    FIXTURES,
     GROUPS,
     MODEL_ATOL,
     SEED,
@@ -165,20 +164,30 @@ def adamw_style(opt_class: type) -> str:
     return "course" if variant is not None and variant.default == "course" else "torch"
 
 
-def adamw_problem() -> tuple[list[torch.Tensor], list[list[torch.Tensor | None]]]:
-    """The check's initial parameters and per-step gradients; the last parameter never gets a gradient."""
-    g = torch.Generator().manual_seed(0)
+def adamw_problem(g: torch.Generator | None = None) -> tuple[list[torch.Tensor], list[list[torch.Tensor | None]]]:
+    """The check's initial parameters and per-step gradients (from g, by default seeded 0: the shipped fixture's);
+    the last parameter never gets a gradient."""
+    g = torch.Generator().manual_seed(0) if g is None else g
     shapes = [(4, 3), (5,), (2, 2, 2), (3,)]
     init = [torch.randn(s, generator=g) for s in shapes]
     grads = [[torch.randn(s, generator=g) for s in shapes[:-1]] + [None] for _ in range(ADAMW_STEPS)]
     return init, grads
 
 
-def course_optimizer_test(opt_class: type) -> torch.Tensor:
-    """The course's optimizer_test.py (neubig/minbert-assignment): 1000 steps on a linear map, the weight after."""
+def adamw_inputs(f: dict[str, torch.Tensor]) -> tuple[list[torch.Tensor], list[list[torch.Tensor | None]]]:
+    """adamw_problem's parameters and gradients as the fixture stores them (init_i, grad_t_i)."""
+    init = [f[f"init_{i}"] for i in range(4)]
+    return init, [[f[f"grad_{t}_{i}"] for i in range(3)] + [None] for t in range(ADAMW_STEPS)]
+
+
+def course_optimizer_test(opt_class: type, seed: int = 0) -> torch.Tensor:
+    """The course's optimizer_test.py (neubig/minbert-assignment): 1000 steps on a linear map, the weight after.
+
+    seed 0 is the course's; the grader's hidden inputs draw another.
+    """
     import numpy as np
-    rng = np.random.default_rng(0)
-    torch.manual_seed(0)
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
     model = nn.Linear(3, 2, bias=False)
     opt = opt_class(model.parameters(), lr=1e-3, weight_decay=1e-4, correct_bias=True)
     for _ in range(1000):
@@ -191,14 +200,13 @@ def course_optimizer_test(opt_class: type) -> torch.Tensor:
 
 
 def check_adamw() -> None:
-    import numpy as np
-
     from minbert.optim import AdamW
 
     from .common import optimizers_without_dynamo
     from .mistakes import AdamWSpec, adamw_hints, adamw_trajectory
     optimizers_without_dynamo()
-    init, grads = adamw_problem()
+    f = load_fixture("adamw")
+    init, grads = adamw_inputs(f)
     style = adamw_style(AdamW)
     ps = [p.clone().requires_grad_() for p in init]
     opt = AdamW([{**grp, "params": [ps[i] for i in grp["params"]]} for grp in ADAMW_GROUPS], eps=1e-6)
@@ -206,19 +214,21 @@ def check_adamw() -> None:
     expected = adamw_trajectory(init, grads, ADAMW_GROUPS, 1e-6, AdamWSpec(style))
     wrong = {text: adamw_trajectory(init, grads, ADAMW_GROUPS, 1e-6, spec) for text, spec in adamw_hints(style).items()}
     against = "torch.optim.AdamW's update" if style == "torch" else "the course's update"
+    stuck = ("the parameter did not change: update p in place (p.mul_, p.addcdiv_, ...) instead of assigning a new "
+             "tensor to the name p")
     for t in range(1, ADAMW_STEPS + 1):
         for i, p in enumerate(ps):
             p.grad = None if grads[t - 1][i] is None else grads[t - 1][i].clone()
-        before = [p.detach().clone() for p in ps]
+        before = [expected[t - 2][i].float() if t > 1 else init[i] for i in range(len(ps))]
         opt.step()
         for i, p in enumerate(ps):
             group = 0 if i < 2 else 1
-            stuck = grads[t - 1][i] is not None and torch.equal(p.detach(), before[i])
+            hints = {text: traj[t - 1][i].float() for text, traj in wrong.items()}
+            if grads[t - 1][i] is not None:
+                hints[stuck] = before[i]
             compare(f"AdamW.step in minbert/optim.py, at step {t}, param group {group}, parameter {i} "
                     f"(compared with {against})", p.detach(), expected[t - 1][i].float(), rtol=1e-5, atol=1e-6,
-                    hints={text: traj[t - 1][i].float() for text, traj in wrong.items()},
-                    hint="The parameter did not change: update p in place (p.mul_, p.addcdiv_, ...) "
-                         "instead of assigning a new tensor to the name p" if stuck else "")
+                    hints=hints)
     if style == "course":   # correct_bias=False: the step size is lr itself
         ps = [p.clone().requires_grad_() for p in init]
         opt = AdamW([{**grp, "params": [ps[i] for i in grp["params"]]} for grp in ADAMW_GROUPS], eps=1e-6,
@@ -231,9 +241,10 @@ def check_adamw() -> None:
         for i, p in enumerate(ps):
             compare(f"AdamW.step in minbert/optim.py with correct_bias=False, after {ADAMW_STEPS} steps, parameter {i} "
                     "(the step size is lr itself)", p.detach(), expected[-1][i].float(), rtol=1e-5, atol=1e-6)
-        reference = torch.tensor(np.load(FIXTURES / "optimizer_test.npy"))
-        compare("AdamW in minbert/optim.py on the course's optimizer_test.py (1000 steps, lr 1e-3, weight_decay 1e-4)",
-                course_optimizer_test(AdamW), reference, rtol=1e-5, atol=1e-6,
+        seed = int(f["course_seed"])
+        compare(f"AdamW in minbert/optim.py on the course's optimizer_test.py (1000 steps, lr 1e-3, weight_decay 1e-4"
+                f"{'' if seed == 0 else f', data seed {seed}'})", course_optimizer_test(AdamW, seed), f["course_out"],
+                rtol=1e-5, atol=1e-6,
                 hint="If the 5-step checks pass, the usual cause is the decay written as p.mul_(1 - lr * wd): with "
                      "lr * wd = 1e-7, 1 - lr * wd is not representable in float32 and rounds by up to 40%, so over "
                      "1000 steps the decay drifts; write it as p.add_(p, alpha=-lr * wd), as the course's reference "
@@ -275,16 +286,18 @@ def check_classifier_head() -> None:
 
 
 CORE_PARTS = [
-    Part("attention", 25, "attention() in minbert/model.py", check_attention, ("minbert/model.py",)),
-    Part("embeddings", 10, "BertEmbeddings.forward in minbert/model.py", check_embeddings, ("minbert/model.py",)),
-    Part("layer", 25, "BertLayer.after_attention in minbert/model.py", check_layer, ("minbert/model.py",)),
+    Part("attention", 25, "attention() in minbert/model.py", check_attention, ("minbert/model.py",),
+         fixtures=("attention",)),
+    Part("embeddings", 10, "BertEmbeddings.forward in minbert/model.py", check_embeddings, ("minbert/model.py",),
+         fixtures=("embeddings",)),
+    Part("layer", 25, "BertLayer.after_attention in minbert/model.py", check_layer, ("minbert/model.py",),
+         fixtures=("layer",)),
     Part("model", 10, "no new code: your attention(), embeddings and layer together, on MiniLM", check_model,
-         ("minbert/model.py",)),
-    Part("adamw", 20, "AdamW.step in minbert/optim.py", check_adamw, ("minbert/optim.py",)),
+         ("minbert/model.py",), fixtures=("model",)),
+    Part("adamw", 20, "AdamW.step in minbert/optim.py", check_adamw, ("minbert/optim.py",), fixtures=("adamw",)),
     Part("classifier_head", 10, "pool() in minbert/pooling.py and SentimentClassifier.forward in tasks/classifier.py",
-         check_classifier_head, ("minbert/pooling.py", "tasks/classifier.py")),
+         check_classifier_head, ("minbert/pooling.py", "tasks/classifier.py"), fixtures=("classifier_head",)),
 ]
-
 
 
 def group_parts(group: str) -> list[Part]:

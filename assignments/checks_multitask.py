@@ -86,8 +86,8 @@ def check_bi_encoder() -> None:
     for i, (x, ids, mask, other) in enumerate(((passes[0], ids1, mask1, ids2), (passes[1], ids2, mask2, ids1))):
         compare(f"{what}: the input_ids of pass {i + 1}", x.input_ids, ids,
                 hints={"the two sentences are swapped: the first pass is sentence 1": other},
-                shape_hint=f"Pass {i + 1} is sentence {i + 1} alone, as given" + (
-                    " (the sentences are swapped?)" if tuple(x.input_ids.shape) == tuple(other.shape) else ""))
+                shape_hint=lambda got, i=i, other=other: f"Pass {i + 1} is sentence {i + 1} alone, as given" + (
+                    " (the sentences are swapped?)" if tuple(got.shape) == tuple(other.shape) else ""))
         compare(f"{what}: the attention_mask of pass {i + 1}", x.attention_mask, mask,
                 hint=f"Pass {i + 1} is EncoderInput(input_ids_{i + 1}, attention_mask_{i + 1})")
         if x.token_type_ids is not None and bool(x.token_type_ids.any()):
@@ -256,13 +256,13 @@ def check_sts_loss() -> None:
     differentiable(what, loss)
 
 
-MULTITASK_PARTS = [Part(*p, files=(FILE,), group="multitask") for p in [
-    ("mt_sentence", 15, f"MultitaskBert.features in {FILE}, one pass (the sentence vector)", check_sentence),
+MULTITASK_PARTS = [Part(*p[:4], files=(FILE,), group="multitask", fixtures=p[4]) for p in [
+    ("mt_sentence", 15, f"MultitaskBert.features in {FILE}, one pass (the sentence vector)", check_sentence, ("multitask",)),
     ("mt_bi_encoder", 20, f'MultitaskBert.pair_inputs, design="bi-encoder", and features on two passes in {FILE}',
-     check_bi_encoder),
-    ("mt_cross_encoder", 15, f'MultitaskBert.pair_inputs in {FILE}, design="cross-encoder"', check_cross_encoder),
-    ("mt_heads", 20, f"MultitaskBert.predict_from_embeddings in {FILE}", check_heads),
-    ("mt_sst_loss", 10, f"sentiment_loss() in {FILE}", check_sst_loss),
-    ("mt_para_loss", 10, f"paraphrase_loss() in {FILE}", check_para_loss),
-    ("mt_sts_loss", 10, f"similarity_loss() in {FILE}", check_sts_loss),
+     check_bi_encoder, ("multitask",)),
+    ("mt_cross_encoder", 15, f'MultitaskBert.pair_inputs in {FILE}, design="cross-encoder"', check_cross_encoder, ("multitask",)),
+    ("mt_heads", 20, f"MultitaskBert.predict_from_embeddings in {FILE}", check_heads, ("multitask",)),
+    ("mt_sst_loss", 10, f"sentiment_loss() in {FILE}", check_sst_loss, ("multitask_losses",)),
+    ("mt_para_loss", 10, f"paraphrase_loss() in {FILE}", check_para_loss, ("multitask_losses",)),
+    ("mt_sts_loss", 10, f"similarity_loss() in {FILE}", check_sts_loss, ("multitask_losses",)),
 ]]

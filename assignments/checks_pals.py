@@ -102,7 +102,7 @@ def check_pal() -> None:
                                "self.decoder (V^D, d -> H): (B, T, H)")
 
 
-PALS_PARTS = [Part(*p, files=(FILE,), group="pals") for p in [
-    ("pals_attention", 10, f"ProjectedAttention.forward in {FILE}", check_attention),
-    ("pals_forward", 10, f"TaskPALs.forward in {FILE}", check_pal),
+PALS_PARTS = [Part(*p[:4], files=(FILE,), group="pals", fixtures=p[4]) for p in [
+    ("pals_attention", 10, f"ProjectedAttention.forward in {FILE}", check_attention, ("pals",)),
+    ("pals_forward", 10, f"TaskPALs.forward in {FILE}", check_pal, ("pals",)),
 ]]

@@ -92,7 +92,7 @@ def check_margin() -> None:
         differentiable(what, loss)
 
 
-SIMCSE_PARTS = [Part(*p, files=(FILE,), group="simcse") for p in [
-    ("simcse_unsup", 10, f"unsup_simcse_loss() in {FILE}", check_unsup),
-    ("simcse_margin", 10, f"margin_loss() in {FILE}", check_margin),
+SIMCSE_PARTS = [Part(*p[:4], files=(FILE,), group="simcse", fixtures=p[4]) for p in [
+    ("simcse_unsup", 10, f"unsup_simcse_loss() in {FILE}", check_unsup, ("simcse",)),
+    ("simcse_margin", 10, f"margin_loss() in {FILE}", check_margin, ("simcse",)),
 ]]

@@ -92,10 +92,10 @@ def check_ascent() -> None:
                     "each token is normalised by its own norm: ||g_b||_inf is over all of example b": f[f"out_{i}_per_token"],
                     "one norm is taken for the whole batch: each example b has its own ||g_b||_inf": f[f"out_{i}_batch"],
                     "the step is eta * sign(g), not eta * g / ||g||_inf": f[f"out_{i}_sign"]},
-                hint=_nan_hint(out[i], "row 2"))
+                hint=lambda got: _nan_hint(got, "row 2"))
 
 
-SMART_PARTS = [Part(*p, files=(FILE,), group="smart") for p in [
-    ("smart_kl", 10, f"symmetric_kl() in {FILE}", check_kl),
-    ("smart_ascent", 15, f"ascent_step() in {FILE}", check_ascent),
+SMART_PARTS = [Part(*p[:4], files=(FILE,), group="smart", fixtures=p[4]) for p in [
+    ("smart_kl", 10, f"symmetric_kl() in {FILE}", check_kl, ("smart",)),
+    ("smart_ascent", 15, f"ascent_step() in {FILE}", check_ascent, ("smart",)),
 ]]

@@ -36,7 +36,8 @@ class Fail(Exception):
 class Part:
     """One graded part: its name, points, the functions students write for it, and its check.
 
-    files are the files (relative to the tree's root) whose code the part grades; group is a key of GROUPS.
+    files are the files (relative to the tree's root) whose code the part grades; group is a key of GROUPS;
+    fixtures are the fixtures its check loads (the grader draws their hidden inputs before running it).
     """
 
     name: str
@@ -45,6 +46,7 @@ class Part:
     check: Callable[[], None]
     files: tuple[str, ...] = ()
     group: str = "core"
+    fixtures: tuple[str, ...] = ()
 
 
 def _raised_in_pool(e: BaseException) -> bool:
@@ -72,6 +74,9 @@ def needs_pool(check: Callable[[], None]) -> Callable[[], None]:
 
 
 def load_fixture(name: str) -> dict[str, torch.Tensor]:
+    """The named fixture: the shipped file or, while the grader runs a part (SESSION), its hidden inputs."""
+    if SESSION is not None:
+        return SESSION.fixture(name)
     from safetensors.torch import load_file
     path = FIXTURES / f"{name}.safetensors"
     if not path.exists():
@@ -79,21 +84,55 @@ def load_fixture(name: str) -> dict[str, torch.Tensor]:
     return load_file(path)
 
 
+class Session:
+    """How a check reads its fixtures and compares while the grader runs it (assignments/hidden.py).
+
+    Students never set one. The grader's process that runs student code records what each compare() was
+    given (hidden.Recorder); a process that never imported student code replays the check on the reference
+    and judges those records (hidden.Replayer).
+    """
+
+    def fixture(self, name: str) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def compare(self, what: str, got: object, expected: torch.Tensor, **options: object) -> None:
+        raise NotImplementedError
+
+    def differentiable(self, what: str, loss: object) -> None:
+        raise NotImplementedError
+
+
+SESSION: Session | None = None   # set by the grader alone; None when students check their work
+
+
 def _close(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
     """Elementwise: True where got is off by more than atol + rtol * |expected| (NaN counts as off)."""
     return ~((got - expected).abs() <= atol + rtol * expected.abs())
 
 
+Hint = str | Callable[[torch.Tensor], str]     # a hint's text, or a function of the result that gives it
+
+
 def compare(what: str, got: object, expected: torch.Tensor, *, rtol: float = RTOL, atol: float = ATOL,
-            hints: dict[str, torch.Tensor] | None = None, hint: str = "", shape_hint: str = "") -> None:
+            hints: dict[str, torch.Tensor] | None = None, hint: Hint = "", shape_hint: Hint = "") -> None:
     """Raise Fail naming `what`, the first mismatching index, the values there and the max abs diff.
 
     hints maps a description of a common mistake to what that mistake computes; the first one that got
     matches is named. hint is said when none matches, shape_hint when the shape is wrong.
     """
+    if SESSION is not None:
+        return SESSION.compare(what, got, expected, rtol=rtol, atol=atol, hints=hints, hint=hint,
+                               shape_hint=shape_hint)
+    return judge(what, got, expected, rtol=rtol, atol=atol, hints=hints, hint=hint, shape_hint=shape_hint)
+
+
+def judge(what: str, got: object, expected: torch.Tensor, *, rtol: float = RTOL, atol: float = ATOL,
+          hints: dict[str, torch.Tensor] | None = None, hint: Hint = "", shape_hint: Hint = "") -> None:
+    """What compare() does when no grader session is set: Fail with the message, or return."""
     if not isinstance(got, torch.Tensor):
-        raise Fail(f"{what} returned {type(got).__name__}, expected a tensor of shape {tuple(expected.shape)}")
+        raise Fail(not_a_tensor(what, type(got).__name__, expected))
     if tuple(got.shape) != tuple(expected.shape):
+        shape_hint = shape_hint(got) if callable(shape_hint) else shape_hint
         raise Fail(f"{what} returned shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
                    + (f". {shape_hint}" if shape_hint else ""))
     if got.dtype != expected.dtype:
@@ -113,16 +152,26 @@ def compare(what: str, got: object, expected: torch.Tensor, *, rtol: float = RTO
             msg += f". It matches what you get when {text}"
             break
     else:
+        hint = hint(got) if callable(hint) else hint
         if hint:
             msg += f". {hint}"
     raise Fail(msg)
 
 
+def not_a_tensor(what: str, type_name: str, expected: torch.Tensor) -> str:
+    return f"{what} returned {type_name}, expected a tensor of shape {tuple(expected.shape)}"
+
+
+NO_GRADIENT = ("gives the right value but no gradient flows back from it: compute it with torch operations on the "
+               "inputs (no .item(), numpy or torch.tensor(...) of a number)")
+
+
 def differentiable(what: str, loss: object) -> None:
     """Raise Fail when a loss that has the right value carries no gradient back to its inputs."""
+    if SESSION is not None:
+        return SESSION.differentiable(what, loss)
     if isinstance(loss, torch.Tensor) and not loss.requires_grad:
-        raise Fail(f"{what} gives the right value but no gradient flows back from it: compute it with torch "
-                   "operations on the inputs (no .item(), numpy or torch.tensor(...) of a number)")
+        raise Fail(f"{what} {NO_GRADIENT}")
 
 
 def optimizers_without_dynamo() -> None:

@@ -17,6 +17,7 @@ over the graded groups.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -86,30 +87,208 @@ def stage(submission: Path, staging: Path, files: list[str] | None = None, profi
     return notes, missing
 
 
-def run_parts(staging: Path, names: list[str], timeout: float, jobs: int) -> list[dict]:
-    """Run the staged tree's checker, each part in its own forked process with the time limit."""
-    result_file, log_file = staging / ".results.json", staging / ".check-log.txt"
+STUDENT_USER = "auto"    # run as root: "nobody" when that user can run this Python, else root (--as-user)
+
+
+def _account(user: str | None) -> tuple[int, int] | None:
+    """(uid, gid) the student's process runs as, or None (as this process). Only root changes user: `user`, or
+    with "auto" nobody if nobody can run this Python and import torch (else root, said on the staff's console)."""
+    if not user or user == "none" or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None
+    import pwd
+    try:
+        entry = pwd.getpwnam("nobody" if user == "auto" else user)
+    except KeyError:
+        if user == "auto":
+            return None
+        raise ValueError(f"no user {user!r} to run the submission as (--as-user; none runs it as root)") from None
+    account = entry.pw_uid, entry.pw_gid
+    if not _can_run(account):
+        if user != "auto":
+            raise ValueError(f"the user {user!r} cannot run {sys.executable} with torch: make the interpreter and its "
+                             "packages readable to it, or grade with --as-user none")
+        print(f"note: nobody cannot run {sys.executable} with torch, so the submission's code runs as root (give "
+              "--as-user a user who can)", file=sys.stderr)
+        return None
+    return account
+
+
+@functools.cache
+def _can_run(account: tuple[int, int]) -> bool:
+    try:
+        return subprocess.run([sys.executable, "-c", "import torch"], check=False, user=account[0], group=account[1],
+                              extra_groups=[], cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=120).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _hand_over(path: Path, account: tuple[int, int] | None) -> None:
+    """Make path (a directory the student's process writes in) its own when it runs as another user."""
+    path.mkdir(parents=True, exist_ok=True)
+    if account is not None:
+        os.chown(path, *account)
+
+
+def run_parts(staging: Path, names: list[str], timeout: float, jobs: int, account: tuple[int, int] | None = None
+              ) -> dict[str, dict]:
+    """Run the staged tree's checker in record mode, each part in its own forked process with the time limit.
+
+    Returns what that process said of each part (untrusted: only a failed part's status and message are used);
+    the parts' results, as data, are in staging/.grading/records.
+    """
+    work = staging / ".grading"              # this process's; the student's user writes in records/ and out/ alone
+    result_file, log_file = work / "out" / "results.json", work / "check-log.txt"
+    for d in ("records", "out"):
+        _hand_over(work / d, account)
     env = dict(os.environ, PYTHONPATH=str(staging), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
-               TOKENIZERS_PARALLELISM="false")
+               TOKENIZERS_PARALLELISM="false", HOME=str(work / "out"), TMPDIR=str(work / "out"))
+    env.pop("MINBERT_GRADING_SEED", None)
     cmd = [sys.executable, "-m", "assignments.check", *names, "--timeout", str(timeout), "--jobs", str(jobs),
-           "--result", str(result_file)]
+           "--result", str(result_file), "--record", str(work / "records"), "--inputs", str(work / "inputs")]
     overall = timeout * math.ceil(len(names) / jobs) + 60   # the checker enforces the per-part limits itself
+    who = {} if account is None else {"user": account[0], "group": account[1], "extra_groups": []}
     with open(log_file, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=staging, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True, **who)
         try:
             proc.wait(timeout=overall)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            pass
+        _kill_group(proc.pid)
+        proc.wait()
+    sweep()
+    said: dict[str, dict] = {}
+    try:                                     # read after every process of the submission is gone: no race
+        if _plain_file(result_file) and result_file.stat().st_size < 1 << 20:
+            said = {r["part"]: r for r in json.loads(result_file.read_text()) if isinstance(r, dict)
+                    and isinstance(r.get("part"), str)}
+    except (OSError, ValueError, TypeError):
+        pass
+    tail = log_file.read_bytes()[-2000:].decode("utf-8", errors="replace")
+    return {n: said.get(n) or {"status": "crash", "message": "the checker stopped before reporting "
+                               f"(exit code {proc.returncode})", "log": tail} for n in names}
+
+
+def _plain_file(path: Path) -> bool:
+    """A regular file, not a link: what the student's process left is read only if it is its own data."""
+    import stat
     try:
-        results = {r["part"]: r for r in json.loads(result_file.read_text())}
-    except (OSError, ValueError):
-        results = {}
-    log_tail = log_file.read_bytes()[-2000:].decode("utf-8", errors="replace")
-    return [results.get(n) or {"part": n, "status": "crash", "score": 0, "max_score": PARTS[n].points,
-                               "message": f"the checker stopped before reporting (exit code {proc.returncode})",
-                               "log": log_tail} for n in names]
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux), so that sweep() finds a process a part
+    left running even after it changed its session; False where the system has no such call."""
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0   # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def sweep(keep: frozenset[int] = frozenset()) -> list[int]:
+    """Kill and reap every child of this process but `keep`: what a submission left running (with become_subreaper,
+    its orphans are this process's children). Returns the pids killed."""
+    killed = []
+    for _ in range(50):
+        found = [pid for pid in _children() if pid not in keep]
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in found:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+    return killed
+
+
+def _children() -> list[int]:
+    """The pids whose parent is this process (from /proc; empty where there is none)."""
+    me, out = os.getpid(), []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()      # after "(comm)": state, ppid, ...
+        if len(fields) > 1 and fields[1] == str(me):
+            out.append(int(entry))
+    return out
+
+
+def judge_part(name: str, staging: Path, said: dict, fixtures: dict[str, dict]) -> dict:
+    """One part's result: its record replayed on the reference and judged here, or 0 with why there is none."""
+    from .hidden import BadRecord, read_record, replay
+    part = PARTS[name]
+    base = {"part": name, "score": 0, "max_score": part.points, "seconds": said.get("seconds", 0.0),
+            "log": str(said.get("log", ""))[-2000:]}
+    path = staging / ".grading" / "records" / f"{name}.safetensors"
+    if _plain_file(path):
+        try:
+            status, message = replay(name, {f: fixtures[f] for f in part.fixtures}, read_record(path))
+        except BadRecord as e:
+            status, message = "error", str(e)
+        return {**base, "status": status, "message": message, "score": part.points if status == "pass" else 0}
+    status = said.get("status")
+    if status not in ("timeout", "crash", "error", "not started", "fail"):   # no record: never a pass
+        status, message = "crash", "the part's process ended without returning its results"
+    else:
+        message = str(said.get("message", ""))[:4000]
+    return {**base, "status": status, "message": message}
+
+
+def preload() -> None:
+    """Import now every reference module a replay may need, so that nothing is read from disk after student code ran."""
+    import importlib
+    import pkgutil
+
+    import minbert
+    for mod in pkgutil.iter_modules(minbert.__path__):
+        importlib.import_module(f"minbert.{mod.name}")
+    for name in ("tasks.classifier", "assignments.mistakes", "assignments.hidden", "assignments.make_fixtures",
+                 "assignments.make_fixtures_ext", *(f"assignments.checks_{g}" for g in GROUPS if g != "core")):
+        importlib.import_module(name)
+
+
+def grading_seed(seed: int | None) -> int:
+    """The seed the hidden inputs are drawn from: seed, else $MINBERT_GRADING_SEED, else a fresh random one."""
+    if seed is not None:
+        return seed
+    env = os.environ.get("MINBERT_GRADING_SEED", "").strip()
+    if env:
+        return read_seed(env, "MINBERT_GRADING_SEED")
+    import secrets
+    return secrets.randbits(63)
+
+
+def read_seed(text: str, where: str) -> int:
+    try:
+        return int(text.strip(), 0)
+    except ValueError:
+        raise ValueError(f"{where}: the grading seed must be an integer") from None
 
 
 HINT_MARK = ". It matches what you get when"
@@ -122,14 +301,17 @@ def without_hint(text: str) -> str:
 
 def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[str] | None = None,
           jobs: int | None = None, groups: list[str] | tuple[str, ...] = ("core",), hide_hints: bool = False,
-          profile: str = DEFAULT_PROFILE) -> dict:
+          profile: str = DEFAULT_PROFILE, seed: int | None = None, as_user: str | None = STUDENT_USER) -> dict:
     """Grade one submission on the parts of `groups` (or the named parts) of `profile`; returns the Gradescope
     results dict.
 
+    Every part runs on inputs drawn from `seed` (grading_seed) and is judged in this process (assignments/hidden.py).
     Besides Gradescope's keys it holds the per-part results under 'parts' and each group's total under 'groups'.
     hide_hints: each part's output leaves out the mistake it matches; a 0-point test holding the full outputs
-    is shown after the due date (Gradescope's "visibility": "after_due_date").
+    is shown after the due date (Gradescope's "visibility": "after_due_date"). as_user: run as root, the student's
+    code runs as this user (None: as root).
     """
+    from .hidden import hidden_fixture, write_inputs
     submission = Path(submission)
     if not submission.is_dir():
         raise FileNotFoundError(f"{submission}: no such directory")
@@ -137,19 +319,29 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
     unknown = [g for g in groups if g not in own] + [p for p in parts or () if PARTS[p].group not in own]
     if unknown:
         raise ValueError(f"not in the {profile} profile: {', '.join(unknown)}; its groups are {', '.join(own)}")
+    account = _account(as_user)
     t0 = time.perf_counter()
     names = parts or parts_of(groups)
+    seed = grading_seed(seed)
+    wanted = sorted({f for n in names for f in PARTS[n].fixtures})
+    fixtures = {f: hidden_fixture(f, seed) for f in wanted}        # by the reference, before any student code runs
+    preload()
+    become_subreaper()
     by_tree = [[n for n in names if PARTS[n].group == "core"], [n for n in names if PARTS[n].group != "core"]]
     notes, missing, results = [], set(), {}
     with tempfile.TemporaryDirectory(prefix="minbert-grade-") as tmp:
+        os.chmod(tmp, 0o755)              # the student's user reads the staged tree (and nothing of this process)
         for i, batch in enumerate(b for b in by_tree if b):     # part 1, then the others on the reference's pool()
             files = sorted({f for n in batch for f in PARTS[n].files})
             reference = REFERENCE_FOR_OTHERS if PARTS[batch[0]].group != "core" else ()
-            batch_notes, batch_missing = stage(submission, Path(tmp) / f"tree{i}", files, profile, reference)
+            staging = Path(tmp) / f"tree{i}"
+            batch_notes, batch_missing = stage(submission, staging, files, profile, reference)
             notes += [n for n in batch_notes if n not in notes]
             missing |= batch_missing
+            write_inputs(staging / ".grading" / "inputs", {f: fixtures[f] for n in batch for f in PARTS[n].fixtures})
             n_jobs = jobs or max(1, min(len(batch), os.cpu_count() or 1))
-            results.update({r["part"]: r for r in run_parts(Path(tmp) / f"tree{i}", batch, timeout, n_jobs)})
+            said = run_parts(staging, batch, timeout, n_jobs, account)
+            results.update({n: judge_part(n, staging, said[n], fixtures) for n in batch})
     results = [results[n] for n in names]
     for r in results:                # a part whose file was not submitted says so in its own output
         absent = [f for f in PARTS[r["part"]].files if f in missing]
@@ -216,6 +408,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parts", nargs="+", choices=list(PARTS), help="grade only these parts")
     ap.add_argument("--hide-hints", action="store_true",
                     help="leave the matched mistake out of each part's output; show it after the due date")
+    seed = ap.add_mutually_exclusive_group()
+    seed.add_argument("--seed", type=int, help="the grading seed the hidden inputs are drawn from (keep it from "
+                      "students; default: --seed-file, else $MINBERT_GRADING_SEED, else a fresh random seed)")
+    seed.add_argument("--seed-file", metavar="FILE", help="a file holding the grading seed (the Gradescope bundle's)")
+    ap.add_argument("--as-user", default=STUDENT_USER, metavar="USER",
+                    help="run as root, the submission's code runs as USER (default: auto, nobody when it can run this "
+                         "Python, else root; none: root; the Gradescope bundle's: student)")
     args = ap.parse_args(argv)
     problem = grader_guard()
     if problem:
@@ -223,7 +422,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     groups = list(PROFILES[args.profile].groups) if "all" in args.groups else args.groups
     try:
-        res = grade(args.submission, args.timeout, args.parts, args.jobs, groups, args.hide_hints, args.profile)
+        if args.seed_file:
+            args.seed = read_seed(Path(args.seed_file).read_text(), args.seed_file)
+        res = grade(args.submission, args.timeout, args.parts, args.jobs, groups, args.hide_hints, args.profile,
+                    args.seed, args.as_user)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -116,16 +116,53 @@ def layer_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
                 out_parallel=out_parallel, out_pre_ln=out_pre_ln, out_no_residual=out_no_residual)
 
 
-def model_fixture() -> dict[str, torch.Tensor]:
+def model_fixture(g: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """MiniLM's hidden states on two sentence pairs: the shipped fixture's, or, given g, pairs of random word ids."""
     import minbert
     model = minbert.load_pretrained("minilm", attn_implementation="eager")
-    tok = minbert.Tokenizer.from_pretrained("minilm")
-    batch = tok(["A surprisingly good movie.", "A cat sat."], ["I loved it.", "Dogs bark."])  # (2, T), padded
+    if g is None:
+        tok = minbert.Tokenizer.from_pretrained("minilm")
+        batch = tok(["A surprisingly good movie.", "A cat sat."], ["I loved it.", "Dogs bark."])  # (2, T), padded
+        ids, mask, types = batch.input_ids, batch.attention_mask, batch.token_type_ids
+    else:
+        ids, mask, types = _random_pairs(g)
     with torch.no_grad():
-        out = model(batch.input_ids, batch.attention_mask, batch.token_type_ids, output_hidden_states=True)
+        out = model(ids, mask, types, output_hidden_states=True)
     hidden = {f"hidden_{i}": h for i, h in enumerate(out.hidden_states)}
-    return dict(hidden, input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                token_type_ids=batch.token_type_ids, pooler=out.pooler_output)
+    return dict(hidden, input_ids=ids, attention_mask=mask, token_type_ids=types, pooler=out.pooler_output)
+
+
+def _random_pairs(g: torch.Generator, B: int = 3) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[CLS] a [SEP] b [SEP] of random word-piece ids (MiniLM's vocabulary: [CLS] 101, [SEP] 102, padding 0)."""
+    rows = []
+    for _ in range(B):
+        a, b = (int(torch.randint(2, 9, (1,), generator=g)) for _ in range(2))
+        words = torch.randint(1996, 29612, (a + b,), generator=g).tolist()       # whole words and pieces
+        rows.append(([101, *words[:a], 102, *words[a:], 102], [0] * (a + 2) + [1] * (b + 1)))
+    T = max(len(r) for r, _ in rows)
+    ids, types = torch.zeros(B, T, dtype=torch.long), torch.zeros(B, T, dtype=torch.long)
+    for i, (r, t) in enumerate(rows):
+        ids[i, :len(r)], types[i, :len(t)] = torch.tensor(r), torch.tensor(t)
+    return ids, (ids != 0).long(), types                                          # (B, T) each
+
+
+def adamw_fixture(g: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """The AdamW check's problem and the course's 1000-step test: shipped (the course's seed 0 and its stored
+    optimizer_test.npy), or, given g, another problem and data seed with the reference's weights after."""
+    import numpy as np
+
+    from minbert.optim import AdamW
+
+    from .checks import adamw_problem, course_optimizer_test
+    init, grads = adamw_problem(g)
+    out = {f"init_{i}": p for i, p in enumerate(init)}
+    out.update({f"grad_{t}_{i}": gr for t, step in enumerate(grads) for i, gr in enumerate(step) if gr is not None})
+    if g is None:
+        seed, weight = 0, torch.tensor(np.load(FIXTURES / "optimizer_test.npy"))
+    else:
+        seed = int(torch.randint(1, 2**31 - 1, (1,), generator=g))
+        weight = course_optimizer_test(AdamW, seed)
+    return dict(out, course_seed=torch.tensor(seed), course_out=weight)
 
 
 def classifier_head_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -267,6 +304,7 @@ def main() -> int:
     _save("embeddings", embeddings_fixture(g))
     _save("layer", layer_fixture(g))
     _save("model", model_fixture())
+    _save("adamw", adamw_fixture())
     _save("classifier_head", classifier_head_fixture(g))
     # part 2 and the extensions draw from generators of their own, so that a change to one leaves the others be
     _save("multitask", multitask_fixture(torch.Generator().manual_seed(2)))
