@@ -105,7 +105,7 @@ def test_adamw_hint_fires_on_its_mistake_only(monkeypatch: pytest.MonkeyPatch, b
     msg = str(e.value)
     says = ADAMW_MISTAKES[bug]
     if bug == "rebind-step" and style == "course":   # the decay, after the lost step, went to the new tensor too
-        says = "The parameter did not change: update p in place"
+        says = "It matches what you get when the parameter did not change: update p in place"
     assert says in msg, msg
     others = [text for b, text in ADAMW_MISTAKES.items() if text != says and text in msg]
     assert not others, msg                             # one hint, the right one
