@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -125,132 +124,6 @@ def run_part(name: str) -> dict:
             "max_score": part.points, "seconds": round(time.perf_counter() - t0, 3)}
 
 
-def _tail(path: Path, limit: int = 2000) -> str:
-    data = path.read_bytes() if path.exists() else b""
-    text = data[-limit:].decode("utf-8", errors="replace")
-    return ("..." + text) if len(data) > limit else text
-
-
-MEMORY_LIMIT = 4 << 30  # bytes of address space a part may add to what the checker had mapped when it forked
-MEMORY_ENV = "MINBERT_PART_MEMORY"  # overrides MEMORY_LIMIT (bytes); 0 turns the limit off (CUDA maps far more)
-
-
-def _limit_memory() -> None:
-    """Cap this process's address space (RLIMIT_AS): a part that allocates without bound gets a MemoryError."""
-    import resource
-    with open("/proc/self/statm") as f:    # Linux; elsewhere the time limit alone bounds a part
-        mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    extra = int(os.environ.get(MEMORY_ENV, MEMORY_LIMIT))
-    if extra <= 0:
-        return
-    limit = mapped + extra
-    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-    resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
-
-
-def _exit_reason(status: int) -> str:
-    """What ended a child, in words: its exit code, or the signal that killed it (SIGSEGV: a segfault)."""
-    code = os.waitstatus_to_exitcode(status)
-    if code >= 0:
-        return f"exit code {code} (sys.exit or os._exit in your code?)"
-    name = signal.Signals(-code).name
-    hint = {"SIGSEGV": "a segmentation fault", "SIGKILL": "killed, perhaps for memory", "SIGABRT": "an abort"}
-    return f"signal {name} ({hint.get(name, 'a hard crash')})"
-
-
-def _child(name: str, result: Path, log: Path, record: Path | None = None) -> None:
-    """In a forked process: run one part with its output going to log, write its result, and exit.
-
-    With record (the grader's --record): the check runs on the inputs in RECORD_INPUTS and what each compare()
-    was given goes to record; the verdict is the grader's, made elsewhere.
-    """
-    code = 70
-    try:
-        os.setsid()                                   # its own process group, so that a kill takes all of it
-        if os.path.exists("/proc/self/statm"):
-            _limit_memory()
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        if record is None:
-            result.write_text(json.dumps(run_part(name)))
-        else:
-            from . import common
-            from .record import Recorder
-            common.SESSION = recorder = Recorder(Path(os.environ[RECORD_INPUTS]))
-            r = run_part(name)
-            common.SESSION = None
-            recorder.save(record / f"{name}.safetensors", r["status"], r["message"])
-            result.write_text(json.dumps(r))
-        code = 0
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-RECORD_INPUTS = "MINBERT_RECORD_INPUTS"   # the directory of the hidden inputs, set by --inputs for the children
-
-
-def _warm_up() -> None:
-    """Import, once before forking, the libraries that every part would otherwise import on its own (not minbert)."""
-    import safetensors.torch  # noqa: F401
-    import tokenizers  # noqa: F401
-    import torch
-
-    from .common import optimizers_without_dynamo
-    optimizers_without_dynamo()                                # else the first optimizer imports torch._dynamo
-    torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
-
-
-def run_isolated(names: list[str], timeout: float, jobs: int, workdir: Path,
-                 record: Path | None = None) -> list[dict]:
-    """Run each part in a process forked from this one (torch imported once), killed after timeout seconds.
-
-    A part that loops forever, exits the interpreter or crashes ends as "timeout" or "crash" with the end
-    of its output; the other parts are unaffected. Needs os.fork (Linux, macOS).
-    """
-    from .checks import PARTS  # imports torch here, before forking, so that each part starts warm
-    if not hasattr(os, "fork"):
-        raise SystemExit("running parts with a time limit needs os.fork (Linux or macOS)")
-    _warm_up()
-    pending, running, results = list(names), {}, {}
-    while pending or running:
-        while pending and len(running) < jobs:
-            name = pending.pop(0)
-            result, log = workdir / f"{name}.json", workdir / f"{name}.log"
-            sys.stdout.flush()
-            pid = os.fork()
-            if pid == 0:
-                _child(name, result, log, record)
-            running[pid] = (name, time.monotonic(), result, log)
-        time.sleep(0.02)
-        for pid, (name, t0, result, log) in list(running.items()):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            seconds = time.monotonic() - t0
-            if not done and seconds < timeout:
-                continue
-            if not done:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            del running[pid]
-            base = {"part": name, "score": 0, "max_score": PARTS[name].points, "seconds": round(seconds, 3),
-                    "log": _tail(log)}
-            if not done:
-                results[name] = {**base, "status": "timeout", "message": (
-                    f"did not finish within {timeout:g} s (an infinite loop, or far too slow?); "
-                    "the other parts were checked on their own")}
-            elif result.exists():
-                results[name] = {**json.loads(result.read_text()), "log": base["log"]}
-            else:
-                results[name] = {**base, "status": "crash", "message": (
-                    f"the process ended before reporting a result: {_exit_reason(status)}")}
-    return [results[n] for n in names]
-
-
 def describe(r: dict) -> str:
     """PASS, or the status (not started / FAIL / ERROR / TIMEOUT / CRASH) with its message."""
     if r["status"] == "pass":
@@ -306,6 +179,7 @@ def tree_groups() -> list[str]:
 def _check(names: list[str], args: argparse.Namespace, echo: bool) -> list[dict]:
     """Run these parts (each in its own process with --timeout), printing a line per part when echo."""
     if args.timeout is not None:
+        from .isolation import run_isolated
         with tempfile.TemporaryDirectory(prefix="minbert-check-") as tmp:
             results = run_isolated(names, args.timeout, max(1, args.jobs), Path(tmp),
                                    Path(args.record) if args.record else None)
@@ -374,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     if bool(args.record) != bool(args.inputs) or (args.record and args.timeout is None):
         ap.error("--record and --inputs go together, with --timeout (the grader's options)")
     if args.inputs:
-        os.environ[RECORD_INPUTS] = str(Path(args.inputs).resolve())
+        from . import isolation
+        os.environ[isolation.RECORD_INPUTS] = str(Path(args.inputs).resolve())
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     print(f"checking the tree at {ROOT}", flush=True)

@@ -34,6 +34,7 @@ from tasks.core.errors import positive_float, positive_int
 from .check import describe, format_result, format_total, group_totals
 from .checks import PARTS, parts_of
 from .common import GROUPS
+from .isolation import become_subreaper, sweep
 from .make import ROOT, generate, stubbed_files
 from .profiles import DEFAULT_PROFILE, PROFILES
 
@@ -184,59 +185,6 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def become_subreaper() -> bool:
-    """Make this process the reaper of its orphaned descendants (Linux), so that sweep() finds a process a part
-    left running even after it changed its session; False where the system has no such call."""
-    try:
-        import ctypes
-        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0   # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        return False
-
-
-def sweep(keep: frozenset[int] = frozenset()) -> list[int]:
-    """Kill and reap every child of this process but `keep`: what a submission left running (with become_subreaper,
-    its orphans are this process's children). Returns the pids killed."""
-    killed = []
-    for _ in range(50):
-        found = [pid for pid in _children() if pid not in keep]
-        if not found:
-            break
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for pid in found:
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
-    return killed
-
-
-def _children() -> list[int]:
-    """The pids whose parent is this process (from /proc; empty where there is none)."""
-    me, out = os.getpid(), []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode("ascii", "replace")
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()      # after "(comm)": state, ppid, ...
-        if len(fields) > 1 and fields[1] == str(me):
-            out.append(int(entry))
-    return out
 
 
 def judge_part(name: str, staging: Path, said: dict, fixtures: dict[str, dict]) -> dict:
