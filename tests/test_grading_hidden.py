@@ -4,8 +4,11 @@ returned as data, judged in a process that never imported student code (assignme
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -156,6 +159,8 @@ if child == 0:
             record.write_bytes(b"junk")
     os._exit(0)
 os.waitpid(child, 0)
+while not Path("{marks}", "daemon.pid").exists():    # the daemon is up before the part ends
+    time.sleep(0.01)
 return (score - gold).abs().mean()
 """
 SLEEP = "import time\ntime.sleep(600)"
@@ -188,15 +193,15 @@ HONEST = {"embeddings", "mt_sentence", "mt_bi_encoder", "mt_cross_encoder", "mt_
 
 
 @pytest.fixture(scope="module")
-def adversarial(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+def adversarial(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict, Path]]:
     tmp = tmp_path_factory.mktemp("adversarial")
-    marks = tmp / "marks"
-    marks.mkdir()
+    marks = Path(tempfile.mkdtemp(prefix="minbert-marks-"))   # outside pytest's private temp root
     os.chmod(marks, 0o777)                 # the student's user (nobody, when graded as root) writes here
     bodies = {f: body.replace("{marks}", str(marks)).replace("{root}", str(ROOT)).replace("{{", "{").replace("}}", "}")
               for f, body, *_ in ADVERSARIES.values()}
     res = grade(submission_with(tmp, bodies), timeout=8.0, groups=["core", "multitask"], seed=7)
-    return {r["part"]: r for r in res["parts"]}, marks
+    yield {r["part"]: r for r in res["parts"]}, marks
+    shutil.rmtree(marks, ignore_errors=True)
 
 
 @pytest.mark.parametrize("case", list(ADVERSARIES))
