@@ -151,7 +151,7 @@ def results_for(standing: Standing, settings: Settings, final: bool, due: dateti
     """results.json for a graded upload: final=True (past the due date) posts the private figures to the leaderboard."""
     points = settings.points if standing.valid else 0.0
     files = "Files read: " + (", ".join(standing.files) or "none")
-    notes = "".join(f"\nwarning: {w}" for w in standing.warnings)
+    notes = "".join(f"\nnote: {n}" for n in standing.notes) + "".join(f"\nwarning: {w}" for w in standing.warnings)
     if not standing.valid:
         listed = "\n".join(f"  {p}" for p in standing.problems)
         shown = "\n".join(f"  {p}" for p in standing.problems[:MAX_SHOWN])

@@ -184,6 +184,7 @@ class Standing:
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)            # the files read, as named in the upload
+    notes: list[str] = field(default_factory=list)            # where they were found, when it is worth saying
     dev: Figures | None = None
     public: Figures | None = None
     private: Figures | None = None
@@ -210,7 +211,7 @@ def score_upload(submission: str | Path, tests: GoldSplit, dev: dict[str, Record
         except UploadError as e:
             standing.problems.append(str(e))
             return standing
-        standing.warnings += upload.notes
+        standing.notes += upload.notes
         values: dict[str, dict[str, dict]] = {split: {} for split in splits}
         for split, gold in sorted(splits.items()):
             for task in TASK_NAMES:
