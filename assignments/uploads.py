@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import stat
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -23,6 +24,7 @@ MAX_DEPTH = 3                      # the files may lie up to this many folders b
 MAX_MEMBERS = 10_000
 MAX_BYTES = 256 * 2**20            # 256 MiB uncompressed in all; the six files of the course are about 0.5 MiB
 CHUNK = 2**16
+WANTED = ("upload the six files {sst,para,sts}-{dev,test}-output.csv, or the zip that python -m tasks.submit writes")
 
 
 class UploadError(ValueError):
@@ -65,6 +67,9 @@ def _find_files(top: Path, label: str) -> Upload:
                 where = ", ".join(f"{label}/{h.relative_to(top).as_posix()}" for h in hits)
                 raise UploadError(f"{name} is in the upload twice at the same depth ({where}); upload one copy")
             if hits:
+                if hits[0].stat().st_size > MAX_BYTES:
+                    raise UploadError(f"{name}: {hits[0].stat().st_size // 2**20} MiB, more than {MAX_BYTES // 2**20} "
+                                      "MiB; the six files of the course hold about 0.5 MiB")
                 upload.files[name] = hits[0]
                 upload.shown[hits[0]] = f"{label}/{hits[0].relative_to(top).as_posix()}".removeprefix("./")
                 break
@@ -129,6 +134,9 @@ def extract_predictions(archive: Path, out: Path, label: str) -> Upload:
                         dst.write(chunk)
                 upload.files[name] = local
                 upload.shown[local] = f"{label}:{path}"
+            if not upload.files:
+                raise UploadError(f"{label} holds no prediction file (it holds: {_listing(i.filename for i in infos)}); "
+                                  f"{WANTED}")
             return upload
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as e:
         raise UploadError(f"{label}: not a readable zip file ({e}); zip the six files again") from None
@@ -137,8 +145,8 @@ def extract_predictions(archive: Path, out: Path, label: str) -> Upload:
 
 
 def find_upload(submission: str | Path, work: str | Path) -> Upload:
-    """The prediction files of an upload (a folder or a zip); zips are read into work. No file found is not an
-    error here: the caller reports each missing file."""
+    """The prediction files of an upload (a folder or a zip); zips are read into work. An upload without any is an
+    error that lists what it holds; the caller reports each file missing from a partial set."""
     submission, work = Path(submission), Path(work)
     if submission.is_file():
         if not zipfile.is_zipfile(submission):
@@ -154,7 +162,16 @@ def find_upload(submission: str | Path, work: str | Path) -> Upload:
     if len(zips) > 1:
         names = ", ".join(z.relative_to(submission).as_posix() for z in zips)
         raise UploadError(f"the upload holds several zip files ({names}) and no prediction file; upload one")
-    if zips:
-        upload = extract_predictions(zips[0], work / "zip0", zips[0].relative_to(submission).as_posix())
-        upload.notes.append(f"read the prediction files from {zips[0].relative_to(submission).as_posix()}")
+    if not zips:
+        found = (p.relative_to(submission).as_posix() for p in sorted(submission.rglob("*")) if p.is_file())
+        raise UploadError(f"no prediction file in the upload (it holds: {_listing(found)}); {WANTED}")
+    upload = extract_predictions(zips[0], work / "zip0", zips[0].relative_to(submission).as_posix())
+    upload.notes.append(f"read the prediction files from {zips[0].relative_to(submission).as_posix()}")
     return upload
+
+
+def _listing(names: Iterable[str], shown: int = 10) -> str:
+    """The first few names of a listing, and how many more."""
+    names = list(names)
+    more = f", ... ({len(names) - shown} more)" if len(names) > shown else ""
+    return (", ".join(names[:shown]) or "nothing") + more

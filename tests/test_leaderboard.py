@@ -116,6 +116,13 @@ def test_a_malformed_upload_scores_zero_with_every_problem_by_file_and_line(lb, 
     assert_no_secret(visible_text(results), lb["gold_dir"], lb["labels"])
     (folder / "sts-test-output.csv").unlink()
     assert "sts-test-output.csv: not in the upload" in _grade(lb, folder)["output"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "preds.tar.gz").write_bytes(b"\x1f\x8b")
+    assert "no prediction file in the upload (it holds: preds.tar.gz); upload the six files" in _grade(lb, empty)["output"]
+    with zipfile.ZipFile(empty / "preds.zip", "w") as z:
+        z.writestr("notes/readme.txt", "hello")
+    assert "preds.zip holds no prediction file (it holds: notes/readme.txt)" in _grade(lb, empty)["output"]
 
 
 def _zip_dir(folder: Path, out: Path, prefix: str = "") -> Path:
