@@ -224,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="where to write results.json")
     args = parser.parse_args(argv)
     try:
+        if not Path(args.submission).exists():
+            raise GoldError(f"{args.submission}: no such file or folder; name the upload's folder or zip")
         settings = read_settings(args.settings) if args.settings else Settings()
         given = {"daily_limit": args.daily_limit, "private_fraction": args.private_fraction, "points": args.points}
         settings = Settings(**{**asdict(settings), **{k: v for k, v in given.items() if v is not None}})

@@ -310,10 +310,13 @@ def test_an_unusable_gold_salt_or_setting_is_one_line_and_exit_2(lb, tmp_path, c
     cases = {str(tmp_path / "nowhere" / "ids-sst-test.csv"): ["--gold", str(tmp_path / "nowhere")],
              f"{unlabelled / 'sts-test.csv'}:1: no label column": ["--gold", str(unlabelled)],
              f"{short}: the salt has 3 characters": ["--salt-file", str(short)],
-             "private_fraction must lie strictly between 0 and 1": ["--private-fraction", "1.0"]}
+             "private_fraction must lie strictly between 0 and 1": ["--private-fraction", "1.0"],
+             f"{tmp_path / 'absent'}: no such file or folder": ["--submission", str(tmp_path / "absent")]}
     for expected, change in cases.items():
-        argv = [str(up), "--gold", str(lb["gold_dir"]), "--salt-file", str(salt), "--out", str(tmp_path / "r.json")]
-        assert leaderboard.main(argv + change) == 2, expected
+        given = {"--submission": str(up), "--gold": str(lb["gold_dir"]), "--salt-file": str(salt),
+                 "--out": str(tmp_path / "r.json"), **dict(zip(change[::2], change[1::2]))}
+        argv = [given.pop("--submission"), *(x for kv in given.items() for x in kv)]
+        assert leaderboard.main(argv) == 2, expected
         err = capsys.readouterr().err
         assert err.startswith("error: ") and expected in err and err.count("\n") == 1, err
     assert not (tmp_path / "r.json").exists()
