@@ -223,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--points", type=nonnegative_float, help="a valid, complete upload's points (default 1)")
     parser.add_argument("--out", required=True, help="where to write results.json")
     args = parser.parse_args(argv)
+    start = time.monotonic()
     try:
         if not Path(args.submission).exists():
             raise GoldError(f"{args.submission}: no such file or folder; name the upload's folder or zip")
@@ -236,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     except GoldError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    results["execution_time"] = round(time.monotonic() - start, 3)       # reading the gold included
     write_text(args.out, json.dumps(results, indent=2) + "\n")
     print(results["output"])
     print(f"wrote {args.out}: score {results['score']:g}")
