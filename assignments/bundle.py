@@ -1,0 +1,177 @@
+"""Build a Gradescope autograder zip from this reference tree: python -m assignments.bundle KIND OUT.zip [options]
+
+    python -m assignments.bundle leaderboard OUT.zip --gold GOLD_DIR --salt-file SALT [--daily-limit N]
+        [--private-fraction 0.5] [--points 1]
+
+Every bundle holds, at the zip's root as Gradescope's specification asks, setup.sh and run_autograder (from
+assignments/gradescope/KIND/), and minbert-reference/: the reference's files under minbert/, tasks/, assignments/,
+data/ and requirements.txt that git tracks (or would: untracked files that are not ignored come too, and mark the
+commit "-dirty"), with REFERENCE_COMMIT naming the commit. setup.sh installs the exact versions of
+assignments/gradescope/requirements-grader.txt. A kind adds its own files: the leaderboard's are leaderboard/gold/
+(the labelled test files, checked here against data/'s test ids), leaderboard/salt and leaderboard/settings.json.
+Another kind is one more entry in KINDS: a function that adds its flags, one that returns its files, and its
+folder of scripts. The zip is written atomically, with fixed timestamps: the same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tasks.core.errors import nonnegative_float, nonnegative_int
+
+from .leaderboard import Settings
+from .provenance import COMMIT_FILE
+from .standing import GOLD_NAMES, GoldError, gold_path, load_gold, read_salt, split_gold
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "assignments" / "gradescope"
+LOCK = "assignments/gradescope/requirements-grader.txt"
+REFERENCE = "minbert-reference"
+TRACKED = ("minbert", "tasks", "assignments", "data", "requirements.txt")
+EXECUTABLE = ("setup.sh", "run_autograder")
+STAMP = (1980, 1, 1, 0, 0, 0)
+
+
+class BundleError(ValueError):
+    """A bundle that cannot be built from this tree or these inputs; says why."""
+
+
+def _git(*args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    if proc.returncode != 0:
+        raise BundleError(f"git {' '.join(args)} failed in {ROOT}: {proc.stderr.strip()}; a bundle is built from a "
+                          "git checkout of the reference")
+    return proc.stdout
+
+
+def reference_files() -> tuple[dict[str, Path], str]:
+    """minbert-reference/PATH -> the file, for every tracked or untracked-but-not-ignored file of TRACKED; the
+    commit, with "-dirty" when any of them differs from it."""
+    listed = _git("ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *TRACKED).split("\0")
+    files = {f"{REFERENCE}/{rel}": ROOT / rel for rel in sorted(set(listed)) if rel and (ROOT / rel).is_file()}
+    if f"{REFERENCE}/{LOCK}" not in files:
+        raise BundleError(f"{ROOT / LOCK}: missing; write it with python -m assignments.lockfile write")
+    commit = _git("rev-parse", "HEAD").strip()
+    dirty = _git("status", "--porcelain", "--", *TRACKED).strip()
+    return files, commit + ("-dirty" if dirty else "")
+
+
+def write_zip(out: Path, entries: dict[str, Path | bytes]) -> Path:
+    """The zip of entries (name -> a file or bytes), sorted, fixed timestamps, scripts executable; atomically."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+            for name in sorted(entries):
+                info = zipfile.ZipInfo(name, STAMP)
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = (0o100755 if name in EXECUTABLE else 0o100644) << 16
+                data = entries[name]
+                z.writestr(info, data if isinstance(data, bytes) else data.read_bytes())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return out
+
+
+def outside_data(path: Path, what: str) -> None:
+    """Refuse a secret kept under the reference's data/, which every student tree copies."""
+    data = (ROOT / "data").resolve()
+    if path.resolve() == data or data in path.resolve().parents:
+        raise BundleError(f"{path}: the {what} is under {data}, which python -m assignments.make copies into every "
+                          "student tree; keep it outside the repository")
+
+
+def leaderboard_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gold", required=True, help="the labelled test files: ids-sst-test.csv, quora-test.csv, "
+                        "sts-test.csv (the dev files' format); kept outside the repository")
+    parser.add_argument("--salt-file", required=True, help="the secret that splits the test set into public and "
+                        "private parts; keep it with the gold (the scoreboard needs it too)")
+    parser.add_argument("--daily-limit", type=nonnegative_int, default=0, help="uploads graded in any 24 hours "
+                        "(default 0: no limit)")
+    parser.add_argument("--private-fraction", type=float, default=0.5, help="the private share of test ids (0.5)")
+    parser.add_argument("--points", type=nonnegative_float, default=1.0, help="a valid upload's points (default 1)")
+
+
+def leaderboard_files(args: argparse.Namespace) -> dict[str, Path | bytes]:
+    """leaderboard/gold/ (canonical names), leaderboard/salt, leaderboard/settings.json; all checked first."""
+    gold_dir, salt_file = Path(args.gold), Path(args.salt_file)
+    outside_data(gold_dir, "gold")
+    outside_data(salt_file, "salt")
+    settings = Settings(args.daily_limit, args.private_fraction, args.points)
+    salt = read_salt(salt_file)
+    split_gold(load_gold(gold_dir, ROOT / "data"), salt, settings.private_fraction)
+    files: dict[str, Path | bytes] = {f"leaderboard/gold/{names[0]}": gold_path(gold_dir, task)
+                                      for task, names in GOLD_NAMES.items()}
+    files["leaderboard/salt"] = (salt + "\n").encode()
+    files["leaderboard/settings.json"] = (json.dumps(asdict(settings), indent=2) + "\n").encode()
+    return files
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of bundle: its help, its flags, its own files, and its folder of setup.sh and run_autograder."""
+
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    files: Callable[[argparse.Namespace], dict[str, Path | bytes]]
+    scripts: Path
+
+
+KINDS = {
+    "leaderboard": Kind("the leaderboard: checks and scores uploads of prediction files against the held-out gold",
+                        leaderboard_arguments, leaderboard_files, SCRIPTS / "leaderboard"),
+}
+
+
+def build(kind: str, out: str | Path, args: argparse.Namespace) -> tuple[Path, str]:
+    """Write the bundle of a kind; (the zip, the reference commit it records)."""
+    spec = KINDS[kind]
+    entries: dict[str, Path | bytes] = {name: spec.scripts / name for name in EXECUTABLE}
+    missing = [str(p) for p in entries.values() if isinstance(p, Path) and not p.is_file()]
+    if missing:
+        raise BundleError(f"{', '.join(missing)}: missing")
+    files, commit = reference_files()
+    entries.update(files)
+    entries[f"{REFERENCE}/{COMMIT_FILE}"] = (commit + "\n").encode()
+    entries.update(spec.files(args))
+    return write_zip(Path(out), entries), commit
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m assignments.bundle", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    kinds = parser.add_subparsers(dest="kind", required=True, metavar="KIND")
+    for name, spec in KINDS.items():
+        sub = kinds.add_parser(name, help=spec.help, description=spec.help)
+        sub.add_argument("out", help="the zip to write (upload it on Gradescope's Configure Autograder page)")
+        spec.arguments(sub)
+    args = parser.parse_args(argv)
+    try:
+        out, commit = build(args.kind, args.out, args)
+    except (BundleError, GoldError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with zipfile.ZipFile(out) as z:
+        count = len(z.namelist())
+    print(f"wrote {out}: {args.kind} bundle, {count} files, reference {commit}")
+    if commit.endswith("-dirty"):
+        print("note: the reference has uncommitted changes, which the bundle includes; commit them to name them",
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Gradescope's setup.sh for the leaderboard autograder (python -m assignments.bundle leaderboard OUT.zip ...): runs
+# once when the image is built, as root, with the zip unpacked in /autograder/source. It makes a Python venv in
+# /autograder/venv with the exact versions of minbert-reference/assignments/gradescope/requirements-grader.txt
+# (torch's CPU build), checks that the grader imports, and ends by verifying every installed version against the
+# lock: any failure fails the build, not the first upload. The lock needs Python 3.11 or newer: choose Gradescope's
+# Ubuntu 24.04 base image (Python 3.12).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+reference="$here/minbert-reference"
+lock="$reference/assignments/gradescope/requirements-grader.txt"
+venv=/autograder/venv
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q python3 python3-venv
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
+    echo "setup.sh: $(python3 --version) is older than 3.11, which the lock needs: choose the Ubuntu 24.04 image" >&2
+    exit 1
+}
+python3 -m venv "$venv"
+"$venv/bin/pip" install -q --no-cache-dir --disable-pip-version-check --index-url https://pypi.org/simple \
+    --extra-index-url https://download.pytorch.org/whl/cpu -r "$lock"
+(cd "$reference" && "$venv/bin/python" -c "import assignments.leaderboard")
+cd "$reference" && "$venv/bin/python" -m assignments.lockfile verify "$lock"

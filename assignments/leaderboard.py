@@ -1,0 +1,248 @@
+"""The leaderboard's Gradescope autograder: check an upload of prediction files, score it, write results.json.
+
+    python -m assignments.leaderboard SUBMISSION --gold GOLD_DIR --salt-file SALT [--data-dir data]
+        [--metadata submission_metadata.json] [--daily-limit N] [--private-fraction 0.5] [--points 1]
+        [--settings settings.json] --out results.json
+
+SUBMISSION is a folder (Gradescope's /autograder/submission) or a zip holding the six files
+{sst,para,sts}-{dev,test}-output.csv: flat, under predictions/ (python -m tasks.submit's zip) or a folder or two
+down. Every problem is listed with its file and line; an invalid upload scores 0 and gets no leaderboard entry. A
+valid one earns --points and its figures: SST accuracy, Quora accuracy, STS Pearson r and the overall score on the
+dev set (public labels, for information) and on the two parts of the test set, split by the salt (--private-fraction
+of the ids private). Until the due date (the metadata's late_due_date if set, else its due_date, against the clock
+when grading) the leaderboard shows the public part; after it, the private part: a "Regrade all" after the deadline
+posts the final standing. Before then the private figures sit only in a test visible after the due date.
+--daily-limit N grades N uploads in any 24 hours before the upload's created_at (0: no limit); an upload past the
+limit keeps the previous upload's result, with a message. Exit status 2 on an unusable gold, salt or setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from tasks.core.errors import nonnegative_float, nonnegative_int
+from tasks.core.evaluation import write_text
+
+from .provenance import provenance
+from .standing import GoldError, GoldSplit, Standing, load_dev, load_gold, read_salt, score_upload, split_gold
+
+ROOT = Path(__file__).resolve().parents[1]
+BOARD = (("Overall", "overall"), ("SST accuracy", "sst"), ("Quora accuracy", "para"), ("STS r", "sts"))
+DAY = timedelta(hours=24)
+MAX_SHOWN = 40                     # problems listed in the top-level output; the upload test lists them all
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The instructor's choices: uploads graded per 24 hours (0: no limit), the private share, a valid upload's points."""
+
+    daily_limit: int = 0
+    private_fraction: float = 0.5
+    points: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.daily_limit, int) or isinstance(self.daily_limit, bool) or self.daily_limit < 0:
+            raise GoldError(f"daily_limit must be an integer 0 or more (0: no limit), not {self.daily_limit!r}")
+        if not isinstance(self.points, (int, float)) or isinstance(self.points, bool) or not 0 <= self.points < 1e9:
+            raise GoldError(f"points must be a number 0 or more, not {self.points!r}")
+        if not isinstance(self.private_fraction, (int, float)) or not 0 < self.private_fraction < 1:
+            raise GoldError(f"private_fraction must lie strictly between 0 and 1, not {self.private_fraction!r}")
+
+
+def read_settings(path: str | Path) -> Settings:
+    """Settings from a JSON object with any of daily_limit, private_fraction, points."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise GoldError(f"{path}: cannot read the settings as JSON ({e})") from None
+    known = {f.name for f in fields(Settings)}
+    if not isinstance(data, dict) or set(data) - known:
+        raise GoldError(f"{path}: expected a JSON object with keys among {', '.join(sorted(known))}")
+    try:
+        return Settings(**data)
+    except GoldError as e:
+        raise GoldError(f"{path}: {e}") from None
+
+
+def read_metadata(path: str | Path) -> dict:
+    """Gradescope's submission_metadata.json as a dict."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise GoldError(f"{path}: cannot read the submission metadata as JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise GoldError(f"{path}: expected a JSON object")
+    return data
+
+
+def parse_time(text: object, what: str) -> datetime:
+    """An ISO 8601 time with its offset (Gradescope's format); a time without an offset is read as UTC."""
+    try:
+        moment = datetime.fromisoformat(str(text))
+    except ValueError:
+        raise GoldError(f"submission metadata: {what} is not an ISO 8601 time: {text!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def due_date(metadata: dict | None) -> datetime | None:
+    """The assignment's last deadline: late_due_date when set, else due_date; None without either."""
+    assignment = (metadata or {}).get("assignment") or {}
+    for key in ("late_due_date", "due_date"):
+        if assignment.get(key):
+            return parse_time(assignment[key], f"assignment.{key}")
+    return None
+
+
+def shown_time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M %Z").strip()
+
+
+def rate_limit(metadata: dict, limit: int) -> str | None:
+    """The message for an upload past the limit (None when it is within it): `limit` uploads are graded in the 24
+    hours before created_at; previous uploads that failed on Gradescope's side do not count."""
+    if limit <= 0:
+        return None
+    created = parse_time(metadata.get("created_at"), "created_at")
+    times = sorted(t for t in (parse_time(p.get("submission_time"), "previous_submissions[].submission_time")
+                               for p in metadata.get("previous_submissions") or [] if not p.get("autograder_error"))
+                   if created - DAY < t < created)
+    if len(times) < limit:
+        return None
+    moments = times + [created]              # this upload counts towards the next one's limit too
+    next_time = moments[len(moments) - limit] + DAY
+    return (f"Daily limit reached: {limit} graded upload{'s' if limit > 1 else ''} in any 24 hours, and you made "
+            f"{len(times)} in the 24 hours before this one ({shown_time(created)}), so this upload was not graded. "
+            f"An upload made after {shown_time(next_time)} is graded (uploads before then count too).")
+
+
+KEPT = ("Below is the result of your previous upload, which the leaderboard keeps. Gradescope makes this upload your "
+        "active submission: to be ranked on the earlier one, activate it under Submission History.")
+
+
+def limited_results(metadata: dict, message: str) -> dict:
+    """The previous upload's results (Gradescope sends them for the latest previous upload) under the message;
+    score 0 and the message when there are none."""
+    previous = [p for p in metadata.get("previous_submissions") or [] if isinstance(p.get("results"), dict)]
+    if not previous:
+        return {"score": 0.0, "output": f"{message}\nThere is no previous result to keep: this upload scores 0.",
+                "tests": [], "extra_data": {"rate_limited": True}}
+    results = copy.deepcopy(previous[-1]["results"])
+    extra = results.get("extra_data") if isinstance(results.get("extra_data"), dict) else {}
+    base = extra.get("graded_output", results.get("output", ""))
+    results["output"] = f"{message}\n{KEPT}\n\n{base}"
+    results["extra_data"] = {**extra, "rate_limited": True}
+    return results
+
+
+def _test(name: str, output: str, visibility: str = "visible", score: float = 0.0, max_score: float = 0.0,
+          passed: bool = True) -> dict:
+    return {"name": name, "score": score, "max_score": max_score, "status": "passed" if passed else "failed",
+            "output": output, "visibility": visibility}
+
+
+def results_for(standing: Standing, settings: Settings, final: bool, due: datetime | None) -> dict:
+    """results.json for a graded upload: final=True (past the due date) posts the private figures to the leaderboard."""
+    points = settings.points if standing.valid else 0.0
+    files = "Files read: " + (", ".join(standing.files) or "none")
+    notes = "".join(f"\nnote: {n}" for n in standing.notes) + "".join(f"\nwarning: {w}" for w in standing.warnings)
+    if not standing.valid:
+        listed = "\n".join(f"  {p}" for p in standing.problems)
+        shown = "\n".join(f"  {p}" for p in standing.problems[:MAX_SHOWN])
+        more = f"\n  ... and {len(standing.problems) - MAX_SHOWN} more (see the test below)" \
+            if len(standing.problems) > MAX_SHOWN else ""
+        head = "This upload is not valid, so it scores 0 and has no leaderboard entry. Fix these problems and upload again:"
+        return {"score": 0.0, "output": f"{head}\n{shown}{more}{notes}",
+                "tests": [_test("Upload: the six prediction files, complete and valid", f"{files}\n{listed}{notes}",
+                                score=0.0, max_score=settings.points, passed=False)]}
+    assert standing.public is not None and standing.private is not None
+    when = f"the due date ({shown_time(due)})" if due else "the due date (none set)"
+    share = round(100 * (1 - settings.private_fraction))
+    board_figures = standing.private if final else standing.public
+    lines = [f"Valid upload: {points:g} point{'s' if points != 1 else ''}.",
+             f"Test set, public part: {standing.public.line()}"]
+    if final:
+        lines.append(f"Test set, private part (the final standing): {standing.private.line()}")
+    if standing.dev is not None:
+        lines.append(f"Dev set (public labels): {standing.dev.line()}")
+    lines.append(f"Past {when}: the leaderboard shows the final standing, on the private part of the test set."
+                 if final else
+                 f"Until {when} the leaderboard shows the public part of the test set (about {share}% of its ids, the "
+                 "same for everyone); the final standing, posted after it, uses the other part.")
+    tests = [_test("Upload: the six prediction files, complete and valid", files + notes, score=points,
+                   max_score=settings.points)]
+    if standing.dev is not None:
+        tests.append(_test("Dev set (public labels)", standing.dev.line()))
+    tests.append(_test("Test set, public part", f"{standing.public.line()}\n{standing.public.count_line()}"))
+    tests.append(_test("Test set, private part (the final standing)",
+                       f"{standing.private.line()}\n{standing.private.count_line()}", visibility="after_due_date"))
+    board = [{"name": name, "value": round(getattr(board_figures, key), 6), "order": "desc"} for name, key in BOARD]
+    return {"score": points, "output": "\n".join(lines) + notes, "tests": tests, "leaderboard": board}
+
+
+def grade(submission: str | Path, tests: GoldSplit, settings: Settings, dev: dict | None = None,
+          metadata: dict | None = None, now: datetime | None = None) -> dict:
+    """results.json's object for one upload: graded, or past the daily limit (never past the due date)."""
+    start = time.monotonic()
+    now = now or datetime.now(UTC)
+    due = due_date(metadata)
+    final = due is not None and now >= due
+    message = rate_limit(metadata, settings.daily_limit) if metadata is not None and not final else None
+    if message is not None:
+        results = limited_results(metadata, message)
+    else:
+        results = results_for(score_upload(submission, tests, dev), settings, final, due)
+        results["extra_data"] = {"graded_output": results["output"], "phase": "final" if final else "public"}
+    results["extra_data"] = {**results.get("extra_data", {}), **provenance(ROOT), "settings": asdict(settings)}
+    results["execution_time"] = round(time.monotonic() - start, 3)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m assignments.leaderboard", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("submission", help="the upload: a folder (Gradescope's /autograder/submission) or a zip")
+    parser.add_argument("--gold", required=True, help="the instructor's folder of labelled test files: ids-sst-test.csv, "
+                        "quora-test.csv, sts-test.csv (the dev files' format)")
+    parser.add_argument("--salt-file", required=True, help="the secret salt that splits the test set (kept beside the "
+                        "gold; 16 characters or more)")
+    parser.add_argument("--data-dir", default=str(ROOT / "data"), help="the public data folder: its dev files are the "
+                        "dev gold, its *-test-student.csv files must carry the gold's ids (default: the reference's data/)")
+    parser.add_argument("--metadata", help="Gradescope's submission_metadata.json: due dates, created_at, previous "
+                        "submissions (without it: no daily limit, and the leaderboard shows the public part)")
+    parser.add_argument("--settings", help="a JSON of daily_limit, private_fraction and points (a bundle's "
+                        "settings.json); the flags below override it")
+    parser.add_argument("--daily-limit", type=nonnegative_int, help="uploads graded in any 24 hours (default 0: no limit)")
+    parser.add_argument("--private-fraction", type=float, help="the share of test ids in the private part (default 0.5)")
+    parser.add_argument("--points", type=nonnegative_float, help="a valid, complete upload's points (default 1)")
+    parser.add_argument("--out", required=True, help="where to write results.json")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    try:
+        if not Path(args.submission).exists():
+            raise GoldError(f"{args.submission}: no such file or folder; name the upload's folder or zip")
+        settings = read_settings(args.settings) if args.settings else Settings()
+        given = {"daily_limit": args.daily_limit, "private_fraction": args.private_fraction, "points": args.points}
+        settings = Settings(**{**asdict(settings), **{k: v for k, v in given.items() if v is not None}})
+        tests = split_gold(load_gold(args.gold, args.data_dir), read_salt(args.salt_file), settings.private_fraction)
+        dev = load_dev(args.data_dir)
+        metadata = read_metadata(args.metadata) if args.metadata else None
+        results = grade(args.submission, tests, settings, dev, metadata)
+    except GoldError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    results["execution_time"] = round(time.monotonic() - start, 3)       # reading the gold included
+    write_text(args.out, json.dumps(results, indent=2) + "\n")
+    print(results["output"])
+    print(f"wrote {args.out}: score {results['score']:g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The leaderboard without Gradescope: score a folder of uploads and write the ranked table as CSV and Markdown.
+
+    python -m assignments.scoreboard SUBMISSIONS_DIR --gold GOLD_DIR --salt-file SALT [--data-dir data]
+        [--private-fraction 0.5] --csv board.csv --md board.md
+
+Each entry of SUBMISSIONS_DIR is one upload, named by the entry: a zip (tasks.submit's, or any zip of the six
+files) or a folder holding the files (flat, under predictions/, or a folder or two down). Uploads are checked and
+scored as the Gradescope autograder does (assignments.leaderboard), on the same salted split: the table ranks the
+valid ones by the private part's overall score (the final standing) and shows the public part beside it; an
+invalid upload is listed, unranked, with its first problems. With --data-dir the dev files are required and checked
+too, as on Gradescope; without it only the test files are. One upload that cannot be read never stops the board.
+Both files are written atomically. Exit status 2 on an unusable gold or salt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from tasks.core.evaluation import write_text
+
+from .standing import GoldError, GoldSplit, Standing, load_dev, load_gold, read_salt, score_upload, split_gold
+
+COLUMNS = ("rank", "submission", "public overall", "public SST", "public Quora", "public STS", "private overall",
+           "private SST", "private Quora", "private STS", "valid", "problems")
+PROBLEMS_SHOWN = 3
+SKIPPED = ("__MACOSX",)
+
+
+@dataclass
+class Entry:
+    """One upload's row: its name, its standing, its rank among the valid uploads (None when invalid)."""
+
+    name: str
+    standing: Standing
+    rank: int | None = None
+
+
+def entries(folder: str | Path) -> list[Path]:
+    """The uploads of a folder: its zips and sub-folders, by name (hidden entries and other files skipped)."""
+    folder = Path(folder)
+    return sorted(p for p in folder.iterdir() if not p.name.startswith(".") and p.name not in SKIPPED
+                  and (p.is_dir() or p.suffix.lower() == ".zip"))
+
+
+def score_entry(path: Path, tests: GoldSplit, dev: dict | None) -> Entry:
+    """One upload's entry; an error while reading it makes it invalid with the error, never stops the board."""
+    name = path.name.removesuffix(".zip") if path.is_file() else path.name
+    try:
+        return Entry(name, score_upload(path, tests, dev))
+    except Exception as e:                       # noqa: BLE001 -- recorded in the row, the board goes on
+        return Entry(name, Standing(valid=False, problems=[f"{path.name}: cannot be scored: {type(e).__name__}: {e}"]))
+
+
+def rank(rows: list[Entry]) -> list[Entry]:
+    """Valid entries by private overall, best first (equal scores share a rank), then the invalid ones, by name."""
+    valid = sorted((e for e in rows if e.standing.valid), key=lambda e: (-e.standing.private.overall, e.name))
+    for i, entry in enumerate(valid):
+        same = i > 0 and entry.standing.private.overall == valid[i - 1].standing.private.overall
+        entry.rank = valid[i - 1].rank if same else i + 1
+    return valid + sorted((e for e in rows if not e.standing.valid), key=lambda e: e.name)
+
+
+def cells(entry: Entry) -> list[str]:
+    """The row of COLUMNS for one entry (figures to 4 places; blank where invalid)."""
+    s = entry.standing
+    figures = []
+    for part in (s.public, s.private):
+        figures += [f"{v:.4f}" for v in (part.overall, part.sst, part.para, part.sts)] if part else [""] * 4
+    problems = "; ".join(s.problems[:PROBLEMS_SHOWN])
+    if len(s.problems) > PROBLEMS_SHOWN:
+        problems += f"; ... ({len(s.problems) - PROBLEMS_SHOWN} more)"
+    return [str(entry.rank or ""), entry.name, *figures, "yes" if s.valid else "no", problems]
+
+
+def board_csv(rows: list[Entry]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    writer.writerows(cells(e) for e in rows)
+    return out.getvalue()
+
+
+def _md(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def board_md(rows: list[Entry]) -> str:
+    """The ranked table of the valid uploads, then the invalid ones with their first problems."""
+    head = COLUMNS[:-1]
+    lines = ["# Leaderboard: the final standing (ranked by the private part's overall score)", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_md(c) for c in cells(e)[:len(head)]) + " |" for e in rows if e.standing.valid]
+    invalid = [e for e in rows if not e.standing.valid]
+    if invalid:
+        lines += ["", f"## Not valid ({len(invalid)}): no score", ""]
+        lines += [f"- **{_md(e.name)}**: {_md(cells(e)[-1])}" for e in invalid]
+    return "\n".join(lines) + "\n"
+
+
+def scoreboard(folder: str | Path, tests: GoldSplit, dev: dict | None = None, progress: bool = True) -> list[Entry]:
+    """Score every upload of folder and rank them."""
+    paths = entries(folder)
+    return rank([score_entry(p, tests, dev) for p in tqdm(paths, desc="scoring", unit="upload", disable=not progress)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m assignments.scoreboard", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("submissions", help="a folder with one zip or folder per upload, named by the entry")
+    parser.add_argument("--gold", required=True, help="the labelled test files (as for assignments.leaderboard)")
+    parser.add_argument("--salt-file", required=True, help="the salt that splits the test set (Gradescope's bundle's)")
+    parser.add_argument("--data-dir", help="the public data folder: require and check the dev files too, and check "
+                        "that its test files carry the gold's ids")
+    parser.add_argument("--private-fraction", type=float, default=0.5, help="the private share of test ids (0.5)")
+    parser.add_argument("--csv", required=True, help="the ranked table as CSV")
+    parser.add_argument("--md", required=True, help="the ranked table as Markdown")
+    args = parser.parse_args(argv)
+    try:
+        if not Path(args.submissions).is_dir():
+            raise GoldError(f"{args.submissions}: not a folder of uploads")
+        tests = split_gold(load_gold(args.gold, args.data_dir), read_salt(args.salt_file), args.private_fraction)
+        dev = load_dev(args.data_dir) if args.data_dir else None
+    except GoldError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rows = scoreboard(args.submissions, tests, dev)
+    write_text(args.csv, board_csv(rows))
+    write_text(args.md, board_md(rows))
+    n_valid = sum(e.standing.valid for e in rows)
+    print(f"scored {len(rows)} uploads ({n_valid} valid, {len(rows) - n_valid} not): wrote {args.csv} and {args.md}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Find the six leaderboard prediction files in an upload, as Gradescope delivers it, and unzip safely.
+
+An upload is a folder (Gradescope's /autograder/submission) or a zip. The files {sst,para,sts}-{dev,test}-output.csv
+may lie flat in it, under predictions/ (tasks.submit's zip), or a folder or two further down (a zipped folder);
+a zip uploaded as such is either unpacked by Gradescope or left as a .zip file in the folder: both are read. A zip is
+never extracted as it stands: only members named like a prediction file are read, each into a file whose name we
+choose, after checking every member (no absolute or `..` paths, no links, at most MAX_MEMBERS members and
+MAX_BYTES bytes in all, counted as they are read, not as the zip claims).
+"""
+
+from __future__ import annotations
+
+import stat
+import zipfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+TASK_NAMES = ("sst", "para", "sts")
+SPLITS = ("dev", "test")
+FILE_NAMES = tuple(f"{t}-{s}-output.csv" for t in TASK_NAMES for s in SPLITS)
+SKIP_DIRS = ("__MACOSX", "__pycache__", ".git")
+MAX_DEPTH = 3                      # the files may lie up to this many folders below the upload (a/b/predictions/x.csv)
+MAX_MEMBERS = 10_000
+MAX_BYTES = 256 * 2**20            # 256 MiB uncompressed in all; the six files of the course are about 0.5 MiB
+CHUNK = 2**16
+WANTED = ("upload the six files {sst,para,sts}-{dev,test}-output.csv, or the zip that python -m tasks.submit writes")
+
+
+class UploadError(ValueError):
+    """An upload that cannot be read as a set of prediction files (a bad zip, an ambiguous set); says why."""
+
+
+@dataclass
+class Upload:
+    """The prediction files found: file name -> local path, and how to name each to the student."""
+
+    files: dict[str, Path] = field(default_factory=dict)
+    shown: dict[Path, str] = field(default_factory=dict)      # local path -> the name as in the upload
+    notes: list[str] = field(default_factory=list)
+
+    def display(self, text: str) -> str:
+        """text with every local path replaced by the upload's own name for the file."""
+        for local, name in sorted(self.shown.items(), key=lambda kv: -len(str(kv[0]))):
+            text = text.replace(str(local), name)
+        return text
+
+
+def _levels(top: Path) -> list[list[Path]]:
+    """The folders under top, level by level (top first), skipping hidden and tool folders; links never followed."""
+    levels, level = [], [top]
+    for _ in range(MAX_DEPTH + 1):
+        levels.append(level)
+        level = sorted(d for base in level for d in base.iterdir()
+                       if d.is_dir() and not d.is_symlink() and d.name not in SKIP_DIRS and not d.name.startswith("."))
+    return levels
+
+
+def _find_files(top: Path, label: str) -> Upload:
+    """The shallowest copy of each prediction file under top; two copies at the same depth are an error."""
+    upload = Upload()
+    levels = _levels(top)
+    for name in FILE_NAMES:
+        for level in levels:
+            hits = [d / name for d in level if (d / name).is_file() and not (d / name).is_symlink()]
+            if len(hits) > 1:
+                where = ", ".join(f"{label}/{h.relative_to(top).as_posix()}" for h in hits)
+                raise UploadError(f"{name} is in the upload twice at the same depth ({where}); upload one copy")
+            if hits:
+                if hits[0].stat().st_size > MAX_BYTES:
+                    raise UploadError(f"{name}: {hits[0].stat().st_size // 2**20} MiB, more than {MAX_BYTES // 2**20} "
+                                      "MiB; the six files of the course hold about 0.5 MiB")
+                upload.files[name] = hits[0]
+                upload.shown[hits[0]] = f"{label}/{hits[0].relative_to(top).as_posix()}".removeprefix("./")
+                break
+    return upload
+
+
+def _zips(top: Path) -> list[Path]:
+    """The .zip files under top, shallowest level first."""
+    for level in _levels(top):
+        found = sorted(f for d in level for f in d.glob("*.zip") if f.is_file() and not f.is_symlink())
+        if found:
+            return found
+    return []
+
+
+def _member_path(info: zipfile.ZipInfo, archive: str) -> PurePosixPath:
+    """A member's path, refused when it is absolute, climbs out with `..`, or is a link."""
+    name = info.filename.replace("\\", "/")
+    path = PurePosixPath(name)
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":") or ".." in path.parts:
+        raise UploadError(f"{archive}: member {info.filename!r} points outside the archive; zip the files themselves")
+    if stat.S_ISLNK(info.external_attr >> 16):
+        raise UploadError(f"{archive}: member {info.filename!r} is a symbolic link; zip the files themselves")
+    return path
+
+
+def extract_predictions(archive: Path, out: Path, label: str) -> Upload:
+    """Check every member of archive, then copy the prediction files it holds into out (one folder per depth)."""
+    try:
+        with zipfile.ZipFile(archive) as z:
+            infos = z.infolist()
+            if len(infos) > MAX_MEMBERS:
+                raise UploadError(f"{label}: {len(infos)} members, more than {MAX_MEMBERS}; zip the six files alone")
+            wanted = []
+            for info in infos:
+                path = _member_path(info, label)
+                if info.is_dir() or path.name not in FILE_NAMES or any(p in SKIP_DIRS for p in path.parts):
+                    continue
+                if len(path.parts) > MAX_DEPTH + 1:
+                    continue
+                wanted.append((info, path))
+            total = 0
+            upload = Upload()
+            by_depth: dict[str, list[tuple[int, zipfile.ZipInfo, PurePosixPath]]] = {}
+            for info, path in wanted:
+                by_depth.setdefault(path.name, []).append((len(path.parts), info, path))
+            for name, hits in sorted(by_depth.items()):
+                depth = min(d for d, _, _ in hits)
+                top = [(info, path) for d, info, path in hits if d == depth]
+                if len(top) > 1:
+                    raise UploadError(f"{name} is in {label} twice at the same depth "
+                                      f"({', '.join(str(p) for _, p in top)}); zip one copy")
+                info, path = top[0]
+                local = out / name
+                out.mkdir(parents=True, exist_ok=True)
+                with z.open(info) as src, open(local, "wb") as dst:
+                    while chunk := src.read(CHUNK):
+                        total += len(chunk)
+                        if total > MAX_BYTES:
+                            raise UploadError(f"{label}: the prediction files hold more than {MAX_BYTES // 2**20} MiB "
+                                              "uncompressed; the six files of the course hold about 0.5 MiB")
+                        dst.write(chunk)
+                upload.files[name] = local
+                upload.shown[local] = f"{label}:{path}"
+            if not upload.files:
+                raise UploadError(f"{label} holds no prediction file (it holds: {_listing(i.filename for i in infos)}); "
+                                  f"{WANTED}")
+            return upload
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as e:
+        raise UploadError(f"{label}: not a readable zip file ({e}); zip the six files again") from None
+    except (OSError, RuntimeError) as e:          # RuntimeError: an encrypted member
+        raise UploadError(f"{label}: cannot read the zip ({e}); zip the six files without a password") from None
+
+
+def find_upload(submission: str | Path, work: str | Path) -> Upload:
+    """The prediction files of an upload (a folder or a zip); zips are read into work. An upload without any is an
+    error that lists what it holds; the caller reports each file missing from a partial set."""
+    submission, work = Path(submission), Path(work)
+    if submission.is_file():
+        if not zipfile.is_zipfile(submission):
+            raise UploadError(f"{submission.name}: neither a folder nor a zip file; upload the six prediction files "
+                              "or the zip that tasks.submit writes")
+        return extract_predictions(submission, work / "zip0", submission.name)
+    if not submission.is_dir():
+        raise UploadError(f"{submission}: no such file or folder")
+    upload = _find_files(submission, ".")
+    if upload.files:
+        return upload
+    zips = _zips(submission)
+    if len(zips) > 1:
+        names = ", ".join(z.relative_to(submission).as_posix() for z in zips)
+        raise UploadError(f"the upload holds several zip files ({names}) and no prediction file; upload one")
+    if not zips:
+        found = (p.relative_to(submission).as_posix() for p in sorted(submission.rglob("*")) if p.is_file())
+        raise UploadError(f"no prediction file in the upload (it holds: {_listing(found)}); {WANTED}")
+    upload = extract_predictions(zips[0], work / "zip0", zips[0].relative_to(submission).as_posix())
+    upload.notes.append(f"read the prediction files from {zips[0].relative_to(submission).as_posix()}")
+    return upload
+
+
+def _listing(names: Iterable[str], shown: int = 10) -> str:
+    """The first few names of a listing, and how many more."""
+    names = list(names)
+    more = f", ... ({len(names) - shown} more)" if len(names) > shown else ""
+    return (", ".join(names[:shown]) or "nothing") + more
