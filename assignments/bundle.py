@@ -1,13 +1,15 @@
 """Build a Gradescope autograder zip from this reference tree: python -m assignments.bundle KIND OUT.zip [options]
 
+    python -m assignments.bundle checks OUT.zip --seed-file SEED [--groups core] [--hide-hints] [--timeout 20]
     python -m assignments.bundle leaderboard OUT.zip --gold GOLD_DIR --salt-file SALT [--daily-limit N]
         [--private-fraction 0.5] [--points 1]
 
 Every bundle holds, at the zip's root as Gradescope's specification asks, setup.sh and run_autograder (from
 assignments/gradescope/KIND/), and minbert-reference/: the reference's files under minbert/, tasks/, assignments/,
-data/ and requirements.txt that git tracks (or would: untracked files that are not ignored come too, and mark the
+data/, docs/ (a profile ships its pages) and requirements.txt that git tracks (or would: untracked files that are not ignored come too, and mark the
 commit "-dirty"), with REFERENCE_COMMIT naming the commit. setup.sh installs the exact versions of
-assignments/gradescope/requirements-grader.txt. A kind adds its own files: the leaderboard's are leaderboard/gold/
+assignments/gradescope/requirements-grader.txt. A kind adds its own files: the checks' are grading/seed and
+grading/flags (the grader's options); the leaderboard's are leaderboard/gold/
 (the labelled test files, checked here against data/'s test ids), leaderboard/salt and leaderboard/settings.json.
 Another kind is one more entry in KINDS: a function that adds its flags, one that returns its files, and its
 folder of scripts. The zip is written atomically, with fixed timestamps: the same inputs give the same bytes.
@@ -36,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "assignments" / "gradescope"
 LOCK = "assignments/gradescope/requirements-grader.txt"
 REFERENCE = "minbert-reference"
-TRACKED = ("minbert", "tasks", "assignments", "data", "requirements.txt")
+TRACKED = ("minbert", "tasks", "assignments", "data", "docs", "requirements.txt")
 EXECUTABLE = ("setup.sh", "run_autograder")
 STAMP = (1980, 1, 1, 0, 0, 0)
 
@@ -120,6 +122,39 @@ def leaderboard_files(args: argparse.Namespace) -> dict[str, Path | bytes]:
     return files
 
 
+def checks_arguments(parser: argparse.ArgumentParser) -> None:
+    from .common import ALL_GROUPS
+    from .grade import DEFAULT_TIMEOUT
+    from .profiles import DEFAULT_PROFILE, PROFILES
+    parser.add_argument("--seed-file", required=True, help="a file holding the grading seed the hidden inputs are "
+                        "drawn from (make one: python -c 'import secrets; print(secrets.randbits(63))' > seed.txt); "
+                        "keep it outside the repository, like the gold")
+    parser.add_argument("--groups", nargs="+", choices=[*ALL_GROUPS, "all"], default=["core"],
+                        help="the groups graded (default: core, part 1); one Gradescope assignment per group keeps "
+                             "each score out of the others' totals")
+    parser.add_argument("--profile", choices=list(PROFILES), default=DEFAULT_PROFILE,
+                        help=f"the profile of the tree handed out (default: {DEFAULT_PROFILE})")
+    parser.add_argument("--timeout", type=nonnegative_float, default=DEFAULT_TIMEOUT, help="seconds allowed per part")
+    parser.add_argument("--hide-hints", action="store_true", help="leave the matched mistake out of each part's "
+                        "output until the due date")
+
+
+def checks_files(args: argparse.Namespace) -> dict[str, Path | bytes]:
+    """grading/seed (checked to be an integer) and grading/flags (the grader's options)."""
+    from .grade import read_seed
+    seed_file = Path(args.seed_file)
+    outside_data(seed_file, "grading seed")
+    try:
+        seed = read_seed(seed_file.read_text(), str(seed_file))
+    except OSError as e:
+        raise BundleError(f"{seed_file}: cannot read the grading seed ({e.strerror})") from None
+    except ValueError as e:
+        raise BundleError(str(e)) from None
+    flags = ["--groups", *args.groups, "--profile", args.profile, "--timeout", f"{args.timeout:g}"]
+    flags += ["--hide-hints"] if args.hide_hints else []
+    return {"grading/seed": f"{seed}\n".encode(), "grading/flags": (" ".join(flags) + "\n").encode()}
+
+
 @dataclass(frozen=True)
 class Kind:
     """One kind of bundle: its help, its flags, its own files, and its folder of setup.sh and run_autograder."""
@@ -131,6 +166,8 @@ class Kind:
 
 
 KINDS = {
+    "checks": Kind("the checks: grades a submission's code on inputs drawn from the instructor's seed",
+                   checks_arguments, checks_files, SCRIPTS / "checks"),
     "leaderboard": Kind("the leaderboard: checks and scores uploads of prediction files against the held-out gold",
                         leaderboard_arguments, leaderboard_files, SCRIPTS / "leaderboard"),
 }

@@ -310,7 +310,8 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
                       "score": 0, "max_score": 0, "status": "passed", "visibility": "after_due_date",
                       "output": full or "every part passes"})
     totals = group_totals(results)
-    return {"score": sum(r["score"] for r in results), "execution_time": elapsed,
+    from .provenance import provenance
+    return {"score": sum(r["score"] for r in results), "execution_time": elapsed, "extra_data": provenance(ROOT),
             "output": "\n".join(notes + [format_total(t) for t in totals]),
             "stdout_visibility": "after_due_date" if hide_hints else "visible",
             "tests": tests, "parts": results, "groups": totals}
