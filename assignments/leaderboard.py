@@ -11,7 +11,8 @@ valid one earns --points and its figures: SST accuracy, Quora accuracy, STS Pear
 dev set (public labels, for information) and on the two parts of the test set, split by the salt (--private-fraction
 of the ids private). Until the due date (the metadata's late_due_date if set, else its due_date, against the clock
 when grading) the leaderboard shows the public part; after it, the private part: a "Regrade all" after the deadline
-posts the final standing. Before then the private figures sit only in a test visible after the due date.
+posts the final standing. Before then results.json holds no private figure (so students also see their total
+score: Gradescope hides it while any test is hidden); python -m assignments.scoreboard shows the staff both parts.
 --daily-limit N grades N uploads in any 24 hours before the upload's created_at (0: no limit); an upload past the
 limit keeps the previous upload's result, with a message. Exit status 2 on an unusable gold, salt or setting.
 """
@@ -180,8 +181,9 @@ def results_for(standing: Standing, settings: Settings, final: bool, due: dateti
     if standing.dev is not None:
         tests.append(_test("Dev set (public labels)", standing.dev.line()))
     tests.append(_test("Test set, public part", f"{standing.public.line()}\n{standing.public.count_line()}"))
-    tests.append(_test("Test set, private part (the final standing)",
-                       f"{standing.private.line()}\n{standing.private.count_line()}", visibility="after_due_date"))
+    if final:        # before the due date results.json holds no private figure at all (staff: the scoreboard)
+        tests.append(_test("Test set, private part (the final standing)",
+                           f"{standing.private.line()}\n{standing.private.count_line()}"))
     board = [{"name": name, "value": round(getattr(board_figures, key), 6), "order": "desc"} for name, key in BOARD]
     return {"score": points, "output": "\n".join(lines) + notes, "tests": tests, "leaderboard": board}
 
