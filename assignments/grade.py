@@ -34,7 +34,7 @@ from tasks.core.errors import positive_float, positive_int
 from .check import describe, format_result, format_total, group_totals
 from .checks import PARTS, parts_of
 from .common import GROUPS
-from .isolation import become_subreaper, sweep
+from .isolation import become_subreaper, children, sweep
 from .make import ROOT, generate, stubbed_files
 from .profiles import DEFAULT_PROFILE, PROFILES
 
@@ -131,12 +131,13 @@ def _hand_over(path: Path, account: tuple[int, int] | None) -> None:
         os.chown(path, *account)
 
 
-def run_parts(staging: Path, names: list[str], timeout: float, jobs: int, account: tuple[int, int] | None = None
-              ) -> dict[str, dict]:
+def run_parts(staging: Path, names: list[str], timeout: float, jobs: int, account: tuple[int, int] | None = None,
+              spare: frozenset[int] = frozenset()) -> dict[str, dict]:
     """Run the staged tree's checker in record mode, each part in its own forked process with the time limit.
 
     Returns what that process said of each part (untrusted: only a failed part's status and message are used);
-    the parts' results, as data, are in staging/.grading/records.
+    the parts' results, as data, are in staging/.grading/records. Every other child of this process is killed
+    after it, but those in `spare` (the caller's own, from before the grading).
     """
     work = staging / ".grading"              # this process's; the student's user writes in records/ and out/ alone
     result_file, log_file = work / "out" / "results.json", work / "check-log.txt"
@@ -158,7 +159,7 @@ def run_parts(staging: Path, names: list[str], timeout: float, jobs: int, accoun
             pass
         _kill_group(proc.pid)
         proc.wait()
-    sweep()
+    sweep(keep=spare)
     said: dict[str, dict] = {}
     try:                                     # read after every process of the submission is gone: no race
         if _plain_file(result_file) and result_file.stat().st_size < 1 << 20:
@@ -275,6 +276,7 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
     fixtures = {f: hidden_fixture(f, seed) for f in wanted}        # by the reference, before any student code runs
     preload()
     become_subreaper()
+    spare = frozenset(children())              # the caller's own processes: never the submission's
     by_tree = [[n for n in names if PARTS[n].group == "core"], [n for n in names if PARTS[n].group != "core"]]
     notes, missing, results = [], set(), {}
     with tempfile.TemporaryDirectory(prefix="minbert-grade-") as tmp:
@@ -288,7 +290,7 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
             missing |= batch_missing
             write_inputs(staging / ".grading" / "inputs", {f: fixtures[f] for n in batch for f in PARTS[n].fixtures})
             n_jobs = jobs or max(1, min(len(batch), os.cpu_count() or 1))
-            said = run_parts(staging, batch, timeout, n_jobs, account)
+            said = run_parts(staging, batch, timeout, n_jobs, account, spare)
             results.update({n: judge_part(n, staging, said[n], fixtures) for n in batch})
     results = [results[n] for n in names]
     for r in results:                # a part whose file was not submitted says so in its own output

@@ -98,7 +98,7 @@ def sweep(keep: frozenset[int] = frozenset()) -> list[int]:
     its orphans are this process's children). Returns the pids killed."""
     killed = []
     for _ in range(50):
-        found = [pid for pid in _children() if pid not in keep]
+        found = [pid for pid in children() if pid not in keep]
         if not found:
             break
         for pid in found:
@@ -115,7 +115,7 @@ def sweep(keep: frozenset[int] = frozenset()) -> list[int]:
     return killed
 
 
-def _children() -> list[int]:
+def children() -> list[int]:
     """The pids whose parent is this process (from /proc; empty where there is none)."""
     me, out = os.getpid(), []
     try:
