@@ -204,8 +204,14 @@ def print_table(res: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m assignments.grade", description=__doc__.split("\n")[0])
-    ap.add_argument("submission", help="the submitted tree (or folder of submitted files)")
-    ap.add_argument("--out", default="results.json", help="where to write Gradescope's results.json")
+    ap.add_argument("submission", nargs="?", help="the submitted tree (or folder of submitted files)")
+    ap.add_argument("--out", help="where to write Gradescope's results.json (default: results.json)")
+    ap.add_argument("--batch", metavar="DIR", help="grade every submission in DIR (each a .zip or a folder) into "
+                    "--csv, each with the options below (assignments/batch.py)")
+    ap.add_argument("--csv", help="with --batch: the CSV of grades, one row per submission (default: grades.csv); "
+                    "each one's full results go beside it (grades/NAME.json)")
+    ap.add_argument("--regrade", action="store_true",
+                    help="with --batch: grade again the submissions already in the CSV whose entry is unchanged")
     ap.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, help="seconds allowed per part")
     ap.add_argument("--jobs", type=positive_int, default=None, help="parts graded at once (default: CPU count)")
     ap.add_argument("--groups", nargs="+", choices=[*GROUPS, "all"], default=["core"],
@@ -217,18 +223,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hide-hints", action="store_true",
                     help="leave the matched mistake out of each part's output; show it after the due date")
     args = ap.parse_args(argv)
-    problem = grader_guard()
+    from .batch import run_batch, usage_error
+    problem = grader_guard() or usage_error(args)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     groups = list(PROFILES[args.profile].groups) if "all" in args.groups else args.groups
+    if args.batch is not None:
+        return run_batch(args, groups)
     try:
         res = grade(args.submission, args.timeout, args.parts, args.jobs, groups, args.hide_hints, args.profile)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print_table(res)
-    out = Path(args.out)
+    out = Path(args.out or "results.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(json.dumps({k: v for k, v in res.items() if k not in ("parts", "groups")}, indent=2) + "\n")
