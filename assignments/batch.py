@@ -68,14 +68,23 @@ def submissions(folder: Path, exclude: tuple[Path, ...] = ()) -> list[Path]:
                   key=lambda e: e.name)
 
 
+def walk(folder: Path) -> list[Path]:
+    """The files and symlinks in folder, relative to it, sorted; hidden entries and __MACOSX left out, links not
+    followed."""
+    found = []
+    for top, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not ignored((d,))]       # symlinked folders are listed, never entered
+        found += [Path(top, n).relative_to(folder) for n in files + [d for d in dirs if Path(top, d).is_symlink()]
+                  if not ignored((n,))]
+    return sorted(found)
+
+
 def content_hash(entry: Path) -> str:
     """A short sha256 of a zip's bytes, or of a folder's paths and file contents (hidden entries left out)."""
     h = hashlib.sha256()
     if entry.is_dir():
-        for path in sorted(entry.rglob("*")):
-            rel = path.relative_to(entry)
-            if ignored(rel.parts) or (path.is_dir() and not path.is_symlink()):
-                continue
+        for rel in walk(entry):
+            path = entry / rel
             h.update(rel.as_posix().encode() + b"\0")
             if path.is_symlink():
                 h.update(b"symlink " + os.readlink(path).encode())
@@ -88,6 +97,7 @@ def content_hash(entry: Path) -> str:
 
 
 def _update(h: hashlib._Hash, path: Path) -> None:
+    """Feed a file's bytes to the hash, a MiB at a time."""
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
@@ -96,7 +106,7 @@ def _update(h: hashlib._Hash, path: Path) -> None:
 def member_path(name: str) -> PurePosixPath:
     """A zip member's path, refused with BadUpload when it would leave the folder it is unpacked into."""
     path = PurePosixPath(name.replace("\\", "/"))
-    if not name or path.is_absolute() or ".." in path.parts or ":" in path.parts[0]:
+    if not name or path.is_absolute() or ".." in path.parts or any(":" in p for p in path.parts[:1]):
         raise BadUpload(f"unsafe path in the zip: {name!r}")
     return path
 
@@ -149,9 +159,9 @@ def size(n: int) -> str:
 
 def check_folder(folder: Path) -> None:
     """Refuse a submitted folder holding a symlink (as a zip would be refused), with BadUpload."""
-    for path in sorted(folder.rglob("*")):
-        if path.is_symlink() and not ignored(path.relative_to(folder).parts):
-            raise BadUpload(f"the folder holds a symlink: {path.relative_to(folder)}")
+    for rel in walk(folder):
+        if (folder / rel).is_symlink():
+            raise BadUpload(f"the folder holds a symlink: {rel}")
 
 
 def one_line(e: BaseException | str) -> str:

@@ -156,6 +156,20 @@ def test_a_kill_loses_only_the_submission_in_flight(tmp_path: Path) -> None:
     assert len(read_rows(out)) == 6
 
 
+def test_a_kill_while_the_csv_is_written_leaves_the_previous_one(tmp_path: Path, monkeypatch) -> None:
+    subs, out = uploads(tmp_path), tmp_path / "grades.csv"
+    grade_batch(subs, out, grade_fn=fake_grade())
+    before = out.read_text()
+
+    def half_then_killed(self: csv.DictWriter, rows: object) -> None:
+        self.writerow(next(iter(rows)))
+        raise KeyboardInterrupt
+    monkeypatch.setattr(csv.DictWriter, "writerows", half_then_killed)
+    with pytest.raises(KeyboardInterrupt):
+        grade_batch(subs, out, grade_fn=fake_grade(), regrade=True)
+    assert out.read_text() == before
+
+
 @pytest.mark.parametrize("members, says", [
     ({"../evil.py": "x"}, "unsafe path in the zip: '../evil.py'"),
     ({"a/../../model.py": "x"}, "unsafe path"),
@@ -164,7 +178,8 @@ def test_a_kill_loses_only_the_submission_in_flight(tmp_path: Path) -> None:
     ({"C:/model.py": "x"}, "unsafe path"),
     ({"model.py": "x" * 3000}, "unpack to more than"),
     ({f"f{i}.txt": "" for i in range(12)}, "holds 12 entries"),
-], ids=["dotdot", "dotdot-inside", "absolute", "backslash", "drive", "too-large", "too-many"])
+    ({"model.py": "x" * 600, "a/model.py": "x" * 600}, "unpack to more than 1000 bytes"),
+], ids=["dotdot", "dotdot-inside", "absolute", "backslash", "drive", "too-large", "too-many", "too-large-in-all"])
 def test_unsafe_zips_are_refused(tmp_path: Path, monkeypatch, members: dict, says: str) -> None:
     monkeypatch.setattr(batch, "MAX_UNPACKED", 1000)
     monkeypatch.setattr(batch, "MAX_MEMBERS", 10)
@@ -186,14 +201,33 @@ def test_symlinks_are_refused_in_zips_and_folders(tmp_path: Path) -> None:
     subs = tmp_path / "subs"
     (subs / "sam").mkdir(parents=True)
     os.symlink("/etc/passwd", subs / "sam" / "model.py")
-    (row,) = grade_batch(subs, tmp_path / "grades.csv", grade_fn=fake_grade())
-    assert (row["state"], row["notes"]) == ("bad upload", "the folder holds a symlink: model.py")
+    os.symlink("/etc", subs / "sam" / "hw")                        # a linked folder is refused, never entered
+    rows = grade_batch(subs, tmp_path / "grades.csv", grade_fn=fake_grade())
+    assert [(r["state"], r["notes"]) for r in rows] == [("bad upload", "the folder holds a symlink: hw")]
+
+
+def test_a_folder_hash_follows_its_files_not_its_hidden_ones(tmp_path: Path) -> None:
+    sub = tmp_path / "sub"
+    (sub / "minbert").mkdir(parents=True)
+    (sub / "minbert" / "model.py").write_text("a")
+    first = batch.content_hash(sub)
+    (sub / ".DS_Store").write_text("finder")
+    (sub / "minbert" / "__pycache__").mkdir()
+    (sub / "minbert" / "__pycache__" / "model.pyc").write_bytes(b"\0")
+    assert batch.content_hash(sub) == first
+    (sub / "minbert" / "model.py").write_text("b")
+    assert batch.content_hash(sub) != first
+    (sub / "minbert" / "model.py").write_text("a")
+    (sub / "minbert" / "model.py").rename(sub / "model.py")      # the same bytes elsewhere: another upload
+    assert batch.content_hash(sub) != first
 
 
 def test_only_the_graded_files_are_unpacked(tmp_path: Path) -> None:
     write_zip(tmp_path / "u.zip", {"me/minbert/model.py": "m", "me/data/big.bin": b"\0" * 5000, "me/README.md": "r",
                                    "__MACOSX/me/minbert/._model.py": "junk", "me/.git/model.py": "old"})
     assert safe_extract(tmp_path / "u.zip", tmp_path / "out", max_bytes=100) == 1   # big.bin is not even read
+    write_zip(tmp_path / "dots.zip", {"./": "", "./model.py": "m"})
+    assert safe_extract(tmp_path / "dots.zip", tmp_path / "dots") == 1
     assert [p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file()] == [
         "me/minbert/model.py"]
 
