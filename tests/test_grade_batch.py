@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 import zipfile
 from pathlib import Path
 
@@ -321,3 +322,17 @@ def _hang_attention(text: str) -> str:
     sig_end = next(i for i in range(start, len(lines)) if lines[i].rstrip().endswith(":"))
     end = next(i for i in range(sig_end + 1, len(lines)) if lines[i].strip() and not lines[i].startswith((" ", "\t")))
     return "".join(lines[: sig_end + 1] + ["    while True:\n", "        pass\n", "\n\n"] + lines[end:])
+
+
+def test_the_timing_folder_holds_twenty_submissions_and_their_scores(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import grade_batch as bench
+    expected = bench.make(tmp_path / "subs")
+    entries = sorted(p.name for p in (tmp_path / "subs").iterdir() if not p.name.startswith("."))
+    assert entries == sorted(expected) and len(entries) == 20 and sum(e.endswith(".zip") for e in entries) == 7
+    assert sorted(expected.values()) == [0] * 5 + [10, 30, 70, 80, 90] + [100] * 10
+    assert bench.score({"minbert/model.py"}) == 70      # attention, embeddings, layer and model need model.py alone
+    stub = tmp_path / "subs" / "stubs-00" / "minbert" / "model.py"
+    assert stub.read_text() == (ROOT / "assignments" / "student" / "minbert" / "model.py").read_text()
+    with zipfile.ZipFile(tmp_path / "subs" / "reference-05.zip") as zf:
+        assert zf.read("my-minbert/minbert/optim.py").decode() == (ROOT / "minbert" / "optim.py").read_text()
