@@ -336,3 +336,11 @@ def test_the_timing_folder_holds_twenty_submissions_and_their_scores(tmp_path: P
     assert stub.read_text() == (ROOT / "assignments" / "student" / "minbert" / "model.py").read_text()
     with zipfile.ZipFile(tmp_path / "subs" / "reference-05.zip") as zf:
         assert zf.read("my-minbert/minbert/optim.py").decode() == (ROOT / "minbert" / "optim.py").read_text()
+
+
+def test_a_csv_inside_the_folder_is_not_taken_for_a_submission(tmp_path: Path) -> None:
+    subs = uploads(tmp_path)
+    grade_batch(subs, subs / "grades.csv", grade_fn=fake_grade())
+    calls: list = []
+    rows = grade_batch(subs, subs / "grades.csv", grade_fn=fake_grade(calls))
+    assert [c[0] for c in calls] == ["carol"] and len(rows) == 6      # neither grades.csv nor grades/ is a row
