@@ -14,7 +14,6 @@ the grader's own errors are always retried.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import errno
 import hashlib
@@ -339,45 +338,48 @@ def grade_row(entry: Path, digest: str, grade_fn: Callable[..., dict], grade_kwa
 
 # ---------------------------------------------------------------- the command line (grade.main dispatches here)
 
-def usage_error(args: argparse.Namespace) -> str | None:
-    """Why grade's arguments do not go together (batch or one submission), or None."""
-    if args.batch is None:
-        if args.submission is None:
+def usage_error(submission: str | None, batch: str | None, *, out: str | None = None, csv_path: str | None = None,
+                regrade: bool = False) -> str | None:
+    """Why grade's arguments (a submission or --batch DIR, and --out, --csv, --regrade) do not go together, or None."""
+    if batch is None:
+        if submission is None:
             return "give the submission to grade, or --batch DIR to grade every submission in DIR"
-        if args.csv is not None or args.regrade:
+        if csv_path is not None or regrade:
             return "--csv and --regrade go with --batch DIR"
         return None
-    if args.submission is not None:
-        return f"give either a submission ({args.submission}) or --batch DIR, not both"
-    if args.out is not None:
+    if submission is not None:
+        return f"give either a submission ({submission}) or --batch DIR, not both"
+    if out is not None:
         return "--out is for one submission; with --batch each one's results go beside the CSV (grades/NAME.json)"
-    if not Path(args.batch).is_dir():
-        return f"--batch {args.batch}: " + ("a file, not a folder of submissions" if Path(args.batch).exists()
-                                           else "no such folder")
-    if Path(args.csv or "grades.csv").is_dir():
-        return f"--csv {args.csv}: a folder; give the CSV file to write"
+    if not Path(batch).is_dir():
+        return f"--batch {batch}: " + ("a file, not a folder of submissions" if Path(batch).exists()
+                                      else "no such folder")
+    if Path(csv_path or "grades.csv").is_dir():
+        return f"--csv {csv_path or 'grades.csv'}: a folder; give the CSV file to write"
     return None
 
 
-def grade_options(args: argparse.Namespace, groups: list[str]) -> dict:
-    """grade()'s keyword arguments from the parsed flags: every option grade() accepts that the parser has."""
+def grade_options(flags: dict[str, object], groups: list[str]) -> dict:
+    """grade()'s keyword arguments from the parsed flags (vars(args)): every one grade() accepts, groups expanded."""
     accepted = [p for p in inspect.signature(grade).parameters if p != "submission"]
-    return {**{p: getattr(args, p) for p in accepted if hasattr(args, p)}, "groups": groups}
+    return {**{p: flags[p] for p in accepted if p in flags}, "groups": groups}
 
 
-def run_batch(args: argparse.Namespace, groups: list[str]) -> int:
-    """grade --batch: grade the folder into the CSV; 0, or 1 when the grader itself failed on a submission."""
+def run_batch(folder: str, csv_path: str | None, regrade: bool, options: dict) -> int:
+    """grade --batch: grade the folder into the CSV with grade(**options); 0, 1 when the grader itself failed on a
+    submission, 2 when the options or the CSV are refused."""
     from .checks import PARTS
-    from .profiles import PROFILES
-    own = PROFILES[args.profile].groups     # grade() would refuse each submission alike: say it once, up front
-    unknown = [g for g in groups if g not in own] + [p for p in args.parts or () if PARTS[p].group not in own]
+    from .profiles import DEFAULT_PROFILE, PROFILES
+    profile = str(options.get("profile", DEFAULT_PROFILE))
+    own = PROFILES[profile].groups          # grade() would refuse each submission alike: say it once, up front
+    unknown = ([g for g in options.get("groups", ()) if g not in own]
+               + [p for p in options.get("parts") or () if PARTS[p].group not in own])
     if unknown:
-        print(f"error: not in the {args.profile} profile: {', '.join(unknown)}; its groups are {', '.join(own)}",
+        print(f"error: not in the {profile} profile: {', '.join(unknown)}; its groups are {', '.join(own)}",
               file=sys.stderr)
         return 2
-    options = grade_options(args, groups)
     try:
-        rows = grade_batch(args.batch, args.csv or "grades.csv", regrade=args.regrade, **options)
+        rows = grade_batch(folder, csv_path or "grades.csv", regrade=regrade, **options)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -223,14 +223,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hide-hints", action="store_true",
                     help="leave the matched mistake out of each part's output; show it after the due date")
     args = ap.parse_args(argv)
-    from .batch import run_batch, usage_error
-    problem = grader_guard() or usage_error(args)
+    from .batch import grade_options, run_batch, usage_error
+    problem = grader_guard() or usage_error(args.submission, args.batch, out=args.out, csv_path=args.csv,
+                                            regrade=args.regrade)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     groups = list(PROFILES[args.profile].groups) if "all" in args.groups else args.groups
     if args.batch is not None:
-        return run_batch(args, groups)
+        return run_batch(args.batch, args.csv, args.regrade, grade_options(vars(args), groups))
     try:
         res = grade(args.submission, args.timeout, args.parts, args.jobs, groups, args.hide_hints, args.profile)
     except (FileNotFoundError, ValueError) as e:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -276,11 +275,11 @@ def test_cli_passes_every_grade_option_to_each_submission(tmp_path: Path, monkey
     assert calls == [("ann", {"timeout": 7.0, "parts": None, "jobs": 2, "groups": ["core"], "hide_hints": True,
                               "profile": "part1", "seed": None})]
     # a flag the parser gains (--seed) reaches grade() once grade() accepts it
-    flags = argparse.Namespace(submission=None, batch="subs", out=None, csv=None, regrade=False, timeout=7.0,
-                               jobs=None, groups=["core"], profile="full", parts=None, hide_hints=False, seed=3)
-    assert batch.grade_options(flags, ["core"])["seed"] == 3
-    flags.unknown = 1
-    assert "unknown" not in batch.grade_options(flags, ["core"])
+    flags = {"submission": None, "batch": "subs", "out": None, "csv": None, "regrade": False, "timeout": 7.0,
+             "jobs": None, "groups": ["all"], "profile": "full", "parts": None, "hide_hints": False, "seed": 3,
+             "unknown": 1}
+    assert batch.grade_options(flags, ["core"]) == {"timeout": 7.0, "parts": None, "jobs": None, "groups": ["core"],
+                                                    "hide_hints": False, "profile": "full", "seed": 3}
     assert read_rows(tmp_path / "out" / "g.csv")[0]["score"] == "45"
     assert (tmp_path / "out" / "g" / "ann.json").is_file()
     (tmp_path / "subs" / "ann" / "model.py").write_text("RAISE")
