@@ -347,8 +347,14 @@ def print_table(res: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m assignments.grade", description=__doc__.split("\n")[0])
-    ap.add_argument("submission", help="the submitted tree (or folder of submitted files)")
-    ap.add_argument("--out", default="results.json", help="where to write Gradescope's results.json")
+    ap.add_argument("submission", nargs="?", help="the submitted tree (or folder of submitted files)")
+    ap.add_argument("--out", help="where to write Gradescope's results.json (default: results.json)")
+    ap.add_argument("--batch", metavar="DIR", help="grade every submission in DIR (each a .zip or a folder) into "
+                    "--csv, each with the options below (assignments/batch.py)")
+    ap.add_argument("--csv", help="with --batch: the CSV of grades, one row per submission (default: grades.csv); "
+                    "each one's full results go beside it (grades/NAME.json)")
+    ap.add_argument("--regrade", action="store_true",
+                    help="with --batch: grade again the submissions already in the CSV whose entry is unchanged")
     ap.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, help="seconds allowed per part")
     ap.add_argument("--jobs", type=positive_int, default=None, help="parts graded at once (default: CPU count)")
     ap.add_argument("--groups", nargs="+", choices=[*GROUPS, "all"], default=["core"],
@@ -367,7 +373,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="run as root, the submission's code runs as USER (default: auto, nobody when it can run this "
                          "Python, else root; none: root; the Gradescope bundle's: student)")
     args = ap.parse_args(argv)
-    problem = grader_guard()
+    from .batch import grade_options, run_batch, usage_error
+    problem = grader_guard() or usage_error(args.submission, args.batch, out=args.out, csv_path=args.csv,
+                                            regrade=args.regrade)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -375,13 +383,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.seed_file:
             args.seed = read_seed(Path(args.seed_file).read_text(), args.seed_file)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.batch is not None:
+        if args.seed is None and not os.environ.get("MINBERT_GRADING_SEED", "").strip():
+            args.seed = grading_seed(None)       # one seed for the whole batch: every submission on the same inputs
+            print(f"grading seed {args.seed} (drawn for this batch; --seed {args.seed} grades on the same inputs)",
+                  file=sys.stderr)
+        return run_batch(args.batch, args.csv, args.regrade, grade_options(vars(args), groups))
+    try:
         res = grade(args.submission, args.timeout, args.parts, args.jobs, groups, args.hide_hints, args.profile,
                     args.seed, args.as_user)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print_table(res)
-    out = Path(args.out)
+    out = Path(args.out or "results.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(json.dumps({k: v for k, v in res.items() if k not in ("parts", "groups")}, indent=2) + "\n")

@@ -1,0 +1,386 @@
+"""Grade a folder of submissions into one CSV: python -m assignments.grade --batch DIR --csv grades.csv
+
+Each entry of DIR is one submission, a .zip file or a folder, as students upload them (the tree or the bare files
+up to two folders down; hidden entries and __MACOSX are ignored). A zip is unpacked into a temporary folder, and
+only the files the grader takes (those students fill in, found by name) are written: a member path that leaves the
+folder, a symlink, more than MAX_MEMBERS members or more than MAX_UNPACKED bytes of graded files, or a corrupt zip,
+makes that row a "bad upload" with the reason. Each submission is graded by grade.grade(); one row per submission:
+submission, state (graded, error, bad upload), score, max, a column per part (its points, or "timeout"/"crash" when
+the part ran to no verdict), the entry's content hash and short notes. The CSV is rewritten atomically after each
+submission, sorted by name, and each submission's full results go beside it (grades.csv -> grades/NAME.json). A
+second run skips the rows already graded whose entry is unchanged (same hash); --regrade grades every one again;
+the grader's own errors are always retried.
+"""
+
+from __future__ import annotations
+
+import csv
+import errno
+import hashlib
+import inspect
+import json
+import os
+import stat
+import sys
+import tempfile
+import time
+import traceback
+import zipfile
+import zlib
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path, PurePosixPath
+
+from .grade import grade
+
+MAX_MEMBERS = 100_000             # entries in a zip's directory
+MAX_UNPACKED = 64 * 2**20         # bytes of graded files written from one zip
+IGNORED_DIRS = ("__MACOSX", "__pycache__")
+FIXED = ("submission", "state", "score", "max")      # then a column per part, then TAIL
+TAIL = ("hash", "notes")
+NOTE_CHARS = 200
+GRADED, ERROR, BAD_UPLOAD = "graded", "error", "bad upload"
+SKIPPABLE = (GRADED, BAD_UPLOAD)  # a row in one of these states, with an unchanged hash, is not graded again
+
+
+class BadUpload(Exception):
+    """A submission that cannot be graded as uploaded: its row's state is "bad upload", with this reason."""
+
+
+@cache
+def graded_names() -> frozenset[str]:
+    """The file names the grader takes from a submission (grade.find_submitted matches them by name)."""
+    from .make import ROOT, stubbed_files
+    return frozenset(rel.name for rel in stubbed_files(ROOT))
+
+
+def ignored(parts: tuple[str, ...]) -> bool:
+    """Whether a path (its parts) lies in a hidden entry or a folder the grader ignores (__MACOSX, __pycache__)."""
+    return any(p.startswith(".") or p in IGNORED_DIRS for p in parts)
+
+
+def submissions(folder: Path, exclude: tuple[Path, ...] = ()) -> list[Path]:
+    """The entries of folder graded as submissions, sorted by name: every entry but hidden ones, __MACOSX and
+    `exclude` (the CSV and its results folder, when they sit inside folder)."""
+    skip = {p.resolve() for p in exclude}
+    return sorted((e for e in folder.iterdir() if not ignored((e.name,)) and e.resolve() not in skip),
+                  key=lambda e: e.name)
+
+
+def walk(folder: Path) -> list[Path]:
+    """The files and symlinks in folder, relative to it, sorted; hidden entries and __MACOSX left out, links not
+    followed."""
+    found = []
+    for top, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not ignored((d,))]       # symlinked folders are listed, never entered
+        found += [Path(top, n).relative_to(folder) for n in files + [d for d in dirs if Path(top, d).is_symlink()]
+                  if not ignored((n,))]
+    return sorted(found)
+
+
+def content_hash(entry: Path) -> str:
+    """A short sha256 of a zip's bytes, or of a folder's paths and file contents (hidden entries left out)."""
+    h = hashlib.sha256()
+    if entry.is_dir():
+        for rel in walk(entry):
+            path = entry / rel
+            h.update(rel.as_posix().encode() + b"\0")
+            if path.is_symlink():
+                h.update(b"symlink " + os.readlink(path).encode())
+            else:
+                _update(h, path)
+            h.update(b"\0")
+    else:
+        _update(h, entry)
+    return h.hexdigest()[:16]
+
+
+def _update(h: hashlib._Hash, path: Path) -> None:
+    """Feed a file's bytes to the hash, a MiB at a time."""
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+
+
+def member_path(name: str) -> PurePosixPath:
+    """A zip member's path, refused with BadUpload when it would leave the folder it is unpacked into."""
+    path = PurePosixPath(name.replace("\\", "/"))
+    if not name or path.is_absolute() or ".." in path.parts or any(":" in p for p in path.parts[:1]):
+        raise BadUpload(f"unsafe path in the zip: {name!r}")
+    return path
+
+
+def safe_extract(zip_path: Path, dest: Path, max_bytes: int | None = None, max_members: int | None = None) -> int:
+    """Unpack the graded files of zip_path into dest (the others are skipped); returns the files written.
+
+    Refuses with BadUpload: a corrupt or encrypted zip, a member path outside dest, a symlink, more than max_members
+    members, more than max_bytes of graded files (by default MAX_MEMBERS and MAX_UNPACKED).
+    """
+    max_bytes = MAX_UNPACKED if max_bytes is None else max_bytes
+    max_members = MAX_MEMBERS if max_members is None else max_members
+    try:
+        with zipfile.ZipFile(zip_path) as zf:
+            infos = zf.infolist()
+            if len(infos) > max_members:
+                raise BadUpload(f"the zip holds {len(infos)} entries (at most {max_members})")
+            wanted = []
+            for info in infos:
+                path = member_path(info.filename)
+                if stat.S_ISLNK(info.external_attr >> 16):
+                    raise BadUpload(f"the zip holds a symlink: {info.filename}")
+                if not info.is_dir() and not ignored(path.parts) and path.name in graded_names():
+                    wanted.append((info, path))
+            written, root = 0, dest.resolve()
+            for info, path in wanted:
+                target = (root / path).resolve()
+                if not target.is_relative_to(root):
+                    raise BadUpload(f"unsafe path in the zip: {info.filename!r}")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(target, "wb") as out:
+                    for chunk in iter(lambda: src.read(1 << 20), b""):
+                        written += len(chunk)
+                        if written > max_bytes:
+                            raise BadUpload(f"the zip's graded files unpack to more than {size(max_bytes)}")
+                        out.write(chunk)
+            return len(wanted)
+    except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, NotImplementedError, ValueError) as e:
+        raise BadUpload(f"cannot unpack the zip: {one_line(e)}") from e
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise                        # our disk, not the student's upload
+        raise BadUpload(f"cannot unpack the zip: {one_line(e)}") from e
+
+
+def size(n: int) -> str:
+    """n bytes for a reader: '64 MiB', '1000 bytes'."""
+    return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n} bytes"
+
+
+def check_folder(folder: Path) -> None:
+    """Refuse a submitted folder holding a symlink (as a zip would be refused), with BadUpload."""
+    for rel in walk(folder):
+        if (folder / rel).is_symlink():
+            raise BadUpload(f"the folder holds a symlink: {rel}")
+
+
+def one_line(e: BaseException | str) -> str:
+    """An exception (as "Type: message") or a text on one line, cut to NOTE_CHARS characters."""
+    text = e if isinstance(e, str) else f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    text = " ".join(text.split())
+    return text if len(text) <= NOTE_CHARS else text[: NOTE_CHARS - 3] + "..."
+
+
+def notes_of(parts: list[dict]) -> str:
+    """The parts that did not pass, by state, and the first one's message: 'fail: layer; timeout: attention | ...'."""
+    by_state: dict[str, list[str]] = {}
+    for r in parts:
+        if r["status"] != "pass":
+            by_state.setdefault(r["status"], []).append(r["part"])
+    if not by_state:
+        return ""
+    first = next(r for r in parts if r["status"] != "pass")
+    states = "; ".join(f"{s}: {', '.join(names)}" for s, names in by_state.items())
+    return f"{states} | {one_line(first['part'] + ': ' + str(first.get('message', '')))}"
+
+
+def cell(r: dict) -> object:
+    """A part's CSV cell: its points, or its state when it ran to no verdict (timeout, crash)."""
+    return r["status"] if r["status"] in ("timeout", "crash") else r["score"]
+
+
+def row_of(name: str, digest: str, res: dict) -> dict:
+    """The CSV row of one graded submission, from grade()'s results."""
+    parts = res["parts"]
+    return {"submission": name, "state": GRADED, "score": res["score"],
+            "max": sum(r["max_score"] for r in parts), **{r["part"]: cell(r) for r in parts},
+            "hash": digest, "notes": notes_of(parts)}
+
+
+def failed_row(name: str, digest: str, state: str, why: str) -> dict:
+    """The CSV row of a submission that was not graded (state error or bad upload): no score, the reason in notes."""
+    return {"submission": name, "state": state, "score": "", "max": "", "hash": digest, "notes": one_line(why)}
+
+
+def _value(text: str) -> object:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def read_csv(path: Path) -> tuple[list[str], dict[str, dict]]:
+    """The part columns and the rows (by submission) of a CSV this module wrote; nothing when there is none yet."""
+    if not path.exists():
+        return [], {}
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        header = reader.fieldnames or []
+        if tuple(header[: len(FIXED)]) != FIXED or tuple(header[-len(TAIL):]) != TAIL:
+            raise ValueError(f"{path}: not a grades CSV written by --batch (its columns are {', '.join(header)}); "
+                             "give another --csv")
+        parts = header[len(FIXED): -len(TAIL)]
+        rows = {r["submission"]: {k: _value(v) if k in ("score", "max", *parts) else v for k, v in r.items()}
+                for r in reader}
+    return parts, rows
+
+
+def write_atomic(path: Path, write: Callable[[object], None]) -> None:
+    """Write path through a temporary file beside it, renamed over it: a kill leaves the old or the new file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_csv(path: Path, parts: list[str], rows: dict[str, dict]) -> None:
+    """The CSV, sorted by submission, atomically."""
+    def write(f: object) -> None:
+        w = csv.DictWriter(f, fieldnames=[*FIXED, *parts, *TAIL], restval="")
+        w.writeheader()
+        w.writerows(rows[name] for name in sorted(rows))
+    write_atomic(path, write)
+
+
+def results_dir(csv_path: Path) -> Path:
+    """The folder of the per-submission results beside the CSV: grades.csv -> grades/."""
+    return csv_path.with_suffix("") if csv_path.suffix else csv_path.with_name(csv_path.name + "-results")
+
+
+def grade_entry(entry: Path, grade_fn: Callable[..., dict], grade_kwargs: dict) -> dict:
+    """grade_fn's results for one entry: a folder as it is, a zip unpacked into a temporary folder (BadUpload when
+    it is neither, or is refused)."""
+    if entry.is_dir():
+        check_folder(entry)
+        return grade_fn(entry, **grade_kwargs)
+    if entry.suffix.lower() != ".zip":
+        raise BadUpload("neither a .zip file nor a folder")
+    with tempfile.TemporaryDirectory(prefix="minbert-batch-") as tmp:
+        upload = Path(tmp) / "upload"
+        upload.mkdir()
+        safe_extract(entry, upload)
+        return grade_fn(upload, **grade_kwargs)
+
+
+def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = False,
+                grade_fn: Callable[..., dict] | None = None, **grade_kwargs: object) -> list[dict]:
+    """Grade every submission in folder with grade_fn (grade.grade) into csv_path; returns the CSV's rows, sorted.
+
+    One submission's failure is its own row (error, bad upload); the CSV is rewritten after each submission. Rows
+    already graded whose entry is unchanged are skipped unless regrade. grade_kwargs go to each grade_fn call.
+    """
+    from tqdm.auto import tqdm
+    folder, csv_path, grade_fn = Path(folder), Path(csv_path), grade_fn or grade
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such folder of submissions")
+    out_dir = results_dir(csv_path)
+    parts, rows = read_csv(csv_path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    entries = submissions(folder, exclude=(csv_path, out_dir))
+    counts = dict.fromkeys(("graded", "skipped", "errors", "bad uploads"), 0)
+    t0 = time.perf_counter()
+    with tqdm(total=len(entries), unit="submission", desc="grading", file=sys.stderr, dynamic_ncols=True) as bar:
+        for entry in entries:
+            name = entry.name
+            bar.set_postfix_str(name)
+            done = visit(entry, rows.get(name), regrade, grade_fn, grade_kwargs)
+            if done is None:
+                counts["skipped"] += 1
+                bar.update(1)
+                continue
+            row, full = done
+            counts[{GRADED: "graded", ERROR: "errors", BAD_UPLOAD: "bad uploads"}[row["state"]]] += 1
+            if row["state"] != GRADED:
+                bar.write(f"{name}: {row['state']}: {row['notes']}")
+            parts += [p for p in row if p not in (*FIXED, *TAIL, *parts)]
+            write_atomic(out_dir / f"{name}.json",
+                         lambda f, full=full: f.write(json.dumps(full, indent=2, default=str) + "\n"))
+            rows[name] = row
+            write_csv(csv_path, parts, rows)
+            bar.update(1)
+    wall = time.perf_counter() - t0
+    if not csv_path.exists():
+        write_csv(csv_path, parts, rows)
+    print(f"graded {counts['graded']}, skipped {counts['skipped']}, errors {counts['errors']}, bad uploads "
+          f"{counts['bad uploads']} in {wall:.1f} s; wrote {csv_path} and {out_dir}/")
+    return [rows[name] for name in sorted(rows)]
+
+
+def visit(entry: Path, old: dict | None, regrade: bool, grade_fn: Callable[..., dict],
+          grade_kwargs: dict) -> tuple[dict, dict] | None:
+    """(the CSV row, the full results) of one entry, or None when its row stands (graded, entry unchanged)."""
+    try:
+        digest = content_hash(entry)
+    except OSError as e:
+        row = failed_row(entry.name, "", ERROR, f"cannot read it: {one_line(e)}")
+        return row, {**row}
+    if not regrade and old is not None and old["state"] in SKIPPABLE and old["hash"] == digest:
+        return None
+    return grade_row(entry, digest, grade_fn, grade_kwargs)
+
+
+def grade_row(entry: Path, digest: str, grade_fn: Callable[..., dict], grade_kwargs: dict) -> tuple[dict, dict]:
+    """(the CSV row, the full results written as NAME.json) of one entry; never raises but for Ctrl-C."""
+    name = entry.name
+    try:
+        res = grade_entry(entry, grade_fn, grade_kwargs)
+        return row_of(name, digest, res), {"submission": name, "hash": digest, **res}
+    except BadUpload as e:
+        row = failed_row(name, digest, BAD_UPLOAD, str(e))
+        return row, {**row, "notes": str(e)}
+    except Exception as e:  # noqa: BLE001 -- the grader's own failure: this row only; retried by the next run
+        row = failed_row(name, digest, ERROR, one_line(e))
+        return row, {**row, "traceback": traceback.format_exc()}
+
+
+# ---------------------------------------------------------------- the command line (grade.main dispatches here)
+
+def usage_error(submission: str | None, batch: str | None, *, out: str | None = None, csv_path: str | None = None,
+                regrade: bool = False) -> str | None:
+    """Why grade's arguments (a submission or --batch DIR, and --out, --csv, --regrade) do not go together, or None."""
+    if batch is None:
+        if submission is None:
+            return "give the submission to grade, or --batch DIR to grade every submission in DIR"
+        if csv_path is not None or regrade:
+            return "--csv and --regrade go with --batch DIR"
+        return None
+    if submission is not None:
+        return f"give either a submission ({submission}) or --batch DIR, not both"
+    if out is not None:
+        return "--out is for one submission; with --batch each one's results go beside the CSV (grades/NAME.json)"
+    if not Path(batch).is_dir():
+        return f"--batch {batch}: " + ("a file, not a folder of submissions" if Path(batch).exists()
+                                      else "no such folder")
+    if Path(csv_path or "grades.csv").is_dir():
+        return f"--csv {csv_path or 'grades.csv'}: a folder; give the CSV file to write"
+    return None
+
+
+def grade_options(flags: dict[str, object], groups: list[str]) -> dict:
+    """grade()'s keyword arguments from the parsed flags (vars(args)): every one grade() accepts, groups expanded."""
+    accepted = [p for p in inspect.signature(grade).parameters if p != "submission"]
+    return {**{p: flags[p] for p in accepted if p in flags}, "groups": groups}
+
+
+def run_batch(folder: str, csv_path: str | None, regrade: bool, options: dict) -> int:
+    """grade --batch: grade the folder into the CSV with grade(**options); 0, 1 when the grader itself failed on a
+    submission, 2 when the options or the CSV are refused."""
+    from .checks import PARTS
+    from .profiles import DEFAULT_PROFILE, PROFILES
+    profile = str(options.get("profile", DEFAULT_PROFILE))
+    own = PROFILES[profile].groups          # grade() would refuse each submission alike: say it once, up front
+    unknown = ([g for g in options.get("groups", ()) if g not in own]
+               + [p for p in options.get("parts") or () if PARTS[p].group not in own])
+    if unknown:
+        print(f"error: not in the {profile} profile: {', '.join(unknown)}; its groups are {', '.join(own)}",
+              file=sys.stderr)
+        return 2
+    try:
+        rows = grade_batch(folder, csv_path or "grades.csv", regrade=regrade, **options)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 1 if any(r["state"] == ERROR for r in rows) else 0
