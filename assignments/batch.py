@@ -378,6 +378,11 @@ def run_batch(folder: str, csv_path: str | None, regrade: bool, options: dict) -
         print(f"error: not in the {profile} profile: {', '.join(unknown)}; its groups are {', '.join(own)}",
               file=sys.stderr)
         return 2
+    if "seed" in options and options["seed"] is None and not os.environ.get("MINBERT_GRADING_SEED", "").strip():
+        from .grade import grading_seed
+        options = {**options, "seed": grading_seed(None)}   # one seed for the batch: every submission, the same inputs
+        print(f"grading seed {options['seed']} (drawn for this batch; --seed {options['seed']} grades on the same "
+              "inputs)", file=sys.stderr)
     try:
         rows = grade_batch(folder, csv_path or "grades.csv", regrade=regrade, **options)
     except (FileNotFoundError, ValueError) as e:

@@ -387,10 +387,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.batch is not None:
-        if args.seed is None and not os.environ.get("MINBERT_GRADING_SEED", "").strip():
-            args.seed = grading_seed(None)       # one seed for the whole batch: every submission on the same inputs
-            print(f"grading seed {args.seed} (drawn for this batch; --seed {args.seed} grades on the same inputs)",
-                  file=sys.stderr)
         return run_batch(args.batch, args.csv, args.regrade, grade_options(vars(args), groups))
     try:
         res = grade(args.submission, args.timeout, args.parts, args.jobs, groups, args.hide_hints, args.profile,

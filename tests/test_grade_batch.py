@@ -271,9 +271,12 @@ def test_cli_passes_every_grade_option_to_each_submission(tmp_path: Path, monkey
     (tmp_path / "subs" / "ann" / "model.py").write_text("PASS")
     args = ["--batch", "subs", "--csv", "out/g.csv", "--timeout", "7", "--jobs", "2", "--groups", "all",
             "--profile", "part1", "--hide-hints"]
+    monkeypatch.delenv("MINBERT_GRADING_SEED", raising=False)
     assert grade_main(args) == 0
+    seed = calls[0][1]["seed"]          # none given: one is drawn for the batch and said on the console
+    assert isinstance(seed, int) and f"grading seed {seed}" in capsys.readouterr().err
     assert calls == [("ann", {"timeout": 7.0, "parts": None, "jobs": 2, "groups": ["core"], "hide_hints": True,
-                              "profile": "part1", "seed": None})]
+                              "profile": "part1", "seed": seed})]
     # a flag the parser gains (--seed) reaches grade() once grade() accepts it
     flags = {"submission": None, "batch": "subs", "out": None, "csv": None, "regrade": False, "timeout": 7.0,
              "jobs": None, "groups": ["all"], "profile": "full", "parts": None, "hide_hints": False, "seed": 3,
