@@ -92,6 +92,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--make", type=Path, metavar="DIR", help="only build the 20 submissions in DIR")
     ap.add_argument("--dir", type=Path, help="time the batch on this folder (built by --make) instead of a fresh one")
+    ap.add_argument("--json", type=Path, help="also write the figures to this JSON (benchmarks/results/...)")
     ap.add_argument("grade_args", nargs="*", help="after --: passed to python -m assignments.grade")
     args = ap.parse_args()
     if args.make:
@@ -115,6 +116,13 @@ def main() -> None:
     print(f"wall {wall:.1f} s for {len(expected)} submissions: {wall / len(expected):.2f} s a submission")
     print(f"CPU: {cpu['model']}, {cpu['cores']} cores, avx512_bf16 {'yes' if cpu['avx512_bf16'] else 'no'}")
     print("every score as expected" if not wrong else f"scores not as expected (got, expected): {wrong}")
+    if args.json:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                check=False).stdout.strip()
+        args.json.write_text(json.dumps({
+            "command": " ".join(["python", *cmd[1:3], "DIR", *cmd[4:5], "grades.csv", *cmd[6:]]),
+            "submissions": len(expected), "wall_s": round(wall, 1), "s_per_submission": round(wall / len(expected), 2),
+            "every_score_as_expected": not wrong, "cpu": cpu, "commit": commit}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
