@@ -12,6 +12,7 @@ or exits with, only the recorded tensors reach the judgement, and they must matc
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -60,11 +61,15 @@ def _builders() -> dict[str, Callable[[torch.Generator], dict[str, torch.Tensor]
             "multitask": mf.multitask_fixture, "multitask_losses": mf.multitask_losses_fixture, **EXTENSION_FIXTURES}
 
 
-def hidden_fixture(name: str, seed: int, attempts: int = 20) -> dict[str, torch.Tensor]:
-    """The fixture `name` drawn from the grading seed by the reference code (its builder in make_fixtures).
+def hidden_fixture(name: str, seed: int) -> dict[str, torch.Tensor]:
+    """The fixture `name` drawn from the grading seed by the reference code (its builder in make_fixtures); a copy of
+    the one drawn before in this process for the same seed (a batch grades every submission on the same inputs)."""
+    return {k: v.clone() for k, v in _drawn(name, seed).items()}
 
-    A builder that rejects its draw (an assert about the draw's spread) is given the next sub-seed.
-    """
+
+@functools.lru_cache(maxsize=64)
+def _drawn(name: str, seed: int, attempts: int = 20) -> dict[str, torch.Tensor]:
+    """hidden_fixture, drawn: a builder that rejects its draw (an assert about its spread) gets the next sub-seed."""
     build = _builders()[name]
     for attempt in range(attempts):
         try:

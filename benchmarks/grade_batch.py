@@ -120,7 +120,8 @@ def main() -> None:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                                 check=False).stdout.strip()
         args.json.write_text(json.dumps({
-            "command": " ".join(["python", *cmd[1:3], "DIR", *cmd[4:5], "grades.csv", *cmd[6:]]),
+            "command": " ".join(["python benchmarks/grade_batch.py", *sys.argv[1:]]),
+            "grader": " ".join(["python -m assignments.grade --batch DIR --csv grades.csv", *cmd[7:]]),
             "submissions": len(expected), "wall_s": round(wall, 1), "s_per_submission": round(wall / len(expected), 2),
             "every_score_as_expected": not wrong, "cpu": cpu, "commit": commit}, indent=2) + "\n")
 
