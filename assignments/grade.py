@@ -93,7 +93,7 @@ STUDENT_USER = "auto"    # run as root: "nobody" when that user can run this Pyt
 
 def _account(user: str | None) -> tuple[int, int] | None:
     """(uid, gid) the student's process runs as, or None (as this process). Only root changes user: `user`, or
-    with "auto" nobody if nobody can run this Python and import torch (else root, said on the staff's console)."""
+    with "auto" nobody if nobody can run this Python and find torch (else root, said on the staff's console)."""
     if not user or user == "none" or not hasattr(os, "geteuid") or os.geteuid() != 0:
         return None
     import pwd
@@ -106,9 +106,9 @@ def _account(user: str | None) -> tuple[int, int] | None:
     account = entry.pw_uid, entry.pw_gid
     if not _can_run(account):
         if user != "auto":
-            raise ValueError(f"the user {user!r} cannot run {sys.executable} with torch: make the interpreter and its "
+            raise ValueError(f"the user {user!r} cannot run {sys.executable} and find torch: make the interpreter and "
                              "packages readable to it, or grade with --as-user none")
-        print(f"note: nobody cannot run {sys.executable} with torch, so the submission's code runs as root (give "
+        print(f"note: nobody cannot run {sys.executable} and find torch, so the submission's code runs as root (give "
               "--as-user a user who can)", file=sys.stderr)
         return None
     return account
@@ -117,7 +117,8 @@ def _account(user: str | None) -> tuple[int, int] | None:
 @functools.cache
 def _can_run(account: tuple[int, int]) -> bool:
     try:
-        return subprocess.run([sys.executable, "-c", "import torch"], check=False, user=account[0], group=account[1],
+        probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"   # finds, no import
+        return subprocess.run([sys.executable, "-c", probe], check=False, user=account[0], group=account[1],
                               extra_groups=[], cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, timeout=120).returncode == 0
     except (OSError, subprocess.SubprocessError):
