@@ -1,29 +1,29 @@
-"""Grade a submission: python -m assignments.grade SUBMISSION_DIR [--out results.json] [--groups core] [--timeout 20]
+"""Grade a submission: python -m assignments.grade SUBMISSION_DIR --seed-file SEED [--out results.json] [--groups core]
 
 The submission is a student tree (or a folder holding just the files students fill in, e.g. model.py and
 optim.py, as Gradescope uploads them; either may sit one or two folders down, as a zipped folder unpacks).
-Only the files of the graded groups' parts are taken from it (part 1,
-"core", by default: model.py, optim.py, pooling.py, classifier.py; part 2, "multitask": multitask.py; an
-extension such as "deebert": its file): they are laid over a fresh student tree of the profile (--profile, default
-full) generated from this reference, so that the checks, fixtures and every other file are the instructor's. The
-groups other than core run through part 1's pool(): they are graded in a tree of their own with the reference's
-minbert/pooling.py laid over it (REFERENCE_FOR_OTHERS), so that part 1's pool() costs part 1 alone. Each part then runs in its own Python process
-with a time limit, so that an infinite loop, a crash or an exit in one part costs that part alone. Prints a
-score table with each group's total and writes results.json in Gradescope's autograder format: {"score",
-"execution_time", "tests": [{"name", "score", "max_score", "output", "status"}, ...]}; the score is the sum
-over the graded groups.
+Only the files of the graded groups' parts are taken from it (part 1, "core", by default: model.py, optim.py,
+pooling.py, classifier.py; part 2, "multitask": multitask.py; an extension such as "deebert": its file): they are
+laid over a fresh student tree of the profile (--profile, default full) generated from this reference, so that the
+checks and every other file are the instructor's. The groups other than core run through part 1's pool(): they are
+graded in a tree of their own with the reference's minbert/pooling.py laid over it (REFERENCE_FOR_OTHERS).
+
+Every input is drawn from the grading seed (--seed, --seed-file, $MINBERT_GRADING_SEED, else a fresh one) by the
+reference: the students' fixtures are never used. Each part runs in its own process with a time limit, as another
+user when this runs as root, and returns only what its code computed, as data (assignments/untrusted.py); this
+process, which never imports student code, replays the part's check on the reference and judges it
+(assignments/hidden.py). Prints a score table with each group's total and writes results.json in Gradescope's
+format: {"score", "execution_time", "extra_data", "tests": [{"name", "score", "max_score", "output", "status"}, ...]};
+the score is the sum over the graded groups. --batch DIR grades a folder of submissions into a CSV
+(assignments/batch.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
-import math
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,9 +34,11 @@ from tasks.core.errors import positive_float, positive_int
 from .check import describe, format_result, format_total, group_totals
 from .checks import PARTS, parts_of
 from .common import GROUPS
-from .isolation import become_subreaper, children, sweep
+from .hidden import grading_seed, read_seed
+from .isolation import become_subreaper, children
 from .make import ROOT, generate, stubbed_files
 from .profiles import DEFAULT_PROFILE, PROFILES
+from .untrusted import STUDENT_USER, judge_part, preload, run_parts, student_account
 
 DEFAULT_TIMEOUT = 20.0
 REFERENCE_FOR_OTHERS = ("minbert/pooling.py",)   # part 1's helpers that the other groups' checks run through
@@ -88,159 +90,6 @@ def stage(submission: Path, staging: Path, files: list[str] | None = None, profi
     return notes, missing
 
 
-STUDENT_USER = "auto"    # run as root: "nobody" when that user can run this Python, else root (--as-user)
-
-
-def _account(user: str | None) -> tuple[int, int] | None:
-    """(uid, gid) the student's process runs as, or None (as this process). Only root changes user: `user`, or
-    with "auto" nobody if nobody can run this Python and find torch (else root, said on the staff's console)."""
-    if not user or user == "none" or not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return None
-    import pwd
-    try:
-        entry = pwd.getpwnam("nobody" if user == "auto" else user)
-    except KeyError:
-        if user == "auto":
-            return None
-        raise ValueError(f"no user {user!r} to run the submission as (--as-user; none runs it as root)") from None
-    account = entry.pw_uid, entry.pw_gid
-    if not _can_run(account):
-        if user != "auto":
-            raise ValueError(f"the user {user!r} cannot run {sys.executable} and find torch: make the interpreter and "
-                             "packages readable to it, or grade with --as-user none")
-        print(f"note: nobody cannot run {sys.executable} and find torch, so the submission's code runs as root (give "
-              "--as-user a user who can)", file=sys.stderr)
-        return None
-    return account
-
-
-@functools.cache
-def _can_run(account: tuple[int, int]) -> bool:
-    try:
-        probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"   # finds, no import
-        return subprocess.run([sys.executable, "-c", probe], check=False, user=account[0], group=account[1],
-                              extra_groups=[], cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=120).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-def _hand_over(path: Path, account: tuple[int, int] | None) -> None:
-    """Make path (a directory the student's process writes in) its own when it runs as another user."""
-    path.mkdir(parents=True, exist_ok=True)
-    if account is not None:
-        os.chown(path, *account)
-
-
-def run_parts(staging: Path, names: list[str], timeout: float, jobs: int, account: tuple[int, int] | None = None,
-              spare: frozenset[int] = frozenset()) -> dict[str, dict]:
-    """Run the staged tree's checker in record mode, each part in its own forked process with the time limit.
-
-    Returns what that process said of each part (untrusted: only a failed part's status and message are used);
-    the parts' results, as data, are in staging/.grading/records. Every other child of this process is killed
-    after it, but those in `spare` (the caller's own, from before the grading).
-    """
-    work = staging / ".grading"              # this process's; the student's user writes in records/ and out/ alone
-    result_file, log_file = work / "out" / "results.json", work / "check-log.txt"
-    for d in ("records", "out"):
-        _hand_over(work / d, account)
-    env = dict(os.environ, PYTHONPATH=str(staging), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
-               TOKENIZERS_PARALLELISM="false", HOME=str(work / "out"), TMPDIR=str(work / "out"))
-    env.pop("MINBERT_GRADING_SEED", None)
-    cmd = [sys.executable, "-m", "assignments.check", *names, "--timeout", str(timeout), "--jobs", str(jobs),
-           "--result", str(result_file), "--record", str(work / "records"), "--inputs", str(work / "inputs")]
-    overall = timeout * math.ceil(len(names) / jobs) + 60   # the checker enforces the per-part limits itself
-    who = {} if account is None else {"user": account[0], "group": account[1], "extra_groups": []}
-    with open(log_file, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=staging, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, **who)
-        try:
-            proc.wait(timeout=overall)
-        except subprocess.TimeoutExpired:
-            pass
-        _kill_group(proc.pid)
-        proc.wait()
-    sweep(keep=spare)
-    said: dict[str, dict] = {}
-    try:                                     # read after every process of the submission is gone: no race
-        if _plain_file(result_file) and result_file.stat().st_size < 1 << 20:
-            said = {r["part"]: r for r in json.loads(result_file.read_text()) if isinstance(r, dict)
-                    and isinstance(r.get("part"), str)}
-    except (OSError, ValueError, TypeError):
-        pass
-    tail = log_file.read_bytes()[-2000:].decode("utf-8", errors="replace")
-    return {n: said.get(n) or {"status": "crash", "message": "the checker stopped before reporting "
-                               f"(exit code {proc.returncode})", "log": tail} for n in names}
-
-
-def _plain_file(path: Path) -> bool:
-    """A regular file, not a link: what the student's process left is read only if it is its own data."""
-    import stat
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def judge_part(name: str, staging: Path, said: dict, fixtures: dict[str, dict]) -> dict:
-    """One part's result: its record replayed on the reference and judged here, or 0 with why there is none."""
-    from .hidden import BadRecord, read_record, replay
-    part = PARTS[name]
-    base = {"part": name, "score": 0, "max_score": part.points, "seconds": said.get("seconds", 0.0),
-            "log": str(said.get("log", ""))[-2000:]}
-    path = staging / ".grading" / "records" / f"{name}.safetensors"
-    if _plain_file(path):
-        try:
-            status, message = replay(name, {f: fixtures[f] for f in part.fixtures}, read_record(path))
-        except BadRecord as e:
-            status, message = "error", str(e)
-        return {**base, "status": status, "message": message, "score": part.points if status == "pass" else 0}
-    status = said.get("status")
-    if status not in ("timeout", "crash", "error", "not started", "fail"):   # no record: never a pass
-        status, message = "crash", "the part's process ended without returning its results"
-    else:
-        message = str(said.get("message", ""))[:4000]
-    return {**base, "status": status, "message": message}
-
-
-def preload() -> None:
-    """Import now every reference module a replay may need, so that nothing is read from disk after student code ran."""
-    import importlib
-    import pkgutil
-
-    import minbert
-    for mod in pkgutil.iter_modules(minbert.__path__):
-        importlib.import_module(f"minbert.{mod.name}")
-    for name in ("tasks.classifier", "assignments.mistakes", "assignments.hidden", "assignments.make_fixtures",
-                 "assignments.make_fixtures_ext", *(f"assignments.checks_{g}" for g in GROUPS if g != "core")):
-        importlib.import_module(name)
-
-
-def grading_seed(seed: int | None) -> int:
-    """The seed the hidden inputs are drawn from: seed, else $MINBERT_GRADING_SEED, else a fresh random one."""
-    if seed is not None:
-        return seed
-    env = os.environ.get("MINBERT_GRADING_SEED", "").strip()
-    if env:
-        return read_seed(env, "MINBERT_GRADING_SEED")
-    import secrets
-    return secrets.randbits(63)
-
-
-def read_seed(text: str, where: str) -> int:
-    try:
-        return int(text.strip(), 0)
-    except ValueError:
-        raise ValueError(f"{where}: the grading seed must be an integer") from None
-
-
 HINT_MARK = ". It matches what you get when"
 
 
@@ -269,7 +118,7 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
     unknown = [g for g in groups if g not in own] + [p for p in parts or () if PARTS[p].group not in own]
     if unknown:
         raise ValueError(f"not in the {profile} profile: {', '.join(unknown)}; its groups are {', '.join(own)}")
-    account = _account(as_user)
+    account = student_account(as_user)
     t0 = time.perf_counter()
     names = parts or parts_of(groups)
     seed = grading_seed(seed)

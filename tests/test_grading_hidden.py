@@ -18,9 +18,10 @@ from test_assignments import submission_with
 from assignments import common, hidden
 from assignments.check import run_part
 from assignments.checks import PARTS
-from assignments.grade import _account, grade
+from assignments.grade import grade
 from assignments.make import ROOT, generate
 from assignments.record import Recorder
+from assignments.untrusted import student_account
 
 FIXTURES = sorted({f for p in PARTS.values() for f in p.fixtures})
 
@@ -220,12 +221,12 @@ def test_the_other_parts_are_unaffected_and_nothing_outlives_the_grading(adversa
     pid, uid = map(int, (marks / "daemon.pid").read_text().split())
     assert not (marks / "daemon-ran").exists()       # killed when its part ended, before it woke
     assert not Path(f"/proc/{pid}").exists()
-    if _account("auto") is not None:                 # graded as root: the student's code ran as nobody
-        assert uid == _account("auto")[0] != 0
+    if student_account("auto") is not None:                 # graded as root: the student's code ran as nobody
+        assert uid == student_account("auto")[0] != 0
 
 
 def test_a_part_without_a_record_never_passes(tmp_path: Path) -> None:
-    from assignments.grade import judge_part
+    from assignments.untrusted import judge_part
     said = {"status": "pass", "message": "", "score": 25}          # what a forged checker result claims
     r = judge_part("attention", tmp_path, said, {})
     assert (r["status"], r["score"]) == ("crash", 0) and "without returning its results" in r["message"]

@@ -1,0 +1,156 @@
+"""Running a submission's code for the grader: as whom, in which folders, and reading back only its data.
+
+run_parts runs the staged tree's checker in record mode (assignments/record.py), as another user when the grader
+runs as root; judge_part then reads each part's record (files the student's user could write are read only when
+they are plain files, after every process of the submission is gone) and replays its check on the reference in
+this process (assignments/hidden.py). preload imports, beforehand, every reference module a replay may need.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from .checks import PARTS
+from .common import GROUPS
+from .isolation import sweep
+
+STUDENT_USER = "auto"    # run as root: "nobody" when that user can run this Python, else root (--as-user)
+
+
+def student_account(user: str | None) -> tuple[int, int] | None:
+    """(uid, gid) the student's process runs as, or None (as this process). Only root changes user: `user`, or
+    with "auto" nobody if nobody can run this Python and find torch (else root, said on the staff's console)."""
+    if not user or user == "none" or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None
+    import pwd
+    try:
+        entry = pwd.getpwnam("nobody" if user == "auto" else user)
+    except KeyError:
+        if user == "auto":
+            return None
+        raise ValueError(f"no user {user!r} to run the submission as (--as-user; none runs it as root)") from None
+    account = entry.pw_uid, entry.pw_gid
+    if not _can_run(account):
+        if user != "auto":
+            raise ValueError(f"the user {user!r} cannot run {sys.executable} and find torch: make the interpreter and "
+                             "packages readable to it, or grade with --as-user none")
+        print(f"note: nobody cannot run {sys.executable} and find torch, so the submission's code runs as root (give "
+              "--as-user a user who can)", file=sys.stderr)
+        return None
+    return account
+
+
+@functools.cache
+def _can_run(account: tuple[int, int]) -> bool:
+    try:
+        probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"   # finds, no import
+        return subprocess.run([sys.executable, "-c", probe], check=False, user=account[0], group=account[1],
+                              extra_groups=[], cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=120).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _hand_over(path: Path, account: tuple[int, int] | None) -> None:
+    """Make path (a directory the student's process writes in) its own when it runs as another user."""
+    path.mkdir(parents=True, exist_ok=True)
+    if account is not None:
+        os.chown(path, *account)
+
+
+def run_parts(staging: Path, names: list[str], timeout: float, jobs: int, account: tuple[int, int] | None = None,
+              spare: frozenset[int] = frozenset()) -> dict[str, dict]:
+    """Run the staged tree's checker in record mode, each part in its own forked process with the time limit.
+
+    Returns what that process said of each part (untrusted: only a failed part's status and message are used);
+    the parts' results, as data, are in staging/.grading/records. Every other child of this process is killed
+    after it, but those in `spare` (the caller's own, from before the grading).
+    """
+    work = staging / ".grading"              # this process's; the student's user writes in records/ and out/ alone
+    result_file, log_file = work / "out" / "results.json", work / "check-log.txt"
+    for d in ("records", "out"):
+        _hand_over(work / d, account)
+    env = dict(os.environ, PYTHONPATH=str(staging), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
+               TOKENIZERS_PARALLELISM="false", HOME=str(work / "out"), TMPDIR=str(work / "out"))
+    env.pop("MINBERT_GRADING_SEED", None)
+    cmd = [sys.executable, "-m", "assignments.check", *names, "--timeout", str(timeout), "--jobs", str(jobs),
+           "--result", str(result_file), "--record", str(work / "records"), "--inputs", str(work / "inputs")]
+    overall = timeout * math.ceil(len(names) / jobs) + 60   # the checker enforces the per-part limits itself
+    who = {} if account is None else {"user": account[0], "group": account[1], "extra_groups": []}
+    with open(log_file, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=staging, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, **who)
+        try:
+            proc.wait(timeout=overall)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_group(proc.pid)
+        proc.wait()
+    sweep(keep=spare)
+    said: dict[str, dict] = {}
+    try:                                     # read after every process of the submission is gone: no race
+        if _plain_file(result_file) and result_file.stat().st_size < 1 << 20:
+            said = {r["part"]: r for r in json.loads(result_file.read_text()) if isinstance(r, dict)
+                    and isinstance(r.get("part"), str)}
+    except (OSError, ValueError, TypeError):
+        pass
+    tail = log_file.read_bytes()[-2000:].decode("utf-8", errors="replace")
+    return {n: said.get(n) or {"status": "crash", "message": "the checker stopped before reporting "
+                               f"(exit code {proc.returncode})", "log": tail} for n in names}
+
+
+def _plain_file(path: Path) -> bool:
+    """A regular file, not a link: what the student's process left is read only if it is its own data."""
+    import stat
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def judge_part(name: str, staging: Path, said: dict, fixtures: dict[str, dict]) -> dict:
+    """One part's result: its record replayed on the reference and judged here, or 0 with why there is none."""
+    from .hidden import BadRecord, read_record, replay
+    part = PARTS[name]
+    base = {"part": name, "score": 0, "max_score": part.points, "seconds": said.get("seconds", 0.0),
+            "log": str(said.get("log", ""))[-2000:]}
+    path = staging / ".grading" / "records" / f"{name}.safetensors"
+    if _plain_file(path):
+        try:
+            status, message = replay(name, {f: fixtures[f] for f in part.fixtures}, read_record(path))
+        except BadRecord as e:
+            status, message = "error", str(e)
+        return {**base, "status": status, "message": message, "score": part.points if status == "pass" else 0}
+    status = said.get("status")
+    if status not in ("timeout", "crash", "error", "not started", "fail"):   # no record: never a pass
+        status, message = "crash", "the part's process ended without returning its results"
+    else:
+        message = str(said.get("message", ""))[:4000]
+    return {**base, "status": status, "message": message}
+
+
+def preload() -> None:
+    """Import now every reference module a replay may need, so that nothing is read from disk after student code ran."""
+    import importlib
+    import pkgutil
+
+    import minbert
+    for mod in pkgutil.iter_modules(minbert.__path__):
+        importlib.import_module(f"minbert.{mod.name}")
+    for name in ("tasks.classifier", "assignments.mistakes", "assignments.hidden", "assignments.make_fixtures",
+                 "assignments.make_fixtures_ext", *(f"assignments.checks_{g}" for g in GROUPS if g != "core")):
+        importlib.import_module(name)
