@@ -20,7 +20,6 @@ import hashlib
 import inspect
 import json
 import os
-import stat
 import sys
 import tempfile
 import time
@@ -29,9 +28,10 @@ import zipfile
 import zlib
 from collections.abc import Callable
 from functools import cache
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from .grade import grade
+from .zips import TooLarge, UnsafeZip, checked_members, copy_member
 
 MAX_MEMBERS = 100_000             # entries in a zip's directory
 MAX_UNPACKED = 64 * 2**20         # bytes of graded files written from one zip
@@ -102,14 +102,6 @@ def _update(h: hashlib._Hash, path: Path) -> None:
             h.update(chunk)
 
 
-def member_path(name: str) -> PurePosixPath:
-    """A zip member's path, refused with BadUpload when it would leave the folder it is unpacked into."""
-    path = PurePosixPath(name.replace("\\", "/"))
-    if not name or path.is_absolute() or ".." in path.parts or any(":" in p for p in path.parts[:1]):
-        raise BadUpload(f"unsafe path in the zip: {name!r}")
-    return path
-
-
 def safe_extract(zip_path: Path, dest: Path, max_bytes: int | None = None, max_members: int | None = None) -> int:
     """Unpack the graded files of zip_path into dest (the others are skipped); returns the files written.
 
@@ -120,29 +112,16 @@ def safe_extract(zip_path: Path, dest: Path, max_bytes: int | None = None, max_m
     max_members = MAX_MEMBERS if max_members is None else max_members
     try:
         with zipfile.ZipFile(zip_path) as zf:
-            infos = zf.infolist()
-            if len(infos) > max_members:
-                raise BadUpload(f"the zip holds {len(infos)} entries (at most {max_members})")
-            wanted = []
-            for info in infos:
-                path = member_path(info.filename)
-                if stat.S_ISLNK(info.external_attr >> 16):
-                    raise BadUpload(f"the zip holds a symlink: {info.filename}")
-                if not info.is_dir() and not ignored(path.parts) and path.name in graded_names():
-                    wanted.append((info, path))
-            written, root = 0, dest.resolve()
+            wanted = [(info, path) for info, path in checked_members(zf, max_members)
+                      if not info.is_dir() and not ignored(path.parts) and path.name in graded_names()]
+            budget = [max_bytes]
             for info, path in wanted:
-                target = (root / path).resolve()
-                if not target.is_relative_to(root):
-                    raise BadUpload(f"unsafe path in the zip: {info.filename!r}")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(info) as src, open(target, "wb") as out:
-                    for chunk in iter(lambda: src.read(1 << 20), b""):
-                        written += len(chunk)
-                        if written > max_bytes:
-                            raise BadUpload(f"the zip's graded files unpack to more than {size(max_bytes)}")
-                        out.write(chunk)
+                copy_member(zf, info, dest / path, budget)
             return len(wanted)
+    except TooLarge:
+        raise BadUpload(f"the zip's graded files unpack to more than {size(max_bytes)}") from None
+    except UnsafeZip as e:
+        raise BadUpload(f"in the zip: {e}") from None
     except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, NotImplementedError, ValueError) as e:
         raise BadUpload(f"cannot unpack the zip: {one_line(e)}") from e
     except OSError as e:

@@ -10,11 +10,12 @@ MAX_BYTES bytes in all, counted as they are read, not as the zip claims).
 
 from __future__ import annotations
 
-import stat
 import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+
+from .zips import TooLarge, UnsafeZip, checked_members, copy_member
 
 TASK_NAMES = ("sst", "para", "sts")
 SPLITS = ("dev", "test")
@@ -23,7 +24,6 @@ SKIP_DIRS = ("__MACOSX", "__pycache__", ".git")
 MAX_DEPTH = 3                      # the files may lie up to this many folders below the upload (a/b/predictions/x.csv)
 MAX_MEMBERS = 10_000
 MAX_BYTES = 256 * 2**20            # 256 MiB uncompressed in all; the six files of the course are about 0.5 MiB
-CHUNK = 2**16
 WANTED = ("upload the six files {sst,para,sts}-{dev,test}-output.csv, or the zip that python -m tasks.submit writes")
 
 
@@ -85,33 +85,15 @@ def _zips(top: Path) -> list[Path]:
     return []
 
 
-def _member_path(info: zipfile.ZipInfo, archive: str) -> PurePosixPath:
-    """A member's path, refused when it is absolute, climbs out with `..`, or is a link."""
-    name = info.filename.replace("\\", "/")
-    path = PurePosixPath(name)
-    if name.startswith("/") or (len(name) > 1 and name[1] == ":") or ".." in path.parts:
-        raise UploadError(f"{archive}: member {info.filename!r} points outside the archive; zip the files themselves")
-    if stat.S_ISLNK(info.external_attr >> 16):
-        raise UploadError(f"{archive}: member {info.filename!r} is a symbolic link; zip the files themselves")
-    return path
-
-
 def extract_predictions(archive: Path, out: Path, label: str) -> Upload:
     """Check every member of archive, then copy the prediction files it holds into out (one folder per depth)."""
     try:
         with zipfile.ZipFile(archive) as z:
-            infos = z.infolist()
-            if len(infos) > MAX_MEMBERS:
-                raise UploadError(f"{label}: {len(infos)} members, more than {MAX_MEMBERS}; zip the six files alone")
-            wanted = []
-            for info in infos:
-                path = _member_path(info, label)
-                if info.is_dir() or path.name not in FILE_NAMES or any(p in SKIP_DIRS for p in path.parts):
-                    continue
-                if len(path.parts) > MAX_DEPTH + 1:
-                    continue
-                wanted.append((info, path))
-            total = 0
+            members = checked_members(z, MAX_MEMBERS)
+            infos = [info for info, _ in members]
+            wanted = [(info, path) for info, path in members if not info.is_dir() and path.name in FILE_NAMES
+                      and not any(p in SKIP_DIRS for p in path.parts) and len(path.parts) <= MAX_DEPTH + 1]
+            budget = [MAX_BYTES]
             upload = Upload()
             by_depth: dict[str, list[tuple[int, zipfile.ZipInfo, PurePosixPath]]] = {}
             for info, path in wanted:
@@ -124,20 +106,18 @@ def extract_predictions(archive: Path, out: Path, label: str) -> Upload:
                                       f"({', '.join(str(p) for _, p in top)}); zip one copy")
                 info, path = top[0]
                 local = out / name
-                out.mkdir(parents=True, exist_ok=True)
-                with z.open(info) as src, open(local, "wb") as dst:
-                    while chunk := src.read(CHUNK):
-                        total += len(chunk)
-                        if total > MAX_BYTES:
-                            raise UploadError(f"{label}: the prediction files hold more than {MAX_BYTES // 2**20} MiB "
-                                              "uncompressed; the six files of the course hold about 0.5 MiB")
-                        dst.write(chunk)
+                copy_member(z, info, local, budget)
                 upload.files[name] = local
                 upload.shown[local] = f"{label}:{path}"
             if not upload.files:
                 raise UploadError(f"{label} holds no prediction file (it holds: {_listing(i.filename for i in infos)}); "
                                   f"{WANTED}")
             return upload
+    except TooLarge:
+        raise UploadError(f"{label}: the prediction files hold more than {MAX_BYTES // 2**20} MiB uncompressed; the six "
+                          "files of the course hold about 0.5 MiB") from None
+    except UnsafeZip as e:
+        raise UploadError(f"{label}: {e}; zip the six files themselves") from None
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as e:
         raise UploadError(f"{label}: not a readable zip file ({e}); zip the six files again") from None
     except (OSError, RuntimeError) as e:          # RuntimeError: an encrypted member

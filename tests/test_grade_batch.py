@@ -171,13 +171,13 @@ def test_a_kill_while_the_csv_is_written_leaves_the_previous_one(tmp_path: Path,
 
 
 @pytest.mark.parametrize("members, says", [
-    ({"../evil.py": "x"}, "unsafe path in the zip: '../evil.py'"),
-    ({"a/../../model.py": "x"}, "unsafe path"),
-    ({"/etc/model.py": "x"}, "unsafe path"),
-    ({"..\\model.py": "x"}, "unsafe path"),
-    ({"C:/model.py": "x"}, "unsafe path"),
+    ({"../evil.py": "x"}, "in the zip: member '../evil.py' points outside the archive"),
+    ({"a/../../model.py": "x"}, "points outside the archive"),
+    ({"/etc/model.py": "x"}, "points outside the archive"),
+    ({"..\\model.py": "x"}, "points outside the archive"),
+    ({"C:/model.py": "x"}, "points outside the archive"),
     ({"model.py": "x" * 3000}, "unpack to more than"),
-    ({f"f{i}.txt": "" for i in range(12)}, "holds 12 entries"),
+    ({f"f{i}.txt": "" for i in range(12)}, "in the zip: 12 members, more than 10"),
     ({"model.py": "x" * 600, "a/model.py": "x" * 600}, "unpack to more than 1000 bytes"),
 ], ids=["dotdot", "dotdot-inside", "absolute", "backslash", "drive", "too-large", "too-many", "too-large-in-all"])
 def test_unsafe_zips_are_refused(tmp_path: Path, monkeypatch, members: dict, says: str) -> None:
@@ -196,7 +196,7 @@ def test_symlinks_are_refused_in_zips_and_folders(tmp_path: Path) -> None:
     link.external_attr = (stat.S_IFLNK | 0o777) << 16
     with zipfile.ZipFile(tmp_path / "link.zip", "w") as zf:
         zf.writestr(link, "/etc/passwd")
-    with pytest.raises(BadUpload, match="symlink: model.py"):
+    with pytest.raises(BadUpload, match="member 'model.py' is a symbolic link"):
         safe_extract(tmp_path / "link.zip", tmp_path / "out")
     subs = tmp_path / "subs"
     (subs / "sam").mkdir(parents=True)

@@ -167,8 +167,10 @@ def test_the_lock_pins_the_reference_venv_and_names_every_student_requirement():
     numpy = importlib.metadata.version("numpy")
     assert lockfile.mismatches({"numpy": "0.0.1"}) == [f"numpy: the lock pins 0.0.1, installed: {numpy}"]
     setup = (ROOT / "assignments" / "gradescope" / "leaderboard" / "setup.sh").read_text()
-    assert "set -euo pipefail" in setup and "https://download.pytorch.org/whl/cpu" in setup
-    assert "-r \"$lock\"" in setup and "requirements-grader.txt" in setup
+    install = (ROOT / "assignments" / "gradescope" / "install.sh").read_text()     # both bundles' setup.sh source it
+    assert "set -euo pipefail" in setup and 'source "$reference/assignments/gradescope/install.sh"' in setup
+    assert "https://download.pytorch.org/whl/cpu" in install
+    assert "-r \"$lock\"" in install and "requirements-grader.txt" in install
     assert "assignments.lockfile verify" in setup.strip().splitlines()[-1]
 
 

