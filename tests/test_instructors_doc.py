@@ -53,3 +53,22 @@ def test_each_documented_command_uses_flags_its_tool_has(module: str, args: list
     for flag in flags:
         if flag != "--help":
             assert re.search(rf"{re.escape(flag)}\b", text), f"{module} {' '.join(sub)}: no {flag} in its --help"
+
+
+def _median(row_start: str) -> float:
+    """The median (seconds) of the guide's times-table row that starts with row_start."""
+    row = next(line for line in GUIDE.read_text().splitlines() if line.startswith(f"| {row_start}"))
+    return float(row.split("|")[2].strip().removesuffix(" s"))
+
+
+def test_the_handouts_timings_are_the_guides_measured_medians() -> None:
+    handout = (ROOT / "assignments" / "README.md").read_text()
+    part1 = _median("`python -m assignments.grade . --seed-file seed`")
+    every = _median("`python -m assignments.grade . --groups all --seed-file seed`")
+    assert f"Grading one submission takes about {round(part1)} s (part 1; {round(every)} s for every group" in handout
+    one = [_median(f"`python -m assignments.check adamw` in {w}") for w in ("the reference tree", "a fresh student tree")]
+    assert f"Checking one part takes about {min(one):.1f}-{max(one):.1f} s" in handout.replace("\n", " ")
+    first = _median("`python -m assignments.check` in a fresh student tree")
+    assert f"part 1 about {first:.1f} s" in handout.replace("\n", " ")
+    every = [_median(f"`python -m assignments.check all` in {w}") for w in ("the reference tree", "a fresh student tree")]
+    assert f"every group about {min(every):.1f}-{max(every):.1f} s" in handout.replace("\n", " ")
