@@ -18,6 +18,7 @@ import csv
 import errno
 import hashlib
 import inspect
+import io
 import json
 import os
 import sys
@@ -29,6 +30,8 @@ import zlib
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+
+from tasks.core.evaluation import write_text
 
 from .grade import grade
 from .zips import TooLarge, UnsafeZip, checked_members, copy_member
@@ -205,23 +208,13 @@ def read_csv(path: Path) -> tuple[list[str], dict[str, dict]]:
     return parts, rows
 
 
-def write_atomic(path: Path, write: Callable[[object], None]) -> None:
-    """Write path through a temporary file beside it, renamed over it: a kill leaves the old or the new file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def write_csv(path: Path, parts: list[str], rows: dict[str, dict]) -> None:
-    """The CSV, sorted by submission, atomically."""
-    def write(f: object) -> None:
-        w = csv.DictWriter(f, fieldnames=[*FIXED, *parts, *TAIL], restval="")
-        w.writeheader()
-        w.writerows(rows[name] for name in sorted(rows))
-    write_atomic(path, write)
+    """The CSV, sorted by submission, atomically (tasks.core.evaluation.write_text)."""
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=[*FIXED, *parts, *TAIL], restval="")
+    w.writeheader()
+    w.writerows(rows[name] for name in sorted(rows))
+    write_text(path, text.getvalue())
 
 
 def results_dir(csv_path: Path) -> Path:
@@ -275,8 +268,7 @@ def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = Fal
             if row["state"] != GRADED:
                 bar.write(f"{name}: {row['state']}: {row['notes']}")
             parts += [p for p in row if p not in (*FIXED, *TAIL, *parts)]
-            write_atomic(out_dir / f"{name}.json",
-                         lambda f, full=full: f.write(json.dumps(full, indent=2, default=str) + "\n"))
+            write_text(out_dir / f"{name}.json", json.dumps(full, indent=2, default=str) + "\n")
             rows[name] = row
             write_csv(csv_path, parts, rows)
             bar.update(1)

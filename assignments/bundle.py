@@ -101,18 +101,21 @@ def leaderboard_arguments(parser: argparse.ArgumentParser) -> None:
                         "sts-test.csv (the dev files' format); kept outside the repository")
     parser.add_argument("--salt-file", required=True, help="the secret that splits the test set into public and "
                         "private parts; keep it with the gold (the scoreboard needs it too)")
-    parser.add_argument("--daily-limit", type=nonnegative_int, default=0, help="uploads graded in any 24 hours "
-                        "(default 0: no limit)")
-    parser.add_argument("--private-fraction", type=float, default=0.5, help="the private share of test ids (0.5)")
-    parser.add_argument("--points", type=nonnegative_float, default=1.0, help="a valid upload's points (default 1)")
+    parser.add_argument("--daily-limit", type=nonnegative_int, default=Settings.daily_limit,
+                        help=f"uploads graded in any 24 hours (default {Settings.daily_limit}: no limit)")
+    parser.add_argument("--private-fraction", type=float, default=Settings.private_fraction,
+                        help=f"the private share of test ids (default {Settings.private_fraction:g})")
+    parser.add_argument("--points", type=nonnegative_float, default=Settings.points,
+                        help=f"a valid upload's points (default {Settings.points:g})")
 
 
-def leaderboard_files(args: argparse.Namespace) -> dict[str, Path | bytes]:
+def leaderboard_files(gold: str, salt_file: str, daily_limit: int, private_fraction: float,
+                      points: float) -> dict[str, Path | bytes]:
     """leaderboard/gold/ (canonical names), leaderboard/salt, leaderboard/settings.json; all checked first."""
-    gold_dir, salt_file = Path(args.gold), Path(args.salt_file)
+    gold_dir, salt_file = Path(gold), Path(salt_file)
     outside_data(gold_dir, "gold")
     outside_data(salt_file, "salt")
-    settings = Settings(args.daily_limit, args.private_fraction, args.points)
+    settings = Settings(daily_limit, private_fraction, points)
     salt = read_salt(salt_file)
     split_gold(load_gold(gold_dir, ROOT / "data"), salt, settings.private_fraction)
     files: dict[str, Path | bytes] = {f"leaderboard/gold/{names[0]}": gold_path(gold_dir, task)
@@ -139,10 +142,17 @@ def checks_arguments(parser: argparse.ArgumentParser) -> None:
                         "output until the due date")
 
 
-def checks_files(args: argparse.Namespace) -> dict[str, Path | bytes]:
-    """grading/seed (checked to be an integer) and grading/flags (the grader's options)."""
+def checks_files(seed_file: str, groups: list[str], profile: str, timeout: float,
+                 hide_hints: bool) -> dict[str, Path | bytes]:
+    """grading/seed (checked to be an integer) and grading/flags (the grader's options, its groups checked to be
+    the profile's, so that a bad pairing fails here rather than in Gradescope's image build)."""
     from .grade import read_seed
-    seed_file = Path(args.seed_file)
+    from .profiles import PROFILES
+    own = PROFILES[profile].groups
+    if [g for g in groups if g not in own and g != "all"]:
+        raise BundleError(f"--groups {' '.join(groups)}: not all in the {profile} profile, whose groups are "
+                          f"{', '.join(own)}")
+    seed_file = Path(seed_file)
     outside_data(seed_file, "grading seed")
     try:
         seed = read_seed(seed_file.read_text(), str(seed_file))
@@ -150,8 +160,8 @@ def checks_files(args: argparse.Namespace) -> dict[str, Path | bytes]:
         raise BundleError(f"{seed_file}: cannot read the grading seed ({e.strerror})") from None
     except ValueError as e:
         raise BundleError(str(e)) from None
-    flags = ["--groups", *args.groups, "--profile", args.profile, "--timeout", f"{args.timeout:g}"]
-    flags += ["--hide-hints"] if args.hide_hints else []
+    flags = ["--groups", *groups, "--profile", profile, "--timeout", f"{timeout:g}"]
+    flags += ["--hide-hints"] if hide_hints else []
     return {"grading/seed": f"{seed}\n".encode(), "grading/flags": (" ".join(flags) + "\n").encode()}
 
 
@@ -161,7 +171,7 @@ class Kind:
 
     help: str
     arguments: Callable[[argparse.ArgumentParser], None]
-    files: Callable[[argparse.Namespace], dict[str, Path | bytes]]
+    files: Callable[..., dict[str, Path | bytes]]     # called with the kind's flags as keywords
     scripts: Path
 
 
@@ -173,8 +183,8 @@ KINDS = {
 }
 
 
-def build(kind: str, out: str | Path, args: argparse.Namespace) -> tuple[Path, str]:
-    """Write the bundle of a kind; (the zip, the reference commit it records)."""
+def build(kind: str, out: str | Path, options: dict[str, object]) -> tuple[Path, str]:
+    """Write the bundle of a kind, its own files from its options (its flags, by name); (the zip, the commit)."""
     spec = KINDS[kind]
     entries: dict[str, Path | bytes] = {name: spec.scripts / name for name in EXECUTABLE}
     missing = [str(p) for p in entries.values() if isinstance(p, Path) and not p.is_file()]
@@ -183,7 +193,7 @@ def build(kind: str, out: str | Path, args: argparse.Namespace) -> tuple[Path, s
     files, commit = reference_files()
     entries.update(files)
     entries[f"{REFERENCE}/{COMMIT_FILE}"] = (commit + "\n").encode()
-    entries.update(spec.files(args))
+    entries.update(spec.files(**options))
     return write_zip(Path(out), entries), commit
 
 
@@ -197,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         spec.arguments(sub)
     args = parser.parse_args(argv)
     try:
-        out, commit = build(args.kind, args.out, args)
+        out, commit = build(args.kind, args.out, {k: v for k, v in vars(args).items() if k not in ("kind", "out")})
     except (BundleError, GoldError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -88,8 +88,8 @@ class Session:
     """How a check reads its fixtures and compares while the grader runs it (assignments/hidden.py).
 
     Students never set one. The grader's process that runs student code records what each compare() was
-    given (hidden.Recorder); a process that never imported student code replays the check on the reference
-    and judges those records (hidden.Replayer).
+    given (record.Recorder); a process that never imported student code replays the check on the reference
+    and judges those records (hidden.Replayer, the instructor's).
     """
 
     def fixture(self, name: str) -> dict[str, torch.Tensor]:

@@ -62,17 +62,15 @@ def _child(name: str, result: Path, log: Path, record: Path | None = None) -> No
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
+        from . import common
         from .check import run_part
-        if record is None:
-            result.write_text(json.dumps(run_part(name)))
-        else:
-            from . import common
-            from .record import Recorder
-            common.SESSION = recorder = Recorder(Path(os.environ[RECORD_INPUTS]))
-            r = run_part(name)
-            common.SESSION = None
+        from .record import Recorder
+        recorder = None if record is None else Recorder(Path(os.environ[RECORD_INPUTS]))
+        common.SESSION = recorder
+        r = run_part(name)
+        if recorder is not None:
             recorder.save(record / f"{name}.safetensors", r["status"], r["message"])
-            result.write_text(json.dumps(r))
+        result.write_text(json.dumps(r))
         code = 0
     finally:
         sys.stdout.flush()
@@ -101,17 +99,21 @@ def sweep(keep: frozenset[int] = frozenset()) -> list[int]:
         found = [pid for pid in children() if pid not in keep]
         if not found:
             break
+        signalled = []
         for pid in found:
             try:
                 os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except (ProcessLookupError, PermissionError):
+                signalled.append(pid)
+            except (ProcessLookupError, PermissionError):   # gone, or not ours to kill: never waited for
                 pass
-        for pid in found:
+        for pid in signalled:
             try:
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
+        killed += signalled
+        if not signalled:
+            break
     return killed
 
 

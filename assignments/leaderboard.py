@@ -220,9 +220,12 @@ def main(argv: list[str] | None = None) -> int:
                         "submissions (without it: no daily limit, and the leaderboard shows the public part)")
     parser.add_argument("--settings", help="a JSON of daily_limit, private_fraction and points (a bundle's "
                         "settings.json); the flags below override it")
-    parser.add_argument("--daily-limit", type=nonnegative_int, help="uploads graded in any 24 hours (default 0: no limit)")
-    parser.add_argument("--private-fraction", type=float, help="the share of test ids in the private part (default 0.5)")
-    parser.add_argument("--points", type=nonnegative_float, help="a valid, complete upload's points (default 1)")
+    parser.add_argument("--daily-limit", type=nonnegative_int, help="uploads graded in any 24 hours "
+                        f"(default {Settings.daily_limit}: no limit)")
+    parser.add_argument("--private-fraction", type=float, help="the share of test ids in the private "
+                        f"part (default {Settings.private_fraction:g})")
+    parser.add_argument("--points", type=nonnegative_float, help="a valid, complete upload's points "
+                        f"(default {Settings.points:g})")
     parser.add_argument("--out", required=True, help="where to write results.json")
     args = parser.parse_args(argv)
     start = time.monotonic()

