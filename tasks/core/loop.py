@@ -29,7 +29,9 @@ class Work:
     batches(epoch) gives that epoch's collated batches, the same on every process (shuffled from the seed and the
     epoch); loss(model, batch) the mean loss of a batch on the device (a batch may name its task, batch["task"], and
     the record then holds each task's mean training loss, train_loss_{task}); evaluate(model) the dev scores, of
-    which `metric` picks the best epoch; post_step(model), if given, runs after each optimiser step."""
+    which `metric` picks the best epoch; post_step(model), if given, runs after each optimiser step; prepare(batch),
+    if given, runs on each training batch on the CPU before it moves to the device, for what would otherwise make a
+    GPU tell the host a size (the multitask command joins a cross-encoder's pairs there; tasks/core/step.py)."""
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
@@ -38,6 +40,7 @@ class Work:
     evaluate: Callable[[nn.Module], dict[str, float]]
     metric: str
     post_step: Callable[[nn.Module], None] | None = None
+    prepare: Callable[[dict], dict] | None = None
 
 
 @dataclass
@@ -52,7 +55,9 @@ class FitOptions:
     batches as its "epochs" and calls them "round". Curves (tasks/core/curves.py): each optimiser step's loss and
     each epoch's record go to `curves` (default: beside the checkpoint, CHECKPOINT.curves.jsonl). save_every N > 0
     also checkpoints after every N-th optimiser step within an epoch, and a resume from it goes on exactly as the
-    uninterrupted run would."""
+    uninterrupted run would. read_every N: the training loss is read back from the device every N optimiser steps
+    (None: every step on the CPU, every 32 on a GPU; tasks/core/step.py); attention_kernel: the attention kernel
+    torch tries first on a GPU (tasks/core/step.py attention_kernels)."""
 
     epochs: int
     device: torch.device
@@ -66,6 +71,8 @@ class FitOptions:
     save_every: int = 0
     progress: bool = True
     log: Callable[[str], None] = print
+    read_every: int | None = None
+    attention_kernel: str = "auto"
 
 
 @dataclass

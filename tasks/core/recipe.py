@@ -25,6 +25,7 @@ from .precision import (  # the rules live in precision.py; check_precision, cpu
     cpu_has_bf16,  # noqa: F401
 )
 from .settings import setting
+from .step import COMPILE_MODES
 from .tree import STUDENT
 
 ATTENTIONS = ("eager", "fused")
@@ -96,6 +97,13 @@ class Recipe:
         help="apply --weight-decay to the biases and LayerNorm gains too (off: decay the weight matrices and embeddings "
              "only, the usual exclusion)")
 
+    compile: str = setting(
+        "off", before="off", choices=COMPILE_MODES,
+        help="torch.compile the loss's forward and backward: default fuses kernels; reduce-overhead also captures "
+             "each shape's step as CUDA graphs and replays them (for small models on a GPU, where launching kernels "
+             "takes longer than running them). Sequences are then padded to a multiple of 32 tokens so that few "
+             "shapes occur; the first steps of each shape compile. off: eager PyTorch (tasks/core/step.py)")
+
     def loop(self) -> dict:
         """The fields fit() reads (LOOP_FIELDS), by name."""
         return {k: v for k, v in asdict(self).items() if k in LOOP_FIELDS}
@@ -112,7 +120,7 @@ class Recipe:
         return ATTN_IMPLEMENTATION[self.attention]
 
 
-LOOP_FIELDS = ("precision", "warmup_ratio", "max_grad_norm", "grad_accum", "gradual_unfreezing")
+LOOP_FIELDS = ("precision", "warmup_ratio", "max_grad_norm", "grad_accum", "gradual_unfreezing", "compile")
 
 
 def unfreezing(model: torch.nn.Module, params: list, fraction: float, total: int) -> tuple[list[int], str]:

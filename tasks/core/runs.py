@@ -26,6 +26,7 @@ from .errors import ConfigurationError, ResumeError, existing_path, nonnegative_
 from .evaluation import write_text
 from .resume import before_values
 from .settings import build, dump, flatten, parse, read_config, setting
+from .step import ATTENTION_KERNELS
 
 RUN_FILE = "run.json"
 CHECKPOINT = "checkpoint.pt"
@@ -63,6 +64,20 @@ class RunOptions:
                               help="also checkpoint after every N-th optimiser step within an epoch, so that a "
                                    "disconnected session (Colab) loses at most N steps; --resume continues from it "
                                    "exactly (0: after each epoch only)")
+    read_every: int | None = setting(None, parse=positive_int, on_resume="free", metavar="N",
+                                     help="read the training loss back from the device every N optimiser steps, "
+                                          "so that a GPU never waits for the host in between (the progress bar and "
+                                          "the curves get each step's loss all the same; a diverged loss is named "
+                                          "up to N steps late). none: every step on the CPU, every 32 on a GPU")
+    attention_kernel: str = setting("auto", choices=ATTENTION_KERNELS, on_resume="free",
+                                    help="on a GPU, the attention kernel torch tries first (then the memory-efficient "
+                                         "one, then math); auto: the memory-efficient kernel, which takes the padding "
+                                         "mask and dropout and builds no plan per shape (cudnn does)")
+
+    def loop_options(self) -> dict:
+        """The FitOptions fields these options set: progress, save_every, read_every, attention_kernel."""
+        return {"progress": self.progress, "save_every": self.save_every, "read_every": self.read_every,
+                "attention_kernel": self.attention_kernel}
 
 
 def runs_root() -> Path:

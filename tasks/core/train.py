@@ -40,7 +40,7 @@ from torch import nn
 from tqdm import tqdm
 
 from . import distributed as dp
-from .batching import to_device
+from .batching import pad_lengths, to_device
 from .checkpoints import (
     CHECKPOINT_KEYS,
     KILL_AT_STEP,
@@ -58,6 +58,7 @@ from .evaluation import evaluating
 from .loop import FitOptions, FitResult, Interrupted, Work, after_epoch, watching  # noqa: F401 - fit()'s surface
 from .precision import check_precision, cpu_has_bf16, resolve_precision
 from .recipe import LinearSchedule, Recipe, autocast, unfreezing
+from .step import COMPILE_MODES, PAD_MULTIPLE, LossReads, Taken, attention_kernels, compiled, read_every
 from .terms import TermSet
 
 
@@ -108,8 +109,9 @@ def fit(work: Work, recipe: Recipe, options: FitOptions, terms: TermSet | None =
             loop.say(f"stopping early: dev {metric} has not improved for {patience} {unit}s "
                      f"(best: {unit} {loop.best.best_epoch})")
             break
-        total, per_task, train_time = loop.train_epoch(epoch)
-        record = loop.evaluate(epoch, total, per_task, train_time, loop.terms.epoch_end())
+        with attention_kernels(options.device, options.attention_kernel):
+            total, per_task, train_time = loop.train_epoch(epoch)
+            record = loop.evaluate(epoch, total, per_task, train_time, loop.terms.epoch_end())
         if checkpoint is not None:
             loop.save(epoch)
         after_epoch(epoch + 1, record, metric, epoch + 1 == epochs)
@@ -146,8 +148,9 @@ class _Loop:
         self.best = FitResult(0, float("-inf"), cpu_state(model))
         self.scaler = torch.amp.GradScaler(device.type, enabled=recipe.precision == "fp16")
         self.base_lrs = [group["lr"] for group in optimizer.param_groups]
-        self.compute = dp.data_parallel(model, work.loss, device) if self.parallel else (
-            lambda batch: work.loss(model, batch))
+        self.compute = compiled(dp.data_parallel(model, work.loss, device) if self.parallel else (
+            lambda batch: work.loss(model, batch)), recipe.compile)
+        self.reads = LossReads(read_every(device, options.read_every))  # the losses still on the device
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.schedule: LinearSchedule | None = None
         self.total: int | None = None                # optimiser steps of the whole run, once known
@@ -196,20 +199,21 @@ class _Loop:
             if i < done:                             # the same batches as before the interruption: already taken
                 bar.update(len(group))
                 continue
-            group_loss = self._accumulate(group, epoch, checkpoint, sums, per_task, bar)
+            self.reads.add(self.step, epoch, self._accumulate(group, bar))
+            if self.reads.due(self.step):            # on the CPU every step, before its update (as it always was)
+                self._read(checkpoint, sums, per_task, bar)
             self._optimizer_step()
-            if self.curve is not None:
-                named = {b.get("task") for b in group}
-                self.curve.step(self.step, epoch + 1, group_loss, named.pop() if len(named) == 1 else None)
             if post_step is not None:
                 post_step(self.model)
             self.terms.after_step(self.model)
             every = self.options.save_every
             if every and self.step % every == 0 and checkpoint is not None:
+                self._read(checkpoint, sums, per_task, bar)
                 self.save(epoch, within={
                     "groups": i + 1, "sums": sums, "per_task": per_task, "seconds": time.perf_counter() - t0,
                     "terms": self.terms.state()})
             maybe_kill(KILL_AT_STEP, self.step)
+        self._read(checkpoint, sums, per_task, bar)    # the epoch's last losses (on a GPU: waits for its last step)
         bar.close()
         total = sums["total"] / max(sums["n"], 1)
         if self.parallel:  # the ranks' shares add up to the global batches' mean losses
@@ -237,36 +241,50 @@ class _Loop:
             self.unfreeze_at, line = unfreezing(self.model, self.params, self.recipe.gradual_unfreezing, self.total)
             self.say(line)
 
-    def _accumulate(self, group: list[dict], epoch: int, checkpoint: str | Path | None, sums: dict,
-                    per_task: dict[str, list[float]], bar: tqdm) -> float:
-        """The gradients of one optimiser step's batches, summed as if they were one batch; their mean loss."""
+    def _accumulate(self, group: list[dict], bar: tqdm) -> list[Taken]:
+        """The gradients of one optimiser step's batches, summed as if they were one batch; each batch's loss is
+        left on the device (self._read reads them)."""
         rows = sum(dp.batch_rows(b) for b in group)  # examples in this optimiser step, over every rank
         self.optimizer.zero_grad(set_to_none=True)
-        group_loss = 0.0
+        taken = []
         for batch in group:
             size = dp.batch_rows(batch)
             part, mine = dp.shard(batch, self.me, self.world) if self.parallel else (batch, size)
+            if self.work.prepare is not None:          # on the CPU, before the copy: what shapes the batch
+                part = self.work.prepare(part)
+            if self.recipe.compile != "off":           # a few lengths, so that compiled steps are reused
+                part = pad_lengths(part, PAD_MULTIPLE)
             part = to_device(part, self.device)
             with autocast(self.device, self.recipe.precision):
                 loss = self.compute(part)
             # DDP averages over ranks: world * mine / rows makes the sum of the ranks' gradients the one of the
             # mean loss over the step's examples (just the loss itself for one process and one batch)
             self.scaler.scale(loss * (self.world * mine / rows)).backward()
-            value = loss.item()
-            if not math.isfinite(value):
-                _diverged(value, epoch, self.step, batch.get("task"), self.unit, checkpoint)
-            group_loss += value / len(group)
-            share = value * (mine / size)                 # this rank's part of the batch's mean loss
-            sums["total"], sums["n"] = sums["total"] + share, sums["n"] + 1
-            if "task" in batch:
-                acc = per_task.setdefault(batch["task"], [0.0, 0])
-                acc[0], acc[1] = acc[0] + share, acc[1] + 1
-            shown = sums["shown"]
-            if mine:
-                shown[0], shown[1] = shown[0] + value, shown[1] + 1
+            taken.append(Taken(loss.detach(), batch.get("task"), mine, size))
             bar.update()
-            bar.set_postfix(loss=f"{shown[0] / max(shown[1], 1):.4f}")
-        return group_loss
+        return taken
+
+    def _read(self, checkpoint: str | Path | None, sums: dict, per_task: dict[str, list[float]], bar: tqdm) -> None:
+        """The losses of the steps not read yet, in one copy from the device; then, step by step, what the loop keeps
+        of them: the divergence check, the epoch's sums, the curves, the progress bar's running mean."""
+        shown = sums["shown"]
+        for step, epoch, taken in self.reads.read():
+            group_loss = 0.0
+            for value, t in taken:
+                if not math.isfinite(value):
+                    _diverged(value, epoch, step, t.task, self.unit, checkpoint)
+                group_loss += value / len(taken)
+                share = value * (t.mine / t.size)         # this rank's part of the batch's mean loss
+                sums["total"], sums["n"] = sums["total"] + share, sums["n"] + 1
+                if t.task is not None:
+                    acc = per_task.setdefault(t.task, [0.0, 0])
+                    acc[0], acc[1] = acc[0] + share, acc[1] + 1
+                if t.mine:
+                    shown[0], shown[1] = shown[0] + value, shown[1] + 1
+            if self.curve is not None:
+                named = {t.task for _, t in taken}
+                self.curve.step(step + 1, epoch + 1, group_loss, named.pop() if len(named) == 1 else None)
+        bar.set_postfix(loss=f"{shown[0] / max(shown[1], 1):.4f}")
 
     def _optimizer_step(self) -> None:
         """The scheduled learning rate, gradual unfreezing, clipping, the (scaled) step."""
@@ -337,6 +355,10 @@ def _check_settings(device: torch.device, recipe: Recipe, options: FitOptions) -
         raise ValueError(f"patience must be at least 1, not {options.patience}")
     if options.save_every < 0:
         raise ValueError(f"save_every must be 0 (off) or a number of optimiser steps, not {options.save_every}")
+    read_every(device, options.read_every)   # refuses N < 1
+    attention_kernels(device, options.attention_kernel)  # refuses a kernel it does not know
+    if recipe.compile != "off" and recipe.compile not in COMPILE_MODES:
+        raise ValueError(f"compile must be one of {COMPILE_MODES}, not {recipe.compile!r}")
     if recipe.warmup_ratio is not None and not 0 <= recipe.warmup_ratio < 1:
         raise ValueError(f"warmup_ratio must be in [0, 1), not {recipe.warmup_ratio}")
 

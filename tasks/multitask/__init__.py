@@ -55,7 +55,7 @@ from ..core.training_setup import start, write_split
 from ..core.unfinished import explain_unfinished
 from . import terms as _registered  # noqa: F401  (importing it registers the command's terms)
 from .data import Encoded, EpochBatches, collate, load
-from .model import model_class, multitask_loss
+from .model import model_class, multitask_loss, prepare_inputs
 from .settings import METRICS, Settings
 
 
@@ -192,11 +192,12 @@ def run(settings: Settings) -> dict:
         return scores
 
     post_step = (lambda m: mode.post_step(m, ft)) if mode.post_step is not None else None
-    result = fit(Work(model, optimizer, epoch_batches, multitask_loss(terms, device), evaluate, metric, post_step),
+    result = fit(Work(model, optimizer, epoch_batches, multitask_loss(terms, device), evaluate, metric, post_step,
+                      prepare=lambda batch: prepare_inputs(model, batch)),
                  settings.recipe,
                  FitOptions(tr.epochs, device, tr.seed, paths.checkpoint, paths.resume,
                             resume_config(settings) | {"training.lr": lr, "command": "multitask"},
-                            progress=rs.progress, save_every=rs.save_every), terms)
+                            **rs.loop_options()), terms)
     if not is_main_process():
         return {"best_epoch": result.best_epoch, f"dev_{metric}": result.best_score}
 

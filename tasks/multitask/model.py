@@ -51,6 +51,15 @@ class TaskForward:
         return TaskForward(self.model, self.task, self.batch)
 
 
+def prepare_inputs(model: MultitaskBert, batch: dict) -> dict:
+    """The batch (or each batch of a round) with its encoder passes' inputs made on the CPU by the model's own
+    inputs() (a cross-encoder's pairs joined, join_pairs), which it then reads from batch["encoder_inputs"]: on a GPU
+    the joined length would otherwise be read back from the device in every step (Work.prepare)."""
+    if "round" in batch:
+        return batch | {"round": {t: prepare_inputs(model, b) for t, b in batch["round"].items()}}
+    return batch | {"encoder_inputs": model.inputs(batch["task"], batch)}
+
+
 def multitask_loss(terms: TermSet, device: torch.device) -> Callable[[nn.Module, dict], torch.Tensor]:
     """The multitask loss_fn: the task's loss wrapped by the switched-on terms; a round of batches (one per task)
     combined by the term that combines them (PCGrad)."""

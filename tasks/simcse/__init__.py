@@ -278,7 +278,7 @@ def run(settings: Settings) -> dict:
     result = fit(Work(model, optimizer, lambda k: Round(data, tr.batch_size, every, tr.seed, k),
                       lambda m, batch: m.loss(batch), evaluate, "sts_pearson"), settings.recipe,
                  FitOptions(rounds, device, tr.seed, paths.checkpoint, paths.resume, run_config, patience=s.patience,
-                            unit="round", progress=settings.run.progress, save_every=settings.run.save_every))
+                            unit="round", **settings.run.loop_options()))
     model.load_state_dict(result.best_state)
     history = [{"round": h["epoch"], "step": h["epoch"] * every}
                | {k: v for k, v in h.items() if k != "epoch"} for h in result.history]
