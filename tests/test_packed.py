@@ -79,7 +79,7 @@ def test_a_left_padded_mask_and_given_embeddings_equal_the_readable_forward() ->
 def loss_of(out: minbert.BertOutput, mask: torch.Tensor) -> torch.Tensor:
     """The pooled output's sum plus the mean of the last hidden state over the real tokens."""
     real = mask.unsqueeze(-1).to(out.last_hidden_state.dtype)          # (B, T, 1)
-    return out.pooler_output.sum() + (out.last_hidden_state * real).sum() / (real.sum() * real.new_tensor(32.0))
+    return out.pooler_output.sum() + (out.last_hidden_state * real).sum() / (real.sum() * out.last_hidden_state.shape[-1])
 
 
 def gradients(model: minbert.BertModel, forward, seed: int = 7) -> dict[str, torch.Tensor]:
