@@ -233,8 +233,9 @@ class BertLayer(nn.Module):
 
 def skips_padding(mask: torch.Tensor) -> bool:
     """Whether the layers look at the mask's values to skip the padding: on a CPU yes; on a GPU no, since reading a
-    value back makes the host wait until the GPU has run everything queued (benchmarks/gpu.md)."""
-    return not mask.is_cuda
+    value back makes the host wait until the GPU has run everything queued (benchmarks/gpu.md), nor under
+    torch.compile, where a value-dependent shape would break the graph."""
+    return not mask.is_cuda and not torch.compiler.is_compiling()
 
 
 def on_real_tokens(

@@ -6,7 +6,6 @@ tasks' gradients (PCGrad; Yu et al., 2020, Alg. 1)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cached_property
 
 import torch
 from torch import nn
@@ -23,6 +22,20 @@ def model_class(sts_output: str = "head") -> type[MultitaskBert]:
     return CosineStsMultitask if sts_output == "cosine" else MultitaskBert
 
 
+class once:
+    """A property computed when first read and then kept, as functools.cached_property, without the lock Python 3.11's
+    takes (which torch.compile cannot trace: --compile would break the step's graph there)."""
+
+    def __init__(self, f: Callable):
+        self.f, self.name = f, f.__name__
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.f(obj)
+        return value
+
+
 class TaskForward:
     """One batch's task forward, computed when first asked for (MultitaskBert.loss, in parts): the encoder passes'
     inputs, their h0 (B, T, H) each, the output y (logits (B, C) or (B,)) and the task's loss. What a term reads."""
@@ -30,19 +43,19 @@ class TaskForward:
     def __init__(self, model: nn.Module, task: str, batch: dict):
         self.model, self.task, self.batch = model, task, batch
 
-    @cached_property
+    @once
     def inputs(self) -> list:
         return self.model.inputs(self.task, self.batch)
 
-    @cached_property
+    @once
     def h(self) -> list[torch.Tensor]:
         return self.model.embed(self.inputs)
 
-    @cached_property
+    @once
     def y(self) -> torch.Tensor:
         return self.model.predict_from_embeddings(self.task, self.h, self.inputs)
 
-    @cached_property
+    @once
     def task_loss(self) -> torch.Tensor:
         return TASK_LOSSES[self.task](self.y, self.batch["labels"])
 
