@@ -54,7 +54,7 @@ def test_print_config_fed_back_reproduces_the_settings(tiny_dir, tmp_path, capsy
     assert over.training.epochs == 5 and over.recipe.optimizer == "course" and over.fine_tune == settings.fine_tune
     assert classifier.parse_settings([]).recipe.loop() == {"precision": "fp32", "warmup_ratio": 0.1,
                                                            "max_grad_norm": 1.0, "grad_accum": 1,
-                                                           "gradual_unfreezing": 0.0}              # the recipe
+                                                           "gradual_unfreezing": 0.0, "compile": "off"}              # the recipe
 
 
 def test_a_run_directory_holds_its_run_resumes_after_sigkill_and_predicts(tiny_dir, tmp_path):
@@ -185,7 +185,7 @@ def test_simcse_print_config_fed_back_reproduces_the_settings(tiny_dir, tmp_path
     tr = defaults.training
     assert (tr.batch_size, tr.max_length, tr.weight_decay, tr.epochs, tr.lr) == (64, 64, 0.01, None, None)
     assert defaults.recipe.loop() == {"precision": "fp32", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 1,
-                                        "gradual_unfreezing": 0.0}
+                                        "gradual_unfreezing": 0.0, "compile": "off"}
 
 
 def test_simcse_run_directory_round_trips_and_resumes_after_sigkill(tiny_dir, tmp_path):
@@ -254,7 +254,7 @@ def test_deebert_print_config_fed_back_reproduces_the_settings(tiny_dir, tmp_pat
     bare = deebert.parse_settings([])
     assert bare.run.eval_batch_size == 1 and bare.training.lr == 3e-5 and bare.ramps.ramp_pooler is True
     assert bare.recipe.loop() == {"precision": "fp32", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 1,
-                                    "gradual_unfreezing": 0.0}
+                                    "gradual_unfreezing": 0.0, "compile": "off"}
 
 
 def test_deebert_run_directory_round_trips_resumes_after_sigkill_and_predicts(tiny_dir, tmp_path):

@@ -94,7 +94,7 @@ def fused_attention(
     dropout_p: float = 0.0, training: bool = False,
 ) -> torch.Tensor:
     """The same computation as attention(), through torch's fused scaled_dot_product_attention kernel."""
-    if not mask.is_cuda and not mask.any():  # no padding: without a mask torch can pick its flash kernel (no (T, T))
+    if skips_padding(mask) and not mask.any():  # no padding: without a mask torch can pick its flash kernel
         mask = None
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p if training else 0.0)
     return out.permute(0, 2, 1, 3).flatten(2)  # (B, nh, T, hs) -> (B, T, nh, hs) -> (B, T, H)
@@ -217,6 +217,13 @@ class BertLayer(nn.Module):
         raise NotImplementedError
 
 
+def skips_padding(mask: torch.Tensor) -> bool:
+    """Whether the layers look at the mask's values to skip the padding: on a CPU yes; on a GPU no, since reading a
+    value back makes the host wait until the GPU has run everything queued (benchmarks/gpu.md), nor under
+    torch.compile, where a value-dependent shape would break the graph."""
+    return not mask.is_cuda and not torch.compiler.is_compiling()
+
+
 def on_real_tokens(
     f: Callable[..., torch.Tensor], mask: torch.Tensor, *args: torch.Tensor | float, gather: bool | None = None,
 ) -> torch.Tensor:
@@ -229,7 +236,7 @@ def on_real_tokens(
     """
     B, T = mask.shape[0], mask.shape[-1]
     keep = (mask == 0).view(B, T)                                     # (B, T), True at real tokens
-    if not (gather if gather is not None else not mask.is_cuda):      # every position, padding times 0
+    if not (gather if gather is not None else skips_padding(mask)):  # every position, padding times 0
         out = f(*args)                                                # (B, T, H)
         return out * keep.unsqueeze(-1).to(out.dtype)
     if bool(keep.all()):                                              # no padding: nothing to skip
@@ -307,10 +314,12 @@ class BertModel(nn.Module):
         return self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
 
     def attention_bias(self, attention_mask: torch.Tensor | None, h: torch.Tensor) -> torch.Tensor:
-        """The additive mask every layer takes, (B, 1, 1, T), built once per forward."""
+        """The additive mask every layer takes, (B, 1, 1, T), built once per forward, in the dtype of the layers'
+        queries (under a GPU's autocast its dtype, since a fused kernel may misread a mask of another dtype)."""
         if attention_mask is None:
             attention_mask = torch.ones(h.shape[:2], device=h.device)
-        return mask_to_bias(attention_mask, h.dtype)
+        cast = h.is_cuda and torch.is_autocast_enabled("cuda")
+        return mask_to_bias(attention_mask, torch.get_autocast_dtype("cuda") if cast else h.dtype)
 
     def forward(
         self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,

@@ -101,6 +101,7 @@ def join_pairs(
 def swap_pairs(batch: dict) -> dict:
     """The batch with each pair's sentences in the other order: (s1, s2) becomes (s2, s1)."""
     out = dict(batch)
+    out.pop("encoder_inputs", None)                                # made from the order before the swap
     for a, b in (("input_ids_1", "input_ids_2"), ("attention_mask_1", "attention_mask_2")):
         out[a], out[b] = batch[b], batch[a]
     return out
@@ -194,7 +195,11 @@ class MultitaskBert(nn.Module):
         raise NotImplementedError
 
     def inputs(self, task: str, batch: dict) -> list[EncoderInput]:
-        """The encoder passes a collated batch of `task` needs: one for a sentence or a joined pair, two otherwise."""
+        """The encoder passes a collated batch of `task` needs: one for a sentence or a joined pair, two otherwise;
+        batch["encoder_inputs"] when the batch holds them (made by this method on the CPU before the batch moved to
+        a GPU, so that the GPU never has to tell the host a joined pair's length)."""
+        if "encoder_inputs" in batch:
+            return batch["encoder_inputs"]
         if task == "sst":
             return [EncoderInput(batch["input_ids"], batch["attention_mask"])]
         return self.pair_inputs(batch["input_ids_1"], batch["attention_mask_1"],

@@ -173,7 +173,7 @@ def run(settings: Settings) -> dict:
                  settings.recipe,
                  FitOptions(tr.epochs, device, tr.seed, paths.checkpoint, paths.resume,
                             resume_config(settings) | {"training.lr": lr, "command": "classifier"},
-                            progress=settings.run.progress, save_every=settings.run.save_every))
+                            **settings.run.loop_options()))
 
     summary = {"task": task, "best_epoch": result.best_epoch, "dev_accuracy": result.best_score,
                "history": result.history, "checkpoint": str(paths.checkpoint), "run_dir": str(paths.dir)}

@@ -1,0 +1,123 @@
+"""The step without host waits on a GPU (tasks/core/step.py): a multitask step, prepared on the CPU, runs under
+torch.cuda.set_sync_debug_mode("error"); a whole epoch synchronises only when its losses are read; reading them every
+step or every 8 trains the same weights; the mask reaches attention in the queries' dtype; the attention kernel is the
+one chosen. Skipped where there is no GPU (CI); the same properties are shown on the CPU by tests/test_device_step.py.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+from test_device_step import pair_batch
+from test_save_every import multitask_argv
+
+import minbert
+from minbert.multitask import MultitaskBert, MultitaskConfig
+from tasks import multitask
+from tasks.core.batching import to_device
+from tasks.core.checkpoints import load_checkpoint
+from tasks.core.loop import FitOptions, Work
+from tasks.core.recipe import Recipe
+from tasks.core.step import attention_kernels
+from tasks.core.train import fit
+from tasks.multitask.model import prepare_inputs
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+CUDA = torch.device("cuda")
+
+
+def tiny(tiny_config) -> MultitaskBert:
+    torch.manual_seed(0)
+    return MultitaskBert(minbert.BertModel(tiny_config), MultitaskConfig(head_hidden=16)).to(CUDA).train()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_prepared_multitask_step_never_synchronises(precision, tiny_config):
+    model = tiny(tiny_config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    batches = [prepare_inputs(model, pair_batch(seed)) for seed in range(3)]
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    for k, batch in enumerate(batches):
+        torch.cuda.synchronize()
+        if k:                                            # the first step made the optimiser's state outside
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            batch = to_device(batch, CUDA)
+            with torch.autocast("cuda", dtype, enabled=precision == "bf16"):
+                loss = model.loss("para", batch)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    assert math.isfinite(loss.item())
+
+
+def test_an_epoch_synchronises_only_when_it_reads_its_losses(tiny_config):
+    """fit() over 24 steps reading the losses every 8: CUDA's sync debug mode warns at each synchronisation; the
+    epoch's training makes no more than its 3 reads (and the copies of the first step's optimiser state) do."""
+    model = tiny(tiny_config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    batches = [pair_batch(seed) for seed in range(24)]
+    seen: list[str] = []
+
+    def loss(m, batch):
+        return m.loss(batch["task"], batch)
+
+    def evaluate(m):
+        torch.cuda.set_sync_debug_mode(0)                # evaluation reads its outputs: not the step
+        return {"m": 0.0}
+
+    def counting(epoch):
+        torch.cuda.set_sync_debug_mode("warn")
+        return batches
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fit(Work(model, optimizer, counting, loss, evaluate, "m", prepare=lambda b: prepare_inputs(model, b)),
+                Recipe(), FitOptions(epochs=1, device=CUDA, seed=0, progress=False, read_every=8))
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    seen = [str(w.message) for w in caught if "synchroniz" in str(w.message).lower()]
+    assert len(seen) <= 3 + 2, seen
+
+
+def test_reading_the_losses_every_8_steps_trains_what_each_step_does(tiny_dir, multitask_files, tmp_path):
+    argv = multitask_argv(tiny_dir, multitask_files) + ["--device", "cuda"]
+    multitask.run(multitask.parse_settings(argv + ["--read-every", "1", "--run-dir", str(tmp_path / "a")]))
+    multitask.run(multitask.parse_settings(argv + ["--read-every", "8", "--run-dir", str(tmp_path / "b")]))
+    a, b = (load_checkpoint(tmp_path / r / "checkpoint.pt") for r in ("a", "b"))
+    for key in a["model"]:       # the same kernels; a GPU's atomic sums (embedding gradients) may round apart
+        torch.testing.assert_close(a["model"][key], b["model"][key], rtol=1e-4, atol=1e-5)
+    for x, y in zip(a["history"], b["history"]):
+        assert x["train_loss"] == pytest.approx(y["train_loss"], rel=1e-4)
+
+
+def test_the_mask_reaches_attention_in_the_queries_dtype(tiny_config):
+    bert = minbert.BertModel(tiny_config).to(CUDA)
+    h = torch.zeros(2, 5, tiny_config.hidden_size, device=CUDA)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], device=CUDA)
+    assert bert.attention_bias(mask, h).dtype == torch.float32
+    with torch.autocast("cuda", torch.bfloat16):
+        bias = bert.attention_bias(mask, h)
+    assert bias.dtype == torch.bfloat16 and bias[0, 0, 0, 4] < -1e30 and bias[1].eq(0).all()
+
+
+def test_the_chosen_attention_kernel_runs(tiny_config):
+    from torch.profiler import ProfilerActivity, profile
+    bert = minbert.BertModel(tiny_config).to(CUDA).eval()
+    batch = to_device(pair_batch(0), CUDA)
+    names = {}
+    for kernel in ("auto", "math"):
+        with attention_kernels(CUDA, kernel), torch.autocast("cuda", torch.bfloat16), torch.no_grad(), \
+                profile(activities=[ProfilerActivity.CUDA]) as prof:
+            bert(batch["input_ids_1"], batch["attention_mask_1"])
+        names[kernel] = " ".join(e.key for e in prof.key_averages()).lower()
+    assert "fmha" in names["auto"] or "efficient" in names["auto"], names["auto"][:2000]
+    assert "cudnn" not in names["auto"]
+    assert "fmha" not in names["math"] and "efficient" not in names["math"]
