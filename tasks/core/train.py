@@ -15,6 +15,11 @@ weighted so that the step equals one process's on the whole batch), every proces
 (the same numbers as one process), and rank 0 alone logs, shows the progress bar and writes the checkpoint, which
 holds every rank's RNG state for an exact resume.
 
+On a GPU the step reads nothing back to the host (tasks/core/step.py): Work.prepare shapes each batch on the CPU, the
+batch is pinned and copied without blocking, and the losses stay on the device until options.read_every steps have
+been taken (every step on the CPU); recipe.compile runs the loss through torch.compile on sequences padded to a
+multiple of 32, and options.attention_kernel picks the attention kernel torch tries first.
+
 Each epoch's batch order is drawn from (seed, epoch) alone, so restoring the RNG states, the optimiser and the
 step count is enough to continue exactly where an uninterrupted run would be.
 
@@ -357,7 +362,7 @@ def _check_settings(device: torch.device, recipe: Recipe, options: FitOptions) -
         raise ValueError(f"save_every must be 0 (off) or a number of optimiser steps, not {options.save_every}")
     read_every(device, options.read_every)   # refuses N < 1
     attention_kernels(device, options.attention_kernel)  # refuses a kernel it does not know
-    if recipe.compile != "off" and recipe.compile not in COMPILE_MODES:
+    if recipe.compile not in COMPILE_MODES:
         raise ValueError(f"compile must be one of {COMPILE_MODES}, not {recipe.compile!r}")
     if recipe.warmup_ratio is not None and not 0 <= recipe.warmup_ratio < 1:
         raise ValueError(f"warmup_ratio must be in [0, 1), not {recipe.warmup_ratio}")
