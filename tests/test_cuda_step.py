@@ -121,3 +121,22 @@ def test_the_chosen_attention_kernel_runs(tiny_config):
     assert "fmha" in names["auto"] or "efficient" in names["auto"], names["auto"][:2000]
     assert "cudnn" not in names["auto"]
     assert "fmha" not in names["math"] and "efficient" not in names["math"]
+
+
+def test_a_run_with_cuda_graphs_stopped_after_an_epoch_resumes_to_the_same_run(tiny_dir, multitask_files, tmp_path):
+    """--compile reduce-overhead: the step captured as CUDA graphs (the losses copied out of the graph's memory
+    before its next replay), stopped after its first epoch and resumed: the uninterrupted run's weights and
+    history (the RNG states the checkpoint holds include the graphs' dropout offsets)."""
+    from conftest import kill_after
+
+    from tasks.core.train import Interrupted, watching
+    argv = multitask_argv(tiny_dir, multitask_files) + ["--device", "cuda", "--compile", "reduce-overhead"]
+    multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "whole")]))
+    with pytest.raises(Interrupted), watching(kill_after(1)):
+        multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "split")]))
+    multitask.run(multitask.parse_settings(["--resume", str(tmp_path / "split")]))
+    done, again = (load_checkpoint(tmp_path / r / "checkpoint.pt") for r in ("whole", "split"))
+    for key in done["model"]:
+        torch.testing.assert_close(again["model"][key], done["model"][key], rtol=1e-4, atol=1e-5)
+    assert [h["train_loss"] for h in again["history"]] == pytest.approx([h["train_loss"] for h in done["history"]],
+                                                                         rel=1e-4)

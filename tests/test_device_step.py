@@ -224,3 +224,12 @@ def test_a_compiled_step_traces_whole_trains_and_resumes_exactly(tiny_dir, multi
     same_weights(done, again)
     strip = [[{k: v for k, v in h.items() if not k.endswith("seconds")} for h in s["history"]] for s in (done, again)]
     assert strip[0] == strip[1]
+
+
+def test_the_docs_state_the_step_defaults_the_code_has():
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text().split())
+    assert f"every step on the CPU, every {step.READ_EVERY_GPU} on a GPU" in text
+    assert f"padded to a multiple of {step.PAD_MULTIPLE}" in text
+    assert "default `auto`: the memory-efficient kernel" in text
+    help_text = " ".join(multitask.build_parser().format_help().split())
+    assert f"every step on the CPU, every {step.READ_EVERY_GPU} on a GPU" in help_text

@@ -26,7 +26,7 @@ from .errors import ConfigurationError, ResumeError, existing_path, nonnegative_
 from .evaluation import write_text
 from .resume import before_values
 from .settings import build, dump, flatten, parse, read_config, setting
-from .step import ATTENTION_KERNELS
+from .step import ATTENTION_KERNELS, READ_EVERY_GPU
 
 RUN_FILE = "run.json"
 CHECKPOINT = "checkpoint.pt"
@@ -68,7 +68,8 @@ class RunOptions:
                                      help="read the training loss back from the device every N optimiser steps, "
                                           "so that a GPU never waits for the host in between (the progress bar and "
                                           "the curves get each step's loss all the same; a diverged loss is named "
-                                          "up to N steps late). none: every step on the CPU, every 32 on a GPU")
+                                          f"up to N steps late). none: every step on the CPU, every "
+                                          f"{READ_EVERY_GPU} on a GPU")
     attention_kernel: str = setting("auto", choices=ATTENTION_KERNELS, on_resume="free",
                                     help="on a GPU, the attention kernel torch tries first (then the memory-efficient "
                                          "one, then math); auto: the memory-efficient kernel, which takes the padding "

@@ -100,5 +100,6 @@ def compiled(compute: Callable[[dict], torch.Tensor], mode: str) -> Callable[[di
     if mode == "off":
         return compute
     import torch._dynamo
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)  # each task, each shape
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 64))   # each task, each shape
     return torch.compile(compute, mode=mode)

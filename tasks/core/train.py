@@ -260,12 +260,15 @@ class _Loop:
             if self.recipe.compile != "off":           # a few lengths, so that compiled steps are reused
                 part = pad_lengths(part, PAD_MULTIPLE)
             part = to_device(part, self.device)
+            if self.recipe.compile == "reduce-overhead":
+                torch.compiler.cudagraph_mark_step_begin()  # each forward a new replay of the captured graphs
             with autocast(self.device, self.recipe.precision):
                 loss = self.compute(part)
             # DDP averages over ranks: world * mine / rows makes the sum of the ranks' gradients the one of the
             # mean loss over the step's examples (just the loss itself for one process and one batch)
             self.scaler.scale(loss * (self.world * mine / rows)).backward()
-            taken.append(Taken(loss.detach(), batch.get("task"), mine, size))
+            kept = loss.detach() if self.recipe.compile == "off" else loss.detach().clone()   # a graph's output is
+            taken.append(Taken(kept, batch.get("task"), mine, size))      # overwritten by its next replay: copied
             bar.update()
         return taken
 
