@@ -167,46 +167,42 @@ def train_batches(split: Split, batch_size: int, seed: int, epoch: int, bucket: 
     return [collate(split, b) for b in epoch_order(split.lengths, batch_size, seed, epoch, bucket=bucket)]
 
 
+def map_tensors(value, f):
+    """`value` with f applied to every tensor in it, within dicts, lists, tuples and NamedTuples (EncoderInput);
+    everything else (ids, the task's name, None) kept as it is."""
+    if isinstance(value, torch.Tensor):
+        return f(value)
+    if isinstance(value, dict):
+        return {k: map_tensors(v, f) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):         # a NamedTuple
+        return type(value)(*(map_tensors(v, f) for v in value))
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (torch.Tensor, tuple)) for v in value):
+        return type(value)(map_tensors(v, f) for v in value)
+    return value
+
+
 def to_device(batch: dict, device: torch.device | str) -> dict:
-    """Move every tensor of a collated batch to device, within lists, tuples (EncoderInput) and dicts (a round of
-    batches); other values (ids) are kept as they are. To a GPU each tensor is first pinned and then copied without
+    """Move every tensor of a collated batch to device (map_tensors: within a round of batches and EncoderInputs
+    too); other values (ids) are kept as they are. To a GPU each tensor is first pinned and then copied without
     blocking, so that the host goes on to the next batch while the copy runs (the step never waits for it)."""
     device = torch.device(device)
-    pinned = device.type == "cuda"
 
-    def move(v):
-        if isinstance(v, torch.Tensor):
-            if pinned and v.device.type == "cpu":
-                return v.pin_memory().to(device, non_blocking=True)
-            return v.to(device)
-        if isinstance(v, dict):
-            return {k: move(x) for k, x in v.items()}
-        if isinstance(v, tuple) and hasattr(v, "_fields"):         # a NamedTuple (EncoderInput)
-            return type(v)(*(move(x) for x in v))
-        if isinstance(v, (list, tuple)) and any(isinstance(x, (torch.Tensor, tuple)) for x in v):
-            return type(v)(move(x) for x in v)
-        return v
-    return move(batch)
+    def move(t: torch.Tensor) -> torch.Tensor:
+        if device.type == "cuda" and t.device.type == "cpu":
+            return t.pin_memory().to(device, non_blocking=True)
+        return t.to(device)
+    return map_tensors(batch, move)
 
 
 def pad_lengths(batch: dict, multiple: int) -> dict:
-    """The batch with every token sequence, each (B, T) integer tensor (ids, masks, segments; within lists, tuples and
-    dicts too), right-padded with 0 to T rounded up to a multiple of `multiple`: a few shapes instead of one per
-    length, so that a compiled or captured step is reused (the model masks the padding: the same outputs)."""
-    def grow(v):
-        if isinstance(v, torch.Tensor):
-            if v.dim() != 2 or v.is_floating_point() or v.dtype == torch.bool:
-                return v
-            extra = -v.shape[1] % multiple
-            return F.pad(v, (0, extra)) if extra else v              # (B, T) -> (B, T + extra)
-        if isinstance(v, dict):
-            return {k: grow(x) for k, x in v.items()}
-        if isinstance(v, tuple) and hasattr(v, "_fields"):
-            return type(v)(*(grow(x) for x in v))
-        if isinstance(v, (list, tuple)) and any(isinstance(x, (torch.Tensor, tuple)) for x in v):
-            return type(v)(grow(x) for x in v)
-        return v
-    return grow(batch) if multiple > 1 else batch
+    """The batch with every token sequence, each (B, T) integer tensor (ids, masks, segments; map_tensors),
+    right-padded with 0 to T rounded up to a multiple of `multiple`: a few shapes instead of one per length, so that
+    a compiled or captured step is reused (the model masks the padding: the same outputs)."""
+    def grow(t: torch.Tensor) -> torch.Tensor:
+        if t.dim() != 2 or t.is_floating_point() or t.dtype == torch.bool or t.shape[1] % multiple == 0:
+            return t
+        return F.pad(t, (0, -t.shape[1] % multiple))                  # (B, T) -> (B, T rounded up)
+    return map_tensors(batch, grow) if multiple > 1 else batch
 
 
 def model_inputs(batch: dict) -> Batch:
