@@ -88,7 +88,10 @@ def attention_kernels(device: torch.device, kernel: str = "auto"):
              "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
     first = named["efficient" if kernel == "auto" else kernel]
     order = [first] + [b for b in (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH) if b != first]
-    return sdpa_kernel(order, set_priority=True)
+    try:
+        return sdpa_kernel(order, set_priority=True)
+    except TypeError:                  # a torch without set_priority: these kernels only, in torch's own order
+        return sdpa_kernel(order)
 
 
 def compiled(compute: Callable[[dict], torch.Tensor], mode: str) -> Callable[[dict], torch.Tensor]:
