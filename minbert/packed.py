@@ -112,8 +112,9 @@ def padded_attention(qkv: torch.Tensor, packing: Packing, bias: torch.Tensor, dr
     return out.index_select(0, packing.index)                         # (B*T, H) -> (N, H)
 
 
-def packed_layer(layer: BertLayer, x: torch.Tensor, packing: Packing, attention_mask: torch.Tensor) -> torch.Tensor:
-    """One layer, eqs. 1-5 of BitFit (Ben-Zaken et al., 2022), on the packed real tokens x (N, H) -> (N, H)."""
+def packed_layer(layer: BertLayer, x: torch.Tensor, packing: Packing, bias: torch.Tensor) -> torch.Tensor:
+    """One layer, eqs. 1-5 of BitFit (Ben-Zaken et al., 2022), on the packed real tokens x (N, H) -> (N, H);
+    bias: the additive mask (B, 1, 1, T) in the queries' dtype, for the padded kernel."""
     N, _ = x.shape
     W = torch.cat([layer.Wq, layer.Wk, layer.Wv])                    # (3H, H): the gradient flows to each part
     b = torch.cat([layer.bq, layer.bk, layer.bv])                    # (3H,)
@@ -121,7 +122,6 @@ def packed_layer(layer: BertLayer, x: torch.Tensor, packing: Packing, attention_
     if attention_kernel(qkv, layer.training, layer.p_attn) == "varlen":
         h1 = varlen_attention(qkv, packing)                           # (N, H)
     else:
-        bias = mask_to_bias(attention_mask.to(qkv.device), qkv.dtype)  # (B, 1, 1, T), in q's dtype
         h1 = padded_attention(qkv, packing, bias, layer.p_attn if layer.training else 0.0)  # (N, H)
     return layer.after_attention(h1, x)                               # eqs. 2-5, each token alone: (N, H)
 
@@ -148,10 +148,13 @@ def encode_packed(
         raise ValueError(f"the packing is of a {packing.B} x {packing.T} batch, the embeddings {B} x {T}")
     packing = packing.to(h0.device, non_blocking=True)                # nothing to do when it is there already
     x = h0.flatten(0, 1).index_select(0, packing.index)               # (B, T, H) -> (B*T, H) -> (N, H)
+    cast = torch.is_autocast_enabled(h0.device.type)                  # the queries' dtype: autocast's, or h0's
+    bias = mask_to_bias(attention_mask.to(h0.device), torch.get_autocast_dtype(h0.device.type) if cast
+                        else h0.dtype)                                # (B, 1, 1, T), once for every layer
     for layer in bert.layers:
         if layer.checkpointing and torch.is_grad_enabled():           # keep x alone, compute the layer again later
-            x = activation_checkpoint.checkpoint(packed_layer, layer, x, packing, attention_mask, use_reentrant=False)
+            x = activation_checkpoint.checkpoint(packed_layer, layer, x, packing, bias, use_reentrant=False)
         else:
-            x = packed_layer(layer, x, packing, attention_mask)       # (N, H)
+            x = packed_layer(layer, x, packing, bias)                 # (N, H)
     last = x.new_zeros(B * T, H).index_copy(0, packing.index, x).view(B, T, H)  # (N, H) -> (B, T, H), 0 at padding
     return BertOutput(last, bert.pooler(last), None, None)
