@@ -84,7 +84,7 @@ def test_an_epoch_synchronises_only_when_it_reads_its_losses(tiny_config):
         finally:
             torch.cuda.set_sync_debug_mode(0)
     seen = [str(w.message) for w in caught if "synchroniz" in str(w.message).lower()]
-    assert len(seen) <= 3 + 2, seen
+    assert 3 <= len(seen) <= 3 + 2, seen          # the 3 reads are seen (the count works), little else
 
 
 def test_reading_the_losses_every_8_steps_trains_what_each_step_does(tiny_dir, multitask_files, tmp_path):
@@ -126,7 +126,8 @@ def test_the_chosen_attention_kernel_runs(tiny_config):
 def test_a_run_with_cuda_graphs_stopped_after_an_epoch_resumes_to_the_same_run(tiny_dir, multitask_files, tmp_path):
     """--compile reduce-overhead: the step captured as CUDA graphs (the losses copied out of the graph's memory
     before its next replay), stopped after its first epoch and resumed: the uninterrupted run's weights and
-    history (the RNG states the checkpoint holds include the graphs' dropout offsets)."""
+    history (the RNG states the checkpoint holds include the graphs' dropout offsets). Three compiled runs take
+    minutes: benchmarks/gpu_step.py leaves it out (-k "not cuda_graphs") and runs the main job with graphs."""
     from conftest import kill_after
 
     from tasks.core.train import Interrupted, watching
