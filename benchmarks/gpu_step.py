@@ -128,11 +128,16 @@ def run_part(cmd: list[str], env: dict, timeout: float, log: Path) -> tuple[int,
     return code, time.monotonic() - t0
 
 
-def main_job(precision: str, compile_mode: str, env: dict, out: Path, timeout: float) -> dict:
+# --smoke: the whole run's plumbing on the CPU in a few minutes (tiny sizes; no figure of it means anything)
+SMOKE_MAIN = ["--max-train-examples", "32", "--epochs", "1"]
+SMOKE_SPEED = ["--model", "minilm", "--shapes", "2x16", "--warmup", "1", "--iters", "1"]
+
+
+def main_job(precision: str, compile_mode: str, env: dict, out: Path, timeout: float, smoke: bool = False) -> dict:
     run_dir = out / f"main-{precision}-{compile_mode}"
-    cmd = [sys.executable, "-m", "tasks.multitask", "--config", "tasks/multitask/main-job.json", "--device", "cuda",
-           "--precision", precision, "--compile", compile_mode, "--run-dir", str(run_dir), "--no-progress",
-           "--no-predictions"]
+    cmd = [sys.executable, "-m", "tasks.multitask", "--config", "tasks/multitask/main-job.json", "--device",
+           "cpu" if smoke else "cuda", "--precision", precision, "--compile", compile_mode, "--run-dir", str(run_dir),
+           "--no-progress", "--no-predictions", *(SMOKE_MAIN if smoke else [])]
     code, seconds = run_part(cmd, env, timeout, out / f"main-{precision}-{compile_mode}.log")
     row: dict = {"exit": code, "command_seconds": round(seconds, 1)}
     if (run_dir / "run.json").is_file() and code == 0:
@@ -147,7 +152,7 @@ def main_job(precision: str, compile_mode: str, env: dict, out: Path, timeout: f
     return row
 
 
-def run(weights: Path, out: Path, budget: float, parts: list[str]) -> None:
+def run(weights: Path, out: Path, budget: float, parts: list[str], smoke: bool = False) -> None:
     """The parts in ORDER (those named in `parts`), each started only when the budget has what it needs."""
     out.mkdir(parents=True, exist_ok=True)
     report = Report(out, budget)
@@ -176,6 +181,8 @@ def run(weights: Path, out: Path, budget: float, parts: list[str]) -> None:
             cmd = [sys.executable, "benchmarks/speed.py", "--device", "cuda", "--model", "bert-base", "--shapes",
                    "32x128", "--modes", "train", "--precision", "fp32", "bf16", "--impl", *impls, "--rounds", rounds,
                    "--warmup", "10", "--iters", "30", "--json", str(out / f"{kind}-bert-base.json")]
+            if smoke:
+                cmd = [c for c in cmd if c != "bf16"] + ["--device", "cpu", "--rounds", "1", *SMOKE_SPEED]
             limit = min(200, report.left() - (NEEDS["main"] if kind == "speed" else 5))
             code, seconds = run_part(cmd, env, limit, out / f"{kind}.log")
             lines = (out / f"{kind}.log").read_text().splitlines()
@@ -184,7 +191,8 @@ def run(weights: Path, out: Path, budget: float, parts: list[str]) -> None:
                               "table": [line for line in lines if "|" in line]})
         else:
             _, precision, compile_mode = part.split(":")
-            main_rows[f"{precision}-{compile_mode}"] = main_job(precision, compile_mode, env, out, report.left() - 5)
+            main_rows[f"{precision}-{compile_mode}"] = main_job(precision, compile_mode, env, out, report.left() - 5,
+                                                                smoke)
             report.put("main", main_rows)
 
 
@@ -200,11 +208,13 @@ def main() -> None:
                                                             "are skipped)")
     r.add_argument("--parts", nargs="+", choices=("tests", "speed", "main", "compiled"),
                    default=["tests", "speed", "main", "compiled"])
+    r.add_argument("--smoke", action="store_true", help="the same parts on the CPU at tiny sizes, to check the "
+                                                       "script itself before spending a GPU's minutes on it")
     args = parser.parse_args()
     if args.what == "pack":
         pack(args.out)
     else:
-        run(args.weights, args.out, args.budget, args.parts)
+        run(args.weights, args.out, args.budget, args.parts, args.smoke)
 
 
 if __name__ == "__main__":
