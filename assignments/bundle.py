@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tasks.core.errors import nonnegative_float, nonnegative_int
+from tasks.core.evaluation import replacing
 
 from .leaderboard import Settings
 from .provenance import COMMIT_FILE
@@ -69,22 +68,13 @@ def reference_files() -> tuple[dict[str, Path], str]:
 
 def write_zip(out: Path, entries: dict[str, Path | bytes]) -> Path:
     """The zip of entries (name -> a file or bytes), sorted, fixed timestamps, scripts executable; atomically."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    os.close(fd)
-    try:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
-            for name in sorted(entries):
-                info = zipfile.ZipInfo(name, STAMP)
-                info.compress_type = zipfile.ZIP_DEFLATED
-                info.external_attr = (0o100755 if name in EXECUTABLE else 0o100644) << 16
-                data = entries[name]
-                z.writestr(info, data if isinstance(data, bytes) else data.read_bytes())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with replacing(out) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in sorted(entries):
+            info = zipfile.ZipInfo(name, STAMP)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = (0o100755 if name in EXECUTABLE else 0o100644) << 16
+            data = entries[name]
+            z.writestr(info, data if isinstance(data, bytes) else data.read_bytes())
     return out
 
 

@@ -132,23 +132,31 @@ def write_predictions(path: str | Path, task: str, ids: Sequence[str], values: S
     return write_text(path, text)
 
 
-def write_text(path: str | Path, text: str) -> Path:
-    """Write a text file atomically: a temporary file in the same directory, fsync, then rename, so a crash or a
-    full disk keeps the previous file; readable by all (mkstemp's files are private)."""
+@contextmanager
+def replacing(path: str | Path) -> Iterator[Path]:
+    """A temporary file beside `path` for the block to write; when the block ends it replaces `path` in one rename
+    (readable by all: mkstemp's files are private), and when the block fails it is removed, `path` left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        yield Path(tmp)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
-    return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write a text file atomically (replacing): fsynced before the rename, so a crash or a full disk keeps the
+    previous file."""
+    with replacing(path) as tmp, open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    return Path(path)
 
 
 @dataclass
