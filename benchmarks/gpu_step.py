@@ -1,5 +1,5 @@
-"""The GPU step in one run on a lent GPU (about 9 minutes): its tests, bert-base's training step against transformers,
-and the main job in fp32, bf16 and bf16 with CUDA graphs. Each part writes its figures to OUT/gpu-step.json as it
+"""The GPU step in one run on a lent GPU (within --budget, 540 s by default): its tests, bert-base's training step
+against transformers, and the main job in fp32, bf16 and bf16 with CUDA graphs. Each part writes its figures to OUT/gpu-step.json as it
 ends, so that a run stopped at its limit keeps what it measured.
 
 Here (the packaged MiniLM is over what travels to the GPU machine: its weights go as fp16 and are restored to fp32

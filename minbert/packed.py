@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils import checkpoint as activation_checkpoint
 
-from .model import BertLayer, BertModel, BertOutput, mask_to_bias
+from .model import BertLayer, BertModel, BertOutput
 
 try:  # flash attention on variable-length sequences; older torch has no torch.nn.attention.varlen
     from torch.nn.attention.varlen import varlen_attn
@@ -114,7 +114,7 @@ def padded_attention(qkv: torch.Tensor, packing: Packing, bias: torch.Tensor, dr
 
 def packed_layer(layer: BertLayer, x: torch.Tensor, packing: Packing, bias: torch.Tensor) -> torch.Tensor:
     """One layer, eqs. 1-5 of BitFit (Ben-Zaken et al., 2022), on the packed real tokens x (N, H) -> (N, H);
-    bias: the additive mask (B, 1, 1, T) in the queries' dtype, for the padded kernel."""
+    bias: the additive mask (B, 1, 1, T) BertModel.attention_bias builds, for the padded kernel."""
     N, _ = x.shape
     W = torch.cat([layer.Wq, layer.Wk, layer.Wv])                    # (3H, H): the gradient flows to each part
     b = torch.cat([layer.bq, layer.bk, layer.bv])                    # (3H,)
@@ -148,9 +148,7 @@ def encode_packed(
         raise ValueError(f"the packing is of a {packing.B} x {packing.T} batch, the embeddings {B} x {T}")
     packing = packing.to(h0.device, non_blocking=True)                # nothing to do when it is there already
     x = h0.flatten(0, 1).index_select(0, packing.index)               # (B, T, H) -> (B*T, H) -> (N, H)
-    cast = torch.is_autocast_enabled(h0.device.type)                  # the queries' dtype: autocast's, or h0's
-    bias = mask_to_bias(attention_mask.to(h0.device), torch.get_autocast_dtype(h0.device.type) if cast
-                        else h0.dtype)                                # (B, 1, 1, T), once for every layer
+    bias = bert.attention_bias(attention_mask.to(h0.device), h0)      # (B, 1, 1, T), the readable forward's, once
     for layer in bert.layers:
         if layer.checkpointing and torch.is_grad_enabled():           # keep x alone, compute the layer again later
             x = activation_checkpoint.checkpoint(packed_layer, layer, x, packing, bias, use_reentrant=False)

@@ -63,7 +63,7 @@ from .evaluation import evaluating
 from .loop import FitOptions, FitResult, Interrupted, Work, after_epoch, watching  # noqa: F401 - fit()'s surface
 from .precision import check_precision, cpu_has_bf16, resolve_precision
 from .recipe import LinearSchedule, Recipe, autocast, unfreezing
-from .step import COMPILE_MODES, PAD_MULTIPLE, LossReads, Taken, attention_kernels, compiled, read_every
+from .step import PAD_MULTIPLE, LossReads, Taken, attention_kernels, compiled, read_every
 from .terms import TermSet
 
 
@@ -365,8 +365,6 @@ def _check_settings(device: torch.device, recipe: Recipe, options: FitOptions) -
         raise ValueError(f"save_every must be 0 (off) or a number of optimiser steps, not {options.save_every}")
     read_every(device, options.read_every)   # refuses N < 1
     attention_kernels(device, options.attention_kernel)  # refuses a kernel it does not know
-    if recipe.compile not in COMPILE_MODES:
-        raise ValueError(f"compile must be one of {COMPILE_MODES}, not {recipe.compile!r}")
     if recipe.warmup_ratio is not None and not 0 <= recipe.warmup_ratio < 1:
         raise ValueError(f"warmup_ratio must be in [0, 1), not {recipe.warmup_ratio}")
 
