@@ -36,10 +36,11 @@ train-sst: install
 	$(PY) -m tasks.classifier --task sst --fine-tune-mode full-model --model minilm --epochs 3 --predictions-dir predictions
 
 # The reference tests, with the test-only dependencies (requirements-test.txt: transformers for the interop tests), in
-# TEST_WORKERS processes (pytest-xdist; TEST_WORKERS=0 runs them in pytest's own process).
+# TEST_WORKERS processes (pytest-xdist; TEST_WORKERS=0 runs them in pytest's own process), an idle one taking tests
+# queued for the other (worksteal: the slow tests do not all end up in one queue).
 TEST_WORKERS ?= 2
 test: install $(VENV)/.test-installed
-	$(PY) -m pytest -n $(TEST_WORKERS) tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal tests
 
 # Each profile's student tree as a new student meets it (tests/tree_env.py; CI runs it after `make test`): a fresh venv
 # from the tree's own requirements.txt (kept in .venv-trees/, one per requirements file), the checker, the handout's first

@@ -21,7 +21,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The grader draws its hidden inputs from this seed when a test gives none, so that a failing grading reproduces
 # (test_grading_hidden.py grades under other seeds on purpose); a process draws each fixture once for it.
 os.environ.setdefault("MINBERT_GRADING_SEED", "20261126")
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# Under pytest-xdist each worker gets its share of the cores (two workers with two threads each on two cores spend
+# their time in OpenMP's hand-offs), and so do the processes the tests start (they inherit OMP_NUM_THREADS).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+_THREADS = max(1, min(2, (os.cpu_count() or 1) // _WORKERS))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))
+torch.set_num_threads(_THREADS)
 
 
 @pytest.fixture(scope="session", autouse=True)
