@@ -127,7 +127,8 @@ def test_a_run_with_cuda_graphs_stopped_after_an_epoch_resumes_to_the_same_run(t
     """--compile reduce-overhead: the step captured as CUDA graphs (the losses copied out of the graph's memory
     before its next replay), stopped after its first epoch and resumed: the uninterrupted run's weights and
     history (the RNG states the checkpoint holds include the graphs' dropout offsets). Three compiled runs take
-    minutes: benchmarks/gpu_step.py leaves it out (-k "not cuda_graphs") and runs the main job with graphs."""
+    minutes: benchmarks/gpu_step.py leaves it out of its tests part (-k "not cuda_graphs") and runs it last, as its
+    graphs part, when its budget still has the time."""
     from conftest import kill_after
 
     from tasks.core.train import Interrupted, watching
