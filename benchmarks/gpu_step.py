@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MINILM_FILES = ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 # the parts in the order they run: what matters most first, since a run may stop at its limit
 ORDER = ("tests", "main:fp32:off", "main:bf16:off", "speed", "main:bf16:reduce-overhead", "compiled", "graphs")
+SEND_LIMIT_MIB = 64     # what a call to the GPU machine may send: the tracked tree and the carried folder together
 NEEDS = {"tests": 120, "speed": 150, "main": 70, "compiled": 150, "graphs": 120}   # seconds left that a part (the main job: one run) needs to start
 
 
@@ -63,6 +64,11 @@ def pack(out: Path) -> None:
               dst / "model.safetensors")
     size = sum(p.stat().st_size for p in dst.iterdir()) / 2 ** 20
     print(f"{dst}: {size:.1f} MiB ({len(weights)} tensors in fp16)")
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=False).stdout
+    tracked = sum((ROOT / f).stat().st_size for f in listed.decode().split("\0") if f and (ROOT / f).is_file())
+    total = size + tracked / 2 ** 20
+    print(f"with the tracked files ({tracked / 2 ** 20:.1f} MiB): {total:.1f} MiB to send"
+          + (f", over the {SEND_LIMIT_MIB} MiB a call may send" if total > SEND_LIMIT_MIB else ""))
 
 
 def restore(packed: Path, site: Path) -> Path:
