@@ -216,8 +216,7 @@ def main() -> None:
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--budget", type=float, default=540, help="seconds for the whole run (parts that would not fit "
                                                             "are skipped)")
-    r.add_argument("--parts", nargs="+", choices=("tests", "speed", "main", "compiled", "graphs"),
-                   default=["tests", "speed", "main", "compiled", "graphs"])
+    r.add_argument("--parts", nargs="+", choices=tuple(NEEDS), default=list(NEEDS))
     r.add_argument("--smoke", action="store_true", help="the same parts on the CPU at tiny sizes, to check the "
                                                        "script itself before spending a GPU's minutes on it")
     args = parser.parse_args()

@@ -16,6 +16,7 @@ from test_faults import killed
 
 from tasks import classifier, predict
 from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint
+from tasks.core.curves import summary_writer_class
 from tasks.core.errors import ConfigurationError, ResumeError
 from tasks.core.runs import run_paths, write_run_json
 from tasks.core.settings import load
@@ -57,16 +58,6 @@ def test_print_config_fed_back_reproduces_the_settings(tiny_dir, tmp_path, capsy
                                                            "gradual_unfreezing": 0.0, "compile": "off"}              # the recipe
 
 
-def writes_tensorboard() -> bool:
-    """Whether runs here write a TensorBoard log beside their curves (tasks/core/curves.py: when the optional
-    tensorboard package imports)."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def test_a_run_directory_holds_its_run_resumes_after_sigkill_and_predicts(tiny_dir, tmp_path):
     argv = classifier_argv(tiny_dir, tmp_path)
     whole, split = tmp_path / "whole", tmp_path / "split"
@@ -76,7 +67,7 @@ def test_a_run_directory_holds_its_run_resumes_after_sigkill_and_predicts(tiny_d
     assert record["environment"]["commit"] and record["result"]["best_epoch"] >= 1
     settings = classifier.parse_settings(argv + ["--run-dir", str(whole)])
     assert load(classifier.Settings, record["settings"]) == settings                  # run.json round-trips
-    optional = ["checkpoint.tensorboard"] if writes_tensorboard() else []             # with the optional package
+    optional = ["checkpoint.tensorboard"] if summary_writer_class() else []          # with the optional package
     assert sorted(p.name for p in whole.iterdir()) == sorted(["checkpoint.curves.jsonl", "checkpoint.curves.png",
                                                               "checkpoint.pt", "predictions", "run.json", *optional])
     assert not optional or any(f.name.startswith("events.out.tfevents") for f in (whole / optional[0]).iterdir())

@@ -22,13 +22,20 @@ def curves_path(checkpoint: str | Path) -> Path:
     return checkpoint.with_name(checkpoint.stem + ".curves.jsonl")
 
 
-def _summary_writer(logdir: Path):
-    """A TensorBoard SummaryWriter, or None when the tensorboard package is not installed (an optional extra)."""
+def summary_writer_class() -> type | None:
+    """torch's TensorBoard SummaryWriter, or None when the tensorboard package is not installed (an optional extra):
+    whether runs write a TensorBoard log beside their curves."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:                                  # tensorboard absent: the JSON lines and the PNG still come
         return None
-    return SummaryWriter(str(logdir))
+    return SummaryWriter
+
+
+def _summary_writer(logdir: Path):
+    """A TensorBoard SummaryWriter writing under logdir, or None without the tensorboard package."""
+    writer = summary_writer_class()
+    return None if writer is None else writer(str(logdir))
 
 
 class Curves:

@@ -56,7 +56,7 @@ class FitOptions:
     each epoch's record go to `curves` (default: beside the checkpoint, CHECKPOINT.curves.jsonl). save_every N > 0
     also checkpoints after every N-th optimiser step within an epoch, and a resume from it goes on exactly as the
     uninterrupted run would. read_every N: the training loss is read back from the device every N optimiser steps
-    (None: every step on the CPU, every 32 on a GPU; tasks/core/step.py); attention_kernel: the attention kernel
+    (None: every step on the CPU, every READ_EVERY_GPU on a GPU; tasks/core/step.py); attention_kernel: the attention kernel
     torch tries first on a GPU (tasks/core/step.py attention_kernels)."""
 
     epochs: int

@@ -25,7 +25,7 @@ from .precision import (  # the rules live in precision.py; check_precision, cpu
     cpu_has_bf16,  # noqa: F401
 )
 from .settings import setting
-from .step import COMPILE_MODES
+from .step import COMPILE_MODES, PAD_MULTIPLE
 from .tree import STUDENT
 
 ATTENTIONS = ("eager", "fused")
@@ -101,8 +101,8 @@ class Recipe:
         "off", before="off", choices=COMPILE_MODES,
         help="torch.compile the loss's forward and backward: default fuses kernels; reduce-overhead also captures "
              "each shape's step as CUDA graphs and replays them (for small models on a GPU, where launching kernels "
-             "takes longer than running them). Sequences are then padded to a multiple of 32 tokens so that few "
-             "shapes occur; the first steps of each shape compile. off: eager PyTorch (tasks/core/step.py)")
+             f"takes longer than running them). Sequences are then padded to a multiple of {PAD_MULTIPLE} tokens so "
+             "that few shapes occur; the first steps of each shape compile. off: eager PyTorch (tasks/core/step.py)")
 
     def loop(self) -> dict:
         """The fields fit() reads (LOOP_FIELDS), by name."""

@@ -18,7 +18,7 @@ holds every rank's RNG state for an exact resume.
 On a GPU the step reads nothing back to the host (tasks/core/step.py): Work.prepare shapes each batch on the CPU, the
 batch is pinned and copied without blocking, and the losses stay on the device until options.read_every steps have
 been taken (every step on the CPU); recipe.compile runs the loss through torch.compile on sequences padded to a
-multiple of 32, and options.attention_kernel picks the attention kernel torch tries first.
+multiple of PAD_MULTIPLE, and options.attention_kernel picks the attention kernel torch tries first.
 
 Each epoch's batch order is drawn from (seed, epoch) alone, so restoring the RNG states, the optimiser and the
 step count is enough to continue exactly where an uninterrupted run would be.
