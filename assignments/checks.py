@@ -201,8 +201,8 @@ def course_optimizer_test(opt_class: type, seed: int = 0) -> torch.Tensor:
 
 def check_adamw() -> None:
     from minbert.optim import AdamW
+    from tasks.core.step import optimizers_without_dynamo
 
-    from .common import optimizers_without_dynamo
     from .mistakes import AdamWSpec, adamw_hints, adamw_trajectory
     optimizers_without_dynamo()
     f = load_fixture("adamw")

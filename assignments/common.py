@@ -174,21 +174,6 @@ def differentiable(what: str, loss: object) -> None:
         raise Fail(f"{what} {NO_GRADIENT}")
 
 
-def optimizers_without_dynamo() -> None:
-    """Let torch.optim.Optimizer's dynamo-disabled methods run as they are, without importing torch._dynamo.
-
-    The checks never compile anything, and that import costs seconds on the first optimizer built. torch's
-    _disable_dynamo wrapper caches the disabled function on the wrapped one; caching the function itself
-    skips the import. With another torch the marker differs, nothing is set, and torch imports as usual.
-    """
-    from torch._compile import _disable_dynamo
-    marker = _disable_dynamo(lambda: None).__code__            # the wrapper's code (building it imports nothing)
-    for attr in vars(torch.optim.Optimizer).values():
-        inner = getattr(attr, "__wrapped__", None)
-        if getattr(attr, "__code__", None) is marker and inner is not None:
-            setattr(inner, "__dynamo_disable", inner)
-
-
 def _tiny_config(**kw: object):
     from minbert import BertConfig
     return BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,

@@ -123,8 +123,8 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
     names = parts or parts_of(groups)
     seed = grading_seed(seed)
     wanted = sorted({f for n in names for f in PARTS[n].fixtures})
-    fixtures = {f: hidden_fixture(f, seed) for f in wanted}        # by the reference, before any student code runs
     preload()
+    fixtures = {f: hidden_fixture(f, seed) for f in wanted}        # by the reference, before any student code runs
     become_subreaper()
     spare = frozenset(children())              # the caller's own processes: never the submission's
     by_tree = [[n for n in names if PARTS[n].group == "core"], [n for n in names if PARTS[n].group != "core"]]

@@ -144,7 +144,7 @@ def _warm_up() -> None:
     import tokenizers  # noqa: F401
     import torch
 
-    from .common import optimizers_without_dynamo
+    from tasks.core.step import optimizers_without_dynamo
     optimizers_without_dynamo()                                # else the first optimizer imports torch._dynamo
     torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
 

@@ -10,9 +10,12 @@ import json
 import logging
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from .config import BertConfig
 from .model import BertModel
@@ -22,6 +25,23 @@ log = logging.getLogger("minbert")
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be found, read, or matched to the model; the message says which and why."""
+
+
+class _SkipInit(TorchFunctionMode):
+    """torch.nn.init's random draws (normal_, uniform_, kaiming_uniform_, ...) leave their tensor as it is."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def on_meta() -> Iterator[None]:
+    """Build modules on the meta device: shapes without values, so nothing is drawn (a draw there would only import
+    torch._dynamo, a second or two at a process's first checkpoint)."""
+    with torch.device("meta"), _SkipInit():
+        yield
 
 
 EMBEDDING_TABLE = {  # Hugging Face name -> minbert name
@@ -93,7 +113,7 @@ def convert_hf_state_dict(
     ignore_heads=False accepts exactly a BertModel checkpoint and nothing else.
     """
     table = name_table(config.num_hidden_layers)
-    with torch.device("meta"):
+    with on_meta():
         expected = {k: v.shape for k, v in BertModel(config).state_dict().items()}
     out, extra, heads, wrong_shape = {}, [], {}, []
     for key, tensor in state_dict.items():
@@ -274,7 +294,7 @@ def load_pretrained(
     if attn_implementation is not None:
         config.attn_implementation = attn_implementation
     state = convert_hf_state_dict(read_weights(directory), config, ignore_heads=ignore_heads, source=name_or_path)
-    with torch.device("meta"):
+    with on_meta():
         model = BertModel(config)
     model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, assign=True, strict=True)
     return model.to(device).eval() if device is not None else model.eval()

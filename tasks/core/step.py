@@ -106,3 +106,19 @@ def compiled(compute: Callable[[dict], torch.Tensor], mode: str) -> Callable[[di
     limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
     setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 64))   # each task, each shape
     return torch.compile(compute, mode=mode)
+
+
+def optimizers_without_dynamo() -> None:
+    """Let torch.optim.Optimizer's dynamo-disabled methods run as they are, without importing torch._dynamo.
+
+    For processes that compile nothing (the checks, and runs without --compile): that import costs 1-2 s at the first
+    optimiser built. The course's AdamW then never imports it; torch's AdamW still does at its first step (its step()
+    imports it itself). torch's _disable_dynamo wrapper caches the disabled function on the wrapped one; caching the
+    function itself skips the import. With another torch the marker differs, nothing is set, and torch imports as usual.
+    """
+    from torch._compile import _disable_dynamo
+    marker = _disable_dynamo(lambda: None).__code__            # the wrapper's code (building it imports nothing)
+    for attr in vars(torch.optim.Optimizer).values():
+        inner = getattr(attr, "__wrapped__", None)
+        if getattr(attr, "__code__", None) is marker and inner is not None:
+            setattr(inner, "__dynamo_disable", inner)
