@@ -4,6 +4,7 @@ optimiser, the flags."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -361,3 +362,38 @@ def test_gradual_unfreezing_resumes_exactly_mid_way(tiny_config, tmp_path):
     assert len(steps) == 6 and not any(k.startswith("bert.embeddings.") for c in steps[:3] for k in c)
     assert all(any(k.startswith("bert.embeddings.") for k in c) for c in steps[3:])
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
+
+
+START_WITHOUT_DYNAMO = """
+import sys
+import torch
+import minbert
+from tasks.core.recipe import Recipe
+model = minbert.load_pretrained("minilm")                     # built on the meta device, nothing drawn
+assert "torch._dynamo" not in sys.modules, "load_pretrained imported torch._dynamo"
+drawn = torch.nn.init.normal_(torch.zeros(1000))              # outside load_pretrained, torch.nn.init draws as ever
+assert drawn.std() > 0.5
+params = [p for p in model.parameters() if p.requires_grad]
+optimizer = Recipe(optimizer="course").optimizer_for(model, params, 1e-3, 0.01)
+out = model(torch.tensor([[101, 7592, 102]]), torch.ones(1, 3))
+out.pooler_output.sum().backward()
+before = model.pooler.Wp.detach().clone()
+optimizer.step()
+optimizer.zero_grad()
+assert not torch.equal(before, model.pooler.Wp) and model.pooler.Wp.grad is None
+optimizer.load_state_dict(optimizer.state_dict())
+assert "torch._dynamo" not in sys.modules, "the course's AdamW imported torch._dynamo"
+compiled = torch.compile(lambda x: torch.sin(x) * 2, backend="eager")   # compiling later in the process still works
+assert torch.allclose(compiled(torch.ones(3)), torch.sin(torch.ones(3)) * 2)
+print("ok")
+"""
+
+
+def test_a_run_without_compile_loads_and_steps_the_course_adamw_without_importing_dynamo(tmp_path):
+    """torch._dynamo's import costs 1-2 s: a fresh process that loads a checkpoint (minbert.checkpoint.on_meta) and
+    trains with the course's AdamW (tasks.core.step.optimizers_without_dynamo, --compile off) never imports it."""
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", START_WITHOUT_DYNAMO], capture_output=True, text=True, check=False,
+                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
