@@ -30,10 +30,12 @@ from torch.utils import checkpoint as activation_checkpoint
 
 from .model import BertLayer, BertModel, BertOutput
 
-try:  # flash attention on variable-length sequences; older torch has no torch.nn.attention.varlen
-    from torch.nn.attention.varlen import varlen_attn
-except ImportError:
-    varlen_attn = None
+varlen_attn = None     # flash attention on variable-length sequences: CUDA tensors only, so imported only where
+if torch.cuda.is_available():       # CUDA is (the import also imports torch._dynamo, a second or two)
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:             # older torch has no torch.nn.attention.varlen
+        pass
 
 HALF = (torch.float16, torch.bfloat16)
 
