@@ -134,3 +134,36 @@ def multitask_files(tmp_path):
     return {"sst": (piece("ids-sst-train.csv", 0, 40), piece("ids-sst-dev.csv", 0, 24), piece("ids-sst-dev.csv", 24, 40)),
             "para": (piece("quora-train.csv", 0, 48), piece("quora-dev.csv", 0, 24), piece("quora-test-student.csv", 0, 20)),
             "sts": (piece("sts-train.csv", 0, 32), piece("sts-dev.csv", 0, 24), piece("sts-dev.csv", 24, 40))}
+
+
+# Commands run the way `python -m tasks.NAME ARGS` runs them (runpy, as __main__), one after another in one fresh
+# interpreter: one import of torch instead of one per command. Tests that use it also run one command as a real
+# `python -m`.
+_EACH_AS_MAIN = """
+import contextlib, io, json, runpy, sys
+said = {}
+for name, args in json.loads(sys.argv[1]):
+    sys.argv, out = [f"tasks.{name}", *args], io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_module(f"tasks.{name}", run_name="__main__", alter_sys=True)
+        code = "returned without exiting"
+    except SystemExit as stop:
+        code = stop.code or 0
+    said[name] = [code, out.getvalue()]
+print(json.dumps(said))
+"""
+
+
+def each_as_main(commands: dict[str, list[str]], cwd: Path, env: dict[str, str]) -> dict[str, tuple[object, str]]:
+    """{command: its arguments} run as `python -m tasks.NAME ARGS` in one interpreter: {command: (exit code, stdout)}."""
+    import json
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c", _EACH_AS_MAIN,
+                           json.dumps(list(commands.items()))], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          check=False, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = json.loads(proc.stdout.splitlines()[-1])
+    assert list(said) == list(commands), proc.stderr[-2000:]
+    return {name: (code, printed) for name, (code, printed) in said.items()}

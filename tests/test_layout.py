@@ -4,13 +4,12 @@ exercise does not pull in SMART, PALs or PCGrad, and README.md stays short."""
 from __future__ import annotations
 
 import ast
-import json
 import os
 import subprocess
 import sys
 
 from audit_tasks import TASKS, below_entry_points, functions
-from conftest import ROOT
+from conftest import ROOT, each_as_main
 
 COMMANDS = ("classifier", "multitask", "deebert", "simcse", "predict", "export", "ensemble", "score", "submit", "curves",
             "attention", "search")
@@ -42,34 +41,11 @@ def test_the_first_exercise_imports_no_smart_pals_or_pcgrad():
     assert unwanted == set()
 
 
-# Each command's --help run the way `python -m tasks.NAME` runs it (runpy, as __main__), all in one fresh interpreter:
-# one import of torch instead of twelve; the first command also runs as a real `python -m`.
-HELP_EACH = """
-import contextlib, io, json, runpy, sys
-said = {}
-for name in sys.argv[1:]:
-    sys.argv, out = [f"tasks.{name}", "--help"], io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out):
-            runpy.run_module(f"tasks.{name}", run_name="__main__", alter_sys=True)
-        code = "returned without exiting"
-    except SystemExit as stop:
-        code = stop.code or 0
-    said[name] = [code, out.getvalue()]
-print(json.dumps(said))
-"""
-
-
 def test_every_command_runs_as_python_m_and_readme_is_short():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-m", f"tasks.{COMMANDS[0]}", "--help"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, check=False, env=env)
     assert proc.returncode == 0 and "usage" in proc.stdout, proc.stderr[-500:]
-    proc = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c", HELP_EACH, *COMMANDS], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, check=False, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    said = json.loads(proc.stdout.splitlines()[-1])
-    assert list(said) == list(COMMANDS)
-    for name, (code, printed) in said.items():
-        assert code == 0 and printed.startswith("usage: "), (name, code, printed[-500:], proc.stderr[-500:])
+    for name, (code, printed) in each_as_main({name: ["--help"] for name in COMMANDS}, ROOT, env).items():
+        assert code == 0 and printed.startswith("usage: "), (name, code, printed[-500:])
     assert len((ROOT / "README.md").read_text().splitlines()) <= 120

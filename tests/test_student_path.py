@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DATA, ROOT, TEST_DEVICE
+from conftest import DATA, ROOT, TEST_DEVICE, each_as_main
 from test_kit_cli import assert_names_the_part, train_classifier_in
 from test_kit_tree import _partly_done
 
@@ -56,12 +56,17 @@ def test_the_first_training_command_stops_at_the_one_unwritten_part(function: st
 def test_a_student_tree_defaults_to_its_own_attention_and_adamw(tmp_path: Path, capsys) -> None:
     """--print-config of every training command: eager and course in a student tree, fused and fused here."""
     tree = student_tree(tmp_path)
+    env = {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    first = next(iter(COMMANDS))                  # one real `python -m`, then every command as it runs them
+    proc = subprocess.run([sys.executable, "-m", f"tasks.{first}", "--print-config"], cwd=tree, capture_output=True,
+                          text=True, check=False, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    said = each_as_main({name: ["--print-config"] for name in COMMANDS}, tree, env)
+    assert said[first] == (0, proc.stdout)
     for name, module in COMMANDS.items():
-        proc = subprocess.run([sys.executable, "-m", f"tasks.{name}", "--print-config"], cwd=tree, capture_output=True,
-                              text=True, check=False, timeout=120,
-                              env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
-        assert proc.returncode == 0, proc.stderr
-        recipe = json.loads(proc.stdout)["recipe"]
+        code, printed = said[name]
+        assert code == 0, (name, printed)
+        recipe = json.loads(printed)["recipe"]
         assert (recipe["attention"], recipe["optimizer"]) == ("eager", "course"), name
         with pytest.raises(SystemExit) as done:
             module.parse_settings(["--print-config"])
