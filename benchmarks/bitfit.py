@@ -22,6 +22,7 @@ from torch import nn
 
 import minbert
 from minbert import bitfit, bitfit_report
+from minbert.checkpoint import on_meta
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +73,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    with torch.device("meta"):
+    with on_meta():
         base = minbert.BertModel(minbert.BertConfig())
     for terms in ("all", "bq,bm2"):
         bitfit.freeze(base, terms)

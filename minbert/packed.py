@@ -30,11 +30,13 @@ from torch.utils import checkpoint as activation_checkpoint
 
 from .model import BertLayer, BertModel, BertOutput
 
-varlen_attn = None     # flash attention on variable-length sequences: CUDA tensors only, so imported only where
-if torch.cuda.is_available():       # CUDA is (the import also imports torch._dynamo, a second or two)
+# Flash attention on variable-length sequences takes CUDA tensors only: imported only where CUDA is, since the import
+# also imports torch._dynamo (a second or two). Older torch has no torch.nn.attention.varlen.
+varlen_attn = None
+if torch.cuda.is_available():
     try:
         from torch.nn.attention.varlen import varlen_attn
-    except ImportError:             # older torch has no torch.nn.attention.varlen
+    except ImportError:
         pass
 
 HALF = (torch.float16, torch.bfloat16)
