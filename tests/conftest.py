@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -157,9 +160,6 @@ print(json.dumps(said))
 
 def each_as_main(commands: dict[str, list[str]], cwd: Path, env: dict[str, str]) -> dict[str, tuple[object, str]]:
     """{command: its arguments} run as `python -m tasks.NAME ARGS` in one interpreter: {command: (exit code, stdout)}."""
-    import json
-    import subprocess
-    import sys
     proc = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c", _EACH_AS_MAIN,
                            json.dumps(list(commands.items()))], cwd=cwd, capture_output=True, text=True, timeout=300,
                           check=False, env=env)

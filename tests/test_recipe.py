@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
-from conftest import fit_with, kill_after
+from conftest import ROOT, fit_with, kill_after
 from torch import nn
 
 import minbert
@@ -364,22 +366,20 @@ def test_gradual_unfreezing_resumes_exactly_mid_way(tiny_config, tmp_path):
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
 
 
-START_WITHOUT_DYNAMO = """
-import importlib
-import pkgutil
+STUDENT_RUN = """
+import os
 import sys
 import torch
 import minbert
 from tasks.core.recipe import Recipe
-for module in pkgutil.iter_modules(minbert.__path__):          # as the grader's preload does
-    importlib.import_module(f"minbert.{module.name}")
-assert "torch._dynamo" not in sys.modules, "a minbert module imported torch._dynamo"
+assert minbert.__file__.startswith(os.getcwd()), minbert.__file__   # the tree's own minbert
+assert Recipe().optimizer == "course"                         # a student tree's default: the student's AdamW
 model = minbert.load_pretrained("minilm")                     # built on the meta device, nothing drawn
 assert "torch._dynamo" not in sys.modules, "load_pretrained imported torch._dynamo"
 drawn = torch.nn.init.normal_(torch.zeros(1000))              # outside load_pretrained, torch.nn.init draws as ever
 assert drawn.std() > 0.5
 params = [p for p in model.parameters() if p.requires_grad]
-optimizer = Recipe(optimizer="course").optimizer_for(model, params, 1e-3, 0.01)
+optimizer = Recipe().optimizer_for(model, params, 1e-3, 0.01)
 out = model(torch.tensor([[101, 7592, 102]]), torch.ones(1, 3))
 out.pooler_output.sum().backward()
 before = model.pooler.Wp.detach().clone()
@@ -392,14 +392,29 @@ compiled = torch.compile(lambda x: torch.sin(x) * 2, backend="eager")   # compil
 assert torch.allclose(compiled(torch.ones(3)), torch.sin(torch.ones(3)) * 2)
 print("ok")
 """
+GRADER_START = """
+import sys
+from assignments.checks import PARTS
+from assignments.hidden import hidden_fixture
+from assignments.untrusted import preload
+preload()                                                     # every minbert module, the checks' modules
+assert "torch._dynamo" not in sys.modules, "the grader's preload imported torch._dynamo"
+for name in sorted({f for part in PARTS.values() for f in part.fixtures}):
+    hidden_fixture(name, 7)                                   # the reference draws each fixture (adamw: 1000 steps)
+assert "torch._dynamo" not in sys.modules, "the reference's fixtures imported torch._dynamo"
+print("ok")
+"""
 
 
-def test_a_run_without_compile_loads_and_steps_the_course_adamw_without_importing_dynamo(tmp_path):
-    """torch._dynamo's import costs 1-2 s: a fresh process that imports every minbert module (minbert.packed imports
-    the varlen kernel only where CUDA is), loads a checkpoint (minbert.checkpoint.on_meta) and trains with the course's
-    AdamW (tasks.core.step.optimizers_without_dynamo, --compile off) never imports it."""
-    import subprocess
-    import sys
-    proc = subprocess.run([sys.executable, "-c", START_WITHOUT_DYNAMO], capture_output=True, text=True, check=False,
-                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
+def test_a_run_without_compile_and_the_grader_start_without_importing_dynamo(tmp_path):
+    """torch._dynamo's import costs 1-2 s. In a student tree (every part written), a fresh process that loads a
+    checkpoint (minbert.checkpoint.on_meta) and trains with the tree's default AdamW, the course's
+    (tasks.core.step.optimizers_without_dynamo, --compile off), never imports it; nor does the grader's start here
+    (preload imports every minbert module: minbert.packed imports the varlen kernel only where CUDA is), nor the
+    reference drawing every hidden fixture."""
+    from test_student_path import student_tree
+    tree = student_tree(tmp_path)
+    for script, cwd in ((STUDENT_RUN, tree), (GRADER_START, ROOT)):
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, cwd=cwd,
+                              timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(cwd)})
+        assert proc.returncode == 0 and proc.stdout == "ok\n", (cwd, proc.stderr)
