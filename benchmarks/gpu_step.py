@@ -31,6 +31,7 @@ before this change), its dev score within the seed noise of 0.7509.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -180,7 +181,11 @@ def run(weights: Path, out: Path, budget: float, parts: list[str], smoke: bool =
             which = (["-k", "not cuda_graphs", "tests/test_cuda_step.py", "tests/test_packed.py", "tests/test_cuda.py"]
                      if kind == "tests" else ["-k", "cuda_graphs", "tests/test_cuda_step.py"])
             limit = min(150, report.left() - 60) if kind == "tests" else report.left() - 5
-            code, seconds = run_part([sys.executable, "-m", "pytest", "-rfE", "-p", "no:cacheprovider", *which],
+            # the tests part in 4 processes where pytest-xdist is installed (the GPU image has it): each test file
+            # starts CUDA and several start CLI runs, which overlap; the graphs part stays one process
+            workers = ["-n", "4"] if kind == "tests" and importlib.util.find_spec("xdist") else []
+            code, seconds = run_part([sys.executable, "-m", "pytest", "-rfE", "-p", "no:cacheprovider", *workers,
+                                      *which],
                                      env, limit, out / f"{kind}.log")
             summary = [line for line in (out / f"{kind}.log").read_text().splitlines()
                        if " passed" in line or " failed" in line or " skipped" in line
