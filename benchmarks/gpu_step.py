@@ -14,8 +14,9 @@ There (the repository's root, `.gpu` carried; PYTHONUNBUFFERED=1 to see it as it
 The parts, in this order (ORDER), each skipped when less of the budget is left than it needs:
   tests   pytest tests/test_cuda_step.py tests/test_packed.py tests/test_cuda.py (the GPU's own checks; not the
           minutes-long resume of a run with CUDA graphs)
-  main    make train's config (tasks/multitask/main-job.json) on the GPU in fp32, then bf16: each run's training
-          seconds per epoch and its dev scores (no test predictions)
+  main    make train's config (tasks/multitask/main-job.json) on the GPU with --cuda-graphs in fp32 and bf16, then
+          without (the baseline, on the same machine) in fp32 and bf16: each run's training seconds per epoch, its dev scores
+          (no test predictions) and its graphs' counts
   speed   benchmarks/speed.py --device cuda --model bert-base --shapes 32x128 --modes train, fp32 and bf16, minbert,
           minbert-packed and transformers interleaved (speed.py's protocol), 2 rounds of 10 warm-up and 30 timed steps
   main    the main job in bf16 with --compile reduce-overhead (CUDA graphs)
@@ -44,7 +45,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MINILM_FILES = ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 # the parts in the order they run: what matters most first, since a run may stop at its limit
-ORDER = ("tests", "main:fp32:off", "main:bf16:off", "speed", "main:bf16:reduce-overhead", "compiled", "graphs")
+ORDER = ("tests", "main:fp32:cuda-graphs", "main:bf16:cuda-graphs", "main:fp32:off", "main:bf16:off", "speed",
+         "main:bf16:reduce-overhead", "compiled", "graphs")
 SEND_LIMIT_MIB = 64     # what a call to the GPU machine may send: the tracked tree and the carried folder together
 NEEDS = {"tests": 120, "speed": 150, "main": 70, "compiled": 150, "graphs": 120}   # seconds left that a part (the main job: one run) needs to start
 
@@ -144,8 +146,10 @@ SMOKE_SPEED = ["--model", "minilm", "--shapes", "2x16", "--warmup", "1", "--iter
 
 def main_job(precision: str, compile_mode: str, env: dict, out: Path, timeout: float, smoke: bool = False) -> dict:
     run_dir = out / f"main-{precision}-{compile_mode}"
+    graphed = compile_mode == "cuda-graphs"          # --cuda-graphs (tasks/core/graphs.py); refused on a CPU (smoke)
     cmd = [sys.executable, "-m", "tasks.multitask", "--config", "tasks/multitask/main-job.json", "--device",
-           "cpu" if smoke else "cuda", "--precision", precision, "--compile", compile_mode, "--run-dir", str(run_dir),
+           "cpu" if smoke else "cuda", "--precision", precision, "--compile", "off" if graphed else compile_mode,
+           *(["--cuda-graphs"] if graphed and not smoke else []), "--run-dir", str(run_dir),
            "--no-progress", "--no-predictions", *(SMOKE_MAIN if smoke else [])]
     code, seconds = run_part(cmd, env, timeout, out / f"main-{precision}-{compile_mode}.log")
     row: dict = {"exit": code, "command_seconds": round(seconds, 1)}
@@ -156,7 +160,9 @@ def main_job(precision: str, compile_mode: str, env: dict, out: Path, timeout: f
         row |= {"train_seconds": [round(h["train_seconds"], 1) for h in history],
                 "eval_seconds": [round(h["eval_seconds"], 1) for h in history],
                 "dev_overall": [h.get("dev_overall") for h in history],
-                "best": {k: v for k, v in history[state["best_epoch"] - 1].items() if k.startswith("dev_")}}
+                "best": {k: v for k, v in history[state["best_epoch"] - 1].items() if k.startswith("dev_")},
+                "graphs": [line for line in (out / f"main-{precision}-{compile_mode}.log").read_text().splitlines()
+                           if line.startswith("CUDA graphs:")]}
         shutil.rmtree(run_dir, ignore_errors=True)          # the checkpoint is over what comes back
     return row
 

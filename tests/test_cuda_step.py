@@ -17,7 +17,7 @@ from test_save_every import multitask_argv
 import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from tasks import multitask
-from tasks.core.batching import to_device
+from tasks.core.batching import pad_lengths, to_device
 from tasks.core.checkpoints import load_checkpoint
 from tasks.core.loop import FitOptions, Work
 from tasks.core.recipe import Recipe
@@ -133,6 +133,100 @@ def test_a_run_with_cuda_graphs_stopped_after_an_epoch_resumes_to_the_same_run(t
 
     from tasks.core.train import Interrupted, watching
     argv = multitask_argv(tiny_dir, multitask_files) + ["--device", "cuda", "--compile", "reduce-overhead"]
+    multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "whole")]))
+    with pytest.raises(Interrupted), watching(kill_after(1)):
+        multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "split")]))
+    multitask.run(multitask.parse_settings(["--resume", str(tmp_path / "split")]))
+    done, again = (load_checkpoint(tmp_path / r / "checkpoint.pt") for r in ("whole", "split"))
+    for key in done["model"]:
+        torch.testing.assert_close(again["model"][key], done["model"][key], rtol=1e-4, atol=1e-5)
+    assert [h["train_loss"] for h in again["history"]] == pytest.approx([h["train_loss"] for h in done["history"]],
+                                                                         rel=1e-4)
+
+
+def _graph_counts(out: str) -> list[tuple[int, int, int]]:
+    """(captured, replayed, eager) from each epoch's 'CUDA graphs: ...' line of a run's output."""
+    import re
+    return [tuple(map(int, m)) for m in re.findall(r"CUDA graphs: (\d+) shapes captured, (\d+) steps replayed, "
+                                                    r"(\d+) eager", out)]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_graphed_steps_train_what_eager_steps_do(precision, tiny_config, minilm_dir, multitask_files, tmp_path,
+                                                 capsys):
+    """--cuda-graphs (tasks/core/graphs.py): each shape's step replayed from a CUDA graph trains the weights and
+    losses of the eager run, and most steps were replays. Dropout off: the graphed run pads its sequences to 32
+    tokens, so its dropout masks have other shapes than the eager run's (the resume test below covers dropout)."""
+    from dataclasses import replace
+    torch.manual_seed(0)
+    directory = tmp_path / "tiny-no-dropout"
+    minbert.save_pretrained(minbert.BertModel(replace(tiny_config, hidden_dropout_prob=0.0,
+                                                      attention_probs_dropout_prob=0.0)), directory)
+    (directory / "vocab.txt").write_bytes((minilm_dir / "vocab.txt").read_bytes())
+    argv = multitask_argv(directory, multitask_files) + ["--device", "cuda", "--precision", precision,
+                                                         "--dropout", "0"]
+    multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "eager")]))
+    capsys.readouterr()
+    multitask.run(multitask.parse_settings(argv + ["--cuda-graphs", "--run-dir", str(tmp_path / "graphed")]))
+    counts = _graph_counts(capsys.readouterr().out)
+    assert len(counts) == 2 and counts[-1][0] >= 1 and counts[-1][1] > counts[-1][2], counts
+    a, b = (load_checkpoint(tmp_path / r / "checkpoint.pt") for r in ("eager", "graphed"))
+    for key in a["model"]:       # padding to 32 tokens changes sums' order a little; atomics may round apart
+        torch.testing.assert_close(b["model"][key], a["model"][key], rtol=1e-3, atol=1e-4)
+    for x, y in zip(a["history"], b["history"]):
+        assert y["train_loss"] == pytest.approx(x["train_loss"], rel=1e-3)
+    assert all(isinstance(g["lr"], float) and not g["capturable"] for g in b["optimizer"]["param_groups"])
+
+
+def test_a_graph_replay_never_synchronises(tiny_config):
+    """StepGraphs: a shape's first step eager, its second captured, the third a replay, which runs under
+    torch.cuda.set_sync_debug_mode("error"); the three steps give the losses and weights of three eager steps from the
+    same start (dropout off, so that only the kernels are compared)."""
+    import copy
+
+    from tasks.core.graphs import StepGraphs
+    model = tiny(tiny_config).eval()
+    twin = copy.deepcopy(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    twin_optimizer = torch.optim.AdamW(twin.parameters(), lr=1e-4, fused=True)
+    graphs = StepGraphs(CUDA)
+    StepGraphs.ready(optimizer, CUDA)
+
+    def body_of(m, opt):
+        def body(batch):
+            opt.zero_grad(set_to_none=True)
+            loss = m.loss("para", batch)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(list(m.parameters()), 1.0)
+            opt.step()
+            return loss.detach()
+        return body
+
+    batches = [pad_lengths(prepare_inputs(model, pair_batch(seed)), 32) for seed in range(3)]   # one shape
+    losses = []
+    with graphs.on_stream():
+        for k, batch in enumerate(batches):
+            torch.cuda.synchronize()
+            if k == 2:
+                torch.cuda.set_sync_debug_mode("error")
+            try:
+                losses.append(graphs.step(batch, body_of(model, optimizer)))
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+    assert graphs.counts == {"eager": 1, "captured": 1, "replayed": 1}
+    eager = [body_of(twin, twin_optimizer)(to_device(b, CUDA)) for b in batches]
+    torch.testing.assert_close(torch.stack(losses), torch.stack(eager), rtol=1e-5, atol=1e-6)
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_graphed_run_stopped_after_an_epoch_resumes_to_the_same_run(tiny_dir, multitask_files, tmp_path):
+    """--cuda-graphs, stopped after its first epoch and resumed (graphs captured anew): the uninterrupted run's
+    weights and history (a replay advances the dropout generator as an eager step does, and the checkpoint holds it)."""
+    from conftest import kill_after
+
+    from tasks.core.train import Interrupted, watching
+    argv = multitask_argv(tiny_dir, multitask_files) + ["--device", "cuda", "--cuda-graphs"]
     multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "whole")]))
     with pytest.raises(Interrupted), watching(kill_after(1)):
         multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "split")]))

@@ -23,10 +23,10 @@ from tasks.core.train import Interrupted, check_config, watching
 pytestmark = pytest.mark.usefixtures("one_thread")
 # the recipe flags at their defaults, written out here (tasks.core.recipe.Recipe is what they are checked against)
 LOOP_DEFAULTS = {"precision": "fp32", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 1,
-                 "gradual_unfreezing": 0.0, "compile": "off"}
+                 "gradual_unfreezing": 0.0, "compile": "off", "cuda_graphs": False}
 # what a run took before the recipe flags existed: a constant learning rate, no clipping
 BEFORE_FLAGS = {"precision": "fp32", "warmup_ratio": None, "max_grad_norm": None, "grad_accum": 1,
-                 "gradual_unfreezing": 0.0, "compile": "off"}
+                 "gradual_unfreezing": 0.0, "compile": "off", "cuda_graphs": False}
 CPU = torch.device("cpu")
 
 
@@ -169,7 +169,7 @@ def test_loop_flags_defaults_and_help():
     recipe = parse_settings(["--precision", "bf16", "--warmup-ratio", "0.2", "--max-grad-norm", "2",
                              "--grad-accum", "4"]).recipe
     assert recipe.loop() == {"precision": "bf16", "warmup_ratio": 0.2, "max_grad_norm": 2.0, "grad_accum": 4,
-                             "gradual_unfreezing": 0.0, "compile": "off"}
+                             "gradual_unfreezing": 0.0, "compile": "off", "cuda_graphs": False}
     off = parse_settings(["--warmup-ratio", "none", "--max-grad-norm", "none"]).recipe
     assert off.loop() == BEFORE_FLAGS                                      # 'none' switches each off
     text = " ".join(build_parser().format_help().split())

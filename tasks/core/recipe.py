@@ -104,6 +104,14 @@ class Recipe:
              f"takes longer than running them). Sequences are then padded to a multiple of {PAD_MULTIPLE} tokens so "
              "that few shapes occur; the first steps of each shape compile. off: eager PyTorch (tasks/core/step.py)")
 
+    cuda_graphs: bool = setting(
+        False, before=False, on_resume="free",
+        help="on a GPU, capture each batch shape's whole optimiser step (forward, backward, clipping, the fused AdamW) "
+             "as a CUDA graph and replay it: one launch instead of hundreds, for small models whose steps wait on the "
+             "host; the same numbers as without. Sequences are padded to a multiple of "
+             f"{PAD_MULTIPLE} tokens; needs --optimizer fused, fp32 or bf16, --grad-accum 1 and no extension with "
+             "host work in its step (tasks/core/graphs.py)")
+
     def loop(self) -> dict:
         """The fields fit() reads (LOOP_FIELDS), by name."""
         return {k: v for k, v in asdict(self).items() if k in LOOP_FIELDS}
@@ -122,7 +130,8 @@ class Recipe:
         return ATTN_IMPLEMENTATION[self.attention]
 
 
-LOOP_FIELDS = ("precision", "warmup_ratio", "max_grad_norm", "grad_accum", "gradual_unfreezing", "compile")
+LOOP_FIELDS = ("precision", "warmup_ratio", "max_grad_norm", "grad_accum", "gradual_unfreezing", "compile",
+               "cuda_graphs")
 
 
 def unfreezing(model: torch.nn.Module, params: list, fraction: float, total: int) -> tuple[list[int], str]:

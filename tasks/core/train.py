@@ -35,6 +35,7 @@ import math
 import random
 import time
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -60,6 +61,7 @@ from .curves import Curves, curves_path
 from .distributed import is_main_process, rank, world_size
 from .errors import TrainingError
 from .evaluation import evaluating
+from .graphs import StepGraphs, check_graphs, float_learning_rates
 from .loop import FitOptions, FitResult, Interrupted, Work, after_epoch, watching  # noqa: F401 - fit()'s surface
 from .precision import check_precision, cpu_has_bf16, resolve_precision
 from .recipe import LinearSchedule, Recipe, autocast, unfreezing
@@ -156,6 +158,13 @@ class _Loop:
         self.compute = compiled(dp.data_parallel(model, work.loss, device) if self.parallel else (
             lambda batch: work.loss(model, batch)), recipe.compile)
         self.reads = LossReads(read_every(device, options.read_every))  # the losses still on the device
+        if recipe.cuda_graphs:
+            check_graphs(device, _optimizer_kind(optimizer), recipe.precision, recipe.grad_accum,
+                         recipe.gradual_unfreezing, recipe.compile,
+                         (["one process (no torchrun)"] if self.parallel else [])
+                         + (["no extension term (their steps log on the host)"] if terms.active else [])
+                         + (["no post-step hook"] if work.post_step is not None else []))
+        self.graphs = StepGraphs(device) if recipe.cuda_graphs else None
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.schedule: LinearSchedule | None = None
         self.total: int | None = None                # optimiser steps of the whole run, once known
@@ -186,7 +195,7 @@ class _Loop:
 
     def train_epoch(self, epoch: int) -> tuple[float, dict[str, list[float]], float]:
         """One epoch of optimiser steps: (the mean training loss, per task [loss sum, batches], seconds)."""
-        epochs, checkpoint, post_step = self.options.epochs, self.options.checkpoint, self.work.post_step
+        epochs, checkpoint = self.options.epochs, self.options.checkpoint
         self.model.train()
         t0, sums = time.perf_counter(), {"total": 0.0, "n": 0, "shown": [0.0, 0]}
         per_task: dict[str, list[float]] = {}  # task -> [loss sum, batches]
@@ -200,14 +209,39 @@ class _Loop:
             t0 -= self.within["seconds"]
             self.terms.load_state(self.within.get("terms", {}))
             self.within = None
+        if self.graphs is not None:
+            StepGraphs.ready(self.optimizer, self.device)
+        with self.graphs.on_stream() if self.graphs is not None else nullcontext():
+            self._steps(epoch, batches, done, t0, sums, per_task, bar)
+        self._read(checkpoint, sums, per_task, bar)    # the epoch's last losses (on a GPU: waits for its last step)
+        bar.close()
+        if self.graphs is not None:
+            self.say(self.graphs.describe())
+        total = sums["total"] / max(sums["n"], 1)
+        if self.parallel:  # the ranks' shares add up to the global batches' mean losses
+            tasks = sorted(per_task)
+            total_sum, *task_sums = dp.sum_over_ranks([sums["total"]] + [per_task[t][0] for t in tasks], self.device)
+            per_task = {t: [s, per_task[t][1]] for t, s in zip(tasks, task_sums)}
+            total = total_sum / max(sums["n"], 1)
+        return total, per_task, time.perf_counter() - t0
+
+    def _steps(self, epoch: int, batches, done: int, t0: float, sums: dict, per_task: dict, bar: tqdm) -> None:
+        """The epoch's optimiser steps from the `done`-th on, with the reads, hooks and mid-epoch checkpoints."""
+        checkpoint, post_step = self.options.checkpoint, self.work.post_step
         for i, group in enumerate(_groups(batches, self.recipe.grad_accum)):
             if i < done:                             # the same batches as before the interruption: already taken
                 bar.update(len(group))
                 continue
-            self.reads.add(self.step, epoch, self._accumulate(group, bar))
-            if self.reads.due(self.step):            # on the CPU every step, before its update (as it always was)
-                self._read(checkpoint, sums, per_task, bar)
-            self._optimizer_step()
+            if self.graphs is not None:              # forward, backward and update in one (a graph's replay)
+                self.reads.add(self.step, epoch, self._graphed(group[0], bar))
+                if self.reads.due(self.step):
+                    self._read(checkpoint, sums, per_task, bar)
+                self.step += 1
+            else:
+                self.reads.add(self.step, epoch, self._accumulate(group, bar))
+                if self.reads.due(self.step):        # on the CPU every step, before its update (as it always was)
+                    self._read(checkpoint, sums, per_task, bar)
+                self._optimizer_step()
             if post_step is not None:
                 post_step(self.model)
             self.terms.after_step(self.model)
@@ -218,15 +252,6 @@ class _Loop:
                     "groups": i + 1, "sums": sums, "per_task": per_task, "seconds": time.perf_counter() - t0,
                     "terms": self.terms.state()})
             maybe_kill(KILL_AT_STEP, self.step)
-        self._read(checkpoint, sums, per_task, bar)    # the epoch's last losses (on a GPU: waits for its last step)
-        bar.close()
-        total = sums["total"] / max(sums["n"], 1)
-        if self.parallel:  # the ranks' shares add up to the global batches' mean losses
-            tasks = sorted(per_task)
-            total_sum, *task_sums = dp.sum_over_ranks([sums["total"]] + [per_task[t][0] for t in tasks], self.device)
-            per_task = {t: [s, per_task[t][1]] for t, s in zip(tasks, task_sums)}
-            total = total_sum / max(sums["n"], 1)
-        return total, per_task, time.perf_counter() - t0
 
     def _schedule(self, batches: Iterable[dict], epochs: int) -> None:
         """The learning-rate schedule and the steps at which gradual unfreezing lets each parameter train, set once the
@@ -300,15 +325,45 @@ class _Loop:
             for p, first in zip(self.params, self.unfreeze_at):
                 if self.step < first:
                     p.grad = None
+        self._set_lr()
+        self._update()
+        self.step += 1
+
+    def _set_lr(self) -> None:
+        """The scheduled learning rate of this step (into the tensor a CUDA graph reads, under --cuda-graphs)."""
         if self.schedule is not None:
             for g, lr in zip(self.optimizer.param_groups, self.base_lrs):
-                g["lr"] = lr * self.schedule.factor(self.step)
+                if torch.is_tensor(g["lr"]):
+                    g["lr"].fill_(lr * self.schedule.factor(self.step))
+                else:
+                    g["lr"] = lr * self.schedule.factor(self.step)
+
+    def _update(self) -> None:
+        """Clipping and the (scaled) optimiser step: device work only."""
         if self.recipe.max_grad_norm is not None:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.params, self.recipe.max_grad_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self.step += 1
+
+    def _graphed(self, batch: dict, bar: tqdm) -> list[Taken]:
+        """One optimiser step as StepGraphs takes it (tasks/core/graphs.py): prepared and padded on the CPU, the
+        learning rate set outside the graph, then zero_grad, the loss, backward and the update as one graph."""
+        part = self.work.prepare(batch) if self.work.prepare is not None else batch
+        part = pad_lengths(part, PAD_MULTIPLE)
+        self._set_lr()
+
+        def body(on_device: dict) -> torch.Tensor:
+            self.optimizer.zero_grad(set_to_none=True)
+            with autocast(self.device, self.recipe.precision):
+                loss = self.compute(on_device)
+            loss.backward()
+            self._update()
+            return loss.detach()
+        loss = self.graphs.step(part, body)
+        bar.update()
+        size = dp.batch_rows(batch)
+        return [Taken(loss, batch.get("task"), size, size)]
 
     def evaluate(self, epoch: int, train_loss: float, per_task: dict[str, list[float]], train_time: float,
                  logged: dict[str, float]) -> dict:
@@ -343,7 +398,7 @@ class _Loop:
             if places is not None and self.curve is not None:
                 self.curve.file.flush()              # the steps logged so far, as the checkpoint has them
             save_checkpoint(self.options.checkpoint, {
-                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "model": self.model.state_dict(), "optimizer": float_learning_rates(self.optimizer.state_dict()),
                 "epoch": epoch + 1 if within is None else epoch,
                 **({"within_epoch": within, "within_ranks": places} if within is not None else {}),
                 "best_epoch": self.best.best_epoch, "best_score": self.best.best_score,
@@ -353,6 +408,12 @@ class _Loop:
             })
         if self.parallel:
             dp.barrier()  # the epoch ends when its checkpoint is on disk, for every rank
+
+
+def _optimizer_kind(optimizer: torch.optim.Optimizer) -> str:
+    """'fused' for torch's fused AdamW, else the optimiser's class name (what --cuda-graphs checks)."""
+    fused = isinstance(optimizer, torch.optim.AdamW) and all(g.get("fused") for g in optimizer.param_groups)
+    return "fused" if fused else type(optimizer).__name__
 
 
 def _check_settings(device: torch.device, recipe: Recipe, options: FitOptions) -> None:

@@ -1,0 +1,140 @@
+"""Whole optimiser steps as CUDA graphs (--cuda-graphs): what fit() (tasks/core/train.py) runs on a GPU when asked.
+
+A small model's step on a GPU is a few hundred short kernels, and the host takes longer to launch them than the GPU
+takes to run them. A CUDA graph records a step's kernels once and launches them all with one call. StepGraphs keeps
+one graph per batch shape (the task and every tensor's shape and dtype; fit() pads token sequences to a multiple of
+PAD_MULTIPLE, so that few shapes occur): the first batch of a shape takes an ordinary eager step, the second is
+captured (forward, backward, clipping and the fused AdamW's update, torch.cuda.graph) and replayed, and every later
+one copies its tensors into the graph's input buffers and replays it. A replay runs the kernels an eager step runs,
+on the same inputs: the same numbers, dropout included (a graph draws its random numbers from the generator's state
+at each replay and advances it, so a checkpoint's RNG state resumes the run exactly). What a graph cannot hold is
+host work inside the step, so fit() refuses what needs it (check_graphs).
+
+What the optimiser needs: torch's fused AdamW with capturable=True and its learning rate as a tensor on the GPU
+(the schedule fills it before each replay; a float would be frozen into the graph). Checkpoints keep the float.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import contextmanager
+
+import torch
+
+from .batching import map_tensors, to_device
+
+
+def tensors_of(batch) -> list[torch.Tensor]:
+    """Every tensor of a batch, in map_tensors' order."""
+    found: list[torch.Tensor] = []
+    map_tensors(batch, found.append)
+    return found
+
+
+def shape_key(batch: dict) -> tuple:
+    """What a graph is captured for: the batch's task and each tensor's shape and dtype."""
+    return batch.get("task"), tuple((tuple(t.shape), t.dtype) for t in tensors_of(batch))
+
+
+def check_graphs(device: torch.device, optimizer_kind: str | None, precision: str, grad_accum: int,
+                 gradual_unfreezing: float, compile_mode: str, extras: list[str]) -> None:
+    """Refuse --cuda-graphs where a step does work on the host that a graph cannot replay, naming the setting."""
+    problems = []
+    if device.type != "cuda":
+        problems.append(f"a CUDA device (this run's is {device.type})")
+    if optimizer_kind not in (None, "fused"):
+        problems.append(f"--optimizer fused (torch's fused AdamW; {optimizer_kind} steps on the host)")
+    if precision == "fp16":
+        problems.append("fp32 or bf16 (fp16's gradient scaler reads its overflow check back each step)")
+    if grad_accum != 1:
+        problems.append("--grad-accum 1")
+    if gradual_unfreezing:
+        problems.append("--gradual-unfreezing 0 (it drops gradients on the host each step)")
+    if compile_mode != "off":
+        problems.append("--compile off (reduce-overhead is torch.compile's own CUDA graphs)")
+    problems += extras
+    if problems:
+        raise ValueError("--cuda-graphs needs " + "; ".join(problems))
+
+
+class StepGraphs:
+    """One CUDA graph per batch shape of a run's optimiser step: eager at a shape's first batch, captured at its
+    second, replayed from then on (the module docstring). counts: eager steps, captures, replays."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.stream = torch.cuda.Stream(device)          # warm-up, capture and replay on one side stream (torch's advice)
+        self.pool = torch.cuda.graph_pool_handle()       # one memory pool: graphs never run at the same time
+        self.seen: set[tuple] = set()
+        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, dict, torch.Tensor]] = {}
+        self.counts = {"eager": 0, "captured": 0, "replayed": 0}
+
+    @staticmethod
+    def ready(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+        """The optimiser as a graph needs it: capturable, its learning rates tensors on the GPU (again after a
+        checkpoint's load_state_dict put floats back)."""
+        for group in optimizer.param_groups:
+            group["capturable"] = True
+            if not torch.is_tensor(group["lr"]):
+                group["lr"] = torch.tensor(float(group["lr"]), device=device)
+
+    @contextmanager
+    def on_stream(self):
+        """Run the block on the graphs' stream, ordered after what the default stream queued and before what it
+        queues next (evaluation)."""
+        current = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(current)
+        with torch.cuda.stream(self.stream):
+            yield
+        current.wait_stream(self.stream)
+
+    def step(self, batch: dict, body: Callable[[dict], torch.Tensor]) -> torch.Tensor:
+        """One optimiser step on `batch` (on the CPU, prepared and padded): body(batch on the GPU) zeroes the
+        gradients, runs the loss, backward and the update, and returns the detached loss; the loss, in memory of its
+        own (a graph's output is overwritten by its next replay)."""
+        key = shape_key(batch)
+        if key in self.graphs:
+            graph, static, loss = self.graphs[key]
+            _copy_into(static, batch)
+            graph.replay()
+            self.counts["replayed"] += 1
+            return loss.clone()
+        if key not in self.seen:                         # a shape's first batch: an eager step, which also warms up
+            self.seen.add(key)
+            self.counts["eager"] += 1
+            return body(to_device(batch, self.device)).clone()
+        static = map_tensors(batch, lambda t: torch.empty_like(t, device=self.device))
+        _copy_into(static, batch)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+                loss = body(static)
+        except RuntimeError as e:
+            raise RuntimeError(f"--cuda-graphs: this step could not be captured as a CUDA graph ({e}); a step that "
+                               "reads values back to the host cannot be: run without --cuda-graphs") from e
+        self.graphs[key] = (graph, static, loss)
+        self.counts["captured"] += 1
+        graph.replay()                                   # capturing ran nothing: this batch's step
+        return loss.clone()
+
+    def describe(self) -> str:
+        c = self.counts
+        return (f"CUDA graphs: {c['captured']} shapes captured, {c['replayed']} steps replayed, {c['eager']} eager "
+                "(each shape's first)")
+
+
+def _copy_into(static: dict, batch: dict) -> None:
+    """Each of the batch's tensors (on the CPU) into the graph's input buffer, pinned and without blocking."""
+    for dst, src in zip(tensors_of(static), tensors_of(batch), strict=True):
+        dst.copy_(src.pin_memory() if src.device.type == "cpu" else src, non_blocking=True)
+
+
+def float_learning_rates(optimizer_state: dict) -> dict:
+    """An optimiser state dict whose learning rates are floats and capturable False, as a run without graphs writes
+    it (a checkpoint stays the same whether or not the run used graphs)."""
+    for group in optimizer_state["param_groups"]:
+        if torch.is_tensor(group.get("lr")):
+            group["lr"] = float(group["lr"])
+        if "capturable" in group:
+            group["capturable"] = False
+    return optimizer_state
