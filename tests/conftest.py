@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -82,6 +83,17 @@ def tiny_dir(tmp_path, tiny_config, minilm_dir) -> Path:
     torch.manual_seed(0)
     directory = tmp_path / "tiny"
     minbert.save_pretrained(minbert.BertModel(tiny_config), directory)
+    (directory / "vocab.txt").write_bytes((minilm_dir / "vocab.txt").read_bytes())
+    return directory
+
+
+@pytest.fixture
+def tiny_dir_without_dropout(tmp_path, tiny_config, minilm_dir) -> Path:
+    """tiny_dir with its dropout off (for comparing runs whose dropout masks would have different shapes)."""
+    torch.manual_seed(0)
+    directory = tmp_path / "tiny-no-dropout"
+    config = dataclasses.replace(tiny_config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    minbert.save_pretrained(minbert.BertModel(config), directory)
     (directory / "vocab.txt").write_bytes((minilm_dir / "vocab.txt").read_bytes())
     return directory
 

@@ -151,20 +151,14 @@ def _graph_counts(out: str) -> list[tuple[int, int, int]]:
                                                     r"(\d+) eager", out)]
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_graphed_steps_train_what_eager_steps_do(precision, tiny_config, minilm_dir, multitask_files, tmp_path,
-                                                 capsys):
+def test_graphed_steps_train_what_eager_steps_do(tiny_dir_without_dropout, multitask_files, tmp_path, capsys):
     """--cuda-graphs (tasks/core/graphs.py): each shape's step replayed from a CUDA graph trains the weights and
     losses of the eager run, and most steps were replays. Dropout off: the graphed run pads its sequences to 32
-    tokens, so its dropout masks have other shapes than the eager run's (the resume test below covers dropout)."""
-    from dataclasses import replace
-    torch.manual_seed(0)
-    directory = tmp_path / "tiny-no-dropout"
-    minbert.save_pretrained(minbert.BertModel(replace(tiny_config, hidden_dropout_prob=0.0,
-                                                      attention_probs_dropout_prob=0.0)), directory)
-    (directory / "vocab.txt").write_bytes((minilm_dir / "vocab.txt").read_bytes())
-    argv = multitask_argv(directory, multitask_files) + ["--device", "cuda", "--precision", precision,
-                                                         "--dropout", "0"]
+    tokens, so its dropout masks would have other shapes than the eager run's (the resume test below covers dropout).
+    fp32 only: in bf16 that padding alone (eager, no graph) moves some weights by up to 4e-3 here (the key biases,
+    whose gradient is rounding noise that AdamW scales up to the learning rate; tests/test_graphs.py shows it on the
+    CPU); bf16 replays are compared at one shape in the next test."""
+    argv = multitask_argv(tiny_dir_without_dropout, multitask_files) + ["--device", "cuda", "--dropout", "0"]
     multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "eager")]))
     capsys.readouterr()
     multitask.run(multitask.parse_settings(argv + ["--cuda-graphs", "--run-dir", str(tmp_path / "graphed")]))
@@ -178,10 +172,11 @@ def test_graphed_steps_train_what_eager_steps_do(precision, tiny_config, minilm_
     assert all(isinstance(g["lr"], float) and not g["capturable"] for g in b["optimizer"]["param_groups"])
 
 
-def test_a_graph_replay_never_synchronises(tiny_config):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_graph_replay_never_synchronises(precision, tiny_config):
     """StepGraphs: a shape's first step eager, its second captured, the third a replay, which runs under
     torch.cuda.set_sync_debug_mode("error"); the three steps give the losses and weights of three eager steps from the
-    same start (dropout off, so that only the kernels are compared)."""
+    same start, in fp32 and under bf16 autocast (dropout off, so that only the kernels are compared)."""
     import copy
 
     from tasks.core.graphs import StepGraphs
@@ -195,7 +190,8 @@ def test_a_graph_replay_never_synchronises(tiny_config):
     def body_of(m, opt):
         def body(batch):
             opt.zero_grad(set_to_none=True)
-            loss = m.loss("para", batch)
+            with torch.autocast("cuda", torch.bfloat16, enabled=precision == "bf16"):
+                loss = m.loss("para", batch)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(list(m.parameters()), 1.0)
             opt.step()

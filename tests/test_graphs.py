@@ -4,10 +4,17 @@ exact resume) is in tests/test_cuda_step.py."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import pytest
 import torch
+from test_save_every import multitask_argv
 
-from tasks.core.graphs import check_graphs, float_learning_rates, shape_key
+from tasks import multitask
+from tasks.core import train
+from tasks.core.batching import to_device
+from tasks.core.checkpoints import load_checkpoint
+from tasks.core.graphs import StepGraphs, check_graphs, float_learning_rates, shape_key, tensors_of
 from tasks.core.loop import FitOptions, Work
 from tasks.core.recipe import Recipe
 from tasks.core.train import fit
@@ -61,3 +68,39 @@ def test_a_checkpoint_keeps_float_learning_rates():
     assert state["param_groups"][0]["capturable"] is False
     assert set(state["param_groups"][0]) == set(plain.state_dict()["param_groups"][0])
     assert torch.is_tensor(graphed.param_groups[0]["lr"])              # the optimiser itself keeps its tensor
+
+
+def test_the_loops_graphed_path_trains_what_the_plain_path_does(tiny_dir_without_dropout, multitask_files, tmp_path,
+                                                                monkeypatch, capsys):
+    """fit()'s --cuda-graphs path on the CPU, with StepGraphs' capture and replay swapped for the eager step they
+    replay (a GPU shows the replays themselves: tests/test_cuda_step.py): each batch prepared and padded on the CPU,
+    the learning rate a tensor filled before each step, the losses read and the checkpoint's learning rates floats;
+    the weights and losses of the plain run (fp32: padding to 32 tokens moves them by rounding only)."""
+    class EagerSteps(StepGraphs):
+        def __init__(self, device):
+            self.device, self.seen, self.counts = device, set(), {"eager": 0, "captured": 0, "replayed": 0}
+
+        def on_stream(self):
+            return nullcontext()
+
+        def step(self, batch, body):
+            key = shape_key(batch)
+            self.counts["replayed" if key in self.seen else "eager"] += 1
+            self.seen.add(key)
+            assert all(t.shape[-1] % 32 == 0 for t in tensors_of(batch) if t.dim() == 2 and not t.is_floating_point())
+            return body(to_device(batch, self.device)).clone()
+
+    monkeypatch.setattr(train, "StepGraphs", EagerSteps)
+    monkeypatch.setattr(train, "check_graphs", lambda *args: None)          # it refuses the CPU
+    argv = multitask_argv(tiny_dir_without_dropout, multitask_files) + ["--dropout", "0"]
+    multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "plain")]))
+    capsys.readouterr()
+    multitask.run(multitask.parse_settings(argv + ["--cuda-graphs", "--run-dir", str(tmp_path / "graphed")]))
+    assert "CUDA graphs: 0 shapes captured, 21 steps replayed, 9 eager" in capsys.readouterr().out
+    a, b = (load_checkpoint(tmp_path / r / "checkpoint.pt") for r in ("plain", "graphed"))
+    for key in a["model"]:
+        torch.testing.assert_close(b["model"][key], a["model"][key], rtol=1e-4, atol=1e-5)
+    assert [h["train_loss"] for h in b["history"]] == pytest.approx([h["train_loss"] for h in a["history"]], rel=1e-6)
+    assert [g["lr"] for g in b["optimizer"]["param_groups"]] == pytest.approx(
+        [g["lr"] for g in a["optimizer"]["param_groups"]], rel=1e-6)
+    assert all(type(g["lr"]) is float and g["capturable"] is False for g in b["optimizer"]["param_groups"])
