@@ -27,7 +27,8 @@ FINE = {"optimizer_kind": "fused", "precision": "bf16", "grad_accum": 1, "gradua
 def test_the_settings_a_graph_cannot_hold_are_refused_by_name():
     check_graphs(CUDA, **FINE)                                   # the main job's settings on a GPU: accepted
     for change, named in [({"optimizer_kind": "AdamW"}, "--optimizer fused"), ({"precision": "fp16"}, "fp32 or bf16"),
-                          ({"grad_accum": 2}, "--grad-accum 1"), ({"gradual_unfreezing": 0.5}, "--gradual-unfreezing 0"),
+                          ({"grad_accum": 2}, "--grad-accum 1"),
+                          ({"gradual_unfreezing": 0.5}, "--gradual-unfreezing 0"),
                           ({"compile_mode": "reduce-overhead"}, "--compile off"),
                           ({"extras": ["no extension term"]}, "no extension term")]:
         with pytest.raises(ValueError, match="--cuda-graphs needs .*" + named):

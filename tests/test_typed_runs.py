@@ -53,9 +53,10 @@ def test_print_config_fed_back_reproduces_the_settings(tiny_dir, tmp_path, capsy
     assert settings.recipe.warmup_ratio is None and settings.fine_tune.bitfit_terms == "bq,bm2"
     over = classifier.parse_settings(["--config", str(path), "--epochs", "5", "--optimizer", "course"])
     assert over.training.epochs == 5 and over.recipe.optimizer == "course" and over.fine_tune == settings.fine_tune
-    assert classifier.parse_settings([]).recipe.loop() == {"precision": "fp32", "warmup_ratio": 0.1,
+    assert classifier.parse_settings([]).recipe.loop() == {"precision": "fp32", "warmup_ratio": 0.1,   # the recipe
                                                            "max_grad_norm": 1.0, "grad_accum": 1,
-                                                           "gradual_unfreezing": 0.0, "compile": "off"}              # the recipe
+                                                           "gradual_unfreezing": 0.0, "compile": "off",
+                                                           "cuda_graphs": False}
 
 
 def test_a_run_directory_holds_its_run_resumes_after_sigkill_and_predicts(tiny_dir, tmp_path):
@@ -188,7 +189,7 @@ def test_simcse_print_config_fed_back_reproduces_the_settings(tiny_dir, tmp_path
     tr = defaults.training
     assert (tr.batch_size, tr.max_length, tr.weight_decay, tr.epochs, tr.lr) == (64, 64, 0.01, None, None)
     assert defaults.recipe.loop() == {"precision": "fp32", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 1,
-                                        "gradual_unfreezing": 0.0, "compile": "off"}
+                                        "gradual_unfreezing": 0.0, "compile": "off", "cuda_graphs": False}
 
 
 def test_simcse_run_directory_round_trips_and_resumes_after_sigkill(tiny_dir, tmp_path):
@@ -257,7 +258,7 @@ def test_deebert_print_config_fed_back_reproduces_the_settings(tiny_dir, tmp_pat
     bare = deebert.parse_settings([])
     assert bare.run.eval_batch_size == 1 and bare.training.lr == 3e-5 and bare.ramps.ramp_pooler is True
     assert bare.recipe.loop() == {"precision": "fp32", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 1,
-                                    "gradual_unfreezing": 0.0, "compile": "off"}
+                                    "gradual_unfreezing": 0.0, "compile": "off", "cuda_graphs": False}
 
 
 def test_deebert_run_directory_round_trips_resumes_after_sigkill_and_predicts(tiny_dir, tmp_path):

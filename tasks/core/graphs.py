@@ -63,7 +63,7 @@ class StepGraphs:
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.stream = torch.cuda.Stream(device)          # warm-up, capture and replay on one side stream (torch's advice)
+        self.stream = torch.cuda.Stream(device)          # warm-up, capture, replay: one side stream (torch's advice)
         self.pool = torch.cuda.graph_pool_handle()       # one memory pool: graphs never run at the same time
         self.seen: set[tuple] = set()
         self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, dict, torch.Tensor]] = {}
