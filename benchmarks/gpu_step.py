@@ -18,7 +18,8 @@ The parts, in this order (ORDER), each skipped when less of the budget is left t
           without (the baseline, on the same machine) in fp32 and bf16: each run's training seconds per epoch, its dev scores
           (no test predictions) and its graphs' counts
   speed   benchmarks/speed.py --device cuda --model bert-base --shapes 32x128 --modes train, fp32 and bf16, minbert,
-          minbert-packed and transformers interleaved (speed.py's protocol), 2 rounds of 10 warm-up and 30 timed steps
+          minbert-packed, minbert-graphed (the whole step one CUDA graph) and transformers interleaved (speed.py's
+          protocol), 2 rounds of 10 warm-up and 30 timed steps
   main    the main job in bf16 with --compile reduce-overhead (CUDA graphs)
   compiled  the bert-base step through torch.compile(mode="reduce-overhead") against transformers, fp32 and bf16,
           one round (speed.py --impl minbert-compiled hf; its compilation in the warm-up)
@@ -198,13 +199,15 @@ def run(weights: Path, out: Path, budget: float, parts: list[str], smoke: bool =
                        or line.startswith(("FAILED", "ERROR"))][-12:]
             report.put(kind, {"exit": code, "seconds": round(seconds, 1), "summary": summary})
         elif kind in ("speed", "compiled"):
-            impls, rounds = (["both"], "2") if kind == "speed" else (["minbert-compiled", "hf"], "1")
+            impls, rounds = ((["minbert", "minbert-packed", "minbert-graphed", "hf"], "2") if kind == "speed"
+                             else (["minbert-compiled", "hf"], "1"))
             cmd = [sys.executable, "benchmarks/speed.py", "--device", "cuda", "--model", "bert-base", "--shapes",
                    "32x128", "--modes", "train", "--precision", "fp32", "bf16", "--impl", *impls, "--rounds", rounds,
                    "--warmup", "10", "--iters", "30", "--json", str(out / f"{kind}-bert-base.json")]
-            if smoke:
-                cmd = [c for c in cmd if c != "bf16"] + ["--device", "cpu", "--rounds", "1", *SMOKE_SPEED]
-            limit = min(200, report.left() - (NEEDS["main"] if kind == "speed" else 5))
+            if smoke:                                    # no graphs on the CPU: the step's plumbing only
+                cmd = [c for c in cmd if c not in ("bf16", "minbert-graphed", "minbert-packed")]
+                cmd += ["--device", "cpu", "--rounds", "1", *SMOKE_SPEED]
+            limit = min(260, report.left() - (NEEDS["main"] if kind == "speed" else 5))
             code, seconds = run_part(cmd, env, limit, out / f"{kind}.log")
             lines = (out / f"{kind}.log").read_text().splitlines()
             report.put(kind, {"exit": code, "seconds": round(seconds, 1),

@@ -27,6 +27,11 @@ and backward replayed as CUDA graphs: what `--compile reduce-overhead` does in t
 runs in the warm-up iterations, so give it several (`--warmup 10`). `--impl` takes several names, run interleaved.
 
     python benchmarks/speed.py --impl minbert --rounds 1 --iters 3
+`--impl minbert-graphed` (training steps on a GPU) times the same step captured whole as one CUDA graph and
+replayed (tasks/core/graphs.StepGraphs, what `--cuda-graphs` does in the training commands; the optimiser is the same
+torch.optim.AdamW with capturable=True and its learning rate a tensor); each iteration copies the batch from the CPU
+into the graph's inputs. Its capture runs in the warm-up (the second iteration).
+
     python benchmarks/speed.py --device cuda --model bert-base --precision fp32 bf16 --warmup 10 --iters 30
     python benchmarks/speed.py --impl minbert-packed --rounds 1 --iters 2 --warmup 1 --shapes 4x16
 """
@@ -64,7 +69,7 @@ def make_batch(B: int, T: int, seed: int = 0, padded: bool = True) -> dict:
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
-IMPLS = ("minbert", "minbert-packed", "minbert-compiled", "hf")
+IMPLS = ("minbert", "minbert-packed", "minbert-compiled", "minbert-graphed", "hf")
 BERT_BASE = {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
              "intermediate_size": 3072, "max_position_embeddings": 512, "type_vocab_size": 2}
 
@@ -140,6 +145,23 @@ def worker(impl: str, B: int, T: int, mode: str, precision: str, warmup: int, it
                 loss = torch.nn.functional.cross_entropy(head(pooled), labels)
             loss.backward()
             optimizer.step()
+        if impl == "minbert-graphed":         # the whole step as one CUDA graph: what --cuda-graphs does in training
+            from tasks.core.graphs import StepGraphs
+            graphs = StepGraphs(dev)
+            StepGraphs.ready(optimizer, dev)  # capturable, the learning rate a tensor (the same AdamW algorithm)
+
+            def body(on_device: dict) -> torch.Tensor:
+                optimizer.zero_grad(set_to_none=True)
+                with autocast():
+                    pooled = model(**on_device).pooler_output                   # (B, H)
+                    loss = torch.nn.functional.cross_entropy(head(pooled), labels)
+                loss.backward()
+                optimizer.step()
+                return loss.detach()
+
+            def step() -> None:               # the batch copied from the CPU into the graph's inputs each time
+                with graphs.on_stream():
+                    graphs.step(cpu_batch, body)
     gc.collect()
     if cuda:
         torch.cuda.synchronize(dev)
@@ -180,7 +202,9 @@ def main() -> None:
                         help="'both' runs Hugging Face too when transformers is importable (default), and "
                         "minbert-packed too with --device cuda; or name them: minbert, minbert-packed (the padding "
                         "removed once, minbert.packed), minbert-compiled (torch.compile mode reduce-overhead: CUDA "
-                        "graphs on a GPU; its compilation runs in the warm-up), hf")
+                        "graphs on a GPU; its compilation runs in the warm-up), minbert-graphed (training steps on "
+                        "a GPU only: the whole step captured as one CUDA graph and replayed, tasks/core/graphs.py, "
+                        "as --cuda-graphs trains; its capture in the warm-up), hf")
     parser.add_argument("--rounds", type=int, default=3, help="times the whole interleaved set is run (median)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations per process")
     parser.add_argument("--iters", type=int, default=5, help="timed iterations per process (median)")
@@ -219,6 +243,8 @@ def main() -> None:
         parser.error("--impl both stands alone; or name the implementations")
     if both and args.device == "cuda":
         impls.insert(1, "minbert-packed")
+    if "minbert-graphed" in impls and (args.device != "cuda" or "inference" in args.modes):
+        parser.error("--impl minbert-graphed times training steps on a GPU: give it --device cuda --modes train")
     if both and not have_hf:
         print("transformers is not importable: measuring minbert alone", file=sys.stderr)
     precisions = list(dict.fromkeys(args.precision))
@@ -265,7 +291,8 @@ def main() -> None:
     print(f"\nminbert{versus}, {what}, {where}, "
           f"torch {torch.__version__}, {' and '.join(precisions)}; medians over {args.rounds} round(s) of "
           f"{args.iters} timed iterations; padding " + ", ".join(f"{k}: {v:.0%}" for k, v in padding.items()))
-    name = {"minbert": "minbert", "minbert-packed": "packed", "minbert-compiled": "compiled", "hf": "HF"}
+    name = {"minbert": "minbert", "minbert-packed": "packed", "minbert-compiled": "compiled",
+            "minbert-graphed": "graphed", "hf": "HF"}
     cols = ["batch", "mode"] + [f"{name[i]} {p} seq/s" for i, p in sides]
     cols += [f"{name[a[0]]} {a[1]} / {name[b[0]]} {b[1]}" for a, b in ratios]
     cols += [f"{name[i]} {p} peak MiB" for i, p in sides]
