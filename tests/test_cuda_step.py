@@ -129,10 +129,16 @@ def test_a_run_with_cuda_graphs_stopped_after_an_epoch_resumes_to_the_same_run(t
     history (the RNG states the checkpoint holds include the graphs' dropout offsets). Three compiled runs take
     minutes: benchmarks/gpu_step.py leaves it out of its tests part (-k "not cuda_graphs") and runs it last, as its
     graphs part, when its budget still has the time."""
+    _resumes_to_the_uninterrupted_run(multitask_argv(tiny_dir, multitask_files) + ["--device", "cuda", "--compile",
+                                                                                   "reduce-overhead"], tmp_path)
+
+
+def _resumes_to_the_uninterrupted_run(argv: list[str], tmp_path) -> None:
+    """The multitask run of `argv`, whole and stopped after its first epoch then resumed: the same weights and
+    history."""
     from conftest import kill_after
 
     from tasks.core.train import Interrupted, watching
-    argv = multitask_argv(tiny_dir, multitask_files) + ["--device", "cuda", "--compile", "reduce-overhead"]
     multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "whole")]))
     with pytest.raises(Interrupted), watching(kill_after(1)):
         multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "split")]))
@@ -219,16 +225,5 @@ def test_a_graph_replay_never_synchronises(precision, tiny_config):
 def test_a_graphed_run_stopped_after_an_epoch_resumes_to_the_same_run(tiny_dir, multitask_files, tmp_path):
     """--cuda-graphs, stopped after its first epoch and resumed (graphs captured anew): the uninterrupted run's
     weights and history (a replay advances the dropout generator as an eager step does, and the checkpoint holds it)."""
-    from conftest import kill_after
-
-    from tasks.core.train import Interrupted, watching
-    argv = multitask_argv(tiny_dir, multitask_files) + ["--device", "cuda", "--cuda-graphs"]
-    multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "whole")]))
-    with pytest.raises(Interrupted), watching(kill_after(1)):
-        multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "split")]))
-    multitask.run(multitask.parse_settings(["--resume", str(tmp_path / "split")]))
-    done, again = (load_checkpoint(tmp_path / r / "checkpoint.pt") for r in ("whole", "split"))
-    for key in done["model"]:
-        torch.testing.assert_close(again["model"][key], done["model"][key], rtol=1e-4, atol=1e-5)
-    assert [h["train_loss"] for h in again["history"]] == pytest.approx([h["train_loss"] for h in done["history"]],
-                                                                         rel=1e-4)
+    _resumes_to_the_uninterrupted_run(multitask_argv(tiny_dir, multitask_files) + ["--device", "cuda", "--cuda-graphs"],
+                                      tmp_path)
