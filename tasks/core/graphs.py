@@ -89,9 +89,11 @@ class StepGraphs:
         queues next (evaluation)."""
         current = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(current)
-        with torch.cuda.stream(self.stream):
-            yield
-        current.wait_stream(self.stream)
+        try:
+            with torch.cuda.stream(self.stream):
+                yield
+        finally:                                         # also when the epoch stops with an error
+            current.wait_stream(self.stream)
 
     def step(self, batch: dict, body: Callable[[dict], torch.Tensor]) -> torch.Tensor:
         """One optimiser step on `batch` (on the CPU, prepared and padded): body(batch on the GPU) zeroes the

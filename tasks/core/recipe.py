@@ -108,9 +108,10 @@ class Recipe:
         False, before=False, on_resume="free",
         help="on a GPU, capture each batch shape's whole optimiser step (forward, backward, clipping, the fused AdamW) "
              "as a CUDA graph and replay it: one launch instead of hundreds, for small models whose steps wait on the "
-             "host; the same numbers as without. Sequences are padded to a multiple of "
-             f"{PAD_MULTIPLE} tokens; needs --optimizer fused, fp32 or bf16, --grad-accum 1 and no extension with "
-             "host work in its step (tasks/core/graphs.py)")
+             "host. Sequences are padded to a multiple of "
+             f"{PAD_MULTIPLE} tokens, and a replay computes what an eager step does on the padded batch (a resume "
+             "may turn it on or off: the padding changes rounding only); needs --optimizer fused, fp32 or bf16, "
+             "--grad-accum 1 and no extension with host work in its step (tasks/core/graphs.py)")
 
     def loop(self) -> dict:
         """The fields fit() reads (LOOP_FIELDS), by name."""
