@@ -128,7 +128,7 @@ def test_a_run_with_cuda_graphs_stopped_after_an_epoch_resumes_to_the_same_run(t
     before its next replay), stopped after its first epoch and resumed: the uninterrupted run's weights and
     history (the RNG states the checkpoint holds include the graphs' dropout offsets). Three compiled runs take
     minutes: benchmarks/gpu_step.py leaves it out of its tests part (-k "not cuda_graphs") and runs it last, as its
-    graphs part, when its budget still has the time."""
+    compiled-resume part, when its budget still has the time."""
     _resumes_to_the_uninterrupted_run(multitask_argv(tiny_dir, multitask_files) + ["--device", "cuda", "--compile",
                                                                                    "reduce-overhead"], tmp_path)
 
@@ -190,8 +190,8 @@ def test_a_graph_replay_never_synchronises(precision, tiny_config):
     twin = copy.deepcopy(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     twin_optimizer = torch.optim.AdamW(twin.parameters(), lr=1e-4, fused=True)
-    graphs = StepGraphs(CUDA)
-    StepGraphs.ready(optimizer, CUDA)
+    graphs = StepGraphs(CUDA, optimizer)
+    graphs.ready()
 
     def body_of(m, opt):
         def body(batch):

@@ -5,11 +5,13 @@ exact resume) is in tests/test_cuda_step.py."""
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import replace
 
 import pytest
 import torch
 from test_save_every import multitask_argv
 
+import minbert
 from tasks import multitask
 from tasks.core import train
 from tasks.core.batching import to_device
@@ -20,31 +22,41 @@ from tasks.core.recipe import Recipe
 from tasks.core.train import fit
 
 CUDA = torch.device("cuda")
-FINE = {"optimizer_kind": "fused", "precision": "bf16", "grad_accum": 1, "gradual_unfreezing": 0.0,
-        "compile_mode": "off", "extras": []}
 
 
 def test_the_settings_a_graph_cannot_hold_are_refused_by_name():
-    check_graphs(CUDA, **FINE)                                   # the main job's settings on a GPU: accepted
-    for change, named in [({"optimizer_kind": "AdamW"}, "--optimizer fused"), ({"precision": "fp16"}, "fp32 or bf16"),
-                          ({"grad_accum": 2}, "--grad-accum 1"),
-                          ({"gradual_unfreezing": 0.5}, "--gradual-unfreezing 0"),
-                          ({"compile_mode": "reduce-overhead"}, "--compile off"),
-                          ({"extras": ["no extension term"]}, "no extension term")]:
+    params = [torch.nn.Parameter(torch.ones(2))]
+    fused = torch.optim.AdamW(params, fused=True)
+    main_job = Recipe(precision="bf16", cuda_graphs=True)
+    check_graphs(CUDA, main_job, fused)                            # the main job's settings on a GPU: accepted
+    for recipe, optimizer, named in [
+            (main_job, torch.optim.AdamW(params), "--optimizer fused .* this run's is torch"),
+            (main_job, minbert.AdamW(params), "--optimizer fused .* this run's is course"),
+            (replace(main_job, precision="fp16"), fused, "fp32 or bf16"),
+            (replace(main_job, grad_accum=2), fused, "--grad-accum 1"),
+            (replace(main_job, gradual_unfreezing=0.5), fused, "--gradual-unfreezing 0"),
+            (replace(main_job, compile="reduce-overhead"), fused, "--compile off")]:
         with pytest.raises(ValueError, match="--cuda-graphs needs .*" + named):
-            check_graphs(CUDA, **{**FINE, **change})
-    with pytest.raises(ValueError, match="a CUDA device .this run's is cpu"):
-        check_graphs(torch.device("cpu"), **FINE)
+            check_graphs(CUDA, recipe, optimizer)
+    with pytest.raises(ValueError, match="needs a CUDA device .this run's is cpu.; one process .no torchrun.; no "
+                                         "extension term .*; no post-step hook$"):
+        check_graphs(torch.device("cpu"), main_job, fused, parallel=True, terms=True, post_step=True)
 
 
-def test_fit_refuses_graphs_on_the_cpu_before_any_step():
+def test_fit_refuses_graphs_before_any_step_naming_each_need():
+    """fit() hands check_graphs what the run has: the device, the optimiser, a post-step hook (and torchrun and
+    the extension terms, which a CPU test cannot start)."""
     model = torch.nn.Linear(2, 1)
-    optimizer = torch.optim.AdamW(model.parameters(), fused=True)
     stepped = []
-    work = Work(model, optimizer, lambda epoch: stepped.append(epoch) or [], lambda m, b: m(b["x"]).sum(),
-                lambda m: {"m": 0.0}, "m")
-    with pytest.raises(ValueError, match="--cuda-graphs needs a CUDA device"):
-        fit(work, Recipe(cuda_graphs=True), FitOptions(epochs=1, device=torch.device("cpu"), seed=0, progress=False))
+    for optimizer, post_step, expected in [
+            (torch.optim.AdamW(model.parameters(), fused=True), None, "a CUDA device .this run's is cpu.$"),
+            (torch.optim.AdamW(model.parameters()), lambda m: None,
+             "a CUDA device .*; --optimizer fused .* this run's is torch.; no post-step hook$")]:
+        work = Work(model, optimizer, lambda epoch: stepped.append(epoch) or [], lambda m, b: m(b["x"]).sum(),
+                    lambda m: {"m": 0.0}, "m", post_step)
+        with pytest.raises(ValueError, match="--cuda-graphs needs " + expected):
+            fit(work, Recipe(cuda_graphs=True), FitOptions(epochs=1, device=torch.device("cpu"), seed=0,
+                                                           progress=False))
     assert stepped == []
 
 
@@ -54,8 +66,10 @@ def test_a_graph_is_kept_per_task_and_tensor_shape():
                 "labels": torch.zeros(B)}
     assert shape_key(batch("sst", 16, 32)) == shape_key({**batch("sst", 16, 32), "ids": ["x"] * 16})
     keys = {shape_key(b) for b in (batch("sst", 16, 32), batch("para", 16, 32), batch("sst", 16, 64),
-                                   batch("sst", 4, 32), batch("sst", 16, 32, torch.int32))}
-    assert len(keys) == 5
+                                   batch("sst", 4, 32), batch("sst", 16, 32, torch.int32),
+                                   {**batch("sst", 16, 32), "labels": [torch.zeros(16)]},      # the same tensors,
+                                   {**batch("sst", 16, 32), "scale": 2.0})}                    # another structure
+    assert len(keys) == 7
 
 
 def test_a_checkpoint_keeps_float_learning_rates():
@@ -78,8 +92,9 @@ def test_the_loops_graphed_path_trains_what_the_plain_path_does(tiny_dir_without
     the learning rate a tensor filled before each step, the losses read and the checkpoint's learning rates floats;
     the weights and losses of the plain run (fp32: padding to 32 tokens moves them by rounding only)."""
     class EagerSteps(StepGraphs):
-        def __init__(self, device):
-            self.device, self.seen, self.counts = device, set(), {"eager": 0, "captured": 0, "replayed": 0}
+        def __init__(self, device, optimizer):
+            self.device, self.optimizer = device, optimizer
+            self.seen, self.counts = set(), {"eager": 0, "captured": 0, "replayed": 0}
 
         def on_stream(self):
             return nullcontext()

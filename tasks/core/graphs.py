@@ -16,7 +16,6 @@ What the optimiser needs: torch's fused AdamW with capturable=True and its learn
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from contextlib import contextmanager
 
@@ -33,27 +32,49 @@ def tensors_of(batch) -> list[torch.Tensor]:
 
 
 def shape_key(batch: dict) -> tuple:
-    """What a graph is captured for: the batch's task and each tensor's shape and dtype."""
-    return batch.get("task"), tuple((tuple(t.shape), t.dtype) for t in tensors_of(batch))
+    """What a graph is captured for: the batch's structure, its values other than tensors (the task; not the rows'
+    ids) and each tensor's shape and dtype."""
+    def frozen(value):
+        if isinstance(value, torch.Tensor):
+            return tuple(value.shape), value.dtype
+        if isinstance(value, dict):
+            return tuple((k, frozen(v)) for k, v in value.items() if k != "ids")
+        if isinstance(value, (list, tuple)):
+            return type(value).__name__, tuple(frozen(v) for v in value)
+        return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+    return frozen(batch)
 
 
-def check_graphs(device: torch.device, optimizer_kind: str | None, precision: str, grad_accum: int,
-                 gradual_unfreezing: float, compile_mode: str, extras: list[str]) -> None:
-    """Refuse --cuda-graphs where a step does work on the host that a graph cannot replay, naming the setting."""
+def optimizer_kind(optimizer: torch.optim.Optimizer) -> str:
+    """The --optimizer name of an optimiser (fused, torch or course), else its class's name."""
+    import minbert
+    if isinstance(optimizer, torch.optim.AdamW):
+        return "fused" if all(g.get("fused") for g in optimizer.param_groups) else "torch"
+    return "course" if isinstance(optimizer, minbert.AdamW) else type(optimizer).__name__
+
+
+def check_graphs(device: torch.device, recipe, optimizer: torch.optim.Optimizer, parallel: bool = False,
+                 terms: bool = False, post_step: bool = False) -> None:
+    """Refuse --cuda-graphs where a step does work a graph cannot replay, naming every setting it needs."""
     problems = []
     if device.type != "cuda":
         problems.append(f"a CUDA device (this run's is {device.type})")
-    if optimizer_kind not in (None, "fused"):
-        problems.append(f"--optimizer fused (torch's fused AdamW; {optimizer_kind} steps on the host)")
-    if precision == "fp16":
+    if (kind := optimizer_kind(optimizer)) != "fused":
+        problems.append(f"--optimizer fused (the graphs are built for torch's fused AdamW; this run's is {kind})")
+    if recipe.precision == "fp16":
         problems.append("fp32 or bf16 (fp16's gradient scaler reads its overflow check back each step)")
-    if grad_accum != 1:
+    if recipe.grad_accum != 1:
         problems.append("--grad-accum 1")
-    if gradual_unfreezing:
+    if recipe.gradual_unfreezing:
         problems.append("--gradual-unfreezing 0 (it drops gradients on the host each step)")
-    if compile_mode != "off":
+    if recipe.compile != "off":
         problems.append("--compile off (reduce-overhead is torch.compile's own CUDA graphs)")
-    problems += extras
+    if parallel:
+        problems.append("one process (no torchrun)")
+    if terms:
+        problems.append("no extension term (their steps log on the host)")
+    if post_step:
+        problems.append("no post-step hook")
     if problems:
         raise ValueError("--cuda-graphs needs " + "; ".join(problems))
 
@@ -62,26 +83,21 @@ class StepGraphs:
     """One CUDA graph per batch shape of a run's optimiser step: eager at a shape's first batch, captured at its
     second, replayed from then on (the module docstring). counts: eager steps, captures, replays."""
 
-    def __init__(self, device: torch.device):
-        # torch.cuda.graph runs Python's garbage collector before each capture: over the main job's loaded data that
-        # takes 0.1-0.15 s a capture (machine C). What is alive now (the data, the model) lives as long as the run:
-        # gc.freeze() takes it out of those collections, which then look at newer objects only.
-        gc.freeze()
-        self.device = device
+    def __init__(self, device: torch.device, optimizer: torch.optim.Optimizer):
+        self.device, self.optimizer = device, optimizer
         self.stream = torch.cuda.Stream(device)          # warm-up, capture, replay: one side stream (torch's advice)
         self.pool = torch.cuda.graph_pool_handle()       # one memory pool: graphs never run at the same time
         self.seen: set[tuple] = set()
         self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, dict, torch.Tensor]] = {}
         self.counts = {"eager": 0, "captured": 0, "replayed": 0}
 
-    @staticmethod
-    def ready(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    def ready(self) -> None:
         """The optimiser as a graph needs it: capturable, its learning rates tensors on the GPU (again after a
         checkpoint's load_state_dict put floats back)."""
-        for group in optimizer.param_groups:
+        for group in self.optimizer.param_groups:
             group["capturable"] = True
             if not torch.is_tensor(group["lr"]):
-                group["lr"] = torch.tensor(float(group["lr"]), device=device)
+                group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
 
     @contextmanager
     def on_stream(self):
@@ -112,19 +128,23 @@ class StepGraphs:
             return body(to_device(batch, self.device)).clone()
         static = map_tensors(batch, lambda t: torch.empty_like(t, device=self.device))
         _copy_into(static, batch)
-        graph = torch.cuda.CUDAGraph()
+        graph, states = torch.cuda.CUDAGraph(), len(self.optimizer.state)
         try:
             with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
                 loss = body(static)
         except RuntimeError as e:
             raise RuntimeError(f"--cuda-graphs: this step could not be captured as a CUDA graph ({e}); a step that "
                                "reads values back to the host cannot be: run without --cuda-graphs") from e
+        if len(self.optimizer.state) != states:          # it would live in the shared pool, which other graphs reuse
+            raise RuntimeError("--cuda-graphs: the optimiser made new state while a step was captured (a parameter "
+                               "that had no gradient in this shape's eager step); run without --cuda-graphs")
         self.graphs[key] = (graph, static, loss)
         self.counts["captured"] += 1
         graph.replay()                                   # capturing ran nothing: this batch's step
         return loss.clone()
 
     def describe(self) -> str:
+        """The log line of what ran how: shapes captured, steps replayed, eager steps."""
         c = self.counts
         return (f"CUDA graphs: {c['captured']} shapes captured, {c['replayed']} steps replayed, {c['eager']} eager "
                 "(each shape's first)")

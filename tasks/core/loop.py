@@ -21,6 +21,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .precision import check_precision
+from .step import attention_kernels, read_every
+
 
 @dataclass
 class Work:
@@ -113,3 +116,18 @@ def after_epoch(epoch: int, record: dict, metric: str, last: bool) -> None:
     """Tell every watcher of the block fit() runs in that `epoch` (1-based) ended with `record`."""
     for watcher in WATCHERS:
         watcher(epoch, record, metric, last)
+
+
+def check_settings(device: torch.device, recipe, options: FitOptions) -> None:
+    """Refuse a recipe or options fit() cannot run, before any work (recipe: tasks/core/recipe.py's Recipe)."""
+    check_precision(device, recipe.precision)
+    if recipe.grad_accum < 1:
+        raise ValueError(f"grad_accum must be at least 1, not {recipe.grad_accum}")
+    if options.patience is not None and options.patience < 1:
+        raise ValueError(f"patience must be at least 1, not {options.patience}")
+    if options.save_every < 0:
+        raise ValueError(f"save_every must be 0 (off) or a number of optimiser steps, not {options.save_every}")
+    read_every(device, options.read_every)   # refuses N < 1
+    attention_kernels(device, options.attention_kernel)  # refuses a kernel it does not know
+    if recipe.warmup_ratio is not None and not 0 <= recipe.warmup_ratio < 1:
+        raise ValueError(f"warmup_ratio must be in [0, 1), not {recipe.warmup_ratio}")

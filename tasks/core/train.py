@@ -18,7 +18,8 @@ holds every rank's RNG state for an exact resume.
 On a GPU the step reads nothing back to the host (tasks/core/step.py): Work.prepare shapes each batch on the CPU, the
 batch is pinned and copied without blocking, and the losses stay on the device until options.read_every steps have
 been taken (every step on the CPU); recipe.compile runs the loss through torch.compile on sequences padded to a
-multiple of PAD_MULTIPLE, and options.attention_kernel picks the attention kernel torch tries first.
+multiple of PAD_MULTIPLE, recipe.cuda_graphs replays each padded shape's whole step as a CUDA graph
+(tasks/core/graphs.py), and options.attention_kernel picks the attention kernel torch tries first.
 
 Each epoch's batch order is drawn from (seed, epoch) alone, so restoring the RNG states, the optimiser and the
 step count is enough to continue exactly where an uninterrupted run would be.
@@ -59,11 +60,11 @@ from .checkpoints import (
 )
 from .curves import Curves, curves_path
 from .distributed import is_main_process, rank, world_size
-from .errors import TrainingError
+from .errors import diverged
 from .evaluation import evaluating
 from .graphs import StepGraphs, check_graphs, float_learning_rates
-from .loop import FitOptions, FitResult, Interrupted, Work, after_epoch, watching  # noqa: F401 - fit()'s surface
-from .precision import check_precision, cpu_has_bf16, resolve_precision
+from .loop import FitOptions, FitResult, Interrupted, Work, after_epoch, check_settings, watching  # noqa: F401 - fit()'s surface
+from .precision import cpu_has_bf16, resolve_precision
 from .recipe import LinearSchedule, Recipe, autocast, unfreezing
 from .step import PAD_MULTIPLE, LossReads, Taken, attention_kernels, compiled, read_every
 from .terms import TermSet
@@ -135,7 +136,7 @@ class _Loop:
     def __init__(self, work: Work, recipe: Recipe, options: FitOptions, terms: TermSet):
         model, optimizer, device = work.model, work.optimizer, options.device
         asked, recipe = recipe.precision, replace(recipe, precision=resolve_precision(device, recipe.precision))
-        _check_settings(device, recipe, options)
+        check_settings(device, recipe, options)
         self.work, self.options, self.terms = work, options, terms
         self.model, self.optimizer, self.device, self.recipe = model, optimizer, device, recipe
         self.metric, self.unit, self.progress = work.metric, options.unit, options.progress
@@ -154,17 +155,13 @@ class _Loop:
         self.within: dict | None = None      # a mid-epoch checkpoint's place: groups done, the loss sums, seconds
         self.best = FitResult(0, float("-inf"), cpu_state(model))
         self.scaler = torch.amp.GradScaler(device.type, enabled=recipe.precision == "fp16")
-        self.base_lrs = [group["lr"] for group in optimizer.param_groups]
+        self.base_lrs = [float(group["lr"]) for group in optimizer.param_groups]   # not a graph's lr tensor
         self.compute = compiled(dp.data_parallel(model, work.loss, device) if self.parallel else (
             lambda batch: work.loss(model, batch)), recipe.compile)
         self.reads = LossReads(read_every(device, options.read_every))  # the losses still on the device
         if recipe.cuda_graphs:
-            check_graphs(device, _optimizer_kind(optimizer), recipe.precision, recipe.grad_accum,
-                         recipe.gradual_unfreezing, recipe.compile,
-                         (["one process (no torchrun)"] if self.parallel else [])
-                         + (["no extension term (their steps log on the host)"] if terms.active else [])
-                         + (["no post-step hook"] if work.post_step is not None else []))
-        self.graphs = StepGraphs(device) if recipe.cuda_graphs else None
+            check_graphs(device, recipe, optimizer, self.parallel, bool(terms.active), work.post_step is not None)
+        self.graphs = StepGraphs(device, optimizer) if recipe.cuda_graphs else None
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.schedule: LinearSchedule | None = None
         self.total: int | None = None                # optimiser steps of the whole run, once known
@@ -210,7 +207,7 @@ class _Loop:
             self.terms.load_state(self.within.get("terms", {}))
             self.within = None
         if self.graphs is not None:
-            StepGraphs.ready(self.optimizer, self.device)
+            self.graphs.ready()
         with self.graphs.on_stream() if self.graphs is not None else nullcontext():
             self._steps(epoch, batches, done, t0, sums, per_task, bar)
         self._read(checkpoint, sums, per_task, bar)    # the epoch's last losses (on a GPU: waits for its last step)
@@ -305,7 +302,7 @@ class _Loop:
             group_loss = 0.0
             for value, t in taken:
                 if not math.isfinite(value):
-                    _diverged(value, epoch, step, t.task, self.unit, checkpoint)
+                    diverged(value, epoch, step, t.task, self.unit, checkpoint)
                 group_loss += value / len(taken)
                 share = value * (t.mine / t.size)         # this rank's part of the batch's mean loss
                 sums["total"], sums["n"] = sums["total"] + share, sums["n"] + 1
@@ -409,31 +406,3 @@ class _Loop:
         if self.parallel:
             dp.barrier()  # the epoch ends when its checkpoint is on disk, for every rank
 
-
-def _optimizer_kind(optimizer: torch.optim.Optimizer) -> str:
-    """'fused' for torch's fused AdamW, else the optimiser's class name (what --cuda-graphs checks)."""
-    fused = isinstance(optimizer, torch.optim.AdamW) and all(g.get("fused") for g in optimizer.param_groups)
-    return "fused" if fused else type(optimizer).__name__
-
-
-def _check_settings(device: torch.device, recipe: Recipe, options: FitOptions) -> None:
-    check_precision(device, recipe.precision)
-    if recipe.grad_accum < 1:
-        raise ValueError(f"grad_accum must be at least 1, not {recipe.grad_accum}")
-    if options.patience is not None and options.patience < 1:
-        raise ValueError(f"patience must be at least 1, not {options.patience}")
-    if options.save_every < 0:
-        raise ValueError(f"save_every must be 0 (off) or a number of optimiser steps, not {options.save_every}")
-    read_every(device, options.read_every)   # refuses N < 1
-    attention_kernels(device, options.attention_kernel)  # refuses a kernel it does not know
-    if recipe.warmup_ratio is not None and not 0 <= recipe.warmup_ratio < 1:
-        raise ValueError(f"warmup_ratio must be in [0, 1), not {recipe.warmup_ratio}")
-
-
-def _diverged(value: float, epoch: int, step: int, task: str | None, unit: str, checkpoint: str | Path | None) -> None:
-    """Stop a run whose loss became NaN or infinite, naming where; the last checkpoint on disk is left as it is."""
-    kept = (f"{checkpoint} still holds the last finished {unit} (--resume it with other settings)"
-            if checkpoint is not None and Path(checkpoint).is_file() else "no checkpoint had been written yet")
-    raise TrainingError(f"the training loss is {value} in {unit} {epoch + 1}, optimiser step {step + 1}"
-                        f"{f', task {task}' if task else ''}; {kept}. Lower --lr, set --max-grad-norm, or "
-                        "check the data for extreme labels")
