@@ -12,19 +12,19 @@ There (the repository's root, `.gpu` carried; PYTHONUNBUFFERED=1 to see it as it
     python benchmarks/gpu_step.py run --weights .gpu --out $OUT --budget 540
 
 The parts, in this order (ORDER), each skipped when less of the budget is left than it needs:
-  tests   pytest tests/test_cuda_step.py tests/test_packed.py tests/test_cuda.py (the GPU's own checks; not the
-          minutes-long resume of a run with CUDA graphs)
+  tests   pytest tests/test_cuda_step.py tests/test_packed.py tests/test_cuda.py (the GPU's own checks, --cuda-graphs'
+          included; not the minutes-long resume of a run with --compile reduce-overhead)
   main    make train's config (tasks/multitask/main-job.json) on the GPU with --cuda-graphs in fp32 and bf16, then
-          without (the baseline, on the same machine) in fp32 and bf16: each run's training seconds per epoch, its dev scores
-          (no test predictions) and its graphs' counts
+          without (the baseline, on the same machine) in fp32 and bf16: each run's training seconds per epoch, its
+          dev scores (no test predictions) and its graphs' counts
   speed   benchmarks/speed.py --device cuda --model bert-base --shapes 32x128 --modes train, fp32 and bf16, minbert,
           minbert-packed, minbert-graphed (the whole step one CUDA graph) and transformers interleaved (speed.py's
           protocol), 2 rounds of 10 warm-up and 30 timed steps
   main    the main job in bf16 with --compile reduce-overhead (CUDA graphs)
   compiled  the bert-base step through torch.compile(mode="reduce-overhead") against transformers, fp32 and bf16,
           one round (speed.py --impl minbert-compiled hf; its compilation in the warm-up)
-  graphs  the exact resume of a run with CUDA graphs (tests/test_cuda_step.py -k cuda_graphs: three compiled runs,
-          the minutes the tests part leaves out), if the budget still has them
+  compiled-resume  the exact resume of a run with --compile reduce-overhead (tests/test_cuda_step.py -k cuda_graphs:
+          three compiled runs, the minutes the tests part leaves out), if the budget still has them
 The targets (issue 48, on an H100-class GPU): bert-base 32x128 training minbert/transformers >= 1.5 in bf16 (stretch
 2) and >= 1.2 in fp32; the main job's bf16 >= 1.2x faster than its fp32, its training >= 2x faster than 43 s (fp32
 before this change), its dev score within the seed noise of 0.7509.
@@ -47,9 +47,10 @@ ROOT = Path(__file__).resolve().parents[1]
 MINILM_FILES = ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 # the parts in the order they run: what matters most first, since a run may stop at its limit
 ORDER = ("tests", "main:fp32:cuda-graphs", "main:bf16:cuda-graphs", "main:fp32:off", "main:bf16:off", "speed",
-         "main:bf16:reduce-overhead", "compiled", "graphs")
+         "main:bf16:reduce-overhead", "compiled", "compiled-resume")
 SEND_LIMIT_MIB = 64     # what a call to the GPU machine may send: the tracked tree and the carried folder together
-NEEDS = {"tests": 120, "speed": 150, "main": 70, "compiled": 150, "graphs": 120}   # seconds left that a part (the main job: one run) needs to start
+# seconds left that a part (the main job: one run) needs to start
+NEEDS = {"tests": 120, "speed": 150, "main": 70, "compiled": 150, "compiled-resume": 120}
 
 
 def pack(out: Path) -> None:
@@ -184,12 +185,12 @@ def run(weights: Path, out: Path, budget: float, parts: list[str], smoke: bool =
         if report.left() < NEEDS[kind]:
             report.put(part, "skipped: out of time")
             continue
-        if kind in ("tests", "graphs"):
+        if kind in ("tests", "compiled-resume"):
             which = (["-k", "not cuda_graphs", "tests/test_cuda_step.py", "tests/test_packed.py", "tests/test_cuda.py"]
                      if kind == "tests" else ["-k", "cuda_graphs", "tests/test_cuda_step.py"])
             limit = min(150, report.left() - 60) if kind == "tests" else report.left() - 5
             # the tests part in 4 processes where pytest-xdist is installed (the GPU image has it): each test file
-            # starts CUDA and several start CLI runs, which overlap; the graphs part stays one process
+            # starts CUDA and several start CLI runs, which overlap; the compiled-resume part stays one process
             workers = ["-n", "4"] if kind == "tests" and importlib.util.find_spec("xdist") else []
             code, seconds = run_part([sys.executable, "-m", "pytest", "-rfE", "-p", "no:cacheprovider", *workers,
                                       *which],

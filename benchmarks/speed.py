@@ -27,10 +27,12 @@ and backward replayed as CUDA graphs: what `--compile reduce-overhead` does in t
 runs in the warm-up iterations, so give it several (`--warmup 10`). `--impl` takes several names, run interleaved.
 
     python benchmarks/speed.py --impl minbert --rounds 1 --iters 3
+
 `--impl minbert-graphed` (training steps on a GPU) times the same step captured whole as one CUDA graph and
-replayed (tasks/core/graphs.StepGraphs, what `--cuda-graphs` does in the training commands; the optimiser is the same
-torch.optim.AdamW with capturable=True and its learning rate a tensor); each iteration copies the batch from the CPU
-into the graph's inputs. Its capture runs in the warm-up (the second iteration).
+replayed by tasks/core/graphs.StepGraphs, as `--cuda-graphs` does in the training commands. Its optimiser is the one
+every implementation here steps, torch.optim.AdamW (foreach), made capturable with its learning rate a tensor (the
+training commands' `--cuda-graphs` takes the fused AdamW instead); each iteration copies the batch from the CPU into
+the graph's inputs. Its capture is the second warm-up iteration (so it needs `--warmup 2` or more).
 
     python benchmarks/speed.py --device cuda --model bert-base --precision fp32 bf16 --warmup 10 --iters 30
     python benchmarks/speed.py --impl minbert-packed --rounds 1 --iters 2 --warmup 1 --shapes 4x16
@@ -147,8 +149,8 @@ def worker(impl: str, B: int, T: int, mode: str, precision: str, warmup: int, it
             optimizer.step()
         if impl == "minbert-graphed":         # the whole step as one CUDA graph: what --cuda-graphs does in training
             from tasks.core.graphs import StepGraphs
-            graphs = StepGraphs(dev)
-            StepGraphs.ready(optimizer, dev)  # capturable, the learning rate a tensor (the same AdamW algorithm)
+            graphs = StepGraphs(dev, optimizer)
+            graphs.ready()                    # capturable, the learning rate a tensor (the same foreach AdamW)
 
             def body(on_device: dict) -> torch.Tensor:
                 optimizer.zero_grad(set_to_none=True)
@@ -245,6 +247,8 @@ def main() -> None:
         impls.insert(1, "minbert-packed")
     if "minbert-graphed" in impls and (args.device != "cuda" or "inference" in args.modes):
         parser.error("--impl minbert-graphed times training steps on a GPU: give it --device cuda --modes train")
+    if "minbert-graphed" in impls and args.warmup < 2:
+        parser.error("--impl minbert-graphed captures its step in the second warm-up iteration: --warmup 2 or more")
     if both and not have_hf:
         print("transformers is not importable: measuring minbert alone", file=sys.stderr)
     precisions = list(dict.fromkeys(args.precision))
