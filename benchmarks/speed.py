@@ -50,6 +50,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,30 +141,25 @@ def worker(impl: str, B: int, T: int, mode: str, precision: str, warmup: int, it
         labels = torch.randint(0, 2, (B,)).to(dev)
         optimizer = torch.optim.AdamW([*model.parameters(), *head.parameters()], lr=1e-5)
 
-        def step() -> None:
+        def train_step(run: Callable) -> torch.Tensor:
             optimizer.zero_grad(set_to_none=True)
             with autocast():
-                pooled = encode().pooler_output                                 # (B, H)
+                pooled = run().pooler_output                                    # (B, H)
                 loss = torch.nn.functional.cross_entropy(head(pooled), labels)
             loss.backward()
             optimizer.step()
+            return loss.detach()
+
+        def step() -> None:
+            train_step(encode)
         if impl == "minbert-graphed":         # the whole step as one CUDA graph: what --cuda-graphs does in training
             from tasks.core.graphs import StepGraphs
             graphs = StepGraphs(dev, optimizer)
             graphs.ready()                    # capturable, the learning rate a tensor (the same foreach AdamW)
 
-            def body(on_device: dict) -> torch.Tensor:
-                optimizer.zero_grad(set_to_none=True)
-                with autocast():
-                    pooled = model(**on_device).pooler_output                   # (B, H)
-                    loss = torch.nn.functional.cross_entropy(head(pooled), labels)
-                loss.backward()
-                optimizer.step()
-                return loss.detach()
-
             def step() -> None:               # the batch copied from the CPU into the graph's inputs each time
                 with graphs.on_stream():
-                    graphs.step(cpu_batch, body)
+                    graphs.step(cpu_batch, lambda on_device: train_step(lambda: model(**on_device)))
     gc.collect()
     if cuda:
         torch.cuda.synchronize(dev)

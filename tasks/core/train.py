@@ -229,15 +229,13 @@ class _Loop:
             if i < done:                             # the same batches as before the interruption: already taken
                 bar.update(len(group))
                 continue
-            if self.graphs is not None:              # forward, backward and update in one (a graph's replay)
-                self.reads.add(self.step, epoch, self._graphed(group[0], bar))
-                if self.reads.due(self.step):
-                    self._read(checkpoint, sums, per_task, bar)
+            graphed = self.graphs is not None          # forward, backward and update in one (a graph's replay)
+            self.reads.add(self.step, epoch, self._graphed(group[0], bar) if graphed else self._accumulate(group, bar))
+            if self.reads.due(self.step):            # on the CPU every step, before its update (as it always was)
+                self._read(checkpoint, sums, per_task, bar)
+            if graphed:
                 self.step += 1
             else:
-                self.reads.add(self.step, epoch, self._accumulate(group, bar))
-                if self.reads.due(self.step):        # on the CPU every step, before its update (as it always was)
-                    self._read(checkpoint, sums, per_task, bar)
                 self._optimizer_step()
             if post_step is not None:
                 post_step(self.model)
