@@ -7,6 +7,7 @@ one chosen. Skipped where there is no GPU (CI); the same properties are shown on
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import pytest
@@ -152,7 +153,6 @@ def _resumes_to_the_uninterrupted_run(argv: list[str], tmp_path) -> None:
 
 def _graph_counts(out: str) -> list[tuple[int, int, int]]:
     """(captured, replayed, eager) from each epoch's 'CUDA graphs: ...' line of a run's output."""
-    import re
     return [tuple(map(int, m)) for m in re.findall(r"CUDA graphs: (\d+) shapes captured, (\d+) steps replayed, "
                                                     r"(\d+) eager", out)]
 
@@ -161,9 +161,10 @@ def test_graphed_steps_train_what_eager_steps_do(tiny_dir_without_dropout, multi
     """--cuda-graphs (tasks/core/graphs.py): each shape's step replayed from a CUDA graph trains the weights and
     losses of the eager run, and most steps were replays. Dropout off: the graphed run pads its sequences to 32
     tokens, so its dropout masks would have other shapes than the eager run's (the resume test below covers dropout).
-    fp32 only: in bf16 that padding alone (eager, no graph) moves some weights by up to 4e-3 here (the key biases,
-    whose gradient is rounding noise that AdamW scales up to the learning rate; tests/test_graphs.py shows it on the
-    CPU); bf16 replays are compared at one shape in the next test."""
+    fp32 only: in bf16 that padding alone (eager, no graph) moves some weights by more than this test's tolerance (the
+    key biases, whose gradient is rounding noise that AdamW scales up to the learning rate; tests/test_graphs.py
+    shows it on the CPU; on an H200 this comparison in bf16 failed by 2e-4); bf16 replays are compared at one shape in
+    the next test."""
     argv = multitask_argv(tiny_dir_without_dropout, multitask_files) + ["--device", "cuda", "--dropout", "0"]
     multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "eager")]))
     capsys.readouterr()

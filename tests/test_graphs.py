@@ -85,12 +85,16 @@ def test_a_checkpoint_keeps_float_learning_rates():
     assert torch.is_tensor(graphed.param_groups[0]["lr"])              # the optimiser itself keeps its tensor
 
 
-def test_the_loops_graphed_path_trains_what_the_plain_path_does(tiny_dir_without_dropout, multitask_files, tmp_path,
-                                                                monkeypatch, capsys):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_loops_graphed_path_trains_what_the_plain_path_does(precision, tiny_dir_without_dropout, multitask_files,
+                                                                tmp_path, monkeypatch, capsys):
     """fit()'s --cuda-graphs path on the CPU, with StepGraphs' capture and replay swapped for the eager step they
     replay (a GPU shows the replays themselves: tests/test_cuda_step.py): each batch prepared and padded on the CPU,
-    the learning rate a tensor filled before each step, the losses read and the checkpoint's learning rates floats;
-    the weights and losses of the plain run (fp32: padding to 32 tokens moves them by rounding only)."""
+    the learning rate a tensor filled before each step, the losses read and the checkpoint's learning rates floats.
+    fp32: the weights and losses of the plain run (padding to 32 tokens moves them by rounding only). bf16: padding
+    alone, no graph, moves some weights by more than 1e-4 (4e-3 at most on machine C, mostly the key biases, whose
+    gradient is rounding noise that AdamW scales up): why test_cuda_step.py compares graphed and eager CLI runs in
+    fp32 only."""
     class EagerSteps(StepGraphs):
         def __init__(self, device, optimizer):
             self.device, self.optimizer = device, optimizer
@@ -108,15 +112,20 @@ def test_the_loops_graphed_path_trains_what_the_plain_path_does(tiny_dir_without
 
     monkeypatch.setattr(train, "StepGraphs", EagerSteps)
     monkeypatch.setattr(train, "check_graphs", lambda *args: None)          # it refuses the CPU
-    argv = multitask_argv(tiny_dir_without_dropout, multitask_files) + ["--dropout", "0"]
+    argv = multitask_argv(tiny_dir_without_dropout, multitask_files) + ["--dropout", "0", "--precision", precision]
     multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "plain")]))
     capsys.readouterr()
     multitask.run(multitask.parse_settings(argv + ["--cuda-graphs", "--run-dir", str(tmp_path / "graphed")]))
     assert "CUDA graphs: 0 shapes captured, 21 steps replayed, 9 eager" in capsys.readouterr().out
     a, b = (load_checkpoint(tmp_path / r / "checkpoint.pt") for r in ("plain", "graphed"))
-    for key in a["model"]:
-        torch.testing.assert_close(b["model"][key], a["model"][key], rtol=1e-4, atol=1e-5)
-    assert [h["train_loss"] for h in b["history"]] == pytest.approx([h["train_loss"] for h in a["history"]], rel=1e-6)
+    worst = max((b["model"][key] - a["model"][key]).abs().max().item() for key in a["model"])
+    if precision == "fp32":
+        for key in a["model"]:
+            torch.testing.assert_close(b["model"][key], a["model"][key], rtol=1e-4, atol=1e-5)
+    else:
+        assert worst > 1e-4, worst
+    assert [h["train_loss"] for h in b["history"]] == pytest.approx([h["train_loss"] for h in a["history"]],
+                                                                     rel=1e-6 if precision == "fp32" else 1e-3)
     assert [g["lr"] for g in b["optimizer"]["param_groups"]] == pytest.approx(
         [g["lr"] for g in a["optimizer"]["param_groups"]], rel=1e-6)
     assert all(type(g["lr"]) is float and g["capturable"] is False for g in b["optimizer"]["param_groups"])
