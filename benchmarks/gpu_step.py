@@ -19,7 +19,8 @@ The parts, in this order (ORDER), each skipped when less of the budget is left t
           dev scores (no test predictions) and its graphs' counts
   speed   benchmarks/speed.py --device cuda --model bert-base --shapes 32x128 --modes train, fp32 and bf16, minbert,
           minbert-packed, minbert-graphed (the whole step one CUDA graph) and transformers interleaved (speed.py's
-          protocol), 2 rounds of 10 warm-up and 30 timed steps
+          protocol), 2 rounds of 10 warm-up and 30 timed steps (--speed-impls, --speed-rounds); an implementation
+          that fails is reported and the others go on
   main    the main job in bf16 with --compile reduce-overhead (CUDA graphs)
   compiled  the bert-base step through torch.compile(mode="reduce-overhead") against transformers, fp32 and bf16,
           one round (speed.py --impl minbert-compiled hf; its compilation in the warm-up)
@@ -51,6 +52,7 @@ ORDER = ("tests", "main:fp32:cuda-graphs", "main:bf16:cuda-graphs", "main:fp32:o
 SEND_LIMIT_MIB = 64     # what a call to the GPU machine may send: the tracked tree and the carried folder together
 # seconds left that a part (the main job: one run) needs to start
 NEEDS = {"tests": 120, "speed": 150, "main": 70, "compiled": 150, "compiled-resume": 120}
+SPEED_IMPLS = ("minbert", "minbert-packed", "minbert-graphed", "hf")
 
 
 def pack(out: Path) -> None:
@@ -169,7 +171,14 @@ def main_job(precision: str, compile_mode: str, env: dict, out: Path, timeout: f
     return row
 
 
-def run(weights: Path, out: Path, budget: float, parts: list[str], smoke: bool = False) -> None:
+def reserve(part: str, parts: list[str]) -> float:
+    """Seconds to leave, when `part` runs, for the next selected part to start (5 where none follows)."""
+    later = [p.split(":")[0] for p in ORDER[ORDER.index(part) + 1:] if p.split(":")[0] in parts]
+    return NEEDS[later[0]] if later else 5
+
+
+def run(weights: Path, out: Path, budget: float, parts: list[str], smoke: bool = False,
+        speed_impls: tuple[str, ...] = SPEED_IMPLS, speed_rounds: int = 2) -> None:
     """The parts in ORDER (those named in `parts`), each started only when the budget has what it needs."""
     out.mkdir(parents=True, exist_ok=True)
     report = Report(out, budget)
@@ -200,7 +209,7 @@ def run(weights: Path, out: Path, budget: float, parts: list[str], smoke: bool =
                        or line.startswith(("FAILED", "ERROR"))][-12:]
             report.put(kind, {"exit": code, "seconds": round(seconds, 1), "summary": summary})
         elif kind in ("speed", "compiled"):
-            impls, rounds = ((["minbert", "minbert-packed", "minbert-graphed", "hf"], "2") if kind == "speed"
+            impls, rounds = ((list(speed_impls), str(speed_rounds)) if kind == "speed"
                              else (["minbert-compiled", "hf"], "1"))
             cmd = [sys.executable, "benchmarks/speed.py", "--device", "cuda", "--model", "bert-base", "--shapes",
                    "32x128", "--modes", "train", "--precision", "fp32", "bf16", "--impl", *impls, "--rounds", rounds,
@@ -208,7 +217,7 @@ def run(weights: Path, out: Path, budget: float, parts: list[str], smoke: bool =
             if smoke:                                    # no graphs on the CPU: the step's plumbing only
                 cmd = [c for c in cmd if c not in ("bf16", "minbert-graphed", "minbert-packed")]
                 cmd += ["--device", "cpu", "--rounds", "1", *SMOKE_SPEED]
-            limit = min(260, report.left() - (NEEDS["main"] if kind == "speed" else 5))
+            limit = report.left() - reserve(part, parts)
             code, seconds = run_part(cmd, env, limit, out / f"{kind}.log")
             lines = (out / f"{kind}.log").read_text().splitlines()
             report.put(kind, {"exit": code, "seconds": round(seconds, 1),
@@ -232,13 +241,16 @@ def main() -> None:
     r.add_argument("--budget", type=float, default=540, help="seconds for the whole run (parts that would not fit "
                                                             "are skipped)")
     r.add_argument("--parts", nargs="+", choices=tuple(NEEDS), default=list(NEEDS))
+    r.add_argument("--speed-impls", nargs="+", default=list(SPEED_IMPLS), choices=SPEED_IMPLS,
+                   help="the speed part's implementations (default: all four)")
+    r.add_argument("--speed-rounds", type=int, default=2, help="the speed part's rounds (default 2)")
     r.add_argument("--smoke", action="store_true", help="the same parts on the CPU at tiny sizes, to check the "
                                                        "script itself before spending a GPU's minutes on it")
     args = parser.parse_args()
     if args.what == "pack":
         pack(args.out)
     else:
-        run(args.weights, args.out, args.budget, args.parts, args.smoke)
+        run(args.weights, args.out, args.budget, args.parts, args.smoke, tuple(args.speed_impls), args.speed_rounds)
 
 
 if __name__ == "__main__":

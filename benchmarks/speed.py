@@ -34,6 +34,9 @@ every implementation here steps, torch.optim.AdamW (foreach), made capturable wi
 training commands' `--cuda-graphs` takes the fused AdamW instead); each iteration copies the batch from the CPU into
 the graph's inputs. Its capture is the second warm-up iteration (so it needs `--warmup 2` or more).
 
+A configuration whose process fails (its error printed) is left out of later rounds, shows nan in the table, and makes
+the command exit 1 at the end; the other configurations still run.
+
     python benchmarks/speed.py --device cuda --model bert-base --precision fp32 bf16 --warmup 10 --iters 30
     python benchmarks/speed.py --impl minbert-packed --rounds 1 --iters 2 --warmup 1 --shapes 4x16
 """
@@ -189,8 +192,12 @@ def run_worker(args: argparse.Namespace, impl: str, precision: str, B: int, T: i
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
-        raise SystemExit(f"benchmark worker {impl} {precision} {B}x{T} {mode} failed:\n{done.stderr[-3000:]}")
+        raise WorkerFailed(f"benchmark worker {impl} {precision} {B}x{T} {mode} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+class WorkerFailed(RuntimeError):
+    """A configuration's process failed: the others still run, the table marks it, and the command exits 1."""
 
 
 def main() -> None:
@@ -259,10 +266,18 @@ def main() -> None:
     configs = [(impl, p, B, T, mode) for (B, T) in shapes for mode in args.modes for impl, p in sides]
     results: dict[tuple, list[dict]] = {c: [] for c in configs}
     width = max(8, *map(len, impls))
+    failed: dict[tuple, str] = {}                         # a side that failed once is not run again
     for r in range(args.rounds):
         order = configs if r % 2 == 0 else configs[::-1]  # alternate the order so that neither side runs first
         for config in order:
-            res = run_worker(args, *config)
+            if config[:2] in failed:
+                continue
+            try:
+                res = run_worker(args, *config)
+            except WorkerFailed as e:
+                failed[config[:2]] = str(e)
+                print(e, file=sys.stderr, flush=True)
+                continue
             results[config].append(res)
             kernel = f"  attention: {res['attention']}" if res.get("attention") else ""
             print(f"round {r + 1}/{args.rounds}  {config[0]:{width}s} {config[1]} {config[2]:3d} x {config[3]:3d} "
@@ -272,7 +287,8 @@ def main() -> None:
                 args.json.write_text(json.dumps([r for rs in results.values() for r in rs], indent=1) + "\n")
 
     def med(impl: str, p: str, B: int, T: int, mode: str, key: str) -> float:
-        return statistics.median(r[key] for r in results[(impl, p, B, T, mode)])
+        found = [r[key] for r in results[(impl, p, B, T, mode)]]
+        return statistics.median(found) if found else float("nan")          # nan: the side failed
 
     # ratios of sequences/s: minbert against Hugging Face at each precision, bf16 against fp32, and the
     # headline, minbert bf16 against Hugging Face fp32 (what a user of the plain Hugging Face model runs)
@@ -305,6 +321,9 @@ def main() -> None:
             row += [f"{speed[a] / speed[b]:.2f}" for a, b in ratios]
             row += [f"{med(*side, B, T, mode, 'peak_mib'):.0f}" for side in sides]
             print("| " + " | ".join(row) + " |")
+    if failed:
+        raise SystemExit(f"{len(failed)} implementation(s) failed (nan in the table): "
+                         + ", ".join(f"{impl} {p}" for impl, p in failed))
 
 
 if __name__ == "__main__":

@@ -48,3 +48,34 @@ def test_pack_then_restore_gives_minilm_to_fp16_rounding(tmp_path, minilm_dir):
 def test_run_refuses_a_missing_weights_folder(tmp_path):
     with pytest.raises(FileNotFoundError):
         gpu_step.restore(tmp_path / "nothing", tmp_path / "site")
+
+
+def test_the_speed_part_leaves_the_next_selected_part_its_start():
+    assert gpu_step.reserve("speed", ["tests", "speed", "main"]) == gpu_step.NEEDS["main"]   # reduce-overhead main
+    assert gpu_step.reserve("speed", ["tests", "speed", "compiled-resume"]) == gpu_step.NEEDS["compiled-resume"]
+    assert gpu_step.reserve("speed", ["speed"]) == 5
+    assert gpu_step.reserve("compiled-resume", list(gpu_step.NEEDS)) == 5
+
+
+def test_speed_goes_on_past_a_failing_implementation_and_exits_1(monkeypatch, capsys):
+    """A worker that fails (a capture that cannot happen on some GPU) costs its own column, not the others' figures."""
+    spec = importlib.util.spec_from_file_location("speed", ROOT / "benchmarks" / "speed.py")
+    speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(speed)
+    calls = []
+
+    def fake(args, impl, precision, B, T, mode):
+        calls.append(impl)
+        if impl == "minbert-packed":
+            raise speed.WorkerFailed(f"benchmark worker {impl} failed:\ncapture error")
+        return {"seq_per_s": {"minbert": 20.0, "hf": 10.0}[impl], "peak_mib": 1.0, "attention": None}
+    monkeypatch.setattr(speed, "run_worker", fake)
+    monkeypatch.setattr(sys, "argv", ["speed.py", "--impl", "minbert", "minbert-packed", "hf", "--rounds", "3",
+                                      "--shapes", "2x8", "--modes", "train"])
+    with pytest.raises(SystemExit, match=r"1 implementation\(s\) failed .*minbert-packed fp32"):
+        speed.main()
+    assert calls.count("minbert-packed") == 1 and calls.count("minbert") == calls.count("hf") == 3
+    out = capsys.readouterr()
+    row = next(line for line in out.out.splitlines() if line.startswith("| 2 x 8"))
+    assert row.split(" | ")[2:5] == ["20.0", "nan", "10.0"] and " 2.00 " in row     # minbert/HF still computed
+    assert "capture error" in out.err
