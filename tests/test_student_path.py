@@ -54,14 +54,18 @@ def test_the_first_training_command_stops_at_the_one_unwritten_part(function: st
 
 
 def test_a_student_tree_defaults_to_its_own_attention_and_adamw(tmp_path: Path, capsys) -> None:
-    """--print-config of every training command: eager and course in a student tree, fused and fused here."""
+    """--print-config of every training command: eager and course in a student tree, fused and fused here; the
+    multitask command with the leaderboard run's committed config (the handout's `--config
+    tasks/multitask/main-job.json`), which must leave both to the tree's defaults, as every config a tree carries."""
     tree = student_tree(tmp_path)
     env = {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     first = next(iter(COMMANDS))                  # one real `python -m`, then every command as it runs them
     proc = subprocess.run([sys.executable, "-m", f"tasks.{first}", "--print-config"], cwd=tree, capture_output=True,
                           text=True, check=False, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
-    said = each_as_main({name: ["--print-config"] for name in COMMANDS}, tree, env)
+    main_job = ["--config", "tasks/multitask/main-job.json"]
+    argv = {name: [*(main_job if name == "multitask" else []), "--print-config"] for name in COMMANDS}
+    said = each_as_main(argv, tree, env)
     assert said[first] == (0, proc.stdout)
     for name, module in COMMANDS.items():
         code, printed = said[name]
@@ -69,10 +73,14 @@ def test_a_student_tree_defaults_to_its_own_attention_and_adamw(tmp_path: Path, 
         recipe = json.loads(printed)["recipe"]
         assert (recipe["attention"], recipe["optimizer"]) == ("eager", "course"), name
         with pytest.raises(SystemExit) as done:
-            module.parse_settings(["--print-config"])
+            module.parse_settings([str(ROOT / a) if a.endswith(".json") else a for a in argv[name]])
         assert done.value.code == 0
         recipe = json.loads(capsys.readouterr().out)["recipe"]
         assert (recipe["attention"], recipe["optimizer"]) == ("fused", "fused"), name
+    carried = sorted((tree / "tasks").rglob("*.json"))
+    assert (tree / "tasks" / "multitask" / "main-job.json") in carried
+    for path in carried:
+        assert not {"attention", "optimizer"} & set(json.loads(path.read_text()).get("recipe", {})), path
 
 
 def tiny_classifier_run(tiny_dir: Path, tmp_path: Path, *flags: str) -> dict:
