@@ -84,6 +84,12 @@ def test_training_an_unfinished_tree_names_the_part_and_the_check(tmp_path: Path
     proc = train_classifier_in(tree, "--train", tiny, "--dev", tiny, "--test", tiny, "--epochs", "1",
                                "--checkpoint", str(tmp_path / "c.pt"), "--predictions-dir", str(tmp_path / "p"))
     assert_names_the_part(proc, "BertEmbeddings.forward", "minbert/model.py")
+    # the handout's example of this line, its file and line number included, is the line a fresh tree prints
+    handout = " ".join((tree / "assignments" / "README.md").read_text().split())
+    example = handout.split("run stops with the function to write and the check to run, e.g. `")[1].split("`")[0]
+    start, end = example.split(" ... ")
+    last = " ".join(proc.stderr.strip().splitlines()[-1].split())
+    assert last.startswith(start) and end in last, (example, last)
 
 
 def _predict_all(pred_dir: Path, split: str) -> None:
