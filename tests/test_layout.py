@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -49,3 +50,20 @@ def test_every_command_runs_as_python_m_and_readme_is_short():
     for name, (code, printed) in each_as_main({name: ["--help"] for name in COMMANDS}, ROOT, env).items():
         assert code == 0 and printed.startswith("usage: "), (name, code, printed[-500:])
     assert len((ROOT / "README.md").read_text().splitlines()) <= 120
+
+
+def test_the_readmes_steps_without_make_install_and_run_what_make_does():
+    """README's `Without make` block: the packages of both make targets' installs (the tests' requirements too: four
+    test files import hypothesis or nbclient at the top) and make train's and make test's commands."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("Without make:", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    lines = [line.split("#")[0].strip() for line in block.strip().splitlines()]
+    make = (ROOT / "Makefile").read_text()
+    for installed in re.findall(r"\$\(PY\) -m pip install -q (.+)", make):
+        if not {"ruff", "requirements-dev.txt", "--upgrade"} & set(installed.split()):   # lint's, mutate's; pip
+            assert any(installed in line for line in lines), installed
+    train = re.search(r"^train: .*\n\t\$\(PY\) -m (.+?) --fine-tune-mode", make, re.M).group(1)
+    assert any(line.startswith(f"python -m {train} --predictions-dir predictions") for line in lines), train
+    test = re.search(r"^test: .*\n\t\$\(PY\) -m (.+)", make, re.M).group(1).replace("$(TEST_WORKERS)", "2")
+    assert re.search(r"^TEST_WORKERS \?= 2$", make, re.M) and f"python -m {test}" in lines
+    assert lines.index(f"python -m {test}") > lines.index("pip install -r requirements-test.txt")
