@@ -103,3 +103,21 @@ def test_peer_only_adds_the_peer_to_a_written_table_without_training_or_runs(tmp
         ensemble_runs.main(cmd)
     assert "--peer-only needs --peer" in capsys.readouterr().err
     assert json.loads(out.read_text()) == written
+
+
+def test_the_toolkits_page_states_the_best_ensembles_the_results_hold():
+    """docs/leaderboard.md's best recipe: the eight-run ensemble and its best nested one, and the three make train
+    runs' ensemble, its members and minutes, as benchmarks/results/ holds them."""
+    root = Path(__file__).resolve().parents[1]
+    page = " ".join((root / "docs" / "leaderboard.md").read_text().split())
+    full = json.loads((root / "benchmarks" / "results" / "ensemble-full-budget.json").read_text())
+    main = json.loads((root / "benchmarks" / "results" / "ensemble-main.json").read_text())
+    eight = [e["dev"]["overall"] for e in full["ensembles"] if len(e["members"]) == len(full["members"])]
+    best = max(full["ensembles"], key=lambda e: e["dev"]["overall"])
+    members = [m["overall"] for m in main["members"].values()]
+    assert (f"an ensemble of {len(full['members'])} full-budget runs".replace(" 8 ", " eight ")
+            + f", {eight[0]:.4f} (its first {len(best['members'])} ".replace(" 5 ", " five ")
+            + f"{best['dev']['overall']:.4f}, the best of {len(full['ensembles'])} ".replace(" 7 ", " seven ")) in page
+    assert best["dev"]["overall"] == max(e["dev"]["overall"] for e in full["ensembles"])
+    assert (f"of the three `make train` runs alone, {main['ensembles'][0]['dev']['overall']:.4f} (its members "
+            f"{min(members):.4f}-{max(members):.4f}) in {sum(main['minutes'].values()):.1f} minutes") in page
