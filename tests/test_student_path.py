@@ -151,3 +151,20 @@ def test_no_line_outside_the_regions_states_a_solution(rel: str) -> None:
     outside = [(i, s) for i, s in enumerate(text.splitlines(), 1) if i not in inside]
     stated = [f"{rel}:{i}: {s.strip()}" for i, s in outside if normalised(s) in solution]
     assert not stated, "\n".join(stated)
+
+
+def test_the_checkpoint_size_students_md_computes_from_is_a_real_runs(tiny_dir, tmp_path) -> None:
+    """docs/students.md sizes a checkpoint at about 16 bytes a parameter, from the tests' tiny model's: a real run's
+    checkpoint.pt and parameter count are the figures it gives, and MiniLM's and bert-base's follow from them."""
+    from tasks.core.checkpoints import load_checkpoint
+    run_dir = Path(tiny_classifier_run(tiny_dir, tmp_path)["run_dir"])
+    params = sum(v.numel() for v in load_checkpoint(run_dir / "checkpoint.pt")["model"].values())
+    size = (run_dir / "checkpoint.pt").stat().st_size
+    per_param = size / params
+    assert 16 <= per_param < 16.5                      # weights, best weights, AdamW's two moments, in fp32
+    text = " ".join((ROOT / "docs" / "students.md").read_text().split())
+    assert f"{size / 1e6:.1f} MB for the tests' {params / 1e6:.2f} M-parameter model" in text
+    minilm = sum(p.numel() for p in minbert.load_pretrained("minilm").parameters())
+    base = 109_482_240                                 # bert-base-uncased's BertModel (12 layers, H=768, with pooler)
+    assert "about 16 bytes a parameter" in text        # the tiny run's fixed part (history, RNG states) is a few %
+    assert f"about {minilm * 16 / 1e9:.2f} GB for MiniLM and {base * 16 / 1e9:.1f} GB for bert-base" in text
