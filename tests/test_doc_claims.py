@@ -260,10 +260,9 @@ def test_the_handouts_leaderboard_run_is_main_job_json() -> None:
         if flag not in where:
             dest = actions[flag].dest
             assert given[dest] == config[dest], (flag, given[dest], config[dest])
-    # and the flags the command leaves out are main-job.json's too: only where it writes differs. recipe.optimizer
-    # is left out of this comparison on purpose: the handout tells students their own AdamW trains (a student
-    # tree's default, --optimizer course) while main-job.json sets "fused", a known discrepancy fixed separately.
-    differ = {k for k in given if given[k] != config[k]} - {"recipe.optimizer"}
+    # and the flags the command leaves out are main-job.json's too (the optimiser and attention left to the tree's
+    # defaults by both: test_student_path checks that in a student tree): only where it writes differs
+    differ = {k for k in given if given[k] != config[k]}
     assert differ == {actions[f].dest for f in where}
 
 
