@@ -1,5 +1,5 @@
 """The figures, defaults and commands the handout (assignments/README.md), the staff guide (assignments/INSTRUCTORS.md),
-README.md, docs/students.md and docs/assignments.md state, each read from the page and compared with the code or the
+README.md and docs/*.md state, each read from the page and compared with the code or the
 file it comes from: the time limit per graded part, every part's points, the leaderboard's defaults and salt length,
 the batch grader's upload limits, the checker's tolerances, the MPS precision table, the leaderboard run's flags,
 the first model's epoch times, and the flags of the pages' commands."""
@@ -278,8 +278,8 @@ def test_the_first_models_epoch_times_are_the_measured_ones() -> None:
 
 # ---------------------------------------------------------------- 9. the pages' commands use flags their tools have
 
-PAGES = {"README.md": ROOT / "README.md", "docs/assignments.md": ROOT / "docs" / "assignments.md",
-         "docs/students.md": STUDENTS}
+PAGES = {path.relative_to(ROOT).as_posix(): path
+         for path in [ROOT / "README.md", HANDOUT, *sorted((ROOT / "docs").glob("*.md"))]}   # INSTRUCTORS.md: its own test
 
 
 def page_commands() -> list[tuple[str, str, list[str]]]:
