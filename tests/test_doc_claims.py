@@ -327,3 +327,27 @@ def test_each_page_command_uses_flags_its_tool_has(page: str, module: str, args:
     for flag in flags:
         assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text), \
             f"{page}: {module} {' '.join(sub)}: no {flag} in its --help"
+
+
+# ---------------------------------------------------------------- 10. the search page's committed space
+
+def test_the_search_page_describes_the_committed_space_and_its_trials_times() -> None:
+    """docs/search.md on tasks/search/main-job-space.json: what it samples, at what sample and epochs, and the
+    complete trials' minutes as benchmarks/search/trials.csv records them."""
+    import csv
+    page = flat(ROOT / "docs" / "search.md")
+    space = json.loads((ROOT / "tasks" / "search" / "main-job-space.json").read_text())
+    words = {"training.lr": "learning rate", "recipe.layer_decay": "layer-wise decay",
+             "recipe.head_lr_scale": "the heads' learning-rate multiplier", "recipe.warmup_ratio": "warm-up",
+             "training.weight_decay": "weight decay", "design.sts_head_bias": "STS head bias",
+             "training.batch_size": "batch size"}
+    assert set(space["params"]) == set(words)
+    said = page.split("searches the main job's ", 1)[1].split(", at ", 1)[0]
+    assert said == ", ".join(words[k] for k in space["params"]).replace(", batch size", " and batch size"), said
+    fixed = space["fixed"]
+    assert (f"at {fixed['training.max_train_examples']} training examples per task and "
+            f"{fixed['training.epochs']} epochs") in page
+    with open(ROOT / "benchmarks" / "search" / "trials.csv", encoding="utf-8") as f:
+        seconds = [float(r["seconds"]) for r in csv.DictReader(f) if r["state"] == "COMPLETE"]
+    assert (f"took {min(seconds) / 60:.0f}-{max(seconds) / 60:.0f} minutes on machine A "
+            f"({min(seconds):.0f}-{max(seconds):.0f} s in benchmarks/search/trials.csv") in page

@@ -121,6 +121,7 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_the_checkpoint(tiny_
     assert run_cli(lambda: classifier.main(argv)) == 1            # through the CLI: one line, no traceback
     err = capsys.readouterr().err
     assert err.splitlines()[-1].startswith("error: the training loss is nan in epoch") and "Traceback" not in err
+    assert "Start a new run with a lower --lr" in err and "--resume it" not in err     # a resume would refuse --lr
 
 
 def torchrun(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:

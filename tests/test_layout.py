@@ -62,8 +62,13 @@ def test_the_readmes_steps_without_make_install_and_run_what_make_does():
     for installed in re.findall(r"\$\(PY\) -m pip install -q (.+)", make):
         if not {"ruff", "requirements-dev.txt", "--upgrade"} & set(installed.split()):   # lint's, mutate's; pip
             assert any(installed in line for line in lines), installed
-    train = re.search(r"^train: .*\n\t\$\(PY\) -m (.+?) --fine-tune-mode", make, re.M).group(1)
+    train = re.search(r"^train: .*\n\t\$\(PY\) -m (.+?) --fine-tune-mode", make, re.MULTILINE).group(1)
     assert any(line.startswith(f"python -m {train} --predictions-dir predictions") for line in lines), train
-    test = re.search(r"^test: .*\n\t\$\(PY\) -m (.+)", make, re.M).group(1).replace("$(TEST_WORKERS)", "2")
-    assert re.search(r"^TEST_WORKERS \?= 2$", make, re.M) and f"python -m {test}" in lines
+    test = re.search(r"^test: .*\n\t\$\(PY\) -m (.+)", make, re.MULTILINE).group(1).replace("$(TEST_WORKERS)", "2")
+    assert re.search(r"^TEST_WORKERS \?= 2$", make, re.MULTILINE) and f"python -m {test}" in lines
     assert lines.index(f"python -m {test}") > lines.index("pip install -r requirements-test.txt")
+
+
+def test_every_test_file_has_its_row_in_the_tests_readme():
+    table = (ROOT / "tests" / "README.md").read_text()
+    assert [p.name for p in sorted((ROOT / "tests").glob("test_*.py")) if f"| `{p.name}` |" not in table] == []

@@ -110,8 +110,8 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", requir
 
 def check_config(path: str | Path, stored: dict, current: dict) -> None:
     """A checkpoint continues only the run it was written by: its stored settings must agree with `current` (what
-    tasks.core.settings.resume_config gives, and any extra keys) by the settings' own resume rule
-    (tasks.core.settings.resume_differences); otherwise a ResumeError names each difference."""
+    tasks.core.resume.resume_config gives, and any extra keys) by the settings' own resume rule
+    (tasks.core.resume.resume_differences); otherwise a ResumeError names each difference."""
     diffs = resume_differences(stored, current)
     if diffs:
         raise ResumeError(f"{path}: cannot resume a different run; settings differ: " + "; ".join(diffs))
