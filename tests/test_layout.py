@@ -71,4 +71,5 @@ def test_the_readmes_steps_without_make_install_and_run_what_make_does():
 
 def test_every_test_file_has_its_row_in_the_tests_readme():
     table = (ROOT / "tests" / "README.md").read_text()
-    assert [p.name for p in sorted((ROOT / "tests").glob("test_*.py")) if f"| `{p.name}` |" not in table] == []
+    rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| `")]      # a row may list several
+    assert [p.name for p in sorted((ROOT / "tests").glob("test_*.py")) if not any(f"`{p.name}`" in r for r in rows)] == []
