@@ -6,14 +6,21 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import json
 import re
 import shlex
+import sys
 
 import pytest
 
 from assignments.make import ROOT
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import staff_times
+
 GUIDE = ROOT / "assignments" / "INSTRUCTORS.md"
+STAFF_TIMES = ROOT / "benchmarks" / "results" / "staff-times.json"
 
 
 def documented_commands() -> list[tuple[str, list[str]]]:
@@ -72,3 +79,60 @@ def test_the_handouts_timings_are_the_guides_measured_medians() -> None:
     assert f"part 1 about {first:.1f} s" in handout.replace("\n", " ")
     every = [_median(f"`python -m assignments.check all` in {w}") for w in ("the reference tree", "a fresh student tree")]
     assert f"every group about {min(every):.1f}-{max(every):.1f} s" in handout.replace("\n", " ")
+
+
+def _times() -> tuple[str, dict[str, tuple[str, str]]]:
+    """The Times section's first paragraph (one line) and its table: first column -> (median cell, range cell)."""
+    section = GUIDE.read_text().split("\n## Times\n", 1)[1].split("\n## ", 1)[0]
+    paragraph = next(p for p in section.split("\n\n") if p.strip()).replace("\n", " ")
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| `")]
+    return paragraph, {label: (median, spread) for label, median, spread in rows}
+
+
+def test_the_staff_times_script_times_every_row_of_the_guides_table_but_the_batch_row() -> None:
+    labels = [label for label in _times()[1] if "--batch" not in label]
+    assert [row.label for row in staff_times.ROWS] == labels
+    for row in staff_times.ROWS:                       # the command run is the one the label names
+        named = shlex.split(re.search(r"`(.*?)`", row.label).group(1))
+        run = shlex.split(row.command)
+        k = 4 if len(named) > 3 and not named[3].startswith("-") and not named[3].isupper() else 3   # a subcommand, .
+        assert run[:k] == named[:k] and {a for a in named if a.startswith("--")} <= set(run), row.label
+        assert row.exit == (1 if row.cwd == "$T/st" else 0), row.label    # a stub tree's check fails, nothing else
+
+
+def test_the_staff_times_scripts_order_cells_and_cpu_name() -> None:
+    order = staff_times.schedule(12, 6, seed=3)
+    assert order == staff_times.schedule(12, 6, seed=3) != staff_times.schedule(12, 6, seed=4)
+    assert all(sorted(r) == list(range(12)) for r in order) and len({tuple(r) for r in order}) > 1
+    assert staff_times.cells(1.904, 1.79, 2.1) == ("1.90 s", "1.79-2.10 s")
+    row = {"label": "`x`", **staff_times.summary([2.10004, 1.79, 1.90, 1.904, 2.0])}
+    assert row["median_s"] == 1.904 and row["runs_s"][0] == 2.1
+    assert staff_times.table([row]).splitlines() == ["| command | median | range |", "|---|---:|---:|",
+                                                     "| `x` | 1.90 s | 1.79-2.10 s |"]
+    assert staff_times.cpu_name({"model": "Intel(R) Xeon(R) Processor", "cores": 2}) == "2-core Intel Xeon"
+
+
+def test_the_batch_row_is_grade_batch_json() -> None:
+    batch = json.loads((ROOT / "benchmarks" / "results" / "grade-batch.json").read_text())
+    label, (median, spread) = next((k, v) for k, v in _times()[1].items() if "--batch" in k)
+    assert f"on {batch['submissions']} part-1 submissions" in label
+    assert (median, spread) == (f"{batch['wall_s']:.1f} s", f"{batch['s_per_submission']:.2f} s each")
+
+
+def test_the_guides_times_are_staff_times_json() -> None:
+    if not STAFF_TIMES.exists():
+        pytest.skip(f"{STAFF_TIMES.relative_to(ROOT)} not written yet: python benchmarks/staff_times.py writes it")
+    data = json.loads(STAFF_TIMES.read_text())
+    assert not data["quick"], "a --quick run checks the plumbing; the table needs a full run"
+    assert not data["dirty"], "measured with uncommitted changes to tracked files: the commit is not the code"
+    paragraph, table = _times()
+    for row in data["rows"]:
+        assert len(row["runs_s"]) == data["runs"], f"{row['label']}: a run stopped after {len(row['runs_s'])} rounds"
+        assert table[row["label"]] == staff_times.cells(row["median_s"], row["min_s"], row["max_s"]), row["label"]
+    cpu, torch = data["cpu"], "torch {}.{}".format(*data["torch"].split(".")[:2])
+    for said in (f"at commit {data['commit']} ", f"the median of {data['runs']} runs after one warm-up",
+                 staff_times.cpu_name(cpu), torch, *([f"code ran as `{data['code_user']}`"] if data["root"] else [])):
+        assert said in paragraph, f"the guide's Times paragraph does not say {said!r}"
+    assert ("avx512_bf16" in paragraph, "AMX" in paragraph) == (cpu["avx512_bf16"], cpu["amx_bf16"]), cpu
+    assert ("The grader ran as root" in paragraph) == data["root"], f"root: {data['root']}"
