@@ -1,21 +1,57 @@
 """The error boundary: bad inputs to a CLI end with one `error: ...` line naming the file and the fix, exit status
 2 (a bad flag value, from argparse) or 1 (a bad file or checkpoint), and no traceback; a bug keeps its traceback.
-The cases are the table of docs/errors.md."""
+
+The cases are the table of docs/errors.md, read from the page: each row (by its first column) has exactly one case
+in CASES, which runs `python -m tasks.classifier` in this process, and the row's exit status and message must be what
+the command gives: the last line on stderr, its paths shortened (this test's tmp_path/ cut off), `...` in the page's
+message standing for any text, and a message in parentheses after it, (or `...`), accepted instead."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 
 import pytest
 import torch
-from conftest import DATA, TEST_DEVICE
+from conftest import DATA, ROOT, TEST_DEVICE
 from safetensors.torch import load_file, save_file
 
 from tasks import classifier, score
 from tasks.core.errors import run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+PAGE = ROOT / "docs" / "errors.md"
+HEADER = "| input | exit | message (the last line on stderr) |"
+CELL = re.compile(r"`(?P<message>[^`]+)`(?:\s+\(or `(?P<alternative>[^`]+)`[^`]*\))?")
+
+
+def page_rows() -> dict[str, tuple[int, list[str]]]:
+    """docs/errors.md's table of bad inputs: {input: (exit status, [message, alternative message])}."""
+    lines = PAGE.read_text(encoding="utf-8").splitlines()
+    assert HEADER in lines, f"{PAGE}: no table headed {HEADER}"
+    rows: dict[str, tuple[int, list[str]]] = {}
+    for line in lines[lines.index(HEADER) + 2:]:
+        if not line.startswith("|"):
+            break
+        what, status, cell = (c.strip() for c in line.strip().strip("|").split(" | "))
+        found = CELL.fullmatch(cell)
+        assert found, f"{PAGE}: row {what!r}: not `message` or `message` (or `alternative`): {cell}"
+        assert what not in rows, f"{PAGE}: row {what!r} twice"
+        message, alternative = found.group("message", "alternative")
+        if alternative and not alternative.startswith("error: "):   # in place of the first (...) of the message
+            part = re.search(r"\([^)]*\)", message)
+            assert part, f"{PAGE}: row {what!r}: an alternative (or `...`) but no (...) in the message"
+            alternative = f"{message[:part.start()]}({alternative}){message[part.end():]}"
+        rows[what] = (int(status), [message] + ([alternative] if alternative else []))
+    assert rows, f"{PAGE}: the table under {HEADER} has no rows"
+    return rows
+
+
+def matches(line: str, message: str) -> bool:
+    """Whether a line is the page's message, each `...` in it standing for any text."""
+    return re.fullmatch(".*".join(map(re.escape, message.split("..."))), line) is not None
 
 
 def piece(tmp_path, name, stop, start=0):
@@ -52,8 +88,27 @@ def cli(argv: list[str], capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def damaged_model(tiny_dir, tmp_path, what: str):
-    target = tmp_path / f"model-{what}"
+def a_file(tmp_path, name: str, data: bytes) -> str:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def truncated(path, data: bytes) -> str:
+    """`data` (a file torch.save wrote) cut in half, written to `path`."""
+    path.write_bytes(data[:len(data) // 2])
+    return str(path)
+
+
+def saved(obj) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def damaged_model(tiny_dir, tmp_path, what: str) -> str:
+    """A copy of the tiny model directory, as tmp_path/model, with one thing wrong."""
+    target = tmp_path / "model"
     target.mkdir()
     for f in tiny_dir.iterdir():
         (target / f.name).write_bytes(f.read_bytes())
@@ -65,68 +120,88 @@ def damaged_model(tiny_dir, tmp_path, what: str):
     elif what == "truncated":
         data = (target / "model.safetensors").read_bytes()
         (target / "model.safetensors").write_bytes(data[:len(data) // 2])
+    elif what == "truncated-bin":
+        tensors = load_file(target / "model.safetensors")
+        (target / "model.safetensors").unlink()
+        truncated(target / "pytorch_model.bin", saved(tensors))
     elif what == "nan":
         tensors = load_file(target / "model.safetensors")
         tensors["encoder.layer.0.attention.self.query.weight"][0, 0] = torch.nan
         save_file(tensors, target / "model.safetensors", metadata={"format": "pt"})
+    elif what == "tokenizer-json":
+        (target / "tokenizer_config.json").write_text('{"do_lower_case": true,, }')
     return str(target)
 
 
-CASES = [  # (name, how the argv changes, exit status, what stderr's last line must say)
-    ("random bytes as a task file",
-     lambda a, t, d: with_flag(a, "--train-file", bytes_file(t, bytes(range(128, 256)))), 1,
-     r"rand\.csv:1: the header has bytes that are not UTF-8 text \(save the file as UTF-8\)"),
-    ("an empty task file", lambda a, t, d: with_flag(a, "--dev-file", bytes_file(t, b"")), 1,
-     r"rand\.csv:1: the file is empty; expected a header with id and sentence"),
-    ("a header without the columns", lambda a, t, d: with_flag(a, "--dev-file", bytes_file(t, b"a\tb\n1\t2\n")), 1,
-     r"rand\.csv:1: the header \['a', 'b'\] has no id or sentence column"),
-    ("a missing file", lambda a, t, d: with_flag(a, "--train-file", str(t / "absent.csv")), 2,
-     r"argument --train-file: .*absent\.csv: no such file"),
-    ("--batch-size 0", lambda a, t, d: with_flag(a, "--batch-size", "0"), 2,
-     r"argument --batch-size: must be a positive integer, not 0"),
-    ("--lr nan", lambda a, t, d: with_flag(a, "--lr", "nan"), 2, r"argument --lr: must be a finite number, not nan"),
-    ("--dropout 1.5", lambda a, t, d: with_flag(a, "--dropout", "1.5"), 2, r"argument --dropout: must be in \[0, 1\)"),
-    ("--resume a missing file", lambda a, t, d: with_flag(a, "--resume", str(t / "nope.pt")), 2,
-     r"argument --resume: .*nope\.pt: no such file"),
-    ("--resume a truncated checkpoint", lambda a, t, d: with_flag(a, "--resume", bytes_file(t, b"PK\x03\x04abc")), 1,
-     r"rand\.csv: cannot read the training checkpoint \(.*\); it is truncated or damaged"),
-    ("config.json malformed", lambda a, t, d: with_flag(a, "--model", damaged_model(d, t, "config-json")), 1,
-     r"config\.json: not valid JSON \(Expecting property name .*\); fix the file or fetch the checkpoint again"),
-    ("config.json with a wrong type", lambda a, t, d: with_flag(a, "--model", damaged_model(d, t, "config-type")), 1,
-     r"config\.json: num_attention_heads must be an integer, not '4'; fix config\.json or fetch"),
-    ("a truncated model.safetensors", lambda a, t, d: with_flag(a, "--model", damaged_model(d, t, "truncated")), 1,
-     r"model\.safetensors: cannot read the safetensors file \(.*\); it may be truncated or corrupted"),
-    ("NaN in the weights", lambda a, t, d: with_flag(a, "--model", damaged_model(d, t, "nan")), 1,
-     r"model\.safetensors: tensor encoder\.layer\.0\.attention\.self\.query\.weight holds NaN or infinite values"),
-    ("--precision fp16 on a CPU", lambda a, t, d: with_flag(with_flag(a, "--device", "cpu"), "--precision", "fp16"), 1,
-     r"--precision fp16 on cpu \(.*\): fp16 trains on CUDA and MPS, .*: use --precision"),
-]
+def trained_then(argv: list[str], flag: str, value: str) -> list[str]:
+    """After a run of `argv` that works (it writes run.pt), `argv` with `flag value`."""
+    assert run_cli(lambda: classifier.main(argv)) == 0
+    return with_flag(argv, flag, value)
 
 
-def bytes_file(tmp_path, data: bytes) -> str:
-    path = tmp_path / "rand.csv"
-    path.write_bytes(data)
-    return str(path)
+CASES = {  # docs/errors.md's row (its first column): how the working argv changes (argv, tmp_path, tiny_dir)
+    "a task file of random bytes":
+        lambda a, t, d: with_flag(a, "--train-file", a_file(t, "train.csv", bytes(range(128, 256)))),
+    "an empty task file": lambda a, t, d: with_flag(a, "--dev-file", a_file(t, "dev.csv", b"")),
+    "a header without the needed columns":
+        lambda a, t, d: with_flag(a, "--dev-file", a_file(t, "dev.csv", b"a\tb\n1\t2\n")),
+    "a missing file (`--train-file`, `--resume`, ...)":
+        lambda a, t, d: with_flag(a, "--train-file", str(t / "absent.csv")),
+    "`--batch-size 0`": lambda a, t, d: with_flag(a, "--batch-size", "0"),
+    "`--lr nan`": lambda a, t, d: with_flag(a, "--lr", "nan"),
+    "`--dropout 1.5`": lambda a, t, d: with_flag(a, "--dropout", "1.5"),
+    "`--resume` a truncated checkpoint": lambda a, t, d: with_flag(
+        a, "--resume", truncated(t / "run.pt", saved({"model": {"w": torch.zeros(64, 64)}, "epoch": 1}))),
+    "`--resume` a file that is not a training checkpoint": lambda a, t, d: with_flag(
+        a, "--resume", a_file(t, "model.bin", saved(load_file(d / "model.safetensors")))),
+    "`--resume` with other settings": lambda a, t, d: with_flag(trained_then(a, "--lr", "0.5"), "--resume",
+                                                                str(t / "run.pt")),
+    "a malformed config.json": lambda a, t, d: with_flag(a, "--model", damaged_model(d, t, "config-json")),
+    "config.json with a wrong type": lambda a, t, d: with_flag(a, "--model", damaged_model(d, t, "config-type")),
+    "a truncated model.safetensors": lambda a, t, d: with_flag(a, "--model", damaged_model(d, t, "truncated")),
+    "a truncated or damaged pytorch_model.bin":
+        lambda a, t, d: with_flag(a, "--model", damaged_model(d, t, "truncated-bin")),
+    "NaN or inf in the weights": lambda a, t, d: with_flag(a, "--model", damaged_model(d, t, "nan")),
+    "a malformed tokenizer_config.json or vocab file":
+        lambda a, t, d: with_flag(a, "--model", damaged_model(d, t, "tokenizer-json")),
+    "`--precision fp16` on a CPU": lambda a, t, d: with_flag(with_flag(a, "--device", "cpu"), "--precision", "fp16"),
+    "`--device cuda` without CUDA": lambda a, t, d: with_flag(a, "--device", "cuda"),
+}
+SKIP_WHEN = {"`--device cuda` without CUDA": (torch.cuda.is_available(), "this machine has CUDA")}  # row: (skip, why)
+ROWS = page_rows()
 
 
-@pytest.mark.parametrize("name,change,status,says", CASES, ids=[c[0] for c in CASES])
-def test_a_bad_input_is_one_error_line_without_a_traceback(name, change, status, says, base, tmp_path, tiny_dir,
-                                                           capsys):
-    code, err = cli(change(base, tmp_path, tiny_dir), capsys)
-    assert code == status, err
-    assert "Traceback" not in err
-    assert err.strip().splitlines()[-1].startswith(("error: ", "python -m tasks.classifier: error: ")), err
-    assert re.search(says, err.strip().splitlines()[-1]), err
+def test_each_row_of_the_page_has_one_case():
+    assert [r for r in ROWS if r not in CASES] == [], f"rows of {PAGE} without a case in CASES"
+    assert [c for c in CASES if c not in ROWS] == [], f"cases without a row in {PAGE} (its first column)"
 
 
-def test_resume_with_other_settings_and_bad_rows_are_reported(base, tmp_path, capsys):
-    assert cli(base, capsys)[0] == 0
-    code, err = cli(with_flag(base, "--lr", "0.5") + ["--resume", str(tmp_path / "run.pt")], capsys)
-    assert code == 1 and "Traceback" not in err
-    assert err.splitlines()[-1].startswith(f"error: {tmp_path / 'run.pt'}: cannot resume a different run; settings "
-                                           "differ: training.lr: checkpoint 3e-05, now 0.5")
+@pytest.mark.parametrize("row", list(ROWS))
+def test_a_bad_input_gives_the_pages_exit_status_and_message(row, base, tmp_path, tiny_dir, capsys):
+    if row not in CASES:
+        pytest.fail(f"{PAGE}: row {row!r} has no case in CASES")
+    skip, why = SKIP_WHEN.get(row, (False, ""))
+    if skip:
+        pytest.skip(why)
+    status, messages = ROWS[row]
+    code, err = cli(CASES[row](base, tmp_path, tiny_dir), capsys)
+    assert "Traceback" not in err, err
+    last = err.strip().splitlines()[-1].replace(f"{tmp_path}/", "")
+    assert (code, any(matches(last, m) for m in messages)) == (status, True), (
+        f"{PAGE}, row {row!r}:\n  the page: exit {status}, {' or '.join(messages)}\n  the code: exit {code}, {last}")
+
+
+def test_a_missing_resume_file_is_refused_like_a_missing_train_file(base, tmp_path, capsys):
+    """The page's missing-file row, for --resume (which takes a file or a directory: `no such file or directory`)."""
+    status, (message,) = ROWS["a missing file (`--train-file`, `--resume`, ...)"]
+    code, err = cli(with_flag(base, "--resume", str(tmp_path / "absent.pt")), capsys)
+    expected = message.replace("--train-file", "--resume").replace("absent.csv", "absent.pt")
+    assert code == status and err.strip().splitlines()[-1].replace(f"{tmp_path}/", "").startswith(expected), err
+
+
+def test_bad_rows_are_skipped_and_reported(base, tmp_path, capsys):
     rows = (b"\tid\tsentence\tsentiment\n0\ta\tgood\t4\n1\ta\tbad\t0\n2\tb\r\n3\tc\xfft\t2\n4\td\x00\t1\n5\te\tok\t3\n")
-    code, err = cli(with_flag(base, "--train-file", bytes_file(tmp_path, rows)), capsys)
+    code, err = cli(with_flag(base, "--train-file", a_file(tmp_path, "rand.csv", rows)), capsys)
     assert code == 0, err
     assert "rand.csv: 2 examples loaded, 4 rows skipped" in err
     for line, why in ((3, "duplicate id a (first on line 2)"), (4, "2 columns, the header has 4"),
