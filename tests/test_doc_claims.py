@@ -282,11 +282,11 @@ PAGES = {path.relative_to(ROOT).as_posix(): path
          for path in [ROOT / "README.md", HANDOUT, *sorted((ROOT / "docs").glob("*.md"))]}   # INSTRUCTORS.md: its own test
 
 
-def page_commands() -> list[tuple[str, str, list[str]]]:
+def page_commands(pages: dict[str, Path] = PAGES) -> list[tuple[str, str, list[str]]]:
     """(page, module, its arguments) for each `python -m tasks.X` / `python -m assignments.X` (or `torchrun ... -m`)
     in a page's bash blocks, continuations joined, up to a comment, a redirection or the next command."""
     out = []
-    for page, path in PAGES.items():
+    for page, path in pages.items():
         blocks = re.findall(r"```bash\n(.*?)```", path.read_text(), flags=re.DOTALL)
         for line in "\n".join(blocks).replace("\\\n", " ").splitlines():
             for m in re.finditer(r"(?:python3?|torchrun\b[^\n;&|#]*?) -m ((?:tasks|assignments)\.\w+)([^;&|#>)]*)",

@@ -3,9 +3,6 @@ that exists and only flags (and subcommands) its --help lists."""
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import io
 import json
 import re
 import shlex
@@ -18,6 +15,7 @@ from assignments.make import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import staff_times
+from test_doc_claims import help_text, page_commands
 
 GUIDE = ROOT / "assignments" / "INSTRUCTORS.md"
 STAFF_TIMES = ROOT / "benchmarks" / "results" / "staff-times.json"
@@ -25,22 +23,7 @@ STAFF_TIMES = ROOT / "benchmarks" / "results" / "staff-times.json"
 
 def documented_commands() -> list[tuple[str, list[str]]]:
     """(module, its arguments) for each `python -m assignments.X ...` in the guide's code blocks, continuations joined."""
-    blocks = re.findall(r"```bash\n(.*?)```", GUIDE.read_text(), flags=re.DOTALL)
-    lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
-    out = []
-    for line in lines:
-        for m in re.finditer(r"python -m (assignments\.\w+)([^;&|#)]*)", line):
-            out.append((m.group(1), shlex.split(m.group(2).replace("[", " ").replace("]", " "))))
-    return out
-
-
-def _help(module: str, sub: list[str]) -> str:
-    main = importlib.import_module(module).main
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text), pytest.raises(SystemExit) as e:
-        main([*sub, "--help"])
-    assert e.value.code == 0, module
-    return text.getvalue()
+    return [(module, args) for _, module, args in page_commands({"guide": GUIDE}) if module.startswith("assignments.")]
 
 
 def test_the_guide_documents_each_staff_tool() -> None:
@@ -56,7 +39,7 @@ def test_each_documented_command_uses_flags_its_tool_has(module: str, args: list
         assert not flags                                   # it takes none
         return
     sub = [args[0]] if module in ("assignments.bundle", "assignments.lockfile") and args else []
-    text = _help(module, sub)
+    text = help_text(module, sub)
     for flag in flags:
         if flag != "--help":
             assert re.search(rf"{re.escape(flag)}\b", text), f"{module} {' '.join(sub)}: no {flag} in its --help"
