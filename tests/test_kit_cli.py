@@ -55,8 +55,14 @@ def test_alias_table_lists_every_alias_once() -> None:
     assert len({a.starter for a in STARTER_ALIASES}) == len(STARTER_ALIASES)
     for a in STARTER_ALIASES:
         assert f"| `{a.starter}` |" in text
+    from assignments.make import handout_text
     handout = (ROOT / "assignments" / "README.md").read_text()
-    assert table_markdown() in handout, "the handout's alias table is stale: paste tasks.core.starter_flags.table_markdown()"
+    for profile, table in (("part1", table_markdown(("classifier",))), ("default-project", table_markdown()),
+                           ("full", table_markdown())):     # a tree without tasks.multitask: the classifier's aliases
+        text = handout_text(handout, profile)
+        assert table in text, f"{profile}: the handout's alias table is stale: paste starter_flags.table_markdown()"
+        if profile == "part1":
+            assert "multitask" not in text.split("The course's starter code spells")[1].split("## How it is graded")[0]
 
 
 def train_classifier_in(tree: Path, *flags: str) -> subprocess.CompletedProcess:

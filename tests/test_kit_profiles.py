@@ -4,6 +4,7 @@ reference laid over it scores full marks, that it shows no solution, and that it
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 
 from assignments import make
 from assignments.leaks import leaks, solution_statements
+from assignments.checks import PARTS
 from assignments.make import BEGIN, ROOT, generate, handout_text
 from assignments.profiles import PROFILES
 
@@ -247,3 +249,29 @@ def test_the_leaderboard_commands_name_the_tasks_of_minbert_multitask() -> None:
     from minbert.multitask import TASK_NAMES
     from tasks import score, submit
     assert score.TASK_NAMES == submit.TASK_NAMES == TASK_NAMES
+
+
+def test_each_profiles_handout_names_only_what_its_tree_holds(trees: dict[str, Path]) -> None:
+    """The tree's handout: every file of minbert/, tasks/ or assignments/ it names is in the tree, every check group
+    it tells the student to run is one the tree's checker has, and a tree without tasks.multitask never names it
+    (files of the reference repository, benchmarks/ and docs/, are named as the reference's)."""
+    for name, tree in trees.items():
+        text = (tree / "assignments" / "README.md").read_text()
+        named = set(re.findall(r"`((?:minbert|tasks|assignments)/[\w/.-]+\.(?:py|json|ipynb|md))`", text))
+        assert [p for p in sorted(named) if not (tree / p).is_file()] == [], name
+        asked = {g for line in re.findall(r"python -m assignments\.check ([\w ]+)", text) for g in line.split()}
+        has = trees_groups(tree)
+        assert {g for g in asked if g != "all" and g not in has and PARTS.get(g, None) is None} == set(), name
+        assert {g for g in asked if g in PARTS and PARTS[g].group not in has} == set(), name
+        if not (tree / "tasks" / "multitask").is_dir():
+            assert "multitask" not in text.replace("Multitask", ""), name
+        flat = " ".join(text.split())
+        for path in re.findall(r"`(benchmarks/[\w/.-]+|docs/[\w/.-]+)`", flat):
+            if not (tree / path).exists():          # the reference repository's: said so just before it
+                for m in re.finditer(rf"`{re.escape(path)}`", flat):
+                    assert "reference" in flat[max(0, m.start() - 60):m.start()], (name, path, flat[m.start() - 60:m.end()])
+
+
+def trees_groups(tree: Path) -> set[str]:
+    """The check groups a tree's checker knows: core and one per checks_GROUP.py it holds."""
+    return {"core"} | {p.stem.removeprefix("checks_") for p in (tree / "assignments").glob("checks_*.py")}

@@ -103,11 +103,15 @@ def translate(argv: list[str] | None, cli: str) -> list[str]:
     return out
 
 
-def table_markdown() -> str:
-    """The alias table as Markdown, for the handout."""
+def table_markdown(clis: tuple[str, ...] | None = None) -> str:
+    """The alias table as Markdown, for the handout: every alias, or those of the given CLIs (a tree without
+    tasks.multitask lists the classifier's)."""
     rows = ["| starter flag | minbert flag | CLIs | note |", "|---|---|---|---|"]
     for a in STARTER_ALIASES:
+        shown = [c for c in a.clis if clis is None or c in clis]
+        if not shown:
+            continue
         ours = a.ours + ("" if not a.values else " (" + ", ".join(f"{s} -> {o}" for s, o in a.values) + ")")
         note = a.note or ("sets the folder of the file" if a.output else "")
-        rows.append(f"| `{a.starter}` | `{ours}` | {', '.join(a.clis)} | {note} |")
+        rows.append(f"| `{a.starter}` | `{ours}` | {', '.join(shown)} | {note} |")
     return "\n".join(rows)
