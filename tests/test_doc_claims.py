@@ -351,3 +351,10 @@ def test_the_search_page_describes_the_committed_space_and_its_trials_times() ->
         seconds = [float(r["seconds"]) for r in csv.DictReader(f) if r["state"] == "COMPLETE"]
     assert (f"took {min(seconds) / 60:.0f}-{max(seconds) / 60:.0f} minutes on machine A "
             f"({min(seconds):.0f}-{max(seconds):.0f} s in benchmarks/search/trials.csv") in page
+
+
+def test_the_tree_notebook_and_data_readme_state_the_sst_files_size() -> None:
+    with open(ROOT / "data" / "ids-sst-train.csv", encoding="utf-8") as f:
+        rows = sum(1 for _ in f) - 1                                       # the header
+    assert f"(SST has {rows})" in (ROOT / "assignments" / "tree_files" / "minbert.ipynb").read_text()
+    assert f"| ids-sst-train.csv | {rows} |" in (ROOT / "data" / "README.md").read_text()

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from assignments import make
-from assignments.leaks import leaks, solution_statements
 from assignments.checks import PARTS
+from assignments.leaks import leaks, solution_statements
 from assignments.make import BEGIN, ROOT, generate, handout_text
 from assignments.profiles import PROFILES
 

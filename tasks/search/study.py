@@ -31,8 +31,7 @@ def need_optuna() -> Any:
     try:
         import optuna
     except ImportError:
-        raise UserError("python -m tasks.search needs Optuna, which is not installed: pip install optuna "
-                        "(or pip install -r requirements-test.txt)") from None
+        raise UserError("python -m tasks.search needs Optuna, which is not installed: pip install optuna") from None
     return optuna
 
 
