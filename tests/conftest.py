@@ -156,26 +156,28 @@ def multitask_files(tmp_path):
 # `python -m`.
 _EACH_AS_MAIN = """
 import contextlib, io, json, runpy, sys
-said = {}
+said, with_stderr = {}, sys.argv[2] == "stderr"
 for name, args in json.loads(sys.argv[1]):
-    sys.argv, out = [f"tasks.{name}", *args], io.StringIO()
+    sys.argv, out, err = [f"tasks.{name}", *args], io.StringIO(), io.StringIO()
     try:
-        with contextlib.redirect_stdout(out):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err if with_stderr else sys.stderr):
             runpy.run_module(f"tasks.{name}", run_name="__main__", alter_sys=True)
         code = "returned without exiting"
     except SystemExit as stop:
         code = stop.code or 0
-    said[name] = [code, out.getvalue()]
+    said[name] = [code, out.getvalue()] + ([err.getvalue()] if with_stderr else [])
 print(json.dumps(said))
 """
 
 
-def each_as_main(commands: dict[str, list[str]], cwd: Path, env: dict[str, str]) -> dict[str, tuple[object, str]]:
-    """{command: its arguments} run as `python -m tasks.NAME ARGS` in one interpreter: {command: (exit code, stdout)}."""
+def each_as_main(commands: dict[str, list[str]], cwd: Path, env: dict[str, str],
+                 stderr: bool = False) -> dict[str, tuple]:
+    """{command: its arguments} run as `python -m tasks.NAME ARGS` in one interpreter: {command: (exit code, stdout)},
+    or with stderr (exit code, stdout, stderr)."""
     proc = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c", _EACH_AS_MAIN,
-                           json.dumps(list(commands.items()))], cwd=cwd, capture_output=True, text=True, timeout=300,
-                          check=False, env=env)
+                           json.dumps(list(commands.items())), "stderr" if stderr else "-"], cwd=cwd,
+                          capture_output=True, text=True, timeout=300, check=False, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     said = json.loads(proc.stdout.splitlines()[-1])
     assert list(said) == list(commands), proc.stderr[-2000:]
-    return {name: (code, printed) for name, (code, printed) in said.items()}
+    return {name: tuple(result) for name, result in said.items()}

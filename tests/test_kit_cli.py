@@ -10,7 +10,7 @@ import pytest
 
 from assignments.make import ROOT, generate
 from tasks import classifier, multitask
-from tasks.core.errors import ConfigurationError
+from tasks.core.errors import ConfigurationError, run_cli
 from tasks.core.starter_flags import STARTER_ALIASES, table_markdown, translate
 
 
@@ -96,6 +96,38 @@ def test_training_an_unfinished_tree_names_the_part_and_the_check(tmp_path: Path
     start, end = example.split(" ... ")
     last = " ".join(proc.stderr.strip().splitlines()[-1].split())
     assert last.startswith(start) and end in last, (example, last)
+
+
+def _compiled_in(rel: str, source: str) -> dict:
+    """The functions of `source` compiled as if they were lines of ROOT/rel (a stub in minbert/ is such a function)."""
+    found: dict = {}
+    exec(compile(source, str(ROOT / rel), "exec"), found)          # noqa: S102 (the test's own source)
+    return found
+
+
+def test_run_cli_names_a_stub_of_any_command_and_keeps_any_other_not_implemented_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """run_cli, every command's wrapper: a bare NotImplementedError raised by a function of minbert/ or tasks/ is the
+    one line (exit 1, no traceback), the extension's name reading right whatever it is; one with a message, or one
+    a library raised (even when minbert's code called it), keeps its traceback."""
+    stub = _compiled_in("minbert/deebert.py", "def early_exit():\n    raise NotImplementedError\n")["early_exit"]
+    assert run_cli(stub) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: early_exit() in minbert/deebert.py:2 is not written yet") and err.count("\n") == 1
+    assert "python -m assignments.check deebert  and run this again" in err
+    loss = _compiled_in("minbert/sentence_losses.py", "def loss():\n    raise NotImplementedError\n")["loss"]
+    assert run_cli(loss) == 1                     # an extension with no checks here: the student builds it
+    assert ("it is part of the sentence-embedding objectives, an extension for you to build. Write it, or run "
+            "without its flag.") in capsys.readouterr().err
+
+    def library() -> None:
+        raise NotImplementedError
+    said = _compiled_in("minbert/deebert.py", "def early_exit():\n    raise NotImplementedError('on this device')\n")
+    calls = _compiled_in("minbert/deebert.py", "def calls(f):\n    f()\n")["calls"]
+    for main in (said["early_exit"], library, lambda: calls(library)):
+        with pytest.raises(NotImplementedError):
+            run_cli(main)
+    assert capsys.readouterr().err == ""
 
 
 def _predict_all(pred_dir: Path, split: str) -> None:

@@ -164,7 +164,7 @@ def test_default_project_stops_an_extension_flag_with_the_not_written_line(tmp_p
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: Smart.__init__ in minbert/smart.py:") and "is not written yet" in last, proc.stderr
-    assert "SMART is an extension for you to build" in last and "Traceback" not in proc.stderr
+    assert "it is part of SMART, an extension for you to build" in last and "Traceback" not in proc.stderr
 
 
 def test_part1_ships_sst_and_cfimdb_data_alone(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -81,6 +82,73 @@ def test_a_student_tree_defaults_to_its_own_attention_and_adamw(tmp_path: Path, 
     assert (tree / "tasks" / "multitask" / "main-job.json") in carried
     for path in carried:                          # a config's recipe section, or a search space's "recipe.X" keys
         assert not re.search(r'"(recipe\.)?(attention|optimizer)"\s*:', path.read_text()), path
+
+
+def test_the_extension_commands_stop_before_training_at_their_unwritten_function(tiny_dir: Path, tmp_path: Path) -> None:
+    """Parts 1 and 2 written, DeeBERT and SimCSE not: tasks.deebert stops at early_exit() before either stage trains
+    (the sweep would be the first to call it) and tasks.simcse at its objective's loss before it loads anything, each
+    with the one line naming the function and its check (run_cli, as every command); one interpreter runs both."""
+    tree = student_tree(tmp_path)
+    for rel in ("minbert/deebert.py", "minbert/simcse.py"):
+        (tree / rel).write_text(_partly_done((ROOT / rel).read_text(), set(), rel))
+    def piece(source: str, stop: int) -> str:
+        lines = (DATA / source).read_text(encoding="utf-8").splitlines(keepends=True)
+        (tmp_path / source).write_text(lines[0] + "".join(lines[1:1 + stop]), encoding="utf-8")
+        return str(tmp_path / source)
+    common = ["--model", str(tiny_dir), "--device", "cpu", "--threads", "1", "--no-progress"]
+    argv = {"deebert": [*common, "--task", "sst2", "--out", str(tmp_path / "deebert"), "--epochs", "1",
+                        "--batch-size", "8", "--train-file", piece("ids-sst-train.csv", 48),
+                        "--dev-file", piece("ids-sst-dev.csv", 40), "--test-file", piece("ids-sst-test-student.csv", 8)],
+            "simcse": [*common, "--out", str(tmp_path / "simcse"), "--batch-size", "8", "--sts-dev",
+                       piece("sts-dev.csv", 24), "--para-train", piece("quora-train.csv", 40)]}
+    env = {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    said = each_as_main(argv, tree, env, stderr=True)
+    for name, function, check in (("deebert", "early_exit", "deebert"), ("simcse", "unsup_simcse_loss", "simcse")):
+        code, _, stderr = said[name]
+        assert_names_the_part(SimpleNamespace(returncode=code, stderr=stderr), function, f"minbert/{name}.py", check)
+    assert not list(tmp_path.glob("*/*.pt")) and not list(tmp_path.glob("*/*.curves.jsonl"))   # nothing trained
+    assert "zero-shot" not in said["simcse"][2]                                 # nor the model evaluated
+
+
+def test_tasks_attention_in_a_fresh_part1_tree_names_the_first_stub(tiny_dir: Path, tmp_path: Path) -> None:
+    """The attention map runs the tree's encoder, whose embeddings come first (its probabilities are torch's kernel's,
+    minbert.model.attention_probs, not attention()): a fresh part 1 tree stops there with the one line."""
+    tree = tmp_path / "tree"
+    generate(tree, data=False, profile="part1")
+    proc = subprocess.run([sys.executable, "-m", "tasks.attention", "--model", str(tiny_dir), "--out",
+                           str(tmp_path / "a.png")], cwd=tree, capture_output=True, text=True, check=False, timeout=120,
+                          env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    assert_names_the_part(proc, "BertEmbeddings.forward", "minbert/model.py")
+    assert not (tmp_path / "a.png").exists()
+
+
+def test_deebert_s_check_before_training_reaches_the_exit_rule_and_leaves_the_model_as_it_was(tiny_config) -> None:
+    """reach_the_sweep: with minbert's functions it passes, leaving the model's mode and the RNG as they were; with
+    entropy unwritten it stops (the sweep's rule for sst2 is entropy's), with --exit patience it does not need it."""
+    from minbert.deebert import DeeBert, DeeBertConfig
+    from tasks.deebert import reach_the_sweep
+    from tasks.deebert.settings import Sweep
+    model = DeeBert(minbert.BertModel(tiny_config), DeeBertConfig(2))
+    state = torch.get_rng_state()
+    reach_the_sweep(model, "sst2", Sweep().resolved("sst2"), torch.device("cpu"))
+    assert model.training and torch.equal(torch.get_rng_state(), state)
+
+    def unwritten(*args, **kwargs):
+        raise NotImplementedError
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(minbert.deebert, "entropy", unwritten)
+        with pytest.raises(NotImplementedError):
+            reach_the_sweep(model, "sst2", Sweep().resolved("sst2"), torch.device("cpu"))
+        assert model.training
+        reach_the_sweep(model, "sst2", Sweep(exit="patience").resolved("sst2"), torch.device("cpu"))
+
+
+def test_simcse_s_check_before_loading_passes_with_every_objective() -> None:
+    from minbert.simcse import OBJECTIVES, SimCSEConfig
+    from tasks.simcse import reach_the_objective
+    for objective in OBJECTIVES:
+        for hard_negatives in (False, True) if objective == "sup" else (False,):
+            reach_the_objective(SimCSEConfig(objective), hard_negatives)
 
 
 def tiny_classifier_run(tiny_dir: Path, tmp_path: Path, *flags: str) -> dict:

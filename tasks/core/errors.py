@@ -2,8 +2,10 @@
 
 A user error (a bad file, a bad flag value, a checkpoint that cannot be read or resumed) is raised as one of
 USER_ERRORS with a message that reads `PATH:LINE: what is wrong; what to do`; run_cli prints it as
-`error: ...` on stderr and exits 1, without a traceback. Anything else is a bug in minbert and keeps its
-traceback. Argument values are checked at parse time by the type helpers below (argparse exits 2).
+`error: ...` on stderr and exits 1, without a traceback. So does a student tree's unwritten stub, whatever command
+reaches it: its bare NotImplementedError becomes the line naming the function, its file:line and the check to run
+(tasks/core/unfinished.py). Anything else is a bug in minbert and keeps its traceback. Argument values are checked
+at parse time by the type helpers below (argparse exits 2).
 
     if __name__ == "__main__":
         sys.exit(run_cli(main))
@@ -20,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from minbert.checkpoint import CheckpointError
+
+from .unfinished import unfinished_message
 
 
 class UserError(Exception):
@@ -57,13 +61,20 @@ def diverged(value: float, epoch: int, step: int, task: str | None, unit: str, c
 
 
 def run_cli(main: Callable[[], int | None]) -> int:
-    """Call a CLI's main(); a user error becomes `error: MESSAGE` on stderr and exit status 1, a bug keeps its
-    traceback, Ctrl-C exits 130 with one line."""
+    """Call a CLI's main(); a user error, or a stub not written yet, becomes `error: MESSAGE` on stderr and exit
+    status 1, a bug keeps its traceback, Ctrl-C exits 130 with one line."""
     try:
         return main() or 0
     except USER_ERRORS as e:
         sys.stdout.flush()
         print(f"error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except NotImplementedError as e:
+        message = unfinished_message(e)
+        if message is None:                         # not a stub of minbert/ or tasks/: keep its traceback
+            raise
+        sys.stdout.flush()
+        print(f"error: {message}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         sys.stdout.flush()

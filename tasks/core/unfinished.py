@@ -1,12 +1,12 @@
-"""Training on a student tree whose parts are not all written: say which function to write and how to check it."""
+"""Training on a student tree whose parts are not all written: say which function to write and how to check it.
+
+run_cli (tasks/core/errors.py), the wrapper of every `python -m tasks.X`, turns a stub's bare NotImplementedError
+into unfinished_message's line: `error: NAME in FILE:LINE is not written yet ...`, exit status 1, no traceback.
+"""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
-
-from .errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 # The assignment's group of each file students fill in: python -m assignments.check GROUP checks that group.
@@ -22,25 +22,24 @@ EXTENSION_OF_FILE = {"minbert/deebert.py": "DeeBERT", "minbert/smart.py": "SMART
 
 
 def unfinished_message(e: NotImplementedError) -> str | None:
-    """For a stub's bare NotImplementedError raised in minbert/ or tasks/: which function to write; else None."""
-    if e.args:
+    """For a stub's bare NotImplementedError, raised by a function of minbert/ or tasks/ itself: which function to
+    write; else None (a library's NotImplementedError keeps its traceback, even when minbert's code called it)."""
+    tb = e.__traceback__
+    if e.args or tb is None:
         return None
-    found, tb = None, e.__traceback__
-    while tb is not None:
-        path = Path(tb.tb_frame.f_code.co_filename).resolve()
-        if ROOT in path.parents and path.relative_to(ROOT).parts[0] in ("minbert", "tasks"):
-            code = tb.tb_frame.f_code
-            found = (getattr(code, "co_qualname", code.co_name), path.relative_to(ROOT).as_posix(), tb.tb_lineno)
+    while tb.tb_next is not None:                    # the frame that raised it: the stub's own
         tb = tb.tb_next
-    if found is None:
+    path = Path(tb.tb_frame.f_code.co_filename).resolve()
+    if ROOT not in path.parents or path.relative_to(ROOT).parts[0] not in ("minbert", "tasks"):
         return None
-    name, rel, line = found
+    code = tb.tb_frame.f_code
+    name, rel, line = getattr(code, "co_qualname", code.co_name), path.relative_to(ROOT).as_posix(), tb.tb_lineno
     name = name if "." in name else f"{name}()"
     group = GROUP_OF_FILE.get(rel, "")
     checked = group == "core" or (ROOT / "assignments" / f"checks_{group}.py").is_file()
     if rel in EXTENSION_OF_FILE and not checked:      # an extension this tree leaves to build: no checks for it
-        return (f"{name} in {rel}:{line} is not written yet (it still raises NotImplementedError): {EXTENSION_OF_FILE[rel]} "
-                "is an extension for you to build. Write it, or run without its flag.")
+        return (f"{name} in {rel}:{line} is not written yet (it still raises NotImplementedError): it is part of "
+                f"{EXTENSION_OF_FILE[rel]}, an extension for you to build. Write it, or run without its flag.")
     part = {"core": "part 1", "multitask": "part 2"}.get(group, f"the {group} extension")
     if rel in PART_OF_FILE:
         part, group = f"{part} ({PART_OF_FILE[rel]})", PART_OF_FILE[rel]
@@ -48,18 +47,3 @@ def unfinished_message(e: NotImplementedError) -> str | None:
             f"{part} of the assignment. Write it, check it with  python -m assignments.check {group}".rstrip()
             + "  and run this again.")
 
-
-class UnfinishedError(UserError):
-    """A run reached a part of the assignment that is not written yet."""
-
-
-@contextlib.contextmanager
-def explain_unfinished() -> Iterator[None]:
-    """Turn a stub's NotImplementedError into a one-paragraph exit message instead of a long traceback."""
-    try:
-        yield
-    except NotImplementedError as e:
-        message = unfinished_message(e)
-        if message is None:
-            raise
-        raise UnfinishedError(message) from None

@@ -51,12 +51,14 @@ from ..core.runs import RUN_FILE, RunPaths, read_run_json, resume_base, run_path
 from ..core.settings import build, dump, parse, parser_for, read_config
 from ..core.train import FitOptions, Work, fit
 from ..core.training_setup import start, write_split
+from ..core.tree import STUDENT
 from .report import format_choice, format_table, write_outputs
 from .settings import DEFAULT_THRESHOLDS, NUM_LABELS, SOURCE, Settings, Sweep  # noqa: F401 (re-exported)
 from .sweep import (
     EVAL_BATCH,
     choose,
     exit_predictions,
+    exit_rules,
     predictions,
     quality,
     quality_table,
@@ -104,6 +106,22 @@ def layer_scores(model: DeeBert, task: str, split_batches: list[dict], device: t
     labels = [y for b in split_batches for y in b["labels"].tolist()]
     z = torch.cat(logits, dim=1)                                                        # (L, N, C)
     return [quality(task, predictions(task, z[l]), labels) for l in range(z.shape[0])]
+
+
+def reach_the_sweep(model: DeeBert, task: str, sweep: Sweep, device: torch.device) -> None:
+    """In a student tree, before any training: the sweep's functions of minbert/deebert.py (early_exit, and the exit
+    rule's step: entropy for --exit entropy) on one two-token sample, so that one not written yet stops the run now
+    with the line naming it (run_cli), not after both stages have trained. In eval mode: no dropout, no RNG drawn."""
+    rules, no_exit = exit_rules(sweep, model.num_layers)
+    rule = next(iter(rules.values()), no_exit)
+    ids = torch.zeros(1, 2, dtype=torch.long, device=device)                   # (1, 2): [PAD] [PAD], all attended
+    was_training = model.training
+    model.eval()
+    try:
+        deebert.early_exit(model, ids, torch.ones_like(ids), torch.zeros_like(ids), rule)
+        rule.step(torch.zeros(1, NUM_LABELS[task], device=device), rule.start(1, device))
+    finally:
+        model.train(was_training)
 
 
 def build_model(settings: Settings) -> DeeBert:
@@ -208,6 +226,8 @@ def run(settings: Settings) -> dict:
     model = build_model(settings)
     model.bert.gradient_checkpointing = tr.gradient_checkpointing
     model.to(device)
+    if STUDENT:
+        reach_the_sweep(model, task, sweep, device)
     select, report = split_halves(dev, tr.seed) if settings.dev_protocol == "halves" else (dev, dev)
     dev_batches = batches(select, EVAL_BATCH, bucket=True)
     summary: dict = {"task": task, "model": tr.model, "exit": sweep.exit, "dev_protocol": settings.dev_protocol,

@@ -52,7 +52,6 @@ from ..core.starter_flags import translate
 from ..core.terms import Context, build_terms, check_terms
 from ..core.train import FitOptions, FitResult, Work, fit
 from ..core.training_setup import start, write_split
-from ..core.unfinished import explain_unfinished
 from . import terms as _registered  # noqa: F401  (importing it registers the command's terms)
 from .data import Encoded, EpochBatches, collate, load
 from .model import model_class, multitask_loss, prepare_inputs
@@ -260,7 +259,6 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
 
 def main(argv: list[str] | None = None) -> int:
     settings = parse_settings(argv)
-    with explain_unfinished():
-        run(settings)
+    run(settings)
     return 0
 

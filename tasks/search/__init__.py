@@ -35,7 +35,6 @@ from ..core.errors import (
 )
 from ..core.runs import runs_root
 from ..core.settings import parse, parser_for, setting
-from ..core.unfinished import explain_unfinished
 
 PRUNERS = ("median", "halving", "none")
 PROG = "python -m tasks.search"
@@ -131,10 +130,9 @@ def run(settings: Settings) -> dict:
 
         try:
             if settings.trials:
-                with explain_unfinished():
-                    study.optimize(objective(optuna, study, space, study_dir, settings.retries),
-                                   n_trials=settings.trials, timeout=settings.timeout, catch=(TrainingError,),
-                                   callbacks=[after_trial], gc_after_trial=True)
+                study.optimize(objective(optuna, study, space, study_dir, settings.retries),
+                               n_trials=settings.trials, timeout=settings.timeout, catch=(TrainingError,),
+                               callbacks=[after_trial], gc_after_trial=True)
         finally:                                  # a trial stopped by an error or Ctrl-C is in the table too
             table, notes = write_reports(optuna, study, study_dir)
     for note in notes:

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 import minbert
 from minbert.checkpoint import resolve
 from minbert.hub import OPTIONAL as TOKENIZER_FILES
-from minbert.simcse import SimCSE
+from minbert.simcse import SimCSE, SimCSEConfig, margin_loss, sup_simcse_loss, unsup_simcse_loss
 
 from ..core.batching import Passes, batch_indices, pad_views, token_ids
 from ..core.data import TASKS, Records
@@ -57,6 +57,7 @@ from ..core.runs import RUN_FILE, RunPaths, parse_run, run_paths, write_run_json
 from ..core.settings import parser_for
 from ..core.train import FitOptions, Work, fit
 from ..core.training_setup import seeded_sample, start
+from ..core.tree import STUDENT
 from .quora import QUORA_STAGE, SIMCSE_QUORA_REST, mine_hard_negatives, split_quora, write_rows
 from .settings import DEFAULTS, Settings
 
@@ -125,6 +126,19 @@ def sts_zero_shot(model: SimCSE, pairs: Examples, gold: list[float], batch_size:
     index = batch_indices(lengths, batch_size, shuffle=False, bucket=True, pool=max(len(lengths), 1))
     cos = predict_batches(model, (pairs.collate(i) for i in index), pair_cosines, device)
     return pearson(in_order(range(len(pairs)), index, cos), gold)
+
+
+def reach_the_objective(config: SimCSEConfig, hard_negatives: bool) -> None:
+    """In a student tree, before anything is loaded: the objective's loss of minbert/simcse.py (SimCSE.loss's) on two
+    tiny batches of embeddings, so that one not written yet stops the run now with the line naming it (run_cli), not
+    after the data, the model and the zero-shot evaluation."""
+    z = torch.eye(2, 4)                                                         # (B, H): two embeddings
+    if config.objective == "unsup":
+        unsup_simcse_loss(z, z.flip(0), config.temperature)
+    elif config.objective == "margin":
+        margin_loss(z, z.flip(0), torch.tensor([1.0, 0.0]), config.margin, config.distance)
+    else:
+        sup_simcse_loss(z, z.flip(0), z if hard_negatives else None, config.temperature, config.hard_negative_weight)
 
 
 def check(settings: Settings, paths: RunPaths) -> None:
@@ -246,6 +260,8 @@ def run(settings: Settings) -> dict:
     s, tr = settings.simcse, settings.training
     paths = run_paths(settings.run, "simcse", s.objective)
     check(settings, paths)
+    if STUDENT:
+        reach_the_objective(settings.simcse_config(), s.hard_negatives)
     epochs = tr.epochs or DEFAULTS[s.objective]["epochs"]
     lr = tr.lr if tr.lr is not None else DEFAULTS[s.objective]["lr"]
     model_dir = resolve(tr.model)

@@ -36,7 +36,6 @@ from .core.settings import parser_for, section, setting
 from .core.starter_flags import translate
 from .core.train import FitOptions, Work, fit
 from .core.training_setup import Training, load_split, start, write_split
-from .core.unfinished import explain_unfinished
 
 NUM_LABELS = {"sst": 5, "cfimdb": 2}
 
@@ -219,8 +218,7 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
 
 def main(argv: list[str] | None = None) -> int:
     settings = parse_settings(argv)
-    with explain_unfinished():
-        run(settings)
+    run(settings)
     return 0
 
 
