@@ -248,7 +248,8 @@ def handout_text(text: str, profile: str, name: str = "assignments/README.md") -
 
 def tree_readme(profile: Profile) -> str:
     """The README.md at the student tree's root: which profile it is, where the handout is."""
-    return (f"# minBERT\n\nThis tree is the `{profile.name}` profile: {profile.help}.\n\n"
+    about = profile.help.removesuffix(" (the default)")          # the generator's default, not the student's concern
+    return (f"# minBERT\n\nThis tree is the `{profile.name}` profile: {about}.\n\n"
             "The handout is [assignments/README.md](assignments/README.md): set-up (Python >= 3.10, or Colab with "
             "`minbert.ipynb`), what to write, how to check it and how to train. Check your work with "
             "`python -m assignments.check`, run from this directory.\n")

@@ -102,7 +102,7 @@ def test_the_tree_holds_its_profile_s_groups_files_and_name(trees: dict[str, Pat
     assert configs == {"part1": [], "default-project": ["tasks/multitask/main-job.json"],
                        "full": sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tasks").rglob("*.json"))}[profile]
     readme = (tree / "README.md").read_text()
-    assert f"`{profile}` profile" in readme and "assignments/README.md" in readme
+    assert f"`{profile}` profile" in readme and "assignments/README.md" in readme and "(the default)" not in readme
     ignored = (tree / ".gitignore").read_text().split()
     assert {"runs/", "predictions/", ".venv/", "__pycache__/", "*.zip"} <= set(ignored)
     shipped = {p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file()}
