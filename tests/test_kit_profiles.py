@@ -275,3 +275,17 @@ def test_each_profiles_handout_names_only_what_its_tree_holds(trees: dict[str, P
 def trees_groups(tree: Path) -> set[str]:
     """The check groups a tree's checker knows: core and one per checks_GROUP.py it holds."""
     return {"core"} | {p.stem.removeprefix("checks_") for p in (tree / "assignments").glob("checks_*.py")}
+
+
+def test_the_commands_help_calls_files_a_tree_lacks_the_reference_repositorys(trees: dict[str, Path]) -> None:
+    """A student reads --help in a tree that holds no benchmarks/ and only some of docs/: a file of those the help
+    names is either in every tree that has the command or introduced as the reference repository's."""
+    import importlib
+    for command in ("classifier", "multitask", "simcse", "deebert", "search", "predict", "export", "attention"):
+        module = importlib.import_module(f"tasks.{command}")
+        builder = getattr(module, "build_parser", None)
+        text = " ".join((builder().format_help() if builder else module.__doc__ or "").split())
+        holders = [t for t in trees.values() if (t / "tasks" / command).exists() or (t / "tasks" / f"{command}.py").exists()]
+        for m in re.finditer(r"(?<![\w/])((?:benchmarks|docs)/[\w/.-]+\w)", text):
+            if not all((t / m.group(1)).exists() for t in holders):
+                assert "reference repository's" in text[max(0, m.start() - 40):m.start()], (command, m.group(1))

@@ -53,7 +53,7 @@ class Training:
     gradient_checkpointing: bool = setting(False, on_resume="free",
                                            help="recompute each encoder layer in the backward pass instead of keeping "
                                                 "its activations: the same gradients, less memory, a slower step "
-                                                "(benchmarks/training.md)")
+                                                "(the reference repository's benchmarks/training.md)")
 
 
 def start(device: str, threads: int | None, seed: int, model: str,

@@ -46,7 +46,7 @@ class Settings:
 
     space: str | None = setting(None, parse=existing_file, metavar="FILE",
                                 help="the search space (required, no default): a JSON file naming the command, a base config "
-                                     "file, the fixed settings and the params to sample (docs/search.md)")
+                                     "file, the fixed settings and the params to sample (the reference repository's docs/search.md)")
     study_dir: str | None = setting(None, metavar="DIR",
                                     help="the trials' run directories (trial-NNNN), best.json, trials.csv, trials.md, "
                                          "history.png, importances.png and the default storage (none: "
@@ -101,7 +101,7 @@ def run(settings: Settings) -> dict:
     )
 
     if settings.space is None:
-        raise ConfigurationError("give the search space: --space FILE (docs/search.md)")
+        raise ConfigurationError("give the search space: --space FILE (the reference repository's docs/search.md)")
     optuna = need_optuna()
     space = load_space(settings.space)
     name = settings.study or Path(settings.space).stem
