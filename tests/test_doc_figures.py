@@ -432,3 +432,13 @@ def test_the_deebert_page_states_the_runs_defaults() -> None:
     assert f"`--rounds` (default {sweep.rounds}) timing rounds" in page
     assert f"With `--dev-protocol {settings.dev_protocol}` (the default) a seeded half of dev" in page
     assert f"within `--max-drop`, default {sweep.max_drop:g}, of the plain model's dev quality" in page
+
+
+def test_the_multitask_page_states_the_frozen_word_tables_paired_cost() -> None:
+    """docs/multitask.md: full-frozen-words against full fine-tuning, the mean paired difference over three seeds and
+    its 95% interval, in points, as benchmarks/results/multitask-main-ffw.json holds them."""
+    paired = json.loads((ROOT / "benchmarks" / "results" / "multitask-main-ffw.json").read_text())
+    overall = paired["paired_against_main_job"]["dev_overall"]
+    assert overall["n"] == 3 and overall["excludes_zero"]
+    said = f"{overall['mean'] * 100:.2f} points [{overall['lo'] * 100:.2f}, {overall['hi'] * 100:.2f}] overall"
+    assert said in flat(ROOT / "docs" / "multitask.md"), said

@@ -52,8 +52,8 @@ class Recipe:
         "fp32", before="fp32", choices=PRECISION_CHOICES,
         help="fp32; bf16: autocast matrix products to bfloat16, recommended on CPUs with avx512_bf16 or AMX and on "
              "GPUs from Ampere on; fp16: float16 with a gradient scaler, for GPUs without native bf16 and MPS "
-             "(torch 2.8 on); auto: the device's fastest safe one (the reference repository's docs/training.md). Parameters and the "
-             "optimiser stay fp32")
+             "(torch 2.8 on); auto: the device's fastest safe one (the reference repository's docs/training.md). "
+             "Parameters and the optimiser stay fp32")
     warmup_ratio: float | None = setting(
         0.1, before=None, parse=probability, metavar="R",
         help="linear warm-up of the learning rate over this fraction of all optimiser steps, then linear decay to 0 "
@@ -69,15 +69,16 @@ class Recipe:
         help="eager: minbert/model.py's attention(), written out: your attention() is what trains; it keeps the "
              "(B, heads, T, T) scores and probabilities for the backward pass and runs several kernels, so it is "
              "slower and takes more memory; fused: torch's scaled_dot_product_attention, the same computation in one "
-             "kernel (the reference repository's benchmarks/student_path.py measures the two). Default: eager in a student tree, so that your "
-             "attention() is what trains; fused in the reference code")
+             "kernel (the reference repository's benchmarks/student_path.py measures the two). Default: eager in a "
+             "student tree, so that your attention() is what trains; fused in the reference code")
     optimizer: str = setting(
         "course" if STUDENT else "fused", before="torch", legacy=LEGACY_OPTIMIZERS, choices=OPTIMIZERS,
         help="course: minbert.AdamW, the course's AdamW update as minbert/optim.py writes it out (eps 1e-6; your "
              "AdamW.step is what trains), about eight passes over memory per parameter; torch: torch.optim.AdamW, "
              "torch's update (eps 1e-8) in torch's own unfused implementation; fused: torch.optim.AdamW("
-             "fused=True), torch's update in one kernel, the fastest (the reference repository's benchmarks/optimizer.py). Default: course in "
-             "a student tree, so that your AdamW is what trains; fused in the reference code")
+             "fused=True), torch's update in one kernel, the fastest (the reference repository's "
+             "benchmarks/optimizer.py). Default: course in a student tree, so that your AdamW is what trains; fused in "
+             "the reference code")
     layer_decay: float = setting(
         1.0, before=1.0, parse=unit_interval, metavar="D",
         help="layer-wise learning-rate decay (Howard & Ruder, 2018; Sun et al., 2019): encoder layer l of L learns at "

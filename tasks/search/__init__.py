@@ -46,7 +46,8 @@ class Settings:
 
     space: str | None = setting(None, parse=existing_file, metavar="FILE",
                                 help="the search space (required, no default): a JSON file naming the command, a base config "
-                                     "file, the fixed settings and the params to sample (the reference repository's docs/search.md)")
+                                     "file, the fixed settings and the params to sample (the reference repository's "
+                                     "docs/search.md)")
     study_dir: str | None = setting(None, metavar="DIR",
                                     help="the trials' run directories (trial-NNNN), best.json, trials.csv, trials.md, "
                                          "history.png, importances.png and the default storage (none: "
