@@ -5,6 +5,8 @@
 
 Each panel is one head: row i is what token i (the query) attends to, column j is token j (the key), and each row
 sums to 1 (BertModel's output_attentions: softmax(QK^T / sqrt(hs) + mask), eval mode). Layers are counted from 1.
+The probabilities come from the attention function the model runs (--attention): in a student tree by default your
+attention() in minbert/model.py, so a mistake in it shows in the maps.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 import minbert
 
 from .core.errors import ConfigurationError, run_cli
+from .core.recipe import ATTENTIONS, ATTN_IMPLEMENTATION, DEFAULT_ATTENTION
 from .core.settings import parse, setting
 
 
@@ -29,6 +32,10 @@ class Settings:
     layer: int = setting(1, help="the layer to draw, 1 to the model's number of layers")
     model: str = setting("minilm", help="a checkpoint: minilm, a Hugging Face name or a directory")
     out: str = setting("attention.png", help="the PNG to write")
+    attention: str = setting(
+        DEFAULT_ATTENTION, choices=ATTENTIONS,
+        help="the attention function the maps come from: eager, minbert/model.py's attention() (yours, in a student "
+             "tree: the default there); fused, torch's scaled_dot_product_attention (the reference code's default)")
 
 
 def layer_attention(model: minbert.BertModel, tokenizer: minbert.Tokenizer, text: str, pair: str | None,
@@ -72,7 +79,8 @@ def draw(probs: torch.Tensor, tokens: list[str], title: str, out: str | Path) ->
 
 def main(argv: list[str] | None = None) -> int:
     s = parse(Settings, argv, prog="python -m tasks.attention", description=__doc__)
-    model, tokenizer = minbert.load_pretrained(s.model), minbert.Tokenizer.from_pretrained(s.model)
+    model = minbert.load_pretrained(s.model, attn_implementation=ATTN_IMPLEMENTATION[s.attention])
+    tokenizer = minbert.Tokenizer.from_pretrained(s.model)
     probs, tokens = layer_attention(model, tokenizer, s.text, s.pair, s.layer)
     title = f"{s.model}: layer {s.layer} of {model.config.num_hidden_layers}, {probs.shape[0]} heads (rows attend to columns)"
     print(f"wrote {draw(probs, tokens, title, s.out)}")

@@ -158,10 +158,11 @@ _EACH_AS_MAIN = """
 import contextlib, io, json, runpy, sys
 said, with_stderr = {}, sys.argv[2] == "stderr"
 for name, args in json.loads(sys.argv[1]):
-    sys.argv, out, err = [f"tasks.{name}", *args], io.StringIO(), io.StringIO()
+    module = "tasks." + name.split("#")[0]
+    sys.argv, out, err = [module, *args], io.StringIO(), io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err if with_stderr else sys.stderr):
-            runpy.run_module(f"tasks.{name}", run_name="__main__", alter_sys=True)
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
         code = "returned without exiting"
     except SystemExit as stop:
         code = stop.code or 0
@@ -173,7 +174,7 @@ print(json.dumps(said))
 def each_as_main(commands: dict[str, list[str]], cwd: Path, env: dict[str, str],
                  stderr: bool = False) -> dict[str, tuple]:
     """{command: its arguments} run as `python -m tasks.NAME ARGS` in one interpreter: {command: (exit code, stdout)},
-    or with stderr (exit code, stdout, stderr)."""
+    or with stderr (exit code, stdout, stderr); a key NAME#LABEL runs tasks.NAME too (one command twice)."""
     proc = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c", _EACH_AS_MAIN,
                            json.dumps(list(commands.items())), "stderr" if stderr else "-"], cwd=cwd,
                           capture_output=True, text=True, timeout=300, check=False, env=env)

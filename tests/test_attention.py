@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 import minbert
-from minbert.model import attention, attention_probs
+from minbert.model import attention, attention_probs, fused_attention
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 LAYOUTS = Path(__file__).resolve().parent / "fixtures" / "layouts"
@@ -56,10 +56,13 @@ def test_equal_to_transformers_on_the_layouts(layout: str) -> None:
     torch.testing.assert_close(a[0], b[0], atol=TOL, rtol=0)  # layer 1's input is the embeddings: every row equal
 
 
-def test_equal_to_transformers_on_minilm(minilm: minbert.BertModel, tokenizer: minbert.Tokenizer, tmp_path: Path) -> None:
-    """The real checkpoint (6 layers, 12 heads), a padded sentence-pair batch."""
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_equal_to_transformers_on_minilm(minilm: minbert.BertModel, tokenizer: minbert.Tokenizer, tmp_path: Path,
+                                         impl: str) -> None:
+    """The real checkpoint (6 layers, 12 heads), a padded sentence-pair batch, with torch's kernel and attention()."""
     import transformers
     minilm.save_pretrained(str(tmp_path))
+    minilm = minbert.load_pretrained(str(tmp_path), attn_implementation=impl)
     theirs = transformers.BertModel.from_pretrained(str(tmp_path), attn_implementation="eager").eval()
     batch = tokenizer(["A cat sat on the mat.", "Hello"], ["A dog.", "A longer second sentence here."])
     with torch.no_grad():
@@ -91,13 +94,41 @@ def test_none_unless_asked_and_nothing_else_changes(tiny_config: minbert.BertCon
         assert_distributions(asked.attentions, mask, 2, 4)
 
 
-def test_attention_weighs_the_values_with_these_probabilities() -> None:
-    """attention(Q, K, V, mask) = attention_probs(Q, K, mask) V with the heads merged."""
+@pytest.mark.parametrize("T", [6, 8, 21])
+def test_attention_weighs_the_values_with_these_probabilities(T: int) -> None:
+    """attention(Q, K, V, mask) = attention_probs(Q, K, mask, fused_attention) V with the heads merged, for T below,
+    at and above hs = 8 (the identity's columns go through attend in slices of hs); attention_probs through
+    attention() itself equals softmax(QK^T / sqrt(hs) + mask) written here."""
     torch.manual_seed(0)
-    q, k, v = (torch.randn(2, 4, 6, 8) for _ in range(3))
-    mask = minbert.model.mask_to_bias(torch.tensor([[1] * 6, [1] * 2 + [0] * 4]), torch.float32)
-    merged = (attention_probs(q, k, mask) @ v).transpose(1, 2).reshape(2, 6, 32)
+    q, k, v = (torch.randn(2, 4, T, 8) for _ in range(3))
+    mask = minbert.model.mask_to_bias(torch.tensor([[1] * T, [1] * 2 + [0] * (T - 2)]), torch.float32)
+    merged = (attention_probs(q, k, mask, fused_attention) @ v).transpose(1, 2).reshape(2, T, 32)
     torch.testing.assert_close(merged, attention(q, k, v, mask), atol=1e-6, rtol=0)
+    by_hand = (q @ k.transpose(-2, -1) / 8 ** 0.5 + mask).softmax(-1)   # (B, nh, T, T)
+    assert torch.equal(attention_probs(q, k, mask), attention_probs(q, k, mask, attention))
+    torch.testing.assert_close(attention_probs(q, k, mask), by_hand, atol=1e-6, rtol=0)
+
+
+def test_the_maps_show_the_layers_own_attention_function_a_mistaken_one_included(tiny_config) -> None:
+    """output_attentions comes from each layer's attend: attention() with a classic mistake (no 1/sqrt(hs)) gives
+    softmax(QK^T + mask) of each layer's own input (hidden_states), not the right maps, so a student's attention()
+    is what tasks.attention draws in a student tree (eager there by default)."""
+    from assignments.mistakes import attention_variant
+    torch.manual_seed(0)
+    tiny_config.attn_implementation = "eager"
+    model = minbert.BertModel(tiny_config).eval()
+    ids, mask = torch.randint(1000, 2000, (2, 19)), torch.tensor([[1] * 19, [1] * 5 + [0] * 14])
+    with torch.no_grad():
+        right = model(ids, mask, output_attentions=True).attentions
+        for layer in model.layers:
+            layer.attend = lambda q, k, v, m, *_: attention_variant(q, k, v, m, scale="none")
+        out = model(ids, mask, output_attentions=True, output_hidden_states=True)
+    bias = minbert.model.mask_to_bias(mask, torch.float32)
+    for layer, x, probs, good in zip(model.layers, out.hidden_states[:-1], out.attentions, right, strict=True):
+        q, k = (layer.split_heads(torch.nn.functional.linear(x, w, b))
+                for w, b in ((layer.Wq, layer.bq), (layer.Wk, layer.bk)))   # (B, nh, T, hs)
+        torch.testing.assert_close(probs, (q @ k.transpose(-2, -1) + bias).softmax(-1), atol=1e-6, rtol=0)
+        assert (probs - good).abs().max() > 1e-3
 
 
 # ---------------------------------------------------------------- python -m tasks.attention: the drawing

@@ -305,10 +305,13 @@ def tree_defaults() -> dict[str, tuple[str, str]]:
     `STUDENT_VALUE if STUDENT else REFERENCE_VALUE` in tasks/core/recipe.py."""
     tree = ast.parse((ROOT / "tasks" / "core" / "recipe.py").read_text())
     recipe = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Recipe")
+    named = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     out = {}
     for node in recipe.body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Call) and node.value.args:
             default = node.value.args[0]
+            if isinstance(default, ast.Name) and default.id in named:     # a module constant, e.g. DEFAULT_ATTENTION
+                default = named[default.id]
             if isinstance(default, ast.IfExp):
                 assert ast.unparse(default.test) == "STUDENT", ast.unparse(default)
                 out[node.target.id] = (ast.literal_eval(default.body), ast.literal_eval(default.orelse))

@@ -111,8 +111,8 @@ def test_the_extension_commands_stop_before_training_at_their_unwritten_function
 
 
 def test_tasks_attention_in_a_fresh_part1_tree_names_the_first_stub(tiny_dir: Path, tmp_path: Path) -> None:
-    """The attention map runs the tree's encoder, whose embeddings come first (its probabilities are torch's kernel's,
-    minbert.model.attention_probs, not attention()): a fresh part 1 tree stops there with the one line."""
+    """The attention map runs the tree's encoder, whose embeddings come first: a fresh part 1 tree stops there with
+    the one line."""
     tree = tmp_path / "tree"
     generate(tree, data=False, profile="part1")
     proc = subprocess.run([sys.executable, "-m", "tasks.attention", "--model", str(tiny_dir), "--out",
@@ -120,6 +120,23 @@ def test_tasks_attention_in_a_fresh_part1_tree_names_the_first_stub(tiny_dir: Pa
                           env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
     assert_names_the_part(proc, "BertEmbeddings.forward", "minbert/model.py")
     assert not (tmp_path / "a.png").exists()
+
+
+def test_tasks_attention_in_a_student_tree_draws_the_students_attention(tiny_dir: Path, tmp_path: Path) -> None:
+    """Everything written but attention(): tasks.attention stops at attention() (the maps are the student's own
+    function's, --attention eager by default in a tree); with --attention fused it draws them with torch's kernel."""
+    tree = student_tree(tmp_path, unwritten="attention")
+    common = ["--model", str(tiny_dir), "--text", "The cat sat.", "--layer", "2"]
+    argv = {"eager": [*common, "--out", str(tmp_path / "eager.png")],
+            "fused": [*common, "--out", str(tmp_path / "fused.png"), "--attention", "fused"]}
+    env = {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    said = each_as_main({"attention#eager": argv["eager"], "attention#fused": argv["fused"]}, tree, env, stderr=True)
+    code, _, stderr = said["attention#eager"]
+    assert_names_the_part(SimpleNamespace(returncode=code, stderr=stderr), "attention", "minbert/model.py")
+    assert not (tmp_path / "eager.png").exists()
+    code, stdout, stderr = said["attention#fused"]
+    assert code == 0, stderr
+    assert (tmp_path / "fused.png").read_bytes().startswith(b"\x89PNG") and "wrote" in stdout
 
 
 def test_deebert_s_check_before_training_reaches_the_exit_rule_and_leaves_the_model_as_it_was(tiny_config) -> None:

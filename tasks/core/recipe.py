@@ -30,6 +30,7 @@ from .tree import STUDENT
 
 ATTENTIONS = ("eager", "fused")
 ATTN_IMPLEMENTATION = {"eager": "eager", "fused": "sdpa"}     # --attention -> minbert's BertConfig.attn_implementation
+DEFAULT_ATTENTION = "eager" if STUDENT else "fused"          # a student tree's own attention() by default
 OPTIMIZERS = ("course", "torch", "fused")
 LEGACY_OPTIMIZERS = {"minbert": "torch"}   # an older name still read from run.json, checkpoints and the command line
 
@@ -65,7 +66,7 @@ class Recipe:
         1, before=1, parse=positive_int, metavar="K",
         help="one optimiser step per K batches, as one batch of K x --batch-size")
     attention: str = setting(
-        "eager" if STUDENT else "fused", before="fused", choices=ATTENTIONS,
+        DEFAULT_ATTENTION, before="fused", choices=ATTENTIONS,
         help="eager: minbert/model.py's attention(), written out: your attention() is what trains; it keeps the "
              "(B, heads, T, T) scores and probabilities for the backward pass and runs several kernels, so it is "
              "slower and takes more memory; fused: torch's scaled_dot_product_attention, the same computation in one "

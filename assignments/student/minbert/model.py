@@ -77,16 +77,19 @@ def attention(
     raise NotImplementedError
 
 
-def attention_probs(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def attention_probs(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, attend=attention) -> torch.Tensor:
     """The attention probabilities softmax(QK^T / sqrt(hs) + mask), (B, nh, T, T) (Vaswani et al., 2017, 3.2).
 
-    What attention() weighs the values with, before dropout, computed apart for looking at them
-    (output_attentions): torch's fused kernel with the identity as the values, since softmax(...) I is the
-    probabilities themselves (and attention() stays the students' to write). q, k: (B, nh, T, hs).
+    What attend (attention() or fused_attention()) weighs the values with, before dropout, computed apart for
+    looking at them (output_attentions): attend itself with one-hot rows as the values, since softmax(...) I is the
+    probabilities themselves, so the maps show what the model's own attention computes (a student's attention()
+    included). The identity's T columns go in slices of hs, the values' width attend expects. q, k: (B, nh, T, hs).
     """
-    B, nh, T, _ = k.shape
-    eye = torch.eye(T, dtype=q.dtype, device=q.device).expand(B, nh, T, T)  # the values: row j is key j's one-hot
-    return F.scaled_dot_product_attention(q, k, eye, attn_mask=mask)    # (B, nh, T, T), rows sum to 1
+    B, nh, T, hs = q.shape
+    eye = F.pad(torch.eye(T, dtype=q.dtype, device=q.device), (0, -T % hs))  # (T, T'), T' a multiple of hs
+    parts = [attend(q, k, v.expand(B, nh, T, hs), mask).reshape(B, T, nh, hs)  # (B, T, nh*hs) -> (B, T, nh, hs)
+             for v in eye.split(hs, dim=-1)]                                      # key j's one-hot, hs at a time
+    return torch.cat(parts, dim=-1)[..., :T].transpose(1, 2)                     # (B, T, nh, T) -> (B, nh, T, T)
 
 
 def fused_attention(
@@ -197,7 +200,7 @@ class BertLayer(nn.Module):
         """The layer's attention probabilities on its input x (B, T, H), (B, nh, T, T), computing Q and K again."""
         Q = self.split_heads(F.linear(x, self.Wq, self.bq))  # eq. 1: (B, nh, T, hs)
         K = self.split_heads(F.linear(x, self.Wk, self.bk))
-        return attention_probs(Q, K, mask)
+        return attention_probs(Q, K, mask, self.attend)
 
     def after_attention(self, h1: torch.Tensor, x: torch.Tensor, ts: torch.Tensor | float = 0.0) -> torch.Tensor:
         """Eqs. 2-5 of BitFit: the merged heads h1 and the layer's input x, (N, H) or (B, T, H) -> the output."""
