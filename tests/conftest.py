@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+import warm
 
 import minbert
 
@@ -175,9 +175,9 @@ def each_as_main(commands: dict[str, list[str]], cwd: Path, env: dict[str, str],
                  stderr: bool = False) -> dict[str, tuple]:
     """{command: its arguments} run as `python -m tasks.NAME ARGS` in one interpreter: {command: (exit code, stdout)},
     or with stderr (exit code, stdout, stderr); a key NAME#LABEL runs tasks.NAME too (one command twice)."""
-    proc = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c", _EACH_AS_MAIN,
-                           json.dumps(list(commands.items())), "stderr" if stderr else "-"], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, check=False, env=env)
+    proc = warm.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c", _EACH_AS_MAIN,
+                     json.dumps(list(commands.items())), "stderr" if stderr else "-"], cwd=cwd,
+                    capture_output=True, text=True, timeout=300, check=False, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     said = json.loads(proc.stdout.splitlines()[-1])
     assert list(said) == list(commands), proc.stderr[-2000:]

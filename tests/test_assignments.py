@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+import warm
 
 from assignments import make
 from assignments.check import expand
@@ -166,9 +166,9 @@ def test_student_tree_imports_and_scores_zero_not_started(student_tree: Path) ->
     assert [t["output"].split(":")[0] for t in res["tests"]] == ["not started"] * len(PARTS)
     assert [(t["group"], t["score"], t["max_score"]) for t in res["groups"]] == [(g, 0, n) for g, n in GROUP_TOTAL.items()]
     # the CLIs built on the stubbed files import; the stubs raise only when called
-    proc = subprocess.run([sys.executable, "-c", "import tasks.classifier, tasks.multitask, tasks.deebert, tasks.simcse"],
-                          cwd=student_tree, capture_output=True, text=True, check=False,
-                          env={"PYTHONPATH": str(student_tree), "PATH": "/usr/bin:/bin"})
+    proc = warm.run([sys.executable, "-c", "import tasks.classifier, tasks.multitask, tasks.deebert, tasks.simcse"],
+                    cwd=student_tree, capture_output=True, text=True, check=False,
+                    env={"PYTHONPATH": str(student_tree), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
 
 
@@ -346,10 +346,10 @@ def test_hang_and_exit_are_contained_by_the_time_limit(tmp_path: Path) -> None:
 
 
 def test_checker_cli_prints_a_line_per_part(student_tree: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "assignments.check", "attention", "adamw", "classifier_head", "deebert"],
-                          cwd=student_tree,
-                          capture_output=True, text=True, env={"PYTHONPATH": str(student_tree), "PATH": "/usr/bin:/bin"},
-                          check=False)
+    proc = warm.run([sys.executable, "-m", "assignments.check", "attention", "adamw", "classifier_head", "deebert"],
+                    cwd=student_tree,
+                    capture_output=True, text=True, env={"PYTHONPATH": str(student_tree), "PATH": "/usr/bin:/bin"},
+                    check=False)
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines.pop(0) == f"checking the tree at {student_tree}"

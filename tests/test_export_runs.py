@@ -5,12 +5,12 @@ why. (A multitask run's export: tests/test_typed_multitask.py and tests/test_too
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import warm
 from conftest import ROOT
 from test_typed_runs import classifier_argv, deebert_argv, simcse_argv
 
@@ -98,8 +98,8 @@ def test_out_naming_an_existing_file_is_one_line_of_error_and_exit_2(tmp_path, c
     taken = tmp_path / "taken.csv"
     taken.write_text("not a directory\n")
     out = ["--out", str(taken)] if command == "predict" else [str(taken)]
-    proc = subprocess.run([sys.executable, "-m", f"tasks.{command}", str(tmp_path), *out], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = warm.run([sys.executable, "-m", f"tasks.{command}", str(tmp_path), *out], cwd=ROOT,
+                    capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     flag = "--out" if command == "predict" else "out"

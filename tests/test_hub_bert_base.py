@@ -6,12 +6,12 @@ import json
 import logging
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import warm
 from conftest import DATA, ROOT, TEST_DEVICE
 from fakehub import FakeHub, serve
 from safetensors.torch import save_file
@@ -101,8 +101,8 @@ def test_classifier_cli_trains_on_bert_base_uncased(hub, tmp_path: Path) -> None
            "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--device", TEST_DEVICE, "--no-progress",
            "--checkpoint", str(tmp_path / "run.pt"), "--predictions-dir", str(tmp_path / "pred")]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), HF_HUB_CACHE=str(tmp_path / "fresh-cache"))
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-                          check=False)
+    done = warm.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                    check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "bert-base-uncased: dropped 8 tensor(s) that are not the encoder" in done.stderr
     assert any(re.fullmatch(r"GET /bert-base-uncased/resolve/\w+/model.safetensors", r) for r in FakeHub.requests)

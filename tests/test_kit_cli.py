@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm
 
 from assignments.make import ROOT, generate
 from tasks import classifier, multitask
@@ -67,9 +68,9 @@ def test_alias_table_lists_every_alias_once() -> None:
 
 def train_classifier_in(tree: Path, *flags: str) -> subprocess.CompletedProcess:
     """python -m tasks.classifier FLAGS run in a student tree, on its own code only (PYTHONPATH is the tree)."""
-    return subprocess.run([sys.executable, "-m", "tasks.classifier", *flags, "--threads", "1", "--no-progress"],
-                          cwd=tree, capture_output=True, text=True, check=False, timeout=300,
-                          env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    return warm.run([sys.executable, "-m", "tasks.classifier", *flags, "--threads", "1", "--no-progress"],
+                    cwd=tree, capture_output=True, text=True, check=False, timeout=300,
+                    env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
 
 
 def assert_names_the_part(proc: subprocess.CompletedProcess, function: str, file: str, check: str = "core") -> None:

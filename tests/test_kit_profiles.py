@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm
 
 from assignments import make
 from assignments.checks import PARTS
@@ -41,8 +42,8 @@ print("\\n".join(bad))
 
 def _run(tree: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """python ARGS in the tree, with nothing of the reference on the path (the tree's root is the cwd)."""
-    return subprocess.run([sys.executable, *args], cwd=tree, env={**ENV, "PYTHONPATH": str(tree)},
-                          capture_output=True, text=True, check=False, timeout=timeout)
+    return warm.run([sys.executable, *args], cwd=tree, env={**ENV, "PYTHONPATH": str(tree)},
+                    capture_output=True, text=True, check=False, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm
 
 from assignments import make
 from assignments.grade import find_submitted, grade, stage, without_hint
@@ -50,8 +51,8 @@ def editable_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, check=False,
-                          timeout=300)
+    return warm.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, check=False,
+                    timeout=300)
 
 
 def test_editable_reference_does_not_shadow_a_student_tree(two_parts_done: Path, editable_env: dict[str, str]) -> None:

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
+import warm
 from conftest import DATA, ROOT, TEST_DEVICE, each_as_main
 from test_kit_cli import assert_names_the_part, train_classifier_in
 from test_kit_tree import _partly_done
@@ -115,9 +116,9 @@ def test_tasks_attention_in_a_fresh_part1_tree_names_the_first_stub(tiny_dir: Pa
     the one line."""
     tree = tmp_path / "tree"
     generate(tree, data=False, profile="part1")
-    proc = subprocess.run([sys.executable, "-m", "tasks.attention", "--model", str(tiny_dir), "--out",
-                           str(tmp_path / "a.png")], cwd=tree, capture_output=True, text=True, check=False, timeout=120,
-                          env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    proc = warm.run([sys.executable, "-m", "tasks.attention", "--model", str(tiny_dir), "--out",
+                     str(tmp_path / "a.png")], cwd=tree, capture_output=True, text=True, check=False, timeout=120,
+                    env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
     assert_names_the_part(proc, "BertEmbeddings.forward", "minbert/model.py")
     assert not (tmp_path / "a.png").exists()
 

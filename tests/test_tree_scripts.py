@@ -20,6 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
+import warm
 from tree_env import first_training_command, lay_reference, student_files, with_function, write_tree
 
 import minbert
@@ -56,8 +57,8 @@ def _run(tree: Path, *args: str, env: dict[str, str] | None = None,
          python: str = sys.executable) -> subprocess.CompletedProcess:
     base = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
             "HF_HUB_OFFLINE": "1", "HOME": os.environ.get("HOME", "/tmp")}
-    return subprocess.run([python, *args], cwd=tree, env={**base, **(env or {})}, capture_output=True, text=True,
-                          check=False, timeout=300)
+    return warm.run([python, *args], cwd=tree, env={**base, **(env or {})}, capture_output=True, text=True,
+                    check=False, timeout=300)
 
 
 def _copy(tree: Path, dest: Path) -> Path:

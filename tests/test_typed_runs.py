@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import warm
 from conftest import DATA, ROOT, TEST_DEVICE, killed_after_first_epoch
 from test_faults import killed
 
@@ -209,9 +209,9 @@ def test_simcse_run_directory_round_trips_and_resumes_after_sigkill(tiny_dir, tm
 
     done = load_checkpoint(whole / "checkpoint.pt")
     step = done["optimizer_steps"] // done["epoch"] + 1                                # inside round 2
-    proc = subprocess.run([sys.executable, "-m", "tasks.simcse", *argv, "--run-dir", str(split)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=180, check=False,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", KILL_AT_STEP: str(step)})
+    proc = warm.run([sys.executable, "-m", "tasks.simcse", *argv, "--run-dir", str(split)], cwd=tmp_path,
+                    capture_output=True, text=True, timeout=180, check=False,
+                    env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", KILL_AT_STEP: str(step)})
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     assert load_checkpoint(split / "checkpoint.pt")["epoch"] == 1 and not (split / "config.json").exists()
     with pytest.raises(ResumeError, match=r"simcse.temperature: checkpoint 0.05, now 0.1"):
