@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -143,6 +144,7 @@ class _Helper:
 
 
 _helper: _Helper | None = None
+_one_at_a_time = threading.Lock()            # the helper answers one request at a time
 
 
 def _parse(argv: list[str]) -> tuple[str, str, list[str], list[str]] | None:
@@ -166,11 +168,16 @@ def _parse(argv: list[str]) -> tuple[str, str, list[str], list[str]] | None:
 
 def run(args: list[str], **kw) -> subprocess.CompletedProcess:
     """subprocess.run(args, **kw) for `[sys.executable, ...]`, forked from the warm interpreter (module docstring)."""
-    global _helper
     parsed = _parse([str(a) for a in args]) if args and str(args[0]) == sys.executable else None
     if parsed is None or set(kw) - _KNOWN or os.environ.get("MINBERT_COLD_TESTS"):
         check = kw.pop("check", False)
         return subprocess.run(args, check=check, **kw)
+    with _one_at_a_time:
+        return _run_warm(args, parsed, kw)
+
+
+def _run_warm(args: list[str], parsed: tuple, kw: dict) -> subprocess.CompletedProcess:
+    global _helper
     kind, target, rest, warnings = parsed
     if _helper is None or _helper.proc.poll() is not None:
         _helper = _Helper()
