@@ -93,7 +93,7 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, attend
     """
     B, nh, T, hs = q.shape
     eye = F.pad(torch.eye(T, dtype=q.dtype, device=q.device), (0, -T % hs))  # (T, T'), T' a multiple of hs
-    parts = [attend(q, k, v.expand(B, nh, T, hs), mask).reshape(B, T, nh, hs)  # (B, T, nh*hs) -> (B, T, nh, hs)
+    parts = [attend(q, k, v.expand(B, nh, T, hs).contiguous(), mask).reshape(B, T, nh, hs)  # -> (B, T, nh, hs)
              for v in eye.split(hs, dim=-1)]                                      # key j's one-hot, hs at a time
     return torch.cat(parts, dim=-1)[..., :T].transpose(1, 2)                     # (B, T, nh, T) -> (B, nh, T, T)
 

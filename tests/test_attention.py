@@ -9,6 +9,7 @@ sums to 1 and gives padding keys 0.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -104,9 +105,9 @@ def test_attention_weighs_the_values_with_these_probabilities(T: int) -> None:
     mask = minbert.model.mask_to_bias(torch.tensor([[1] * T, [1] * 2 + [0] * (T - 2)]), torch.float32)
     merged = (attention_probs(q, k, mask, fused_attention) @ v).transpose(1, 2).reshape(2, T, 32)
     torch.testing.assert_close(merged, attention(q, k, v, mask), atol=1e-6, rtol=0)
-    by_hand = (q @ k.transpose(-2, -1) / 8 ** 0.5 + mask).softmax(-1)   # (B, nh, T, T)
-    assert torch.equal(attention_probs(q, k, mask), attention_probs(q, k, mask, attention))
-    torch.testing.assert_close(attention_probs(q, k, mask), by_hand, atol=1e-6, rtol=0)
+    by_hand = (q @ k.transpose(-2, -1) / math.sqrt(8) + mask).softmax(-1)   # (B, nh, T, T)
+    assert torch.equal(attention_probs(q, k, mask, attention), by_hand)       # one-hot values select exactly
+    torch.testing.assert_close(attention_probs(q, k, mask, fused_attention), by_hand, atol=1e-6, rtol=0)
 
 
 def test_the_maps_show_the_layers_own_attention_function_a_mistaken_one_included(tiny_config) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -36,32 +38,70 @@ def probe_dirs(tmp_path: Path) -> tuple[Path, Path]:
     return cwd, lib
 
 
-CASES = {
-    "-c": ["-c", PROBE, "a", "b"],
-    "-m package": ["-m", "pkg", "x"],
-    "script": ["script.py", "--flag"],
-    "-W and -c": ["-W", "ignore::RuntimeWarning", "-c", "import warnings; warnings.warn('w', RuntimeWarning); print(1)"],
-    "exit 3": ["-c", "import sys; print('out'); sys.exit(3)"],
-    "exit with a message": ["-c", "raise SystemExit('stopped here')"],
-    "an exception": ["-c", "print('before'); 1 / 0"],
-    "an exception in -m": ["-m", "shadow_fails"],
-    "an exception in a script": ["fails.py"],
-    "killed": ["-c", "import os, signal; print('x', flush=True); os.kill(os.getpid(), signal.SIGKILL)"],
-    "a child's exit": ["-c", "import os; pid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0); print('ok')"],
+KILL = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+CASES = {  # name: (arguments, environment added to the probe's)
+    "-c": (["-c", PROBE, "a", "b"], {}),
+    "-m package": (["-m", "pkg", "x"], {}),
+    "script": (["script.py", "--flag"], {}),
+    "-W and -c": (["-W", "ignore::RuntimeWarning", "-c",
+                   "import warnings; warnings.warn('w', RuntimeWarning); print(1)"], {}),
+    "exit 3": (["-c", "import sys; print('out'); sys.exit(3)"], {}),
+    "exit with a message": (["-c", "raise SystemExit('stopped here')"], {}),
+    "an exception": (["-c", "print('before'); 1 / 0"], {}),
+    "an exception in -m": (["-m", "shadow_fails"], {}),
+    "an exception in a script": (["fails.py"], {}),
+    "an exception through its own excepthook": (
+        ["-c", "import sys; sys.excepthook = lambda t, e, tb: print('hook:', t.__name__, e); 1 / 0"], {}),
+    "an uncaught KeyboardInterrupt": (["-c", "raise KeyboardInterrupt"], {}),
+    "killed": (["-c", "import os, signal; print('x', flush=True); os.kill(os.getpid(), signal.SIGKILL)"], {}),
+    "killed with unflushed output": (["-c", f"print('lost'); import sys; print('kept', file=sys.stderr); {KILL}"], {}),
+    "killed, -u": (["-u", "-c", f"print('kept'); {KILL}"], {}),
+    "killed, PYTHONUNBUFFERED": (["-c", f"print('kept'); {KILL}"], {"PYTHONUNBUFFERED": "1"}),
+    "a child's exit": (["-c", "import os; pid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0); print('ok')"],
+                       {}),
+    "carriage returns": (["-c", "import sys; sys.stdout.write('a\\rb\\r\\nc'); sys.stderr.write('10%\\r20%\\r')"], {}),
+    "LC_ALL set: no coercion": (["-c", "import os; print(os.environ.get('LC_CTYPE'))"], {"LC_ALL": "C"}),
+    "the C locale: coerced": (["-c", "import os, sys; print(os.environ.get('LC_CTYPE'), sys.stdout.encoding)"],
+                              {"LANG": "C"}),
+    "open descriptors": (["-c", "import os; print(sorted(os.listdir('/proc/self/fd')))"], {}),
+    "a sitecustomize on PYTHONPATH": (["-c", "print('after')"], {"SITE": "1"}),
 }
 
 
+@pytest.fixture(autouse=True)
+def warm_even_if_cold_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests compare warm with cold: MINBERT_COLD_TESTS would compare cold with cold."""
+    monkeypatch.delenv("MINBERT_COLD_TESTS", raising=False)
+
+
 @pytest.mark.parametrize("case", CASES)
-def test_run_answers_as_a_cold_python(case: str, probe_dirs: tuple[Path, Path]) -> None:
+def test_run_answers_as_a_cold_python(case: str, probe_dirs: tuple[Path, Path], tmp_path: Path) -> None:
     """The same exit code, stdout and stderr (a traceback's text included) as a cold `python ARGS`."""
     cwd, lib = probe_dirs
-    env = {"PROBE": "yes", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(lib), "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, *CASES[case]]
+    args, extra = CASES[case]
+    env = {"PROBE": "yes", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(lib), "OMP_NUM_THREADS": "1", **extra}
+    if env.pop("SITE", None):
+        site = tmp_path / "site"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text("print('sitecustomize ran')\n")
+        env["PYTHONPATH"] = f"{site}{os.pathsep}{lib}"
+    argv = [sys.executable, *args]
     cold = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
     warm = run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert (warm.returncode, warm.stdout, warm.stderr) == (cold.returncode, cold.stdout, cold.stderr)
-    failed = {"exit 3": 3, "exit with a message": 1, "killed": -9}
-    assert cold.returncode == failed.get(case, 1 if "exception" in case else 0)
+    failed = {"exit 3": 3, "exit with a message": 1, "an uncaught KeyboardInterrupt": -signal.SIGINT}
+    code = -signal.SIGKILL if case.startswith("killed") else 1 if "exception" in case else failed.get(case, 0)
+    assert cold.returncode == code
+    said = {"killed with unflushed output": ("", "kept\n"), "carriage returns": ("a\nb\nc", "10%\n20%\n"),
+            "a sitecustomize on PYTHONPATH": ("sitecustomize ran\nafter\n", "")}
+    assert (cold.stdout, cold.stderr) == said.get(case, (cold.stdout, cold.stderr))   # the case shows what it says
+
+
+def test_fast_commands_one_after_another_stay_in_step() -> None:
+    """Many commands that end at once (both of the helper's answers in the pipe together): each gets its own."""
+    for i in range(25):
+        done = run([sys.executable, "-c", f"raise SystemExit({i % 7})"], timeout=60, capture_output=True)
+        assert done.returncode == i % 7
 
 
 def test_threads_timeout_check_and_bytes(tmp_path: Path) -> None:

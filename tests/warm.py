@@ -2,19 +2,24 @@
 
 A fresh `python -m tasks.X` spends about 3 s of its first seconds importing torch, and the tests start over a hundred.
 run() asks a helper interpreter, one per pytest process, that has imported torch and nothing else (no minbert, no
-tree's code, no computation: no thread pool exists yet when it forks) to fork a child that then does what `python
-ARGS` does: the cwd, the environment, sys.path (the cwd, or the script's folder, then PYTHONPATH, then the standard
-paths), sys.argv, `-m`, `-c` or a script run as __main__, stdin from /dev/null, stdout and stderr into files, the
-intra-op threads from OMP_NUM_THREADS, torch's generator seeded afresh, the exit code (SystemExit, a traceback's 1, or minus the signal that killed it).
-So any tree's code runs in it, a student tree's included. What differs from a cold start: torch is imported before
-the child sets its environment (torch reads none of the variables the tests set), and the child shares the helper's
-hash seed. Tests whose point is a fresh process (what a command imports, `python -m` itself) use subprocess.
-Arguments run() does not know (other interpreter flags, pipes, stdin input) go to subprocess.run unchanged.
+tree's code, no computation: torch's thread pools do not exist yet when it forks; numpy's BLAS, which torch imports,
+starts its own, sized from the helper's environment) to fork a child that then does what `python ARGS` does: the cwd,
+the environment (with PEP 538's LC_CTYPE), sys.path (the cwd, or the script's folder, then PYTHONPATH, then the
+standard paths), sys.argv, `-m`, `-c` or a script run as a fresh __main__, stdin from /dev/null, stdout
+block-buffered and stderr line-buffered into files (-u: unbuffered), the intra-op threads from OMP_NUM_THREADS,
+torch's and numpy's generators seeded afresh, the exit code (SystemExit, sys.excepthook's traceback and 1, minus the
+signal that killed it, SIGINT's for an uncaught KeyboardInterrupt). So any tree's code runs in it, a student tree's
+included. What differs from a cold start: torch is imported before the child sets its environment (torch reads none
+of the variables the tests set), and the child shares the helper's hash seed. A PYTHONPATH with a sitecustomize.py
+(site runs it before the command), a cwd that is not a folder, other interpreter flags, pipes or stdin input go to
+subprocess.run unchanged, as does every command with MINBERT_COLD_TESTS=1; tests whose point is a fresh process (what
+a command imports, `python -m` itself) call subprocess themselves.
 """
 
 from __future__ import annotations
 
 import atexit
+import io
 import json
 import os
 import select
@@ -36,24 +41,31 @@ answers = os.fdopen(int(sys.argv[1]), "w", buffering=1)
 
 
 def child(req):
-    import builtins, importlib, io, runpy, signal, threading, traceback, types, warnings, atexit
+    import atexit, builtins, importlib, io, runpy, signal, threading, types, warnings
     code = 1
     try:
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
-        ctype = os.environ.get("LC_ALL") or os.environ.get("LC_CTYPE") or os.environ.get("LANG") or "C"
-        if ctype in ("C", "POSIX") and os.environ.get("PYTHONCOERCECLOCALE") != "0":
+        ctype = os.environ.get("LC_CTYPE") or os.environ.get("LANG") or "C"
+        if ("LC_ALL" not in os.environ and ctype in ("C", "POSIX")
+                and os.environ.get("PYTHONCOERCECLOCALE") != "0"):  # PEP 538 skips coercion when LC_ALL is set
             os.environ["LC_CTYPE"] = "C.UTF-8"       # PEP 538: a cold start in the C locale sets it for its children
         if req["new_session"]:
             os.setsid()
         for fd, (path, flags) in enumerate(((os.devnull, os.O_RDONLY), (req["stdout"], os.O_WRONLY),
                                             (req["stderr"], os.O_WRONLY))):
-            os.dup2(os.open(path, flags), fd)
-        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
-        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
-        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True,
-                                      errors="backslashreplace")
+            opened = os.open(path, flags)
+            os.dup2(opened, fd)
+            os.close(opened)
+        unbuffered = req["unbuffered"] or bool(os.environ.get("PYTHONUNBUFFERED"))
+        def stream(fd, mode, **kw):                  # a cold start's: stdout block-buffered into a file, unless -u
+            raw = io.FileIO(fd, mode, closefd=False)
+            return io.TextIOWrapper(raw if unbuffered and mode == "w" else io.BufferedWriter(raw) if mode == "w"
+                                    else io.BufferedReader(raw), encoding="utf-8", write_through=unbuffered, **kw)
+        sys.stdin = stream(0, "r")
+        sys.stdout = stream(1, "w")
+        sys.stderr = stream(2, "w", line_buffering=True, errors="backslashreplace")
         for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -93,11 +105,17 @@ def child(req):
             else:
                 print(stop.code, file=sys.stderr)
         except BaseException as e:                   # the traceback from the command's first frame, not child()'s
-            traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+            e = e.with_traceback(e.__traceback__.tb_next)
+            sys.excepthook(type(e), e, e.__traceback__)
+            if isinstance(e, KeyboardInterrupt):       # a cold start dies of SIGINT then
+                code = -signal.SIGINT
         threading._shutdown()
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
+        if code == -signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
     finally:
         os._exit(code)
 
@@ -125,21 +143,31 @@ class _Helper:
         self.proc = subprocess.Popen([sys.executable, "-c", _HELPER, str(write)], stdin=subprocess.PIPE, text=True,
                                      cwd="/", env=env, pass_fds=(write,))
         os.close(write)
-        self.answers = os.fdopen(read, "r")
+        self.answers, self.pending = read, b""
         atexit.register(self.close)
 
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.stdin.close()
             self.proc.wait(timeout=30)
+        os.close(self.answers)
+
+    def kill(self) -> None:
+        """Give up on this helper (its answers are out of step): the next run() starts another."""
+        self.proc.kill()
+        self.proc.wait()
 
     def answer(self, deadline: float | None) -> dict:
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not select.select([self.answers], [], [], left)[0]:
-            raise TimeoutError
-        line = self.answers.readline()
-        if not line:
-            raise RuntimeError(f"the tests' warm interpreter ended (exit {self.proc.wait()})")
+        """The helper's next line; its own buffer, so that select() sees only what is still in the pipe."""
+        while b"\n" not in self.pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self.answers], [], [], left)[0]:
+                raise TimeoutError
+            data = os.read(self.answers, 65536)
+            if not data:
+                raise RuntimeError(f"the tests' warm interpreter ended (exit {self.proc.wait()})")
+            self.pending += data
+        line, self.pending = self.pending.split(b"\n", 1)
         return json.loads(line)
 
 
@@ -147,65 +175,86 @@ _helper: _Helper | None = None
 _one_at_a_time = threading.Lock()            # the helper answers one request at a time
 
 
-def _parse(argv: list[str]) -> tuple[str, str, list[str], list[str]] | None:
-    """(kind, module, code or script, its arguments, -W options) of `python ARGS`, or None for what run() leaves."""
-    i, warnings = 1, []
+def _parse(argv: list[str]) -> tuple[str, str, list[str], list[str], bool] | None:
+    """(kind, module, code or script, its arguments, -W options, -u) of `python ARGS`, or None for what run()
+    leaves to subprocess."""
+    i, warnings, unbuffered = 1, [], False
     while i < len(argv):
         a = argv[i]
         if a == "-u":
+            unbuffered = True
             i += 1
         elif a == "-W" and i + 1 < len(argv):
             warnings.append(argv[i + 1])
             i += 2
         elif a in ("-m", "-c") and i + 1 < len(argv):
-            return a[1], argv[i + 1], argv[i + 2:], warnings
+            return a[1], argv[i + 1], argv[i + 2:], warnings, unbuffered
         elif a.startswith("-"):
             return None
         else:
-            return "script", a, argv[i + 1:], warnings
+            return "script", a, argv[i + 1:], warnings, unbuffered
     return None
+
+
+def _cold_only(env: dict[str, str], cwd: str) -> bool:
+    """What a fork cannot do as a cold start does: site's hooks on PYTHONPATH (a sitecustomize.py runs at start-up,
+    before the command), or a cwd that is not a folder (subprocess.run raises)."""
+    hooks = ("sitecustomize.py", "usercustomize.py")
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return not Path(cwd).is_dir() or any((Path(cwd, p) / h).exists() for p in paths for h in hooks)
 
 
 def run(args: list[str], **kw) -> subprocess.CompletedProcess:
     """subprocess.run(args, **kw) for `[sys.executable, ...]`, forked from the warm interpreter (module docstring)."""
     parsed = _parse([str(a) for a in args]) if args and str(args[0]) == sys.executable else None
-    if parsed is None or set(kw) - _KNOWN or os.environ.get("MINBERT_COLD_TESTS"):
+    env = {str(k): str(v) for k, v in (os.environ if kw.get("env") is None else kw["env"]).items()}
+    cwd = str(kw.get("cwd") or os.getcwd())
+    if parsed is None or set(kw) - _KNOWN or os.environ.get("MINBERT_COLD_TESTS") or _cold_only(env, cwd):
         check = kw.pop("check", False)
         return subprocess.run(args, check=check, **kw)
     with _one_at_a_time:
-        return _run_warm(args, parsed, kw)
+        return _run_warm(args, parsed, env, str(Path(cwd).resolve()), kw)
 
 
-def _run_warm(args: list[str], parsed: tuple, kw: dict) -> subprocess.CompletedProcess:
+def _text(data: bytes, encoding: str | None) -> str:
+    """As subprocess.run's text=True reads a pipe: decoded, with universal newlines (\r\n and \r become \n)."""
+    return io.TextIOWrapper(io.BytesIO(data), encoding=encoding or "utf-8", newline=None).read()
+
+
+def _run_warm(args: list[str], parsed: tuple, env: dict[str, str], cwd: str, kw: dict) -> subprocess.CompletedProcess:
     global _helper
-    kind, target, rest, warnings = parsed
+    kind, target, rest, warnings, unbuffered = parsed
     if _helper is None or _helper.proc.poll() is not None:
         _helper = _Helper()
-    text = kw.get("text") or kw.get("encoding") is not None
-    timeout = kw.get("timeout")
-    env = {str(k): str(v) for k, v in (os.environ if kw.get("env") is None else kw["env"]).items()}
+    helper, timeout, group = _helper, kw.get("timeout"), bool(kw.get("start_new_session"))
     with tempfile.TemporaryDirectory(prefix="warm-") as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         out.touch(), err.touch()
-        request = {"kind": kind, "target": target, "args": rest, "warnings": warnings, "env": env,
-                   "cwd": str(Path(kw.get("cwd") or os.getcwd()).resolve()), "stdout": str(out), "stderr": str(err),
-                   "new_session": bool(kw.get("start_new_session"))}
-        _helper.proc.stdin.write(json.dumps(request) + "\n")
-        _helper.proc.stdin.flush()
-        pid = _helper.answer(None)["pid"]
-        deadline = None if timeout is None else time.monotonic() + timeout
+        request = {"kind": kind, "target": target, "args": rest, "warnings": warnings, "unbuffered": unbuffered,
+                   "env": env, "cwd": cwd, "stdout": str(out), "stderr": str(err), "new_session": group}
+        helper.proc.stdin.write(json.dumps(request) + "\n")
+        helper.proc.stdin.flush()
+        pid = None
         try:
-            code = _helper.answer(deadline)["status"]
-        except TimeoutError:
+            pid = helper.answer(None)["pid"]
+            deadline = None if timeout is None else time.monotonic() + timeout
+            code = helper.answer(deadline)["status"]
+        except BaseException as stop:                   # a timeout, Ctrl-C, a helper gone: no child left behind
+            if pid is not None:
+                try:
+                    os.killpg(pid, signal.SIGKILL) if group else os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
             try:
-                os.killpg(pid, signal.SIGKILL) if kw.get("start_new_session") else os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            _helper.answer(None)
-            raise subprocess.TimeoutExpired(args, timeout, out.read_bytes(), err.read_bytes()) from None
+                helper.answer(time.monotonic() + 30)        # its status: the answers stay in step
+            except BaseException:  # noqa: BLE001 - whatever went wrong, this helper is given up
+                helper.kill()
+            if isinstance(stop, TimeoutError):
+                raise subprocess.TimeoutExpired(args, timeout, out.read_bytes(), err.read_bytes()) from None
+            raise
         stdout, stderr = out.read_bytes(), err.read_bytes()
-    if text:
-        stdout, stderr = stdout.decode(kw.get("encoding") or "utf-8"), stderr.decode(kw.get("encoding") or "utf-8")
+    if kw.get("text") or kw.get("encoding") is not None:
+        stdout, stderr = _text(stdout, kw.get("encoding")), _text(stderr, kw.get("encoding"))
     done = subprocess.CompletedProcess(args, code, stdout if kw.get("capture_output") else None,
                                        stderr if kw.get("capture_output") else None)
     if kw.get("check"):
