@@ -151,8 +151,8 @@ def multitask_files(tmp_path):
             "sts": (piece("sts-train.csv", 0, 32), piece("sts-dev.csv", 0, 24), piece("sts-dev.csv", 24, 40))}
 
 
-# Commands run the way `python -m tasks.NAME ARGS` runs them (runpy, as __main__), one after another in one fresh
-# interpreter: one import of torch instead of one per command. Tests that use it also run one command as a real
+# Commands run the way `python -m tasks.NAME ARGS` runs them (runpy, as __main__), one after another in one
+# interpreter (warm.run's, forked from one that has imported torch): one start instead of one per command. Tests that use it also run one command as a real
 # `python -m`.
 _EACH_AS_MAIN = """
 import contextlib, io, json, runpy, sys

@@ -125,7 +125,8 @@ def test_tasks_attention_in_a_fresh_part1_tree_names_the_first_stub(tiny_dir: Pa
 
 def test_tasks_attention_in_a_student_tree_draws_the_students_attention(tiny_dir: Path, tmp_path: Path) -> None:
     """Everything written but attention(): tasks.attention stops at attention() (the maps are the student's own
-    function's, --attention eager by default in a tree); with --attention fused it draws them with torch's kernel."""
+    function's, --attention eager by default in a tree); with --attention fused it draws them with torch's kernel.
+    With attention() written but missing its 1/sqrt(hs), the tree's eager maps differ from torch's kernel's."""
     tree = student_tree(tmp_path, unwritten="attention")
     common = ["--model", str(tiny_dir), "--text", "The cat sat.", "--layer", "2"]
     argv = {"eager": [*common, "--out", str(tmp_path / "eager.png")],
@@ -138,6 +139,21 @@ def test_tasks_attention_in_a_student_tree_draws_the_students_attention(tiny_dir
     code, stdout, stderr = said["attention#fused"]
     assert code == 0, stderr
     assert (tmp_path / "fused.png").read_bytes().startswith(b"\x89PNG") and "wrote" in stdout
+    # attention() written with a classic mistake (no 1/sqrt(hs)): the tree's maps are the mistake's, not torch's
+    reference = (ROOT / "minbert" / "model.py").read_text()
+    written = _partly_done(reference, set(regions_by_function(reference, "minbert/model.py")), "minbert/model.py")
+    right = "scores = q @ k.transpose(-2, -1) / math.sqrt(hs)"
+    assert written.count(right) == 1
+    (tree / "minbert" / "model.py").write_text(written.replace(right, "scores = q @ k.transpose(-2, -1)"))
+    probe = ("import minbert, torch\nfrom tasks.attention import layer_attention\n"
+             f"d = {str(tiny_dir)!r}\ntok = minbert.Tokenizer.from_pretrained(d)\n"
+             "maps = [layer_attention(minbert.load_pretrained(d, attn_implementation=i), tok, 'The cat sat.', None, 2)[0]"
+             " for i in ('eager', 'sdpa')]\n"
+             "print(round((maps[0] - maps[1]).abs().max().item(), 4), torch.allclose(maps[0].sum(-1), torch.tensor(1.)))")
+    done = warm.run([sys.executable, "-c", probe], cwd=tree, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    differs, rows_sum_to_1 = done.stdout.split()
+    assert float(differs) > 1e-3 and rows_sum_to_1 == "True", done.stdout
 
 
 def test_deebert_s_check_before_training_reaches_the_exit_rule_and_leaves_the_model_as_it_was(tiny_config) -> None:

@@ -49,8 +49,8 @@ def child(req):
         os.environ.update(req["env"])
         ctype = os.environ.get("LC_CTYPE") or os.environ.get("LANG") or "C"
         if ("LC_ALL" not in os.environ and ctype in ("C", "POSIX")
-                and os.environ.get("PYTHONCOERCECLOCALE") != "0"):  # PEP 538 skips coercion when LC_ALL is set
-            os.environ["LC_CTYPE"] = "C.UTF-8"       # PEP 538: a cold start in the C locale sets it for its children
+                and os.environ.get("PYTHONCOERCECLOCALE") != "0"):  # PEP 538: a cold start in the C locale
+            os.environ["LC_CTYPE"] = "C.UTF-8"       # sets it for its children (not when LC_ALL is set)
         if req["new_session"]:
             os.setsid()
         for fd, (path, flags) in enumerate(((os.devnull, os.O_RDONLY), (req["stdout"], os.O_WRONLY),
