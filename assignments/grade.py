@@ -38,7 +38,7 @@ from .hidden import grading_seed, read_seed
 from .isolation import become_subreaper, children
 from .make import ROOT, generate, stubbed_files
 from .profiles import DEFAULT_PROFILE, PROFILES
-from .untrusted import STUDENT_USER, judge_part, preload, run_parts, student_account
+from .untrusted import STUDENT_USER, judge_part, preload, run_parts, student_account, warm_helper
 
 DEFAULT_TIMEOUT = 20.0
 REFERENCE_FOR_OTHERS = ("minbert/pooling.py",)   # part 1's helpers that the other groups' checks run through
@@ -119,6 +119,7 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
     if unknown:
         raise ValueError(f"not in the {profile} profile: {', '.join(unknown)}; its groups are {', '.join(own)}")
     account = student_account(as_user)
+    warm_helper()                 # its import of torch runs beside the reference's preload and the hidden fixtures
     t0 = time.perf_counter()
     names = parts or parts_of(groups)
     seed = grading_seed(seed)

@@ -20,6 +20,7 @@ from pathlib import Path
 from .checks import PARTS
 from .common import GROUPS
 from .isolation import sweep
+from .warmstart import Helper, available
 
 STUDENT_USER = "auto"    # run as root: "nobody" when that user can run this Python, else root (--as-user)
 
@@ -58,6 +59,20 @@ def _can_run(account: tuple[int, int]) -> bool:
         return False
 
 
+_helper: Helper | None = None
+
+
+def warm_helper() -> Helper | None:
+    """This process's warm interpreter for the checker (assignments/warmstart.py: started at the first call, its
+    import of torch running beside the caller's own work), or None where the checker starts cold."""
+    global _helper
+    if not available():
+        return None
+    if _helper is None or not _helper.alive:
+        _helper = Helper()
+    return _helper
+
+
 def _hand_over(path: Path, account: tuple[int, int] | None) -> None:
     """Make path (a directory the student's process writes in) its own when it runs as another user."""
     path.mkdir(parents=True, exist_ok=True)
@@ -83,16 +98,26 @@ def run_parts(staging: Path, names: list[str], timeout: float, jobs: int, accoun
     cmd = [sys.executable, "-m", "assignments.check", *names, "--timeout", str(timeout), "--jobs", str(jobs),
            "--result", str(result_file), "--record", str(work / "records"), "--inputs", str(work / "inputs")]
     overall = timeout * math.ceil(len(names) / jobs) + 60   # the checker enforces the per-part limits itself
-    who = {} if account is None else {"user": account[0], "group": account[1], "extra_groups": []}
-    with open(log_file, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=staging, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, **who)
-        try:
-            proc.wait(timeout=overall)
-        except subprocess.TimeoutExpired:
-            pass
-        _kill_group(proc.pid)
-        proc.wait()
+    helper = warm_helper()
+    if helper is not None:                   # the same command, forked from an interpreter that has imported torch
+        log_file.write_bytes(b"")
+        _, code = helper.run({"kind": "m", "target": cmd[2], "args": cmd[3:], "warnings": [], "unbuffered": False,
+                              "env": env, "cwd": str(staging), "stdout": str(log_file), "stderr": str(log_file),
+                              "new_session": True, "kill_group": True, "user": account and account[0],
+                              "group": account and account[1]}, overall)
+        returncode = -signal.SIGKILL if code is None else code
+        spare = spare | {helper.proc.pid}
+    else:
+        who = {} if account is None else {"user": account[0], "group": account[1], "extra_groups": []}
+        with open(log_file, "wb") as log:
+            proc = subprocess.Popen(cmd, cwd=staging, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, **who)
+            try:
+                proc.wait(timeout=overall)
+            except subprocess.TimeoutExpired:
+                pass
+            _kill_group(proc.pid)
+            returncode = proc.wait()
     sweep(keep=spare)
     said: dict[str, dict] = {}
     try:                                     # read after every process of the submission is gone: no race
@@ -103,7 +128,7 @@ def run_parts(staging: Path, names: list[str], timeout: float, jobs: int, accoun
         pass
     tail = log_file.read_bytes()[-2000:].decode("utf-8", errors="replace")
     return {n: said.get(n) or {"status": "crash", "message": "the checker stopped before reporting "
-                               f"(exit code {proc.returncode})", "log": tail} for n in names}
+                               f"(exit code {returncode})", "log": tail} for n in names}
 
 
 def _plain_file(path: Path) -> bool:

@@ -25,6 +25,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The grader draws its hidden inputs from this seed when a test gives none, so that a failing grading reproduces
 # (test_grading_hidden.py grades under other seeds on purpose); a process draws each fixture once for it.
 os.environ.setdefault("MINBERT_GRADING_SEED", "20261126")
+# MINBERT_COLD_TESTS=1 (tests/warm.py: every command cold) starts the grader's checker cold too (assignments/warmstart.py).
+if os.environ.get("MINBERT_COLD_TESTS"):
+    os.environ.setdefault("MINBERT_COLD_START", "1")
 # Under pytest-xdist each worker gets its share of the cores (two workers with two threads each on two cores spend
 # their time in OpenMP's hand-offs), and so do the processes the tests start (they inherit OMP_NUM_THREADS).
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))

@@ -1,0 +1,238 @@
+"""`python -m MODULE ARGS` forked from a warm interpreter instead of started cold: torch is imported once, not per run.
+
+A fresh `python -m assignments.check` spends about 2 s importing torch before it checks anything, and the grader
+starts one per submission and tree (two for the reference with every group: 9 s in all, 4 of them importing torch).
+Helper starts an interpreter that imports torch and nothing else (this file's own source, run with `python -c`, from
+/, with no PYTHONPATH: no minbert, no tree's code, no data) and forks a child for each request, which then does what
+the cold command would: its folder, its user and groups (dropped after its files are opened, as subprocess does),
+a new session, the environment (with PEP 538's LC_CTYPE), PYTHONDONTWRITEBYTECODE, sys.path (the folder, or the
+script's, then PYTHONPATH, then the standard paths), sys.argv, `-m`, `-c` or a script run as a fresh __main__, stdin
+from /dev/null, stdout block-buffered and stderr line-buffered into files (unbuffered with -u), the intra-op threads
+from OMP_NUM_THREADS, torch's and numpy's generators seeded afresh, and the exit code (SystemExit, sys.excepthook's
+traceback and 1, minus the signal that killed it, SIGINT's for an uncaught KeyboardInterrupt). What differs from a
+cold start: torch is imported before the child sets its environment (it reads none of the variables the commands
+set), and children share the helper's hash seed. The helper holds nothing of the grader: a child's memory is what a
+cold interpreter that imported torch has. MINBERT_COLD_START=1, or a system without os.fork, starts every run cold.
+
+This file imports only the standard library at its top: the helper runs it as a script.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+COLD_ENV = "MINBERT_COLD_START"   # set (to anything but 0): every run is a cold `python`
+HELPER_DROPS = ("PYTHONPATH", "OMP_NUM_THREADS", "MINBERT_GRADING_SEED")   # not in the helper's own environment
+
+
+def child(req: dict, torch, default_threads: int, base_path: list[str]) -> None:
+    """In the forked child: become the cold `python` that `req` describes and run its command; never returns."""
+    import builtins
+    import importlib
+    import io
+    import runpy
+    import tempfile
+    import threading
+    import types
+    import warnings
+    code = 1
+    try:
+        for fd, (path, flags) in enumerate(((os.devnull, os.O_RDONLY), (req["stdout"], os.O_WRONLY | os.O_APPEND),
+                                            (req["stderr"], os.O_WRONLY | os.O_APPEND))):
+            opened = os.open(path, flags)
+            os.dup2(opened, fd)
+            os.close(opened)
+        os.chdir(req["cwd"])
+        if req.get("new_session"):
+            os.setsid()
+        if req.get("user") is not None:                # as subprocess's user=, group=, extra_groups=[] do
+            os.setgroups([])
+            os.setgid(req["group"])
+            os.setuid(req["user"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        ctype = os.environ.get("LC_CTYPE") or os.environ.get("LANG") or "C"
+        if ("LC_ALL" not in os.environ and ctype in ("C", "POSIX")
+                and os.environ.get("PYTHONCOERCECLOCALE") != "0"):  # PEP 538: a cold start in the C locale
+            os.environ["LC_CTYPE"] = "C.UTF-8"       # sets it for its children (not when LC_ALL is set)
+        sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+        tempfile.tempdir = None                      # TMPDIR read afresh
+        unbuffered = req["unbuffered"] or bool(os.environ.get("PYTHONUNBUFFERED"))
+
+        def stream(fd, mode, **kw):                  # a cold start's: stdout block-buffered into a file, unless -u
+            raw = io.FileIO(fd, mode, closefd=False)
+            return io.TextIOWrapper(raw if unbuffered and mode == "w" else io.BufferedWriter(raw) if mode == "w"
+                                    else io.BufferedReader(raw), encoding="utf-8", write_through=unbuffered, **kw)
+        sys.stdin = stream(0, "r")
+        sys.stdout = stream(1, "w")
+        sys.stderr = stream(2, "w", line_buffering=True, errors="backslashreplace")
+        for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        torch.set_num_threads(int(req["env"].get("OMP_NUM_THREADS") or default_threads))
+        torch.seed()                                 # a cold start's generators start from seeds of their own
+        if "numpy.random" in sys.modules:          # (torch imports numpy, not numpy.random: nothing to reseed then)
+            sys.modules["numpy.random"].seed()
+        pythonpath = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+        kind, target, args = req["kind"], req["target"], req["args"]
+        first = {"m": os.getcwd(), "c": "", "script": os.path.dirname(os.path.abspath(target))}[kind]
+        sys.path[:] = [first, *pythonpath, *base_path]
+        sys.path_importer_cache.clear()
+        importlib.invalidate_caches()
+        sys.warnoptions[:] = req["warnings"]
+        for option in req["warnings"]:
+            warnings._setoption(option)
+        main = types.ModuleType("__main__")          # a fresh __main__, as a cold start has
+        main.__annotations__ = {}
+        main.__builtins__ = builtins
+        sys.modules["__main__"] = main
+        try:
+            if kind == "m":                          # what `python -m` calls, so a traceback shows the same frames
+                sys.argv = ["-m", *args]
+                runpy._run_module_as_main(target)
+            else:
+                sys.argv = ["-c" if kind == "c" else target, *args]
+                if kind == "script":
+                    main.__file__ = os.path.abspath(target)
+                    with open(target, "rb") as f:
+                        source = f.read()
+                exec(compile(target if kind == "c" else source, "<string>" if kind == "c" else main.__file__,  # noqa: S102
+                             "exec"), main.__dict__)           # what `python -c CODE` and `python SCRIPT` do
+            code = 0
+        except SystemExit as stop:
+            if stop.code is None or isinstance(stop.code, int):
+                code = stop.code or 0
+            else:
+                print(stop.code, file=sys.stderr)
+        except BaseException as e:  # noqa: BLE001 - a cold start's: the traceback from the command's first frame
+            e = e.with_traceback(e.__traceback__.tb_next)
+            sys.excepthook(type(e), e, e.__traceback__)
+            if isinstance(e, KeyboardInterrupt):     # a cold start dies of SIGINT then
+                code = -signal.SIGINT
+        threading._shutdown()
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if code == -signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:  # noqa: BLE001 - the set-up failed (a folder, a file, the user): said on the child's stderr
+        import traceback
+        os.write(2, f"the warm start failed before the command ran:\n{traceback.format_exc()}".encode())
+    finally:
+        os._exit(code)
+
+
+def serve(answers_fd: int) -> None:
+    """The helper's loop: a request a line on stdin; forks, answers {"pid"}, then {"status"} once the child ended
+    (its process group killed first, with "kill_group", while the child is unreaped and its pid still its own)."""
+    import torch
+    default_threads = torch.get_num_threads()      # what a cold start without OMP_NUM_THREADS gets
+    base_path = sys.path[1:]                       # sys.path less the helper's own '' (it has no PYTHONPATH)
+    answers = os.fdopen(answers_fd, "w", buffering=1)
+    for line in sys.stdin:
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            answers.close()
+            child(req, torch, default_threads, base_path)
+        answers.write(json.dumps({"pid": pid}) + "\n")
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        if req.get("kill_group"):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        _, status = os.waitpid(pid, 0)
+        answers.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
+
+
+def available() -> bool:
+    """Whether runs may be warm here: os.fork exists and MINBERT_COLD_START does not ask for cold starts."""
+    return hasattr(os, "fork") and os.environ.get(COLD_ENV, "0") in ("", "0")
+
+
+class Helper:
+    """A warm interpreter: started by the constructor (its import of torch runs beside the caller's work), asked
+    one run at a time with run(), ended with close() or with the caller's process."""
+
+    def __init__(self) -> None:
+        read, write = os.pipe()
+        env = {k: v for k, v in os.environ.items() if k not in HELPER_DROPS}
+        with open(__file__, encoding="utf-8") as f:
+            source = f.read()
+        self.proc = subprocess.Popen([sys.executable, "-c", source, str(write)], stdin=subprocess.PIPE, text=True,
+                                     cwd="/", env=env, pass_fds=(write,))
+        os.close(write)
+        self.answers, self.pending = read, b""
+        atexit.register(self.close)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.alive:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        if self.answers >= 0:
+            os.close(self.answers)
+            self.answers = -1
+
+    def kill(self) -> None:
+        """Give up on this helper (its answers are out of step, or a run was interrupted)."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def answer(self, deadline: float | None) -> dict:
+        """The helper's next line; its own buffer, so that select() sees only what is still in the pipe."""
+        while b"\n" not in self.pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self.answers], [], [], left)[0]:
+                raise TimeoutError
+            data = os.read(self.answers, 65536)
+            if not data:
+                raise RuntimeError(f"the warm interpreter ended (exit {self.proc.wait()})")
+            self.pending += data
+        line, self.pending = self.pending.split(b"\n", 1)
+        return json.loads(line)
+
+    def run(self, req: dict, timeout: float | None) -> tuple[int, int | None]:
+        """Run one request (child()'s keys); (its pid, its exit code, or None when it ran past timeout seconds and
+        was killed: its process group with "new_session", else itself). Anything else that stops the wait (an
+        interrupt, the helper gone) kills the child and this helper, and is raised."""
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        pid = None
+        try:
+            pid = self.answer(None)["pid"]
+            return pid, self.answer(None if timeout is None else time.monotonic() + timeout)["status"]
+        except BaseException as stop:                # a timeout, Ctrl-C, a helper gone: no child left behind
+            if pid is not None:
+                try:
+                    os.killpg(pid, signal.SIGKILL) if req.get("new_session") else os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            if isinstance(stop, TimeoutError) and self._status_after_kill():
+                return pid, None
+            self.kill()
+            raise
+
+    def _status_after_kill(self) -> bool:
+        """Read the killed child's status, so that the answers stay in step; False if that fails."""
+        try:
+            self.answer(time.monotonic() + 30)
+        except BaseException:  # noqa: BLE001 - whatever stops it (a second Ctrl-C too), this helper is given up
+            return False
+        return True
+
+
+if __name__ == "__main__":       # the helper itself: `python -c <this file> FD`
+    serve(int(sys.argv[1]))

@@ -1,0 +1,170 @@
+"""The grader's warm start (assignments/warmstart.py): the checker forked from an interpreter that imported torch alone
+grades as a cold `python -m assignments.check` does, runs as the student's user, and leaves nothing behind.
+
+(tests/test_warm.py compares the same helper with a cold python on many commands, through the tests' warm.run.)
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_assignments import submission_with
+
+from assignments import untrusted
+from assignments.grade import grade
+from assignments.warmstart import COLD_ENV, Helper
+
+ROOT_ONLY = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="changing user needs root")
+
+
+def request(code: str, out: Path, cwd: Path, env: dict[str, str] | None = None, **more) -> dict:
+    """A `python -c code` request, stdout and stderr into out."""
+    out.touch()
+    return {"kind": "c", "target": code, "args": [], "warnings": [], "unbuffered": False,
+            "env": {"PATH": os.environ.get("PATH", "")} if env is None else env, "cwd": str(cwd),
+            "stdout": str(out), "stderr": str(out), "new_session": True, **more}
+
+
+@pytest.fixture(scope="module")
+def helper():
+    h = Helper()
+    yield h
+    h.close()
+
+
+def comparable(res: dict) -> list[tuple]:
+    return [(r["part"], r["status"], r["score"], r["message"]) for r in res["parts"]]
+
+
+def test_the_grader_grades_alike_warm_and_cold(tmp_path, monkeypatch):
+    """A submission whose parts exit, raise SystemExit and fail a comparison: the same statuses and messages from a
+    checker forked warm as from a cold one; the helper survives the grading's sweep of leftover processes."""
+    sub = submission_with(tmp_path, {"attention": "import os\nos._exit(3)",
+                                     "BertLayer.after_attention": "import sys\nsys.exit(0)"})
+    monkeypatch.delenv(COLD_ENV, raising=False)
+    parts = ["attention", "embeddings", "layer"]
+    warm = grade(sub, parts=parts, seed=11)
+    helper = untrusted._helper
+    assert helper is not None and helper.alive, "the grading killed its own warm interpreter"
+    again = grade(sub, parts=parts, seed=11)
+    assert untrusted._helper is helper and helper.alive           # one interpreter for every submission
+    monkeypatch.setenv(COLD_ENV, "1")
+    assert untrusted.warm_helper() is None
+    cold = grade(sub, parts=parts, seed=11)
+    statuses = {r["part"]: r["status"] for r in cold["parts"]}
+    assert statuses == {"attention": "crash", "embeddings": "pass", "layer": "error"}, cold["parts"]
+    assert comparable(warm) == comparable(again) == comparable(cold)
+    assert "exit code 3" in {r["part"]: r for r in warm["parts"]}["attention"]["message"]
+
+
+def test_the_helper_holds_nothing_of_the_grader(helper, tmp_path, monkeypatch):
+    """Its environment has no grading seed and no PYTHONPATH; a child has imported no project module, has the
+    environment it was given (PEP 538's LC_CTYPE added in the C locale) and the cold start's sys.path."""
+    monkeypatch.setenv("MINBERT_GRADING_SEED", "12345")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    fresh = Helper()
+    try:
+        environ = Path(f"/proc/{fresh.proc.pid}/environ").read_bytes().split(b"\0")
+        assert not any(v.startswith((b"MINBERT_GRADING_SEED=", b"PYTHONPATH=")) for v in environ)
+    finally:
+        fresh.close()
+    code = ("import os, sys; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('assignments', 'minbert', 'tasks'))); print(sorted(os.environ.items())); print(sys.path[:2])")
+    out = tmp_path / "out"
+    env = {"PATH": "/usr/bin", "PYTHONPATH": "/nowhere", "LANG": "C"}
+    _, status = helper.run(request(code, out, tmp_path, env), 60)
+    modules, environ, path = out.read_text().splitlines()
+    assert status == 0 and modules == "[]"
+    assert environ == str(sorted({**env, "LC_CTYPE": "C.UTF-8"}.items()))
+    assert path == str(["", "/nowhere"])
+
+
+def test_kill_group_ends_what_the_child_left_in_its_group(helper, tmp_path):
+    """A child that starts a process in its group and exits: with kill_group the helper kills the group before it
+    reaps the child (its pid is still the group's), so nothing it left runs on."""
+    code = ("import subprocess, sys; p = subprocess.Popen(['sleep', '300']); print(p.pid, flush=True)")
+    out = tmp_path / "out"
+    _, status = helper.run(request(code, out, tmp_path, kill_group=True), 60)
+    left = int(out.read_text().split()[0])
+    assert status == 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and alive(left):
+        time.sleep(0.05)
+    assert not alive(left), "the child's sleep outlived it"
+
+
+def alive(pid: int) -> bool:
+    """Running (not gone, not a zombie waiting for its reaper)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_a_run_past_its_time_is_killed_and_the_helper_answers_on(helper, tmp_path):
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    pid, status = helper.run(request("import time; time.sleep(300)", out, tmp_path, kill_group=True), 1.0)
+    assert status is None and time.monotonic() - t0 < 30 and not alive(pid)
+    _, status = helper.run(request("raise SystemExit(4)", tmp_path / "next", tmp_path), 60)
+    assert status == 4
+
+
+@ROOT_ONLY
+def test_a_child_runs_as_the_user_given_and_cannot_touch_root_s(helper, tmp_path):
+    """As root: the child takes the user and group given and no supplementary groups (as subprocess's user=,
+    group=, extra_groups=[] do), after opening its output; it cannot read a root-only file nor signal the helper."""
+    nobody = pwd.getpwnam("nobody")
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    (secret / "seed").write_text("42")
+    code = (f"import os, signal\nprint(os.getuid(), os.getgid(), os.getgroups())\n"
+            f"for act in (lambda: open({str(secret / 'seed')!r}).read(), lambda: os.kill({helper.proc.pid}, "
+            f"signal.SIGKILL)):\n"
+            "    try:\n        act(); print('allowed')\n    except PermissionError:\n        print('refused')\n")
+    out = tmp_path / "out"
+    _, status = helper.run(request(code, out, Path("/"), user=nobody.pw_uid, group=nobody.pw_gid), 60)
+    ids, read, kill = out.read_text().splitlines()
+    assert status == 0, out.read_text()
+    assert ids == f"{nobody.pw_uid} {nobody.pw_gid} []"
+    assert (read, kill) == ("refused", "refused") and helper.alive
+
+
+def test_cold_start_is_asked_for_by_its_variable(monkeypatch):
+    monkeypatch.setenv(COLD_ENV, "0")
+    assert untrusted.warm_helper() is not None
+    monkeypatch.setenv(COLD_ENV, "1")
+    assert untrusted.warm_helper() is None
+
+
+def test_an_interrupted_run_leaves_no_child_and_the_next_run_starts_a_new_helper(tmp_path, monkeypatch):
+    """Ctrl-C while a run waits: the child is killed and this helper given up (its answers would be out of step);
+    warm_helper() then starts another."""
+    monkeypatch.delenv(COLD_ENV, raising=False)
+    first = untrusted.warm_helper()
+    out = tmp_path / "out"
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            first.run(request("import os, time; print(os.getpid(), flush=True); time.sleep(300)", out, tmp_path,
+                              kill_group=True), 120)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    child = int(out.read_text().split()[0])
+    assert not first.alive and not alive(child)
+    second = untrusted.warm_helper()
+    assert second is not first and second.alive
+    _, status = second.run(request(f"import sys; sys.exit({sys.version_info.minor})", tmp_path / "o2", tmp_path), 60)
+    assert status == sys.version_info.minor
