@@ -2,8 +2,8 @@
 
 A fresh `python -m assignments.check` spends about 2 s importing torch before it checks anything, and the grader
 starts one per submission and tree (two for the reference with every group: 9 s in all, 4 of them importing torch).
-Helper starts an interpreter that imports torch and nothing else (this file's own source, run with `python -c`, from
-/, with no PYTHONPATH: no minbert, no tree's code, no data) and forks a child for each request, which then does what
+Helper starts an interpreter that imports torch and nothing else (this file run by runpy.run_path from `python -c`,
+in /, with no PYTHONPATH: no minbert, no tree's code, no data) and forks a child for each request, which then does what
 the cold command would: its folder, its user and groups (dropped after its files are opened, as subprocess does),
 a new session, the environment (with PEP 538's LC_CTYPE), PYTHONDONTWRITEBYTECODE, sys.path (the folder, or the
 script's, then PYTHONPATH, then the standard paths), sys.argv, `-m`, `-c` or a script run as a fresh __main__, stdin
@@ -14,7 +14,7 @@ cold start: torch is imported before the child sets its environment (it reads no
 set), and children share the helper's hash seed. The helper holds nothing of the grader: a child's memory is what a
 cold interpreter that imported torch has. MINBERT_COLD_START=1, or a system without os.fork, starts every run cold.
 
-This file imports only the standard library at its top: the helper runs it as a script.
+This file imports only the standard library at its top: the helper runs it as a file, outside its package.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import sys
 import time
 
 COLD_ENV = "MINBERT_COLD_START"   # set (to anything but 0): every run is a cold `python`
+HELPER_NAME = "__warm_helper__"   # this file's __name__ when the helper runs it
 HELPER_DROPS = ("PYTHONPATH", "OMP_NUM_THREADS", "MINBERT_GRADING_SEED")   # not in the helper's own environment
 
 
@@ -166,10 +167,9 @@ class Helper:
     def __init__(self) -> None:
         read, write = os.pipe()
         env = {k: v for k, v in os.environ.items() if k not in HELPER_DROPS}
-        with open(__file__, encoding="utf-8") as f:
-            source = f.read()
-        self.proc = subprocess.Popen([sys.executable, "-c", source, str(write)], stdin=subprocess.PIPE, text=True,
-                                     cwd="/", env=env, pass_fds=(write,))
+        start = f"import runpy, sys; runpy.run_path(sys.argv[1], run_name={HELPER_NAME!r})"   # this file, no package
+        self.proc = subprocess.Popen([sys.executable, "-c", start, os.path.abspath(__file__), str(write)],
+                                     stdin=subprocess.PIPE, text=True, cwd="/", env=env, pass_fds=(write,))
         os.close(write)
         self.answers, self.pending = read, b""
         atexit.register(self.close)
@@ -234,5 +234,5 @@ class Helper:
         return True
 
 
-if __name__ == "__main__":       # the helper itself: `python -c <this file> FD`
-    serve(int(sys.argv[1]))
+if __name__ == HELPER_NAME:      # the helper itself: this file run by runpy.run_path, its answers' descriptor
+    serve(int(sys.argv[2]))

@@ -6,13 +6,17 @@ down), 5 unfilled stubs (the committed assignments/student/ files; 3 folders of 
 folders down) and 5 partially filled (some files the reference's, the others the stubs; folders). The score each
 should get is written to DIR/.expected.json (a hidden file, which the batch ignores).
 
-The default mode builds that folder in a temporary folder (or takes --dir), runs the CLI on it with --groups core and
-a fresh CSV, and prints the wall time, the seconds a submission, the CPU (lscpu's model name, avx512_bf16) and whether
-every score is the one expected. Arguments after -- go to the grader (--jobs, --timeout, ...).
+The default mode builds that folder in a temporary folder (or takes --dir), then runs the CLI on it with --groups core
+and a fresh CSV, once a round in each mode of --modes (warm: the grader's checker forked from its warm interpreter,
+the default; cold: MINBERT_COLD_START=1, a cold `python -m assignments.check` per submission), the modes' order in
+each round drawn from --seed. It prints each run's wall time, each mode's median seconds a submission, the ratio cold
+/ warm, the CPU (lscpu's model name, avx512_bf16) and whether every score is the one expected. Arguments after -- go
+to the grader (--jobs, --timeout, ...).
 
     python benchmarks/grade_batch.py --make /tmp/subs20
-    python benchmarks/grade_batch.py                          # build in a temporary folder, grade, time
-    python benchmarks/grade_batch.py --dir /tmp/subs20 -- --jobs 2
+    python benchmarks/grade_batch.py                          # build in a temporary folder, grade warm and cold, time
+    python benchmarks/grade_batch.py --rounds 3 --json benchmarks/results/grade-batch.json
+    python benchmarks/grade_batch.py --dir /tmp/subs20 --modes warm -- --jobs 2
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
+import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from epoch_speed import cpu_info
+
+from assignments.warmstart import COLD_ENV
 
 STUBS = ROOT / "assignments" / "student"
 PART1 = {"minbert/model.py": ("attention", "embeddings", "layer", "model"), "minbert/optim.py": ("adamw",),
@@ -88,10 +97,17 @@ def make(folder: Path) -> dict[str, int]:
     return expected
 
 
+MODES = {"warm": {}, "cold": {COLD_ENV: "1"}}   # the grader's environment in each mode
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--make", type=Path, metavar="DIR", help="only build the 20 submissions in DIR")
     ap.add_argument("--dir", type=Path, help="time the batch on this folder (built by --make) instead of a fresh one")
+    ap.add_argument("--modes", nargs="+", choices=tuple(MODES), default=list(MODES),
+                    help="warm: the checker forked from the grader's warm interpreter; cold: MINBERT_COLD_START=1")
+    ap.add_argument("--rounds", type=int, default=1, help="runs of each mode, interleaved (default 1)")
+    ap.add_argument("--seed", type=int, default=0, help="the seed of the modes' order in each round (default 0)")
     ap.add_argument("--json", type=Path, help="also write the figures to this JSON (benchmarks/results/...)")
     ap.add_argument("grade_args", nargs="*", help="after --: passed to python -m assignments.grade")
     args = ap.parse_args()
@@ -99,6 +115,7 @@ def main() -> None:
         expected = make(args.make)
         print(f"wrote {len(expected)} submissions to {args.make}")
         return
+    rng, walls, wrong = random.Random(args.seed), {m: [] for m in args.modes}, {}
     with tempfile.TemporaryDirectory(prefix="grade-batch-") as tmp:
         folder = args.dir or Path(tmp) / "subs"
         expected = make(folder) if args.dir is None else json.loads((folder / ".expected.json").read_text())
@@ -106,23 +123,39 @@ def main() -> None:
         cmd = [sys.executable, "-m", "assignments.grade", "--batch", str(folder), "--csv", str(out),
                "--groups", "core", *args.grade_args]
         print(" ".join(cmd[1:]))
-        t0 = time.perf_counter()
-        subprocess.run(cmd, cwd=ROOT, check=True)
-        wall = time.perf_counter() - t0
-        with open(out, newline="") as f:
-            got = {r["submission"]: r["score"] for r in csv.DictReader(f)}
-    wrong = {name: (got.get(name), score) for name, score in expected.items() if got.get(name) != str(score)}
+        for n in range(args.rounds):
+            for mode in rng.sample(args.modes, len(args.modes)):
+                out.unlink(missing_ok=True)
+                env = {k: v for k, v in os.environ.items() if k != COLD_ENV} | MODES[mode]
+                t0 = time.perf_counter()
+                subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+                walls[mode].append(round(time.perf_counter() - t0, 1))
+                print(f"round {n + 1}, {mode}: {walls[mode][-1]:.1f} s", flush=True)
+                with open(out, newline="") as f:
+                    got = {r["submission"]: r["score"] for r in csv.DictReader(f)}
+                wrong.update({f"{mode}: {name}": (got.get(name), score) for name, score in expected.items()
+                              if got.get(name) != str(score)})
+    per = {m: {"runs_s": w, "wall_s": statistics.median(w), "s_per_submission": round(statistics.median(w) /
+                                                                                      len(expected), 2)}
+           for m, w in walls.items()}
     cpu = cpu_info()
-    print(f"wall {wall:.1f} s for {len(expected)} submissions: {wall / len(expected):.2f} s a submission")
+    for m, f in per.items():
+        print(f"{m}: median wall {f['wall_s']:.1f} s for {len(expected)} submissions: {f['s_per_submission']:.2f} s "
+              "a submission")
+    ratio = round(per["cold"]["wall_s"] / per["warm"]["wall_s"], 2) if len(per) == 2 else None
+    if ratio:
+        print(f"cold / warm: {ratio:.2f}")
     print(f"CPU: {cpu['model']}, {cpu['cores']} cores, avx512_bf16 {'yes' if cpu['avx512_bf16'] else 'no'}")
     print("every score as expected" if not wrong else f"scores not as expected (got, expected): {wrong}")
     if args.json:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                                 check=False).stdout.strip()
+        first = per[args.modes[0]]
         args.json.write_text(json.dumps({
             "command": " ".join(["python benchmarks/grade_batch.py", *sys.argv[1:]]),
             "grader": " ".join(["python -m assignments.grade --batch DIR --csv grades.csv", *cmd[7:]]),
-            "submissions": len(expected), "wall_s": round(wall, 1), "s_per_submission": round(wall / len(expected), 2),
+            "submissions": len(expected), "rounds": args.rounds, "modes": per, "cold_over_warm": ratio,
+            "wall_s": first["wall_s"], "s_per_submission": first["s_per_submission"],
             "every_score_as_expected": not wrong, "cpu": cpu, "commit": commit}, indent=2) + "\n")
 
 

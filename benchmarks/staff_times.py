@@ -48,7 +48,8 @@ from tasks.core.evaluation import write_text
 # The commands' environment, taken before tests/conftest.py (imported by the fixtures) sets its defaults; this
 # repository first on the path, so that a command never imports another checkout's packages (python -m puts the
 # folder it runs in before PYTHONPATH, so a student tree still imports its own).
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+ENV = {**{k: v for k, v in os.environ.items() if k != "MINBERT_COLD_START"},   # a row sets it when it names it
+       "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 GRADING_SEED = 8072917364512093847
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "staff-times.json"
 
@@ -61,6 +62,7 @@ class Row:
     command: str
     cwd: str = "."                                       # "." is the reference tree (this repository)
     exit: int = 0
+    env: tuple[tuple[str, str], ...] = ()                # variables set for the command (the label shows them)
 
 
 ROWS = (
@@ -79,6 +81,11 @@ ROWS = (
         "python -m assignments.grade $T/st --out $T/s.json --seed-file $T/seed"),
     Row("`python -m assignments.grade . --groups all --seed-file seed` (the reference, every group)",
         "python -m assignments.grade . --out $T/a.json --groups all --seed-file $T/seed"),
+    Row("`MINBERT_COLD_START=1 python -m assignments.grade . --seed-file seed` (the same, its checker started cold)",
+        "python -m assignments.grade . --out $T/rc.json --seed-file $T/seed", env=(("MINBERT_COLD_START", "1"),)),
+    Row("`MINBERT_COLD_START=1 python -m assignments.grade . --groups all --seed-file seed` (the same, its checker "
+        "started cold)", "python -m assignments.grade . --out $T/ac.json --groups all --seed-file $T/seed",
+        env=(("MINBERT_COLD_START", "1"),)),
     Row("`python -m assignments.leaderboard UPLOAD --gold ... --salt-file ...` (one valid upload)",
         "python -m assignments.leaderboard $T/upload --gold $T/gold --salt-file $T/salt --out $T/lb.json"),
     Row("`python -m assignments.scoreboard UPLOADS ...` (three uploads: perfect, partial, invalid)",
@@ -149,7 +156,7 @@ def run_once(row: Row, tmp: Path) -> float:
     cmd = [sys.executable if a == "python" else a.replace("$T", str(tmp)) for a in shlex.split(row.command)]
     cwd = ROOT if row.cwd == "." else Path(row.cwd.replace("$T", str(tmp)))
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, cwd=cwd, env={**ENV, **dict(row.env)}, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     if proc.returncode != row.exit:
         raise SystemExit(f"{row.label}: exit {proc.returncode}, expected {row.exit}\n$ {' '.join(cmd)} (in {cwd})\n"

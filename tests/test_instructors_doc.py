@@ -79,6 +79,9 @@ def test_the_staff_times_script_times_every_row_of_the_guides_table_but_the_batc
     assert [row.label for row in staff_times.ROWS] == labels
     for row in staff_times.ROWS:                       # the command run is the one the label names
         named = shlex.split(re.search(r"`(.*?)`", row.label).group(1))
+        assigned = [a for a in named[:2] if "=" in a and not a.startswith("-")]   # VAR=VALUE before the command
+        assert tuple(tuple(a.split("=", 1)) for a in assigned) == row.env, row.label
+        named = named[len(assigned):]
         run = shlex.split(row.command)
         k = 4 if len(named) > 3 and not named[3].startswith("-") and not named[3].isupper() else 3   # a subcommand, .
         assert run[:k] == named[:k] and {a for a in named if a.startswith("--")} <= set(run), row.label

@@ -148,6 +148,7 @@ def test_an_interrupted_run_leaves_no_child_and_the_next_run_starts_a_new_helper
     warm_helper() then starts another."""
     monkeypatch.delenv(COLD_ENV, raising=False)
     first = untrusted.warm_helper()
+    assert first.run(request("pass", tmp_path / "ready", tmp_path), 60)[1] == 0   # started: torch imported
     out = tmp_path / "out"
 
     def interrupt(*_):
