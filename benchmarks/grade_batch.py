@@ -135,9 +135,8 @@ def main() -> None:
                     got = {r["submission"]: r["score"] for r in csv.DictReader(f)}
                 wrong.update({f"{mode}: {name}": (got.get(name), score) for name, score in expected.items()
                               if got.get(name) != str(score)})
-    per = {m: {"runs_s": w, "wall_s": statistics.median(w), "s_per_submission": round(statistics.median(w) /
-                                                                                      len(expected), 2)}
-           for m, w in walls.items()}
+    per = {m: {"runs_s": w, "wall_s": round(statistics.median(w), 1),
+               "s_per_submission": round(statistics.median(w) / len(expected), 2)} for m, w in walls.items()}
     cpu = cpu_info()
     for m, f in per.items():
         print(f"{m}: median wall {f['wall_s']:.1f} s for {len(expected)} submissions: {f['s_per_submission']:.2f} s "
