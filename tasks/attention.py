@@ -2,9 +2,12 @@
 
     python -m tasks.attention --text "The cat sat on the mat." --layer 3 --out attention.png
     python -m tasks.attention --text "A man plays a guitar." --pair "Someone makes music." --layer 6 --model minilm
+    python -m tasks.attention --model runs/classifier-sst-full-model-DATE-TIME --layer 6   # after fine-tuning
 
 Each panel is one head: row i is what token i (the query) attends to, column j is token j (the key), and each row
 sums to 1 (BertModel's output_attentions: softmax(QK^T / sqrt(hs) + mask), eval mode). Layers are counted from 1.
+--model is a checkpoint, or a trained run's directory (tasks.classifier, multitask, simcse, deebert): its best epoch's
+encoder, to set beside the checkpoint it started from.
 The probabilities come from the attention function the model runs (--attention): in a student tree by default your
 attention() in minbert/model.py, so a mistake in it shows in the maps.
 """
@@ -20,8 +23,10 @@ import torch
 
 import minbert
 
-from .core.errors import ConfigurationError, run_cli
+from .core.checkpoints import load_checkpoint
+from .core.errors import ConfigurationError, MissingFileError, run_cli
 from .core.recipe import ATTENTIONS, ATTN_IMPLEMENTATION, DEFAULT_ATTENTION
+from .core.runs import RUN_FILE, read_run_json, trained_checkpoint
 from .core.settings import parse, setting
 
 
@@ -30,7 +35,8 @@ class Settings:
     text: str = setting("The cat sat on the mat.", help="the sentence")
     pair: str | None = setting(None, help="a second sentence, for a sentence pair ([SEP] between, segment 1)")
     layer: int = setting(1, help="the layer to draw, 1 to the model's number of layers")
-    model: str = setting("minilm", help="a checkpoint: minilm, a Hugging Face name or a directory")
+    model: str = setting("minilm", help="a checkpoint (minilm, a Hugging Face name or a directory), or a trained run's "
+                                        "directory: its best epoch's encoder")
     out: str = setting("attention.png", help="the PNG to write")
     attention: str = setting(
         DEFAULT_ATTENTION, choices=ATTENTIONS,
@@ -77,12 +83,44 @@ def draw(probs: torch.Tensor, tokens: list[str], title: str, out: str | Path) ->
     return out
 
 
+def encoder(model: str, attention: str) -> tuple[minbert.BertModel, str, str]:
+    """(the encoder to draw, the checkpoint whose tokenizer it reads, its name for the title): --model's checkpoint,
+    or a run directory's trained encoder (its best state's bert.* weights on the run's own --model)."""
+    attn = ATTN_IMPLEMENTATION[attention]
+    run = Path(model)
+    if run.is_dir() and not (run / RUN_FILE).is_file() and not (run / "config.json").is_file():
+        raise MissingFileError(f"{run}: neither a checkpoint (no config.json) nor a run directory (no {RUN_FILE})")
+    if not (run / RUN_FILE).is_file():
+        return minbert.load_pretrained(model, attn_implementation=attn), model, model
+    record = read_run_json(run)
+    settings = record.get("settings") or {}
+    base = (settings.get("training") or {}).get("model")
+    if not base:
+        raise ConfigurationError(f"{run}: a run of python -m tasks.{record.get('command')}, which trains no encoder; "
+                                 "give a run of tasks.classifier, multitask, simcse or deebert, or a checkpoint")
+    if (settings.get("pals") or {}).get("pals") not in (None, "none"):
+        raise ConfigurationError(f"{run}: a run with PALs, whose layers add a task's PAL to the attention's output: "
+                                 "the encoder's maps alone would not be what the run computes")
+    checkpoint = trained_checkpoint(run)
+    if not checkpoint.is_file():
+        raise MissingFileError(f"{run}: its checkpoint {checkpoint} is missing (the run stopped before writing it, or "
+                               "the file was moved): resume or train the run first")
+    full = load_checkpoint(checkpoint)
+    bert = minbert.load_pretrained(base, attn_implementation=attn)   # the run's architecture; its weights replaced
+    weights = {k[len("bert."):]: v for k, v in full["best_state"].items() if k.startswith("bert.")}
+    missing, unexpected = bert.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise ConfigurationError(f"{checkpoint}: its encoder does not fit {base}'s (missing {missing[:3]}, "
+                                 f"unexpected {unexpected[:3]})")
+    return bert, base, f"{run.name} (epoch {full.get('best_epoch')})"
+
+
 def main(argv: list[str] | None = None) -> int:
     s = parse(Settings, argv, prog="python -m tasks.attention", description=__doc__)
-    model = minbert.load_pretrained(s.model, attn_implementation=ATTN_IMPLEMENTATION[s.attention])
-    tokenizer = minbert.Tokenizer.from_pretrained(s.model)
+    model, tokenizer_from, name = encoder(s.model, s.attention)
+    tokenizer = minbert.Tokenizer.from_pretrained(tokenizer_from)
     probs, tokens = layer_attention(model, tokenizer, s.text, s.pair, s.layer)
-    title = f"{s.model}: layer {s.layer} of {model.config.num_hidden_layers}, {probs.shape[0]} heads (rows attend to columns)"
+    title = f"{name}: layer {s.layer} of {model.config.num_hidden_layers}, {probs.shape[0]} heads (rows attend to columns)"
     print(f"wrote {draw(probs, tokens, title, s.out)}")
     return 0
 

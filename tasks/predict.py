@@ -35,7 +35,7 @@ from .core.errors import ConfigurationError, directory_to_write, run_cli
 from .core.evaluation import prediction_path, raw_path, write_predictions, write_raw
 from .core.recipe import autocast
 from .core.resume import stored_values
-from .core.runs import CHECKPOINT, RUN_FILE, read_run_json, run_settings
+from .core.runs import RUN_FILE, read_run_json, run_settings, trained_checkpoint
 from .core.settings import build, leaves
 from .core.training_setup import DEVICES
 
@@ -81,11 +81,7 @@ def from_run_json(directory: Path, given: dict[str, Any] | None = None) -> tuple
     record = read_run_json(directory)
     kind = record["command"]
     settings = run_settings(command(kind).Settings, record["settings"], str(directory / RUN_FILE), given)
-    if kind == "deebert":      # its model: stage 2's checkpoint, or that of the run it loaded (--from-run)
-        from .deebert import trained_checkpoint
-        return kind, settings, trained_checkpoint(directory)
-    checkpoint = getattr(getattr(settings, "run", None), "checkpoint", None)
-    return kind, settings, Path(checkpoint) if checkpoint else directory / CHECKPOINT
+    return kind, settings, trained_checkpoint(directory)   # DeeBERT's: stage 2's, or that of the run it loaded
 
 
 def load_run(path: str | Path, given: dict[str, Any] | None = None) -> Run:

@@ -159,3 +159,51 @@ def test_drawing_the_tokens_and_the_layer(tiny_dir: Path) -> None:
     for layer in (0, 3):
         with pytest.raises(ConfigurationError, match=f"--layer {layer}: the model has layers 1 to 2"):
             layer_attention(model, tokenizer, "The cat sat.", None, layer)
+
+
+def test_a_trained_run_draws_its_best_encoder_and_what_cannot_be_drawn_says_why(tiny_dir: Path, tmp_path: Path,
+                                                                              capsys: pytest.CaptureFixture) -> None:
+    """--model RUN_DIR: the maps of the run's best epoch's encoder (its checkpoint's bert.* weights on the run's own
+    --model), not those of the checkpoint it started from; a run of a command without an encoder, a PALs run (its
+    layers add a task's PAL) and a run whose checkpoint is gone are refused with a line naming the run."""
+    import json
+
+    from tasks import classifier
+    from tasks.attention import encoder, layer_attention, main
+    from tasks.core.checkpoints import load_checkpoint
+    from tasks.core.errors import ConfigurationError, MissingFileError
+    data = Path(__file__).resolve().parents[1] / "data"
+
+    def piece(name: str, stop: int) -> str:
+        lines = (data / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        (tmp_path / name).write_text("".join(lines[:1 + stop]), encoding="utf-8")
+        return str(tmp_path / name)
+    run = tmp_path / "run"
+    classifier.run(classifier.parse_settings([
+        "--model", str(tiny_dir), "--batch-size", "8", "--epochs", "1", "--lr", "1e-3", "--no-progress",
+        "--train-file", piece("ids-sst-train.csv", 16), "--dev-file", piece("ids-sst-dev.csv", 8),
+        "--test-file", str(tmp_path / "ids-sst-dev.csv"), "--run-dir", str(run)]))
+    bert, base, name = encoder(str(run), "eager")
+    assert (base, name) == (str(tiny_dir), "run (epoch 1)")
+    best = load_checkpoint(run / "checkpoint.pt")["best_state"]
+    assert all(torch.equal(v, best[f"bert.{k}"]) for k, v in bert.state_dict().items())
+    tokenizer = minbert.Tokenizer.from_pretrained(str(tiny_dir))
+    tuned = layer_attention(bert, tokenizer, "The cat sat on the mat.", None, 2)[0]
+    start = layer_attention(minbert.load_pretrained(str(tiny_dir)), tokenizer, "The cat sat on the mat.", None, 2)[0]
+    assert (tuned - start).abs().max() > 1e-3                     # fine-tuning moved the maps
+    out = tmp_path / "tuned.png"
+    assert main(["--model", str(run), "--layer", "2", "--out", str(out)]) == 0
+    assert out.read_bytes().startswith(b"\x89PNG") and f"wrote {out}" in capsys.readouterr().out
+
+    record = json.loads((run / "run.json").read_text())
+    for what, change, error, says in (
+            ("ensemble", {"command": "ensemble", "settings": {}}, ConfigurationError, "trains no encoder"),
+            ("pals", {"settings": {**record["settings"], "pals": {"pals": "standard"}}}, ConfigurationError, "PALs"),
+            ("gone", {}, MissingFileError, "checkpoint.pt is missing")):
+        other = tmp_path / what
+        other.mkdir()
+        (other / "run.json").write_text(json.dumps({**record, **change}))
+        with pytest.raises(error, match=f"{other}.*{says}"):
+            encoder(str(other), "eager")
+    with pytest.raises(MissingFileError, match="neither a checkpoint .no config.json. nor a run directory"):
+        encoder(str(tmp_path), "eager")

@@ -30,6 +30,7 @@ from .step import ATTENTION_KERNELS, READ_EVERY_GPU
 
 RUN_FILE = "run.json"
 CHECKPOINT = "checkpoint.pt"
+STAGE2 = "stage2.pt"          # a DeeBERT run's trained model (its off-ramps trained): tasks/deebert
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -218,3 +219,20 @@ def read_run_json(directory: str | Path) -> dict[str, Any]:
         raise ConfigurationError(f"{directory}: not a run directory (no {RUN_FILE})") from None
     except json.JSONDecodeError as e:
         raise ConfigurationError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
+
+
+def trained_checkpoint(path: str | Path) -> Path:
+    """The checkpoint holding a run's trained model: a checkpoint file itself; a run directory's --checkpoint or
+    checkpoint.pt, or for DeeBERT stage 2's (that of the run it loaded with --from-run); a DeeBERT directory written
+    before run directories, its stage2.pt."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if not (path / RUN_FILE).is_file():
+        return path / STAGE2
+    record = read_run_json(path)
+    settings = record.get("settings") or {}
+    if record.get("command") == "deebert":
+        from_run = (settings.get("sweep") or {}).get("from_run")
+        return trained_checkpoint(from_run) if from_run else path / STAGE2
+    return Path((settings.get("run") or {}).get("checkpoint") or path / CHECKPOINT)

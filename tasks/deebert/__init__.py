@@ -47,7 +47,7 @@ from ..core.evaluation import predict_batches, raw_path, write_raw
 from ..core.precision import resolve_precision
 from ..core.recipe import autocast
 from ..core.resume import resume_config, stored_values
-from ..core.runs import RUN_FILE, RunPaths, read_run_json, resume_base, run_paths, write_run_json
+from ..core.runs import RUN_FILE, STAGE2, RunPaths, resume_base, run_paths, trained_checkpoint, write_run_json
 from ..core.settings import build, dump, parse, parser_for, read_config
 from ..core.train import FitOptions, Work, fit
 from ..core.training_setup import start, write_split
@@ -67,7 +67,7 @@ from .sweep import (
 )
 
 BOARD = {"sst": "sst", "sst2": "cfimdb", "cfimdb": "cfimdb", "sts": "sts"}  # prediction-file format
-STAGE1, STAGE2 = "stage1.pt", "stage2.pt"                                  # the stages' checkpoints in a run
+STAGE1 = "stage1.pt"                                  # stage 1's checkpoint in a run; stage 2's: STAGE2
 
 
 def to_sst2(records: Records) -> tuple[Records, int]:
@@ -172,19 +172,6 @@ def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: l
     return {"stage1": {"best_epoch": first.best_epoch, f"dev_{metric}": first.best_score, "history": first.history},
             "stage2": {"best_epoch": second.best_epoch, f"dev_{metric}_ramps": second.best_score,
                        "history": second.history}}
-
-
-def trained_checkpoint(path: str | Path) -> Path:
-    """The trained model (stage 2's checkpoint) of a run: a run directory (its stage2.pt, or that of the run it
-    loaded with --from-run), a directory written before run directories, or the checkpoint file itself."""
-    path = Path(path)
-    if path.is_file():
-        return path
-    if (path / RUN_FILE).is_file():
-        from_run = read_run_json(path)["settings"].get("sweep", {}).get("from_run")
-        if from_run:
-            return trained_checkpoint(from_run)
-    return path / STAGE2
 
 
 def load_trained(model: DeeBert, settings: Settings) -> Path:
