@@ -42,10 +42,16 @@ def student_account(user: str | None) -> tuple[int, int] | None:
         if user != "auto":
             raise ValueError(f"the user {user!r} cannot run {sys.executable} and find torch: make the interpreter and "
                              "packages readable to it, or grade with --as-user none")
-        print(f"note: nobody cannot run {sys.executable} and find torch, so the submission's code runs as root (give "
-              "--as-user a user who can)", file=sys.stderr)
+        _note_once(f"note: nobody cannot run {sys.executable} and find torch, so the submission's code runs as root "
+                   "(give --as-user a user who can)")
         return None
     return account
+
+
+@functools.cache
+def _note_once(text: str) -> None:
+    """Say it on the staff's console once a process (a batch grades many submissions)."""
+    print(text, file=sys.stderr)
 
 
 @functools.cache
