@@ -15,7 +15,7 @@ For each profile of assignments.make.PROFILES, each step timed, the profile stop
   optimizer  python optimizer_test.py
   notebook   minbert.ipynb run by nbclient (this interpreter's) with the venv's python as the kernel, from an empty
              folder, so that its set-up cell clones the tree from the course URL; it trains, scores and draws the
-             attention maps (runs/notebook-sst-*/attention.png)
+             attention maps (runs/notebook-sst-*/attention.png and attention-tuned.png)
 The commands run with the venv's python from the tree's root. A line per profile and step, then a summary line per
 profile; the exit status is 1 if any step failed, naming the profile and the step.
 
@@ -252,8 +252,9 @@ def step_notebook(py: Path, tree: Path, work: Path) -> None:
     clone = colab / "tree"
     if not (clone / "minbert").is_dir() or not list((clone / "predictions").glob("sst-dev-output.csv")):
         raise StepFailed(f"the notebook did not clone the tree into {clone} and train in it")
-    if not list((clone / "runs").glob("notebook-sst-*/attention.png")):
-        raise StepFailed(f"the notebook did not draw the attention maps (runs/notebook-sst-*/attention.png in {clone})")
+    for maps in ("attention.png", "attention-tuned.png"):     # the pretrained encoder's, the fine-tuned one's
+        if not list((clone / "runs").glob(f"notebook-sst-*/{maps}")):
+            raise StepFailed(f"the notebook did not draw the attention maps (runs/notebook-sst-*/{maps} in {clone})")
 
 
 def run_profile(profile: str, work: Path, fresh_venv: bool) -> tuple[bool, list[tuple[str, float, str]]]:
