@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm
 from conftest import DATA, ROOT, TEST_DEVICE
 
 from tasks import classifier, search
@@ -158,9 +159,10 @@ def test_a_killed_workers_trial_is_retried_from_its_checkpoint(tiny_dir, tmp_pat
     space = space_file(tmp_path, tiny_dir, epochs=2, enqueue=[{"training.lr": GOOD, "recipe.warmup_ratio": 0.1}])
     argv = ["--space", str(space), "--study-dir", str(tmp_path / "s"), "--trials", "1", "--pruner", "none",
             "--heartbeat", "1"]
-    proc = worker(argv, tmp_path, **{KILL_AT_STEP: "6"})                     # 4 steps an epoch: killed in epoch 2
-    out = proc.communicate(timeout=240)[0]
-    assert proc.returncode == -9, out[-2000:]
+    first = warm.run([sys.executable, "-m", "tasks.search", *argv], cwd=tmp_path, capture_output=True, text=True,
+                     timeout=240, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+                                       KILL_AT_STEP: "6"})        # 4 steps an epoch: killed in epoch 2
+    assert first.returncode == -9, (first.stdout + first.stderr)[-2000:]
     time.sleep(5)                                      # > 3 heartbeats (with a margin for a loaded machine): stale
     search.run(search.parse_settings(argv))
     killed, retried = study_of(tmp_path / "s").trials
