@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -104,16 +105,23 @@ def run_parts(staging: Path, names: list[str], timeout: float, jobs: int, accoun
     cmd = [sys.executable, "-m", "assignments.check", *names, "--timeout", str(timeout), "--jobs", str(jobs),
            "--result", str(result_file), "--record", str(work / "records"), "--inputs", str(work / "inputs")]
     overall = timeout * math.ceil(len(names) / jobs) + 60   # the checker enforces the per-part limits itself
-    helper = warm_helper()
+    helper, returncode = warm_helper(), None
     if helper is not None:                   # the same command, forked from an interpreter that has imported torch
         log_file.write_bytes(b"")
-        _, code = helper.run({"kind": "m", "target": cmd[2], "args": cmd[3:], "warnings": [], "unbuffered": False,
-                              "env": env, "cwd": str(staging), "stdout": str(log_file), "stderr": str(log_file),
-                              "new_session": True, "kill_group": True, "user": account and account[0],
-                              "group": account and account[1]}, overall)
-        returncode = -signal.SIGKILL if code is None else code
-        spare = spare | {helper.proc.pid}
-    else:
+        try:
+            _, code = helper.run({"kind": "m", "target": cmd[2], "args": cmd[3:], "warnings": [], "unbuffered": False,
+                                  "env": env, "cwd": str(staging), "stdout": str(log_file), "stderr": str(log_file),
+                                  "new_session": True, "kill_group": True, "user": account and account[0],
+                                  "group": account and account[1]}, overall)
+            returncode = -signal.SIGKILL if code is None else code
+            spare = spare | {helper.proc.pid}
+        except (RuntimeError, TimeoutError, OSError, ValueError) as e:   # the helper died or hung: start it cold
+            print(f"note: the warm interpreter failed ({e}); this submission's checker starts cold", file=sys.stderr)
+            sweep(keep=spare)
+            for d in ("records", "out"):         # nothing the first attempt wrote is read
+                shutil.rmtree(work / d, ignore_errors=True)
+                _hand_over(work / d, account)
+    if returncode is None:
         who = {} if account is None else {"user": account[0], "group": account[1], "extra_groups": []}
         with open(log_file, "wb") as log:
             proc = subprocess.Popen(cmd, cwd=staging, env=env, stdout=log, stderr=subprocess.STDOUT,

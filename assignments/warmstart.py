@@ -11,8 +11,13 @@ from /dev/null, stdout block-buffered and stderr line-buffered into files (unbuf
 from OMP_NUM_THREADS, torch's and numpy's generators seeded afresh, and the exit code (SystemExit, sys.excepthook's
 traceback and 1, minus the signal that killed it, SIGINT's for an uncaught KeyboardInterrupt). What differs from a
 cold start: torch is imported before the child sets its environment (it reads none of the variables the commands
-set), and children share the helper's hash seed. The helper holds nothing of the grader: a child's memory is what a
-cold interpreter that imported torch has. MINBERT_COLD_START=1, or a system without os.fork, starts every run cold.
+set; numpy's BLAS threads are sized from the helper's environment, which has no OMP_NUM_THREADS), and children share
+the helper's hash seed. The helper holds nothing of the grader: a child's memory is what a cold interpreter that
+imported torch has. It is the child's only parent, so it alone enforces a run's time limit and kills its process
+group (while the child is unreaped: its pid cannot have been reused), and after each run it kills and reaps every
+child of its own (a process can make itself one with clone's CLONE_PARENT, out of the child's group). It runs in a
+session of its own (the caller's Ctrl-C is the caller's); SIGTERM kills its running child's group and ends it.
+MINBERT_COLD_START=1, or a system without os.fork and os.waitid (macOS before Python 3.13), starts every run cold.
 
 This file imports only the standard library at its top: the helper runs it as a file, outside its package.
 """
@@ -43,7 +48,7 @@ def child(req: dict, torch, default_threads: int, base_path: list[str]) -> None:
     import threading
     import types
     import warnings
-    code = 1
+    code, started = 1, False
     try:
         for fd, (path, flags) in enumerate(((os.devnull, os.O_RDONLY), (req["stdout"], os.O_WRONLY | os.O_APPEND),
                                             (req["stderr"], os.O_WRONLY | os.O_APPEND))):
@@ -77,8 +82,11 @@ def child(req: dict, torch, default_threads: int, base_path: list[str]) -> None:
         for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        torch.set_num_threads(int(req["env"].get("OMP_NUM_THREADS") or default_threads))
+        threads = req["env"].get("OMP_NUM_THREADS", "")
+        torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else default_threads)
         torch.seed()                                 # a cold start's generators start from seeds of their own
+        if "random" in sys.modules:                  # (torch imports random)
+            sys.modules["random"].seed()
         if "numpy.random" in sys.modules:          # (torch imports numpy, not numpy.random: nothing to reseed then)
             sys.modules["numpy.random"].seed()
         pythonpath = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -94,6 +102,7 @@ def child(req: dict, torch, default_threads: int, base_path: list[str]) -> None:
         main.__annotations__ = {}
         main.__builtins__ = builtins
         sys.modules["__main__"] = main
+        started = True
         try:
             if kind == "m":                          # what `python -m` calls, so a traceback shows the same frames
                 sys.argv = ["-m", *args]
@@ -124,40 +133,109 @@ def child(req: dict, torch, default_threads: int, base_path: list[str]) -> None:
         if code == -signal.SIGINT:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
-    except BaseException:  # noqa: BLE001 - the set-up failed (a folder, a file, the user): said on the child's stderr
+    except BaseException:  # noqa: BLE001 - the set-up failed (a folder, a file, the user), or ending did: said
         import traceback
-        os.write(2, f"the warm start failed before the command ran:\n{traceback.format_exc()}".encode())
+        when = "after the command ended" if started else "before the command ran"
+        code = 120 if started else 1                 # 120: a cold start whose ending fails (a flush, say)
+        os.write(2, f"the warm start failed {when}:\n{traceback.format_exc()}".encode())
     finally:
         os._exit(code)
 
 
+def _children() -> list[int]:
+    """The pids whose parent is this process (Linux's /proc; none elsewhere)."""
+    me, found = str(os.getpid()), []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                after = f.read().decode("ascii", "replace").rsplit(")", 1)[1].split()   # state, ppid, ...
+        except (OSError, IndexError, ValueError):
+            continue
+        if entry.isdigit() and len(after) > 1 and after[1] == me:
+            found.append(int(entry))
+    return found
+
+
+def _reap_all() -> None:
+    """Kill and reap every child of the helper: what a run left as its sibling (clone's CLONE_PARENT makes the
+    helper a process's parent), whose own children then go to the caller's reaper."""
+    for _ in range(50):
+        left = _children()
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, PermissionError, ChildProcessError):
+                pass
+
+
+def _wait(pid: int, timeout: float | None) -> bool:
+    """Wait, without reaping, until the child has ended (True) or timeout seconds have passed (False)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def serve(answers_fd: int) -> None:
-    """The helper's loop: a request a line on stdin; forks, answers {"pid"}, then {"status"} once the child ended
-    (its process group killed first, with "kill_group", while the child is unreaped and its pid still its own)."""
+    """The helper's loop: a request a line on stdin; forks, answers {"pid"}, then {"status", "timed_out"} once the
+    child has ended. The helper, its only parent, kills it when its "timeout" passes, then (with "kill_group") its
+    process group, each while the child is unreaped and its pid still its own; then every other child of the helper.
+    SIGTERM (Helper.kill) kills the running child's group and ends the helper."""
     import torch
     default_threads = torch.get_num_threads()      # what a cold start without OMP_NUM_THREADS gets
     base_path = sys.path[1:]                       # sys.path less the helper's own '' (it has no PYTHONPATH)
     answers = os.fdopen(answers_fd, "w", buffering=1)
+    running: list[int] = []
+
+    def stop(*_) -> None:
+        for pid in running:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        os._exit(1)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the caller's Ctrl-C is the caller's to handle
     for line in sys.stdin:
         req = json.loads(line)
         pid = os.fork()
         if pid == 0:
             answers.close()
             child(req, torch, default_threads, base_path)
+        running.append(pid)
         answers.write(json.dumps({"pid": pid}) + "\n")
-        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        timed_out = not _wait(pid, req.get("timeout"))
+        if timed_out:
+            try:
+                os.killpg(pid, signal.SIGKILL) if req.get("new_session") else os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            _wait(pid, None)
         if req.get("kill_group"):
             try:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         _, status = os.waitpid(pid, 0)
-        answers.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
+        running.clear()
+        _reap_all()
+        answers.write(json.dumps({"status": os.waitstatus_to_exitcode(status), "timed_out": timed_out}) + "\n")
 
 
 def available() -> bool:
-    """Whether runs may be warm here: os.fork exists and MINBERT_COLD_START does not ask for cold starts."""
-    return hasattr(os, "fork") and os.environ.get(COLD_ENV, "0") in ("", "0")
+    """Whether runs may be warm here: os.fork and os.waitid exist (Linux; macOS from Python 3.13) and
+    MINBERT_COLD_START does not ask for cold starts."""
+    return hasattr(os, "fork") and hasattr(os, "waitid") and os.environ.get(COLD_ENV, "0") in ("", "0")
+
+
+START_WAIT = 300.0    # seconds the helper may take to answer a request's pid (it may still be importing torch)
+STATUS_GRACE = 60.0   # seconds past a run's timeout before the helper itself is given up as stuck
 
 
 class Helper:
@@ -169,7 +247,8 @@ class Helper:
         env = {k: v for k, v in os.environ.items() if k not in HELPER_DROPS}
         start = f"import runpy, sys; runpy.run_path(sys.argv[1], run_name={HELPER_NAME!r})"   # this file, no package
         self.proc = subprocess.Popen([sys.executable, "-c", start, os.path.abspath(__file__), str(write)],
-                                     stdin=subprocess.PIPE, text=True, cwd="/", env=env, pass_fds=(write,))
+                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd="/", env=env,
+                                     pass_fds=(write,), start_new_session=True)
         os.close(write)
         self.answers, self.pending = read, b""
         atexit.register(self.close)
@@ -179,24 +258,42 @@ class Helper:
         return self.proc.poll() is None
 
     def close(self) -> None:
+        """End the helper (its stdin closed: it finishes its loop), or kill it if it does not end."""
         if self.alive:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+        self._close_answers()
+
+    def kill(self) -> None:
+        """Give up on this helper: SIGTERM (it kills its running child's group, still its own unreaped child, and
+        exits), then SIGKILL if it has not ended."""
+        if self.alive:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        try:
             self.proc.stdin.close()
-            self.proc.wait(timeout=30)
+        except OSError:
+            pass
+        self._close_answers()
+
+    def _close_answers(self) -> None:
         if self.answers >= 0:
             os.close(self.answers)
             self.answers = -1
-
-    def kill(self) -> None:
-        """Give up on this helper (its answers are out of step, or a run was interrupted)."""
-        self.proc.kill()
-        self.proc.wait()
 
     def answer(self, deadline: float | None) -> dict:
         """The helper's next line; its own buffer, so that select() sees only what is still in the pipe."""
         while b"\n" not in self.pending:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not select.select([self.answers], [], [], left)[0]:
-                raise TimeoutError
+                raise TimeoutError("the warm interpreter did not answer in time")
             data = os.read(self.answers, 65536)
             if not data:
                 raise RuntimeError(f"the warm interpreter ended (exit {self.proc.wait()})")
@@ -206,32 +303,17 @@ class Helper:
 
     def run(self, req: dict, timeout: float | None) -> tuple[int, int | None]:
         """Run one request (child()'s keys); (its pid, its exit code, or None when it ran past timeout seconds and
-        was killed: its process group with "new_session", else itself). Anything else that stops the wait (an
-        interrupt, the helper gone) kills the child and this helper, and is raised."""
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        pid = None
+        the helper killed it: its process group with "new_session", else itself). Anything that stops the wait (an
+        interrupt, the helper gone or stuck) gives this helper up, its running child killed, and is raised."""
         try:
-            pid = self.answer(None)["pid"]
-            return pid, self.answer(None if timeout is None else time.monotonic() + timeout)["status"]
-        except BaseException as stop:                # a timeout, Ctrl-C, a helper gone: no child left behind
-            if pid is not None:
-                try:
-                    os.killpg(pid, signal.SIGKILL) if req.get("new_session") else os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            if isinstance(stop, TimeoutError) and self._status_after_kill():
-                return pid, None
+            self.proc.stdin.write(json.dumps({**req, "timeout": timeout}) + "\n")
+            self.proc.stdin.flush()
+            pid = self.answer(time.monotonic() + START_WAIT)["pid"]
+            done = self.answer(None if timeout is None else time.monotonic() + timeout + STATUS_GRACE)
+        except BaseException:
             self.kill()
             raise
-
-    def _status_after_kill(self) -> bool:
-        """Read the killed child's status, so that the answers stay in step; False if that fails."""
-        try:
-            self.answer(time.monotonic() + 30)
-        except BaseException:  # noqa: BLE001 - whatever stops it (a second Ctrl-C too), this helper is given up
-            return False
-        return True
+        return pid, None if done["timed_out"] else done["status"]
 
 
 if __name__ == HELPER_NAME:      # the helper itself: this file run by runpy.run_path, its answers' descriptor

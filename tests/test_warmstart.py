@@ -107,13 +107,37 @@ def alive(pid: int) -> bool:
         return False
 
 
-def test_a_run_past_its_time_is_killed_and_the_helper_answers_on(helper, tmp_path):
+def test_a_run_past_its_time_is_killed_with_its_group_and_the_helper_answers_on(helper, tmp_path):
+    """The helper, the child's only parent, kills it and its group when its time is up (no pid the caller could
+    find reused), and answers the next request."""
     out = tmp_path / "out"
+    code = "import subprocess, time; print(subprocess.Popen(['sleep', '300']).pid, flush=True); time.sleep(300)"
     t0 = time.monotonic()
-    pid, status = helper.run(request("import time; time.sleep(300)", out, tmp_path, kill_group=True), 1.0)
-    assert status is None and time.monotonic() - t0 < 30 and not alive(pid)
+    _, status = helper.run(request(code, out, tmp_path, kill_group=True), 2.0)
+    assert status is None and time.monotonic() - t0 < 30
+    assert not alive(int(out.read_text().split()[0])), "what the child started outlived its time limit"
     _, status = helper.run(request("raise SystemExit(4)", tmp_path / "next", tmp_path), 60)
     assert status == 4
+
+
+CLONE_PARENT = 0x00008000
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine)
+
+
+@pytest.mark.skipif(sys.platform != "linux" or SYS_CLONE is None, reason="clone(2) by number: Linux x86_64, aarch64")
+def test_a_process_that_makes_itself_the_helpers_child_is_killed_with_the_run(helper, tmp_path):
+    """clone(CLONE_PARENT) gives the new process the child's parent, the helper, and setsid() takes it out of the
+    child's group: the helper kills and reaps every child of its own before it answers, so it does not outlive the
+    run (to tamper with the next submission's)."""
+    code = (f"import ctypes, os, time\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            f"pid = libc.syscall({SYS_CLONE}, {CLONE_PARENT} | 17, 0, 0, 0, 0)\n"      # 17: SIGCHLD
+            "if pid == 0:\n    os.setsid()\n    time.sleep(300)\n    os._exit(0)\n"
+            "print(pid, flush=True)\n")
+    out = tmp_path / "out"
+    _, status = helper.run(request(code, out, tmp_path, kill_group=True), 60)
+    escaped = int(out.read_text().split()[0])
+    assert status == 0 and escaped > 0
+    assert not alive(escaped) and not Path(f"/proc/{escaped}").exists(), "the helper's new child outlived the run"
 
 
 @ROOT_ONLY
@@ -169,3 +193,25 @@ def test_an_interrupted_run_leaves_no_child_and_the_next_run_starts_a_new_helper
     assert second is not first and second.alive
     _, status = second.run(request(f"import sys; sys.exit({sys.version_info.minor})", tmp_path / "o2", tmp_path), 60)
     assert status == sys.version_info.minor
+
+
+def test_a_helper_that_fails_mid_run_is_given_up_and_the_checker_runs_cold(tmp_path, monkeypatch):
+    """The helper dies after the checker wrote a record: the grader says so, clears what the first attempt wrote
+    (a record left there would be judged) and grades cold, alike."""
+    sub = submission_with(tmp_path, {"attention": "import os\nos._exit(3)"})
+    monkeypatch.delenv(COLD_ENV, raising=False)
+    real = Helper.run
+
+    def dies(self, req, timeout):
+        real(self, req, timeout)
+        records = Path(req["cwd"]) / ".grading" / "records"
+        (records / "attention.safetensors").write_bytes(b"a record the grader must not read")
+        self.kill()
+        raise RuntimeError("the warm interpreter ended (exit -15)")
+    monkeypatch.setattr(Helper, "run", dies)
+    broken = grade(sub, parts=["attention", "embeddings"], seed=11)
+    monkeypatch.setattr(Helper, "run", real)
+    monkeypatch.setenv(COLD_ENV, "1")
+    cold = grade(sub, parts=["attention", "embeddings"], seed=11)
+    assert comparable(broken) == comparable(cold)
+    assert [r["status"] for r in cold["parts"]] == ["crash", "pass"]
