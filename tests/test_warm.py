@@ -64,6 +64,10 @@ CASES = {  # name: (arguments, environment added to the probe's)
     "the C locale: coerced": (["-c", "import os, sys; print(os.environ.get('LC_CTYPE'), sys.stdout.encoding)"],
                               {"LANG": "C"}),
     "open descriptors": (["-c", "import os; print(sorted(os.listdir('/proc/self/fd')))"], {}),
+    "PYTHONWARNINGS, then -W": (["-W", "default::UserWarning", "-c", ("import sys, warnings; print(sys.warnoptions); "
+                                 "warnings.warn('u'); warnings.warn('d', DeprecationWarning)")],
+                                {"PYTHONWARNINGS": "error::DeprecationWarning"}),
+    "PYTHONDONTWRITEBYTECODE": (["-c", "import sys; print(sys.dont_write_bytecode)"], {"PYTHONDONTWRITEBYTECODE": "1"}),
     "a sitecustomize on PYTHONPATH": (["-c", "print('after')"], {"SITE": "1"}),
 }
 
@@ -89,7 +93,8 @@ def test_run_answers_as_a_cold_python(case: str, probe_dirs: tuple[Path, Path], 
     cold = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
     warm = run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert (warm.returncode, warm.stdout, warm.stderr) == (cold.returncode, cold.stdout, cold.stderr)
-    failed = {"exit 3": 3, "exit with a message": 1, "an uncaught KeyboardInterrupt": -signal.SIGINT}
+    failed = {"exit 3": 3, "exit with a message": 1, "an uncaught KeyboardInterrupt": -signal.SIGINT,
+              "PYTHONWARNINGS, then -W": 1}
     code = -signal.SIGKILL if case.startswith("killed") else 1 if "exception" in case else failed.get(case, 0)
     assert cold.returncode == code
     said = {"killed with unflushed output": ("", "kept\n"), "carriage returns": ("a\nb\nc", "10%\n20%\n"),
@@ -124,7 +129,9 @@ def test_each_command_starts_from_the_helper_not_from_the_last_command(probe_dir
     """What one command imported or changed is gone in the next: each is forked from the helper, which runs none."""
     cwd, _ = probe_dirs
     run([sys.executable, "-c", "import shadow, torch; torch.set_num_threads(1); torch.manual_seed(5)"], cwd=cwd)
-    probe = [sys.executable, "-c", "import sys, torch; print('shadow' in sys.modules, torch.initial_seed())"]
+    probe = [sys.executable, "-c", ("import random, sys, torch; print('shadow' in sys.modules, torch.initial_seed(), "
+             "random.random())")]
     said = [run(probe, cwd=cwd, env={}, capture_output=True, text=True).stdout.split() for _ in range(2)]
     assert [s[0] for s in said] == ["False", "False"]
     assert said[0][1] != said[1][1] and "5" not in (said[0][1], said[1][1])   # a seed of its own, as a cold start
+    assert said[0][2] != said[1][2]                                             # Python's random's too
