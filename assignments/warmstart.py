@@ -1,23 +1,25 @@
 """`python -m MODULE ARGS` forked from a warm interpreter instead of started cold: torch is imported once, not per run.
 
 A fresh `python -m assignments.check` spends about 2 s importing torch before it checks anything, and the grader
-starts one per submission and tree (two for the reference with every group: 9 s in all, 4 of them importing torch).
-Helper starts an interpreter that imports torch and nothing else (this file run by runpy.run_path from `python -c`,
-in /, with no PYTHONPATH: no minbert, no tree's code, no data) and forks a child for each request, which then does what
-the cold command would: its folder, its user and groups (dropped after its files are opened, as subprocess does),
-a new session, the environment (with PEP 538's LC_CTYPE), PYTHONDONTWRITEBYTECODE, PYTHONWARNINGS, sys.path (the folder, or the
-script's, then PYTHONPATH, then the standard paths), sys.argv, `-m`, `-c` or a script run as a fresh __main__, stdin
-from /dev/null, stdout block-buffered and stderr line-buffered into files (unbuffered with -u), the intra-op threads
-from OMP_NUM_THREADS, torch's and numpy's generators seeded afresh, and the exit code (SystemExit, sys.excepthook's
-traceback and 1, minus the signal that killed it, SIGINT's for an uncaught KeyboardInterrupt). What differs from a
-cold start: torch is imported before the child sets its environment (it reads none of the variables the commands
-set; numpy's BLAS threads are sized from the helper's environment, which has no OMP_NUM_THREADS), children share
-the helper's hash seed, and stdout and stderr are UTF-8 whatever the locale. The helper holds nothing of the grader:
-a child's memory is what a cold interpreter that imported torch has. It is the child's only parent, so it alone enforces a run's time limit and kills its process
-group (while the child is unreaped: its pid cannot have been reused), and after each run it kills and reaps every
-child of its own (a process can make itself one with clone's CLONE_PARENT, out of the child's group). It runs in a
-session of its own (the caller's Ctrl-C is the caller's); SIGTERM kills its running child's group and ends it.
-MINBERT_COLD_START=1, or a system without os.fork and os.waitid (macOS before Python 3.13), starts every run cold.
+starts one per submission and tree (two for every group: grading the reference took 12.35 s cold, 9.15 s warm;
+INSTRUCTORS.md's Times).
+Helper starts an interpreter that imports torch and nothing else (this file run by runpy.run_path from `python -c`, in
+/, with no PYTHONPATH: no minbert, no tree's code, no data) and forks a child for each request, which then does what
+the cold command would: its folder, its user and groups (dropped after its files are opened, as subprocess does), a
+new session, the environment (with PEP 538's LC_CTYPE), PYTHONDONTWRITEBYTECODE, PYTHONWARNINGS, sys.path (the folder,
+or the script's, then PYTHONPATH, then the standard paths), sys.argv, `-m`, `-c` or a script run as a fresh __main__,
+stdin from /dev/null, stdout block-buffered and stderr line-buffered into files (unbuffered with -u), the intra-op
+threads from OMP_NUM_THREADS, torch's, Python's and numpy's generators seeded afresh, and the exit code (SystemExit,
+sys.excepthook's traceback and 1, minus the signal that killed it, SIGINT's for an uncaught KeyboardInterrupt). What
+differs from a cold start: torch is imported before the child sets its environment (it reads none of the variables the
+commands set; numpy's BLAS threads are sized from the helper's environment, which has no OMP_NUM_THREADS), children
+share the helper's hash seed, and stdout and stderr are UTF-8 whatever the locale. The helper holds nothing of the
+grader: a child's memory is what a cold interpreter that imported torch has. It is the child's only parent, so it
+alone enforces a run's time limit and kills its process group (while the child is unreaped: its pid cannot have been
+reused), and after each run it kills and reaps every child of its own (a process can make itself one with clone's
+CLONE_PARENT, out of the child's group). It runs in a session of its own (the caller's Ctrl-C is the caller's);
+SIGTERM kills its running child's group and ends it. MINBERT_COLD_START=1, or a system without os.fork and os.waitid
+(macOS before Python 3.13), starts every run cold.
 
 This file imports only the standard library at its top: the helper runs it as a file, outside its package.
 """
