@@ -33,6 +33,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 COLD_ENV = "MINBERT_COLD_START"   # set (to anything but 0): every run is a cold `python`
@@ -47,7 +48,6 @@ def child(req: dict, torch, default_threads: int, base_path: list[str]) -> None:
     import io
     import runpy
     import tempfile
-    import threading
     import types
     import warnings
     code, started = 1, False
@@ -254,6 +254,7 @@ class Helper:
                                      pass_fds=(write,), start_new_session=True)
         os.close(write)
         self.answers, self.pending = read, b""
+        self.lock = threading.Lock()               # one run at a time: the answers come in the requests' order
         atexit.register(self.close)
 
     @property
@@ -308,6 +309,10 @@ class Helper:
         """Run one request (child()'s keys); (its pid, its exit code, or None when it ran past timeout seconds and
         the helper killed it: its process group with "new_session", else itself). Anything that stops the wait (an
         interrupt, the helper gone or stuck) gives this helper up, its running child killed, and is raised."""
+        with self.lock:
+            return self._run(req, timeout)
+
+    def _run(self, req: dict, timeout: float | None) -> tuple[int, int | None]:
         try:
             self.proc.stdin.write(json.dumps({**req, "timeout": timeout}) + "\n")
             self.proc.stdin.flush()
