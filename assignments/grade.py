@@ -119,7 +119,7 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
     if unknown:
         raise ValueError(f"not in the {profile} profile: {', '.join(unknown)}; its groups are {', '.join(own)}")
     account = student_account(as_user)
-    warm_helper()                 # its import of torch runs beside the reference's preload and the hidden fixtures
+    helper = warm_helper()        # its import of torch runs beside the reference's preload and the hidden fixtures
     t0 = time.perf_counter()
     names = parts or parts_of(groups)
     seed = grading_seed(seed)
@@ -128,6 +128,7 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
     fixtures = {f: hidden_fixture(f, seed) for f in wanted}        # by the reference, before any student code runs
     become_subreaper()
     spare = frozenset(children())              # the caller's own processes: never the submission's
+    spare -= {helper.proc.pid} if helper else set()   # spared by run_parts while it lives, not after
     by_tree = [[n for n in names if PARTS[n].group == "core"], [n for n in names if PARTS[n].group != "core"]]
     notes, missing, results = [], set(), {}
     with tempfile.TemporaryDirectory(prefix="minbert-grade-") as tmp:

@@ -91,29 +91,32 @@ def become_subreaper() -> bool:
         return False
 
 
-def sweep(keep: frozenset[int] = frozenset()) -> list[int]:
+WALL = 0x40000000 if sys.platform == "linux" else 0   # waitpid's __WALL: any child, whatever its exit signal
+
+
+def sweep(keep: frozenset[int] = frozenset(), give_up: float = 10.0) -> list[int]:
     """Kill and reap every child of this process but `keep`: what a submission left running (with become_subreaper,
-    its orphans are this process's children). Returns the pids killed."""
-    killed = []
-    for _ in range(50):
+    its orphans are this process's children). Each found is signalled before any is waited for, and none is waited
+    for without a limit (a traced process is not reaped until its tracer is gone): after give_up seconds, what is
+    still there is left. Returns the pids killed."""
+    killed: list[int] = []
+    deadline = time.monotonic() + give_up
+    while time.monotonic() < deadline:
         found = [pid for pid in children() if pid not in keep]
         if not found:
             break
-        signalled = []
         for pid in found:
             try:
                 os.kill(pid, signal.SIGKILL)
-                signalled.append(pid)
-            except (ProcessLookupError, PermissionError):   # gone, or not ours to kill: never waited for
+            except (ProcessLookupError, PermissionError):   # gone, or not ours to kill
                 pass
-        for pid in signalled:
+        for pid in found:
             try:
-                os.waitpid(pid, 0)
+                if os.waitpid(pid, os.WNOHANG | WALL)[0]:
+                    killed.append(pid)
             except ChildProcessError:
                 pass
-        killed += signalled
-        if not signalled:
-            break
+        time.sleep(0.005)
     return killed
 
 

@@ -12,7 +12,6 @@ import functools
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -76,7 +75,11 @@ def warm_helper() -> Helper | None:
     if not available():
         return None
     if _helper is None or not _helper.alive:
-        _helper = Helper()
+        try:
+            _helper = Helper()
+        except OSError as e:                         # no process or pipe to spare: cold, as without a helper
+            print(f"note: no warm interpreter ({e}); the checker starts cold", file=sys.stderr)
+            return None
     return _helper
 
 
@@ -117,9 +120,10 @@ def run_parts(staging: Path, names: list[str], timeout: float, jobs: int, accoun
             spare = spare | {helper.proc.pid}
         except (RuntimeError, TimeoutError, OSError, ValueError) as e:   # the helper died or hung: start it cold
             print(f"note: the warm interpreter failed ({e}); this submission's checker starts cold", file=sys.stderr)
+            spare = spare - {helper.proc.pid}    # gone: its pid may be anyone's now
             sweep(keep=spare)
-            for d in ("records", "out"):         # nothing the first attempt wrote is read
-                shutil.rmtree(work / d, ignore_errors=True)
+            for d in ("records", "out"):         # nothing the first attempt wrote is read: set aside whole, as it is
+                os.rename(work / d, work / f"{d}.failed-warm")
                 _hand_over(work / d, account)
     if returncode is None:
         who = {} if account is None else {"user": account[0], "group": account[1], "extra_groups": []}

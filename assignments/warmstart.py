@@ -159,19 +159,36 @@ def _children() -> list[int]:
     return found
 
 
-def _reap_all() -> None:
+WALL = 0x40000000 if sys.platform == "linux" else 0   # waitpid's __WALL: any child, whatever its exit signal
+GIVE_UP = 10.0        # seconds a killed process may take to be reaped before the helper gives up (a tracer holds it)
+
+
+def _kill(pid: int, group: bool = False) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL) if group else os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap_all() -> bool:
     """Kill and reap every child of the helper: what a run left as its sibling (clone's CLONE_PARENT makes the
-    helper a process's parent), whose own children then go to the caller's reaper."""
-    for _ in range(50):
+    helper a process's parent), whose own children then go to the caller's reaper. Every one is signalled before
+    any is waited for; False if some are still there after GIVE_UP seconds (cloning faster than they die, or held
+    by a tracer)."""
+    deadline = time.monotonic() + GIVE_UP
+    while time.monotonic() < deadline:
         left = _children()
         if not left:
-            return
+            return True
+        for pid in left:
+            _kill(pid)
         for pid in left:
             try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, PermissionError, ChildProcessError):
+                os.waitpid(pid, os.WNOHANG | WALL)
+            except ChildProcessError:
                 pass
+        time.sleep(0.005)
+    return not _children()
 
 
 def _wait(pid: int, timeout: float | None) -> bool:
@@ -188,7 +205,9 @@ def serve(answers_fd: int) -> None:
     """The helper's loop: a request a line on stdin; forks, answers {"pid"}, then {"status", "timed_out"} once the
     child has ended. The helper, its only parent, kills it when its "timeout" passes, then (with "kill_group") its
     process group, each while the child is unreaped and its pid still its own; then every other child of the helper.
-    SIGTERM (Helper.kill) kills the running child's group and ends the helper."""
+    Where it cannot (a killed child or a sibling not gone within GIVE_UP seconds) it exits without answering: what is
+    left goes to the caller's reaper, and the caller gives the helper up. SIGTERM (Helper.kill) kills the running
+    child's group and every child of the helper, and ends it."""
     import torch
     default_threads = torch.get_num_threads()      # what a cold start without OMP_NUM_THREADS gets
     base_path = sys.path[1:]                       # sys.path less the helper's own '' (it has no PYTHONPATH)
@@ -197,37 +216,38 @@ def serve(answers_fd: int) -> None:
 
     def stop(*_) -> None:
         for pid in running:
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            _kill(pid, group=True)
+        for pid in _children():
+            _kill(pid)
         os._exit(1)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the caller's Ctrl-C is the caller's to handle
+    term = {signal.SIGTERM}
     for line in sys.stdin:
         req = json.loads(line)
+        signal.pthread_sigmask(signal.SIG_BLOCK, term)     # no SIGTERM between the fork and `running` knowing it
         pid = os.fork()
         if pid == 0:
             answers.close()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, term)
             child(req, torch, default_threads, base_path)
         running.append(pid)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, term)
         answers.write(json.dumps({"pid": pid}) + "\n")
         timed_out = not _wait(pid, req.get("timeout"))
         if timed_out:
-            try:
-                os.killpg(pid, signal.SIGKILL) if req.get("new_session") else os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            _wait(pid, None)
+            _kill(pid, group=bool(req.get("new_session")))
+            if not _wait(pid, GIVE_UP):
+                stop()
         if req.get("kill_group"):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _kill(pid, group=True)
+        signal.pthread_sigmask(signal.SIG_BLOCK, term)     # no SIGTERM for a pid once reaped
         _, status = os.waitpid(pid, 0)
         running.clear()
-        _reap_all()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, term)
+        if not _reap_all():
+            stop()
         answers.write(json.dumps({"status": os.waitstatus_to_exitcode(status), "timed_out": timed_out}) + "\n")
 
 
@@ -296,7 +316,9 @@ class Helper:
         """The helper's next line; its own buffer, so that select() sees only what is still in the pipe."""
         while b"\n" not in self.pending:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not select.select([self.answers], [], [], left)[0]:
+            poll = select.poll()                         # (select() cannot watch a descriptor above 1023)
+            poll.register(self.answers, select.POLLIN | select.POLLHUP)
+            if not poll.poll(None if left is None else int(left * 1000)):
                 raise TimeoutError("the warm interpreter did not answer in time")
             data = os.read(self.answers, 65536)
             if not data:
