@@ -91,14 +91,13 @@ def become_subreaper() -> bool:
         return False
 
 
-WALL = 0x40000000 if sys.platform == "linux" else 0   # waitpid's __WALL: any child, whatever its exit signal
 
 
 def sweep(keep: frozenset[int] = frozenset(), give_up: float = 10.0) -> list[int]:
     """Kill and reap every child of this process but `keep`: what a submission left running (with become_subreaper,
     its orphans are this process's children). Each found is signalled before any is waited for, and none is waited
     for without a limit (a traced process is not reaped until its tracer is gone): after give_up seconds, what is
-    still there is left. Returns the pids killed."""
+    still there is left. Returns the pids killed and reaped."""
     killed: list[int] = []
     deadline = time.monotonic() + give_up
     while time.monotonic() < deadline:
@@ -112,7 +111,7 @@ def sweep(keep: frozenset[int] = frozenset(), give_up: float = 10.0) -> list[int
                 pass
         for pid in found:
             try:
-                if os.waitpid(pid, os.WNOHANG | WALL)[0]:
+                if os.waitpid(pid, os.WNOHANG)[0]:
                     killed.append(pid)
             except ChildProcessError:
                 pass

@@ -146,7 +146,8 @@ def child(req: dict, torch, default_threads: int, base_path: list[str]) -> None:
 
 
 def _children() -> list[int]:
-    """The pids whose parent is this process (Linux's /proc; none elsewhere)."""
+    """The pids whose parent is this process (Linux's /proc; none elsewhere): isolation.children(), which this file
+    cannot import (the helper imports nothing of the project, whose modules a child must find in its own tree)."""
     me, found = str(os.getpid()), []
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
         try:
@@ -159,7 +160,6 @@ def _children() -> list[int]:
     return found
 
 
-WALL = 0x40000000 if sys.platform == "linux" else 0   # waitpid's __WALL: any child, whatever its exit signal
 GIVE_UP = 10.0        # seconds a killed process may take to be reaped before the helper gives up (a tracer holds it)
 
 
@@ -184,7 +184,7 @@ def _reap_all() -> bool:
             _kill(pid)
         for pid in left:
             try:
-                os.waitpid(pid, os.WNOHANG | WALL)
+                os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 pass
         time.sleep(0.005)

@@ -149,12 +149,10 @@ def main() -> None:
     if args.json:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                                 check=False).stdout.strip()
-        first = per[args.modes[0]]
         args.json.write_text(json.dumps({
             "command": " ".join(["python benchmarks/grade_batch.py", *sys.argv[1:]]),
             "grader": " ".join(["python -m assignments.grade --batch DIR --csv grades.csv", *cmd[7:]]),
             "submissions": len(expected), "rounds": args.rounds, "modes": per, "cold_over_warm": ratio,
-            "wall_s": first["wall_s"], "s_per_submission": first["s_per_submission"],
             "every_score_as_expected": not wrong, "cpu": cpu, "commit": commit}, indent=2) + "\n")
 
 

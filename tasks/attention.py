@@ -23,7 +23,7 @@ import torch
 
 import minbert
 
-from .core.checkpoints import load_checkpoint
+from .core.checkpoints import trained_encoder
 from .core.errors import ConfigurationError, MissingFileError, run_cli
 from .core.recipe import ATTENTIONS, ATTN_IMPLEMENTATION, DEFAULT_ATTENTION
 from .core.runs import RUN_FILE, read_run_json, trained_checkpoint
@@ -105,13 +105,7 @@ def encoder(model: str, attention: str) -> tuple[minbert.BertModel, str, str]:
     if not checkpoint.is_file():
         raise MissingFileError(f"{run}: its checkpoint {checkpoint} is missing (the run stopped before writing it, or "
                                "the file was moved): resume or train the run first")
-    full = load_checkpoint(checkpoint)
-    bert = minbert.load_pretrained(base, attn_implementation=attn)   # the run's architecture; its weights replaced
-    weights = {k[len("bert."):]: v for k, v in full["best_state"].items() if k.startswith("bert.")}
-    missing, unexpected = bert.load_state_dict(weights, strict=False)
-    if missing or unexpected:
-        raise ConfigurationError(f"{checkpoint}: its encoder does not fit {base}'s (missing {missing[:3]}, "
-                                 f"unexpected {unexpected[:3]})")
+    bert, full = trained_encoder(checkpoint, base, attn)
     return bert, base, f"{run.name} (epoch {full.get('best_epoch')})"
 
 

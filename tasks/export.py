@@ -26,7 +26,7 @@ import torch
 
 import minbert
 
-from .core.checkpoints import load_checkpoint
+from .core.checkpoints import load_checkpoint, trained_encoder
 from .core.errors import ConfigurationError, MissingFileError, directory_to_write, run_cli
 from .core.runs import RUN_FILE, read_run_json
 from .core.settings import dump
@@ -95,11 +95,8 @@ def export_encoder(run_dir: Path, kind: str, settings: Any, checkpoint: Path, ou
     export.json."""
     if not checkpoint.is_file():
         raise missing_checkpoint(run_dir, kind, checkpoint)
-    full = load_checkpoint(checkpoint)
     model = settings.training.model
-    bert = minbert.load_pretrained(model)                          # the run's architecture; its weights replaced
-    load_weights(bert, {k[len("bert."):]: v for k, v in full["best_state"].items() if k.startswith("bert.")},
-                 checkpoint)
+    bert, full = trained_encoder(checkpoint, model)
     write_encoder(bert, model, out)
     (out / EXPORT_RECORD).write_text(json.dumps({
         "kind": kind, "command": read_run_json(run_dir).get("argv"), "exported_from": str(run_dir),

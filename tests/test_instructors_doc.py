@@ -104,7 +104,12 @@ def test_the_batch_row_is_grade_batch_json() -> None:
     batch = json.loads((ROOT / "benchmarks" / "results" / "grade-batch.json").read_text())
     label, (median, spread) = next((k, v) for k, v in _times()[1].items() if "--batch" in k)
     assert f"on {batch['submissions']} part-1 submissions" in label
-    assert (median, spread) == (f"{batch['wall_s']:.1f} s", f"{batch['s_per_submission']:.2f} s each")
+    warm, cold = batch["modes"]["warm"], batch["modes"]["cold"]       # the default, and MINBERT_COLD_START=1
+    assert (median, spread) == (f"{warm['wall_s']:.1f} s", f"{warm['s_per_submission']:.2f} s each")
+    assert f"`MINBERT_COLD_START=1`: {cold['wall_s']:.1f} s, {cold['s_per_submission']:.2f} s each" in label
+    guide = " ".join(GUIDE.read_text().split())
+    assert f"a batch {cold['wall_s'] / warm['wall_s']:.1f}x" in guide and round(cold["wall_s"] / warm["wall_s"], 2) == \
+        batch["cold_over_warm"]
 
 
 def test_the_guides_times_are_staff_times_json() -> None:
@@ -123,3 +128,7 @@ def test_the_guides_times_are_staff_times_json() -> None:
         assert said in paragraph, f"the guide's Times paragraph does not say {said!r}"
     assert ("avx512_bf16" in paragraph, "AMX" in paragraph) == (cpu["avx512_bf16"], cpu["amx_bf16"]), cpu
     assert ("The grader ran as root" in paragraph) == data["root"], f"root: {data['root']}"
+    every = {r["label"].split("`")[1]: r["median_s"] for r in data["rows"] if "--groups all --seed-file" in r["label"]}
+    ratio = every["MINBERT_COLD_START=1 python -m assignments.grade . --groups all --seed-file seed"] / \
+        every["python -m assignments.grade . --groups all --seed-file seed"]
+    assert f"grading every group takes {ratio:.2f}x as long" in " ".join(GUIDE.read_text().split())

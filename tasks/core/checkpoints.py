@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import MissingFileError, ResumeError
+import minbert
+
+from .errors import ConfigurationError, MissingFileError, ResumeError
 from .resume import resume_differences
 
 
@@ -115,3 +117,17 @@ def check_config(path: str | Path, stored: dict, current: dict) -> None:
     diffs = resume_differences(stored, current)
     if diffs:
         raise ResumeError(f"{path}: cannot resume a different run; settings differ: " + "; ".join(diffs))
+
+
+def trained_encoder(checkpoint: str | Path, base: str, attn_implementation: str | None = None
+                    ) -> tuple[minbert.BertModel, dict]:
+    """The encoder of a checkpoint's best state (its bert.* weights: not a head, DeeBERT's off-ramps or SimCSE's MLP)
+    on the architecture of the run's --model `base`, and the checkpoint."""
+    full = load_checkpoint(checkpoint)
+    bert = minbert.load_pretrained(base, attn_implementation=attn_implementation)   # its weights replaced
+    weights = {k[len("bert."):]: v for k, v in full["best_state"].items() if k.startswith("bert.")}
+    missing, unexpected = bert.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise ConfigurationError(f"{checkpoint}: its encoder does not fit {base}'s (missing {missing[:3]}, "
+                                 f"unexpected {unexpected[:3]})")
+    return bert, full
