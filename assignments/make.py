@@ -264,8 +264,11 @@ def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True, force: b
     """
     prof = PROFILES[profile]
     out = Path(out_dir)
-    if out.resolve() == root.resolve():
-        raise ValueError(f"{out}: refusing to write the student tree over the reference code")
+    where, ref = out.resolve(), root.resolve()
+    if where == ref or where in ref.parents or ref in where.parents:     # --force would move reference code aside
+        how = "over" if where == ref else "around" if where in ref.parents else "inside"
+        raise ValueError(f"{out}: refusing to write the student tree {how} the reference code ({ref}); give a "
+                         "folder outside it")
     texts = tree_texts(prof, root)          # before anything is moved: a malformed region writes nothing
     handout = handout_text((root / "assignments" / HANDOUT).read_text(), prof.name)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -344,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             stubbed = generate(args.out_dir, data=not args.no_data, force=args.force, profile=args.profile,
                                course_url=args.course_url)
             print(f"wrote the {args.profile} student tree to {args.out_dir}; stubbed: {', '.join(map(str, stubbed))}")
-    except (RegionError, FileExistsError) as e:
+    except (RegionError, FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -293,7 +293,11 @@ def multitask_losses_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
     }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    argparse.ArgumentParser(prog="python -m assignments.make_fixtures", description=__doc__.split("\n")[0],
+                            epilog="It takes no options: run it from the reference tree after changing what the "
+                                   "reference computes, then commit the fixtures.").parse_args(argv)
     import minbert
     if Path(minbert.__file__).resolve().parents[1] != ROOT:
         print(f"error: minbert comes from {minbert.__file__}, not the reference tree {ROOT}", file=sys.stderr)

@@ -162,3 +162,15 @@ def test_submission_zip_is_readable_as_any_new_file(tmp_path: Path) -> None:
         os.umask(old)
     assert not problems and out is not None
     assert oct(out.stat().st_mode & 0o777) == oct(0o644)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--write"]])
+def test_make_fixtures_writes_nothing_when_given_arguments(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from assignments import make_fixtures
+
+    def no_write(name: str, tensors: dict) -> None:
+        raise AssertionError(f"{argv}: wrote the fixture {name}")
+    monkeypatch.setattr(make_fixtures, "_save", no_write)
+    with pytest.raises(SystemExit) as stop:
+        make_fixtures.main(argv)
+    assert stop.value.code == (0 if argv == ["--help"] else 2)

@@ -68,6 +68,13 @@ def test_editable_reference_does_not_shadow_a_student_tree(two_parts_done: Path,
     inside = _run(["-m", "assignments.check", "core"], two_parts_done / "minbert", env)
     assert inside.returncode == 2 and "PASS" not in inside.stdout
     assert f"cd {two_parts_done} && python -m assignments.check" in inside.stderr, inside.stderr
+    # a student's Python (nothing of the reference installed; -S: no site-packages) finds no checker in a subfolder,
+    # as the handout says
+    bare = subprocess.run([sys.executable, "-S", "-m", "assignments.check"], cwd=two_parts_done / "minbert",
+                          env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=False, timeout=60)
+    assert bare.returncode == 1 and "No module named 'assignments'" in bare.stderr, bare.stderr
+    assert "Python itself stops with `No module named 'assignments'`" in " ".join(
+        (ROOT / "assignments" / "README.md").read_text().split())
     # the grader is not in the student tree: the reference's must not grade from there silently
     graded = _run(["-m", "assignments.grade", "."], two_parts_done, env)
     assert graded.returncode != 0 and "score" not in graded.stdout
@@ -88,6 +95,20 @@ def test_make_refuses_a_tree_with_work_and_force_keeps_a_backup(two_parts_done: 
     assert len(backups) == 1 and str(backups[0]) in capsys.readouterr().err   # named
     assert (backups[0] / "minbert" / "optim.py").read_text() == work
     assert "raise NotImplementedError" in (tree / "minbert" / "optim.py").read_text().split("def step", 1)[1]
+
+
+def test_make_refuses_a_folder_inside_or_around_the_reference(capsys: pytest.CaptureFixture[str]) -> None:
+    """Neither form is given --force here: if the check were gone, nothing of the reference could be moved aside."""
+    new = ROOT / "student-tree-from-test"
+    try:
+        for out, how in ((new, "inside"), (ROOT.parent, "around"), (ROOT, "over")):
+            assert make.main([str(out), "--no-data"]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert err == [(f"error: {out}: refusing to write the student tree {how} the reference code ({ROOT}); "
+                            "give a folder outside it")], err
+        assert not new.exists()
+    finally:
+        shutil.rmtree(new, ignore_errors=True)
 
 
 def test_an_upload_one_or_two_folders_down_grades_as_a_flat_one(two_parts_done: Path, tmp_path: Path) -> None:
