@@ -2,7 +2,7 @@
 
     python -m assignments.bundle checks OUT.zip --seed-file SEED [--groups core] [--hide-hints] [--timeout 20]
     python -m assignments.bundle leaderboard OUT.zip --gold GOLD_DIR --salt-file SALT [--daily-limit N]
-        [--private-fraction 0.5] [--points 1]
+        [--private-fraction 0.5] [--points 1] [--profile full]
 
 Every bundle holds, at the zip's root as Gradescope's specification asks, setup.sh and run_autograder (from
 assignments/gradescope/KIND/), and minbert-reference/: the reference's files under minbert/, tasks/, assignments/,
@@ -10,7 +10,8 @@ data/, docs/ (a profile ships its pages) and requirements.txt that git tracks (o
 commit "-dirty"), with REFERENCE_COMMIT naming the commit. setup.sh installs the exact versions of
 assignments/gradescope/requirements-grader.txt. A kind adds its own files: the checks' are grading/seed and
 grading/flags (the grader's options); the leaderboard's are leaderboard/gold/
-(the labelled test files, checked here against data/'s test ids), leaderboard/salt and leaderboard/settings.json.
+(the labelled test files of the profile's board, checked here against data/'s test ids), leaderboard/salt and
+leaderboard/settings.json (with the profile: part1's board ranks SST alone, the others' SST, Quora and STS).
 Another kind is one more entry in KINDS: a function that adds its flags, one that returns its files, and its
 folder of scripts. The zip is written atomically, with fixed timestamps: the same inputs give the same bytes.
 """
@@ -87,8 +88,10 @@ def outside_data(path: Path, what: str) -> None:
 
 
 def leaderboard_arguments(parser: argparse.ArgumentParser) -> None:
+    from .boards import BOARDS
     parser.add_argument("--gold", required=True, help="the labelled test files: ids-sst-test.csv, quora-test.csv, "
-                        "sts-test.csv (the dev files' format); kept outside the repository")
+                        "sts-test.csv (the dev files' format; ids-sst-test.csv alone for --profile part1); kept "
+                        "outside the repository")
     parser.add_argument("--salt-file", required=True, help="the secret that splits the test set into public and "
                         "private parts; keep it with the gold (the scoreboard needs it too)")
     parser.add_argument("--daily-limit", type=nonnegative_int, default=Settings.daily_limit,
@@ -97,19 +100,24 @@ def leaderboard_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the private share of test ids (default {Settings.private_fraction:g})")
     parser.add_argument("--points", type=nonnegative_float, default=Settings.points,
                         help=f"a valid upload's points (default {Settings.points:g})")
+    parser.add_argument("--profile", choices=list(BOARDS), default=Settings.profile,
+                        help="the profile of the tree handed out, whose tasks.submit zip the board ranks: part1's "
+                             "sst-{dev,test}-output.csv (SST alone), the others' six files (default: "
+                             f"{Settings.profile})")
 
 
 def leaderboard_files(gold: str, salt_file: str, daily_limit: int, private_fraction: float,
-                      points: float) -> dict[str, Path | bytes]:
-    """leaderboard/gold/ (canonical names), leaderboard/salt, leaderboard/settings.json; all checked first."""
+                      points: float, profile: str) -> dict[str, Path | bytes]:
+    """leaderboard/gold/ (the board's tasks), leaderboard/salt, leaderboard/settings.json; all checked first."""
     gold_dir, salt_file = Path(gold), Path(salt_file)
     outside_data(gold_dir, "gold")
     outside_data(salt_file, "salt")
-    settings = Settings(daily_limit, private_fraction, points)
+    settings = Settings(daily_limit, private_fraction, points, profile)
     salt = read_salt(salt_file)
-    split_gold(load_gold(gold_dir, ROOT / "data"), salt, settings.private_fraction)
-    files: dict[str, Path | bytes] = {f"leaderboard/gold/{names[0]}": gold_path(gold_dir, task)
-                                      for task, names in GOLD_NAMES.items()}
+    board = settings.board
+    split_gold(load_gold(gold_dir, ROOT / "data", board), salt, settings.private_fraction, board)
+    files: dict[str, Path | bytes] = {f"leaderboard/gold/{GOLD_NAMES[task][0]}": gold_path(gold_dir, task)
+                                      for task in board.tasks}
     files["leaderboard/salt"] = (salt + "\n").encode()
     files["leaderboard/settings.json"] = (json.dumps(asdict(settings), indent=2) + "\n").encode()
     return files

@@ -2,17 +2,19 @@
 
     python -m assignments.leaderboard SUBMISSION --gold GOLD_DIR --salt-file SALT [--data-dir data]
         [--metadata submission_metadata.json] [--daily-limit N] [--private-fraction 0.5] [--points 1]
-        [--settings settings.json] --out results.json
+        [--profile full] [--settings settings.json] --out results.json
 
-SUBMISSION is a folder (Gradescope's /autograder/submission) or a zip holding the six files
-{sst,para,sts}-{dev,test}-output.csv: flat, under predictions/ (python -m tasks.submit's zip) or a folder or two
-down. Every problem is listed with its file and line; an invalid upload scores 0 and gets no leaderboard entry. A
-valid one earns --points and its figures: SST accuracy, Quora accuracy, STS Pearson r and the overall score on the
-dev set (public labels, for information) and on the two parts of the test set, split by the salt (--private-fraction
-of the ids private). Until the due date (the metadata's late_due_date if set, else its due_date, against the clock
-when grading) the leaderboard shows the public part; after it, the private part: a "Regrade all" after the deadline
-posts the final standing. Before then results.json holds no private figure (so students also see their total
-score: Gradescope hides it while any test is hidden); python -m assignments.scoreboard shows the staff both parts.
+SUBMISSION is a folder (Gradescope's /autograder/submission) or a zip holding the files of the profile's board
+(assignments/boards.py): the six files {sst,para,sts}-{dev,test}-output.csv (default-project, full), or the two files
+sst-{dev,test}-output.csv (part1); flat, under predictions/ (python -m tasks.submit's zip) or a folder or two down.
+Every problem is listed with its file and line; an invalid upload scores 0 and gets no leaderboard entry. A valid
+one earns --points and its figures: each task's (SST accuracy, Quora accuracy, STS Pearson r) and the overall score
+on the dev set (public labels, for information) and on the two parts of the test set, split by the salt
+(--private-fraction of the ids private). Until the due date (the metadata's late_due_date if set, else its due_date,
+against the clock when grading) the leaderboard shows the public part; after it, the private part: a "Regrade all"
+after the deadline posts the final standing. Before then results.json holds no private figure (so students also see
+their total score: Gradescope hides it while any test is hidden); python -m assignments.scoreboard shows the staff
+both parts.
 --daily-limit N grades N uploads in any 24 hours before the upload's created_at (0: no limit); an upload past the
 limit keeps the previous upload's result, with a message. Exit status 2 on an unusable gold, salt or setting.
 """
@@ -24,6 +26,7 @@ import copy
 import json
 import sys
 import time
+import zipfile
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,22 +34,25 @@ from pathlib import Path
 from tasks.core.errors import nonnegative_float, nonnegative_int
 from tasks.core.evaluation import write_text
 
+from .boards import BOARDS, Board
+from .profiles import DEFAULT_PROFILE
 from .provenance import provenance
 from .standing import GoldError, GoldSplit, Standing, load_dev, load_gold, read_salt, score_upload, split_gold
 
 ROOT = Path(__file__).resolve().parents[1]
-BOARD = (("Overall", "overall"), ("SST accuracy", "sst"), ("Quora accuracy", "para"), ("STS r", "sts"))
+SETTINGS_MEMBER = "leaderboard/settings.json"         # where a leaderboard bundle holds its settings
 DAY = timedelta(hours=24)
 MAX_SHOWN = 40                     # problems listed in the top-level output; the upload test lists them all
 
 
 @dataclass(frozen=True)
 class Settings:
-    """The instructor's choices: uploads graded per 24 hours (0: no limit), the private share, a valid upload's points."""
+    """The instructor's choices: daily limit (0: none), private share, points, profile (its board: the tasks ranked)."""
 
     daily_limit: int = 0
     private_fraction: float = 0.5
     points: float = 1.0
+    profile: str = DEFAULT_PROFILE
 
     def __post_init__(self) -> None:
         if not isinstance(self.daily_limit, int) or isinstance(self.daily_limit, bool) or self.daily_limit < 0:
@@ -55,13 +61,24 @@ class Settings:
             raise GoldError(f"points must be a number 0 or more, not {self.points!r}")
         if not isinstance(self.private_fraction, (int, float)) or not 0 < self.private_fraction < 1:
             raise GoldError(f"private_fraction must lie strictly between 0 and 1, not {self.private_fraction!r}")
+        if not isinstance(self.profile, str) or self.profile not in BOARDS:
+            raise GoldError(f"profile must be one of {', '.join(BOARDS)}, not {self.profile!r}")
+
+    @property
+    def board(self) -> Board:
+        """The profile's leaderboard: the tasks it ranks."""
+        return BOARDS[self.profile]
 
 
 def read_settings(path: str | Path) -> Settings:
-    """Settings from a JSON object with any of daily_limit, private_fraction, points."""
+    """Settings from a JSON object of any of daily_limit, private_fraction, points, profile, or from a bundle's zip."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                data = json.loads(z.read(SETTINGS_MEMBER))
+        else:
+            data = json.loads(Path(path).read_text())
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
         raise GoldError(f"{path}: cannot read the settings as JSON ({e})") from None
     known = {f.name for f in fields(Settings)}
     if not isinstance(data, dict) or set(data) - known:
@@ -70,6 +87,12 @@ def read_settings(path: str | Path) -> Settings:
         return Settings(**data)
     except GoldError as e:
         raise GoldError(f"{path}: {e}") from None
+
+
+def chosen_settings(path: str | Path | None, **given: object) -> Settings:
+    """The settings of a settings file or bundle (the defaults without one), each given value not None over them."""
+    settings = read_settings(path) if path else Settings()
+    return Settings(**{**asdict(settings), **{k: v for k, v in given.items() if v is not None}})
 
 
 def read_metadata(path: str | Path) -> dict:
@@ -151,6 +174,8 @@ def _test(name: str, output: str, visibility: str = "visible", score: float = 0.
 def results_for(standing: Standing, settings: Settings, final: bool, due: datetime | None) -> dict:
     """results.json for a graded upload: final=True (past the due date) posts the private figures to the leaderboard."""
     points = settings.points if standing.valid else 0.0
+    board = settings.board
+    upload_test = f"Upload: the {board.count} prediction files, complete and valid"
     files = "Files read: " + (", ".join(standing.files) or "none")
     notes = "".join(f"\nnote: {n}" for n in standing.notes) + "".join(f"\nwarning: {w}" for w in standing.warnings)
     if not standing.valid:
@@ -160,8 +185,8 @@ def results_for(standing: Standing, settings: Settings, final: bool, due: dateti
             if len(standing.problems) > MAX_SHOWN else ""
         head = "This upload is not valid, so it scores 0 and has no leaderboard entry. Fix these problems and upload again:"
         return {"score": 0.0, "output": f"{head}\n{shown}{more}{notes}",
-                "tests": [_test("Upload: the six prediction files, complete and valid", f"{files}\n{listed}{notes}",
-                                score=0.0, max_score=settings.points, passed=False)]}
+                "tests": [_test(upload_test, f"{files}\n{listed}{notes}", score=0.0, max_score=settings.points,
+                                passed=False)]}
     assert standing.public is not None and standing.private is not None
     when = f"the due date ({shown_time(due)})" if due else "the due date (none set)"
     share = round(100 * (1 - settings.private_fraction))
@@ -176,21 +201,23 @@ def results_for(standing: Standing, settings: Settings, final: bool, due: dateti
                  if final else
                  f"Until {when} the leaderboard shows the public part of the test set (about {share}% of its ids, the "
                  "same for everyone); the final standing, posted after it, uses the other part.")
-    tests = [_test("Upload: the six prediction files, complete and valid", files + notes, score=points,
-                   max_score=settings.points)]
+    tests = [_test(upload_test, files + notes, score=points, max_score=settings.points)]
     if standing.dev is not None:
         tests.append(_test("Dev set (public labels)", standing.dev.line()))
     tests.append(_test("Test set, public part", f"{standing.public.line()}\n{standing.public.count_line()}"))
     if final:        # before the due date results.json holds no private figure at all (staff: the scoreboard)
         tests.append(_test("Test set, private part (the final standing)",
                            f"{standing.private.line()}\n{standing.private.count_line()}"))
-    board = [{"name": name, "value": round(getattr(board_figures, key), 6), "order": "desc"} for name, key in BOARD]
-    return {"score": points, "output": "\n".join(lines) + notes, "tests": tests, "leaderboard": board}
+    entries = [{"name": name, "value": round(board_figures.value(key), 6), "order": "desc"}
+               for name, key in board.columns]
+    return {"score": points, "output": "\n".join(lines) + notes, "tests": tests, "leaderboard": entries}
 
 
 def grade(submission: str | Path, tests: GoldSplit, settings: Settings, dev: dict | None = None,
           metadata: dict | None = None, now: datetime | None = None) -> dict:
     """results.json's object for one upload: graded, or past the daily limit (never past the due date)."""
+    if tests.board != settings.board:
+        raise GoldError(f"the gold was split for the {tests.board.name} board, the settings name {settings.profile}'s")
     start = time.monotonic()
     now = now or datetime.now(UTC)
     due = due_date(metadata)
@@ -211,32 +238,35 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("submission", help="the upload: a folder (Gradescope's /autograder/submission) or a zip")
     parser.add_argument("--gold", required=True, help="the instructor's folder of labelled test files: ids-sst-test.csv, "
-                        "quora-test.csv, sts-test.csv (the dev files' format)")
+                        "quora-test.csv, sts-test.csv (the dev files' format; ids-sst-test.csv alone for part1)")
     parser.add_argument("--salt-file", required=True, help="the secret salt that splits the test set (kept beside the "
                         "gold; 16 characters or more)")
     parser.add_argument("--data-dir", default=str(ROOT / "data"), help="the public data folder: its dev files are the "
                         "dev gold, its *-test-student.csv files must carry the gold's ids (default: the reference's data/)")
     parser.add_argument("--metadata", help="Gradescope's submission_metadata.json: due dates, created_at, previous "
                         "submissions (without it: no daily limit, and the leaderboard shows the public part)")
-    parser.add_argument("--settings", help="a JSON of daily_limit, private_fraction and points (a bundle's "
-                        "settings.json); the flags below override it")
+    parser.add_argument("--settings", help="a JSON of daily_limit, private_fraction, points and profile (a bundle's "
+                        "settings.json, or the bundle's zip); the flags below override it")
     parser.add_argument("--daily-limit", type=nonnegative_int, help="uploads graded in any 24 hours "
                         f"(default {Settings.daily_limit}: no limit)")
     parser.add_argument("--private-fraction", type=float, help="the share of test ids in the private "
                         f"part (default {Settings.private_fraction:g})")
     parser.add_argument("--points", type=nonnegative_float, help="a valid, complete upload's points "
                         f"(default {Settings.points:g})")
+    parser.add_argument("--profile", choices=list(BOARDS), help="the profile of the tree handed out: part1's board "
+                        f"ranks SST alone, the others' SST, Quora and STS (default {Settings.profile})")
     parser.add_argument("--out", required=True, help="where to write results.json")
     args = parser.parse_args(argv)
     start = time.monotonic()
     try:
         if not Path(args.submission).exists():
             raise GoldError(f"{args.submission}: no such file or folder; name the upload's folder or zip")
-        settings = read_settings(args.settings) if args.settings else Settings()
-        given = {"daily_limit": args.daily_limit, "private_fraction": args.private_fraction, "points": args.points}
-        settings = Settings(**{**asdict(settings), **{k: v for k, v in given.items() if v is not None}})
-        tests = split_gold(load_gold(args.gold, args.data_dir), read_salt(args.salt_file), settings.private_fraction)
-        dev = load_dev(args.data_dir)
+        settings = chosen_settings(args.settings, daily_limit=args.daily_limit, points=args.points,
+                                   private_fraction=args.private_fraction, profile=args.profile)
+        board = settings.board
+        tests = split_gold(load_gold(args.gold, args.data_dir, board), read_salt(args.salt_file),
+                           settings.private_fraction, board)
+        dev = load_dev(args.data_dir, board)
         metadata = read_metadata(args.metadata) if args.metadata else None
         results = grade(args.submission, tests, settings, dev, metadata)
     except GoldError as e:

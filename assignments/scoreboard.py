@@ -1,12 +1,14 @@
 """The leaderboard without Gradescope: score a folder of uploads and write the ranked table as CSV and Markdown.
 
     python -m assignments.scoreboard SUBMISSIONS_DIR --gold GOLD_DIR --salt-file SALT [--data-dir data]
-        [--private-fraction 0.5] --csv board.csv --md board.md
+        [--settings leaderboard.zip | --profile full] [--private-fraction 0.5] --csv board.csv --md board.md
 
-Each entry of SUBMISSIONS_DIR is one upload, named by the entry: a zip (tasks.submit's, or any zip of the six
+Each entry of SUBMISSIONS_DIR is one upload, named by the entry: a zip (tasks.submit's, or any zip of the board's
 files) or a folder holding the files (flat, under predictions/, or a folder or two down). Uploads are checked and
-scored as the Gradescope autograder does (assignments.leaderboard), on the same salted split: the table ranks the
-valid ones by the private part's overall score (the final standing) and shows the public part beside it; an
+scored as the Gradescope autograder does (assignments.leaderboard), on the same board and salted split: --settings
+reads the bundle's profile and private fraction (the bundle's zip or its settings.json), --profile and
+--private-fraction override them (part1's board ranks SST alone; the default, SST, Quora and STS). The table ranks
+the valid ones by the private part's overall score (the final standing) and shows the public part beside it; an
 invalid upload is listed, unranked, with its first problems. With --data-dir the dev files are required and checked
 too, as on Gradescope; without it only the test files are. One upload that cannot be read never stops the board.
 Both files are written atomically. Exit status 2 on an unusable gold or salt.
@@ -25,11 +27,10 @@ from tqdm import tqdm
 
 from tasks.core.evaluation import write_text
 
-from .leaderboard import Settings
+from .boards import BOARDS, NAMES, Board
+from .leaderboard import Settings, chosen_settings
 from .standing import GoldError, GoldSplit, Standing, load_dev, load_gold, read_salt, score_upload, split_gold
 
-COLUMNS = ("rank", "submission", "public overall", "public SST", "public Quora", "public STS", "private overall",
-           "private SST", "private Quora", "private STS", "valid", "problems")
 PROBLEMS_SHOWN = 3
 SKIPPED = ("__MACOSX",)
 
@@ -68,23 +69,31 @@ def rank(rows: list[Entry]) -> list[Entry]:
     return valid + sorted((e for e in rows if not e.standing.valid), key=lambda e: e.name)
 
 
-def cells(entry: Entry) -> list[str]:
-    """The row of COLUMNS for one entry (figures to 4 places; blank where invalid)."""
+def columns(board: Board) -> tuple[str, ...]:
+    """The table's columns: rank, name, the public then the private overall and task figures, valid, problems."""
+    names = ("overall", *(NAMES[t] for t in board.tasks))
+    figures = [f"{part} {name}" for part in ("public", "private") for name in names]
+    return ("rank", "submission", *figures, "valid", "problems")
+
+
+def cells(entry: Entry, board: Board) -> list[str]:
+    """The row of columns(board) for one entry (figures to 4 places; blank where invalid)."""
     s = entry.standing
+    keys = ("overall", *board.tasks)
     figures = []
     for part in (s.public, s.private):
-        figures += [f"{v:.4f}" for v in (part.overall, part.sst, part.para, part.sts)] if part else [""] * 4
+        figures += [f"{part.value(k):.4f}" for k in keys] if part else [""] * len(keys)
     problems = "; ".join(s.problems[:PROBLEMS_SHOWN])
     if len(s.problems) > PROBLEMS_SHOWN:
         problems += f"; ... ({len(s.problems) - PROBLEMS_SHOWN} more)"
     return [str(entry.rank or ""), entry.name, *figures, "yes" if s.valid else "no", problems]
 
 
-def board_csv(rows: list[Entry]) -> str:
+def board_csv(rows: list[Entry], board: Board) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    writer.writerows(cells(e) for e in rows)
+    writer.writerow(columns(board))
+    writer.writerows(cells(e, board) for e in rows)
     return out.getvalue()
 
 
@@ -92,16 +101,16 @@ def _md(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
-def board_md(rows: list[Entry]) -> str:
+def board_md(rows: list[Entry], board: Board) -> str:
     """The ranked table of the valid uploads, then the invalid ones with their first problems."""
-    head = COLUMNS[:-1]
+    head = columns(board)[:-1]
     lines = ["# Leaderboard: the final standing (ranked by the private part's overall score)", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(_md(c) for c in cells(e)[:len(head)]) + " |" for e in rows if e.standing.valid]
+    lines += ["| " + " | ".join(_md(c) for c in cells(e, board)[:len(head)]) + " |" for e in rows if e.standing.valid]
     invalid = [e for e in rows if not e.standing.valid]
     if invalid:
         lines += ["", f"## Not valid ({len(invalid)}): no score", ""]
-        lines += [f"- **{_md(e.name)}**: {_md(cells(e)[-1])}" for e in invalid]
+        lines += [f"- **{_md(e.name)}**: {_md(cells(e, board)[-1])}" for e in invalid]
     return "\n".join(lines) + "\n"
 
 
@@ -119,22 +128,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--salt-file", required=True, help="the salt that splits the test set (Gradescope's bundle's)")
     parser.add_argument("--data-dir", help="the public data folder: require and check the dev files too, and check "
                         "that its test files carry the gold's ids")
-    parser.add_argument("--private-fraction", type=float, default=Settings.private_fraction,
-                        help=f"the private share of test ids, as in the bundle (default {Settings.private_fraction:g})")
+    parser.add_argument("--settings", help="the leaderboard bundle's zip (or its leaderboard/settings.json): its "
+                        "profile and private fraction")
+    parser.add_argument("--profile", choices=list(BOARDS), help="the profile of the tree handed out, as in the bundle: "
+                        f"part1's board ranks SST alone (default: the settings', else {Settings.profile})")
+    parser.add_argument("--private-fraction", type=float, help="the private share of test ids, as in the bundle "
+                        f"(default: the settings', else {Settings.private_fraction:g})")
     parser.add_argument("--csv", required=True, help="the ranked table as CSV")
     parser.add_argument("--md", required=True, help="the ranked table as Markdown")
     args = parser.parse_args(argv)
     try:
         if not Path(args.submissions).is_dir():
             raise GoldError(f"{args.submissions}: not a folder of uploads")
-        tests = split_gold(load_gold(args.gold, args.data_dir), read_salt(args.salt_file), args.private_fraction)
-        dev = load_dev(args.data_dir) if args.data_dir else None
+        settings = chosen_settings(args.settings, profile=args.profile, private_fraction=args.private_fraction)
+        board = settings.board
+        tests = split_gold(load_gold(args.gold, args.data_dir, board), read_salt(args.salt_file),
+                           settings.private_fraction, board)
+        dev = load_dev(args.data_dir, board) if args.data_dir else None
     except GoldError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     rows = scoreboard(args.submissions, tests, dev)
-    write_text(args.csv, board_csv(rows))
-    write_text(args.md, board_md(rows))
+    write_text(args.csv, board_csv(rows, board))
+    write_text(args.md, board_md(rows, board))
     n_valid = sum(e.standing.valid for e in rows)
     print(f"scored {len(rows)} uploads ({n_valid} valid, {len(rows) - n_valid} not): wrote {args.csv} and {args.md}")
     return 0

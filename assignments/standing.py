@@ -1,8 +1,9 @@
 """The leaderboard's standing of one upload: the gold, the salted public/private split of the test set, the figures.
 
 The gold is a folder the instructor keeps (never in the repository's data/, which every student tree copies) with
-the labelled test files in the dev files' format: ids-sst-test.csv, quora-test.csv, sts-test.csv (the
-*-test-student.csv names are accepted too when they carry the label column). The salt, a secret string kept beside
+the labelled test files in the dev files' format of the board's tasks (assignments/boards.py): ids-sst-test.csv,
+quora-test.csv, sts-test.csv for the multitask board, ids-sst-test.csv alone for part1's (the *-test-student.csv
+names are accepted too when they carry the label column). The salt, a secret string kept beside
 the gold, splits the test ids: an id is private when sha256(salt + "\\0" + id), read as a number in [0, 1), falls
 below the private fraction. The split is fixed by the salt alone: the same for every upload, every row order and
 every run, and unknown to students who have no salt.
@@ -15,17 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tasks.core.data import LABEL_COLUMNS, TASKS, DataError, Records
-from tasks.core.evaluation import Report, accuracy, check_predictions, overall_score, pearson, read_predictions
+from tasks.core.evaluation import Report, accuracy, check_predictions, pearson, read_predictions
 
-from .uploads import TASK_NAMES, UploadError, find_upload
+from .boards import FIGURES, MULTITASK, NAMES, Board
+from .uploads import UploadError, find_upload
 
 GOLD_NAMES = {"sst": ("ids-sst-test.csv", "ids-sst-test-student.csv"), "para": ("quora-test.csv", "quora-test-student.csv"),
               "sts": ("sts-test.csv", "sts-test-student.csv")}
-NAMES = {"sst": "SST", "para": "Quora", "sts": "STS"}
 MIN_SALT = 16
 SALT_HINT = "make one with: python -c 'import secrets; print(secrets.token_hex(32))' > salt.txt"
 
@@ -58,9 +59,10 @@ def _labelled(path: Path, task: str) -> Records:
     return records
 
 
-def load_gold(gold_dir: str | Path, data_dir: str | Path | None = None) -> dict[str, Records]:
-    """task -> the labelled test records; when data_dir holds the students' test files, their ids must be the gold's."""
-    gold = {task: _labelled(gold_path(gold_dir, task), task) for task in TASK_NAMES}
+def load_gold(gold_dir: str | Path, data_dir: str | Path | None = None,
+              board: Board = MULTITASK) -> dict[str, Records]:
+    """task -> the board's labelled test records; their ids must be those of data_dir's test files (if it has them)."""
+    gold = {task: _labelled(gold_path(gold_dir, task), task) for task in board.tasks}
     for task, records in gold.items():
         student = TASKS[task].path(data_dir, "test") if data_dir is not None else None
         if student is None or not student.is_file():
@@ -73,9 +75,9 @@ def load_gold(gold_dir: str | Path, data_dir: str | Path | None = None) -> dict[
     return gold
 
 
-def load_dev(data_dir: str | Path) -> dict[str, Records]:
-    """task -> the labelled dev records of the public data folder."""
-    return {task: _labelled(TASKS[task].path(data_dir, "dev"), task) for task in TASK_NAMES}
+def load_dev(data_dir: str | Path, board: Board = MULTITASK) -> dict[str, Records]:
+    """task -> the labelled dev records of the board's tasks in the public data folder."""
+    return {task: _labelled(TASKS[task].path(data_dir, "dev"), task) for task in board.tasks}
 
 
 def read_salt(path: str | Path) -> str:
@@ -118,62 +120,65 @@ def split_ids(ids: list[str], salt: str, fraction: float) -> tuple[list[str], li
 
 @dataclass
 class Figures:
-    """SST accuracy, Quora accuracy and STS Pearson r on one set of ids, and how many ids each task has."""
+    """The board's tasks' figures (accuracy, STS's Pearson r) on one set of ids, and how many ids each task has."""
 
-    sst: float
-    para: float
-    sts: float
+    board: Board
+    scores: dict[str, float]
     counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def overall(self) -> float:
-        return overall_score(self.sst, self.para, self.sts)
+        return self.board.overall(self.scores)
+
+    def value(self, key: str) -> float:
+        """The overall score ("overall") or a task's figure."""
+        return self.overall if key == "overall" else self.scores[key]
 
     def line(self) -> str:
         """One line: overall, then each task's figure."""
-        return (f"overall {self.overall:.4f} (SST accuracy {self.sst:.4f}, Quora accuracy {self.para:.4f}, "
-                f"STS Pearson r {self.sts:.4f})")
+        return f"overall {self.overall:.4f} (" + ", ".join(f"{FIGURES[t]} {self.scores[t]:.4f}"
+                                                           for t in self.board.tasks) + ")"
 
     def count_line(self) -> str:
         """How many ids each figure was computed on."""
-        return "ids: " + ", ".join(f"{NAMES[t]} {self.counts[t]}" for t in TASK_NAMES if t in self.counts)
-
-    def as_dict(self) -> dict:
-        return {"overall": self.overall, **asdict(self)}
+        return "ids: " + ", ".join(f"{NAMES[t]} {self.counts[t]}" for t in self.board.tasks if t in self.counts)
 
 
-def figures(values: dict[str, dict], gold: dict[str, Records], ids: dict[str, list[str]] | None = None) -> Figures:
+def figures(values: dict[str, dict], gold: dict[str, Records], board: Board,
+            ids: dict[str, list[str]] | None = None) -> Figures:
     """The metrics of the predicted values against the gold, over ids (task -> ids; None: every gold id)."""
     out, counts = {}, {}
-    for task in TASK_NAMES:
+    for task in board.tasks:
         labels = {e.id: e.label for e in gold[task]}
         chosen = ids[task] if ids is not None else list(labels)
         preds, golds = [values[task][i] for i in chosen], [labels[i] for i in chosen]
         out[task] = pearson(preds, golds) if task == "sts" else accuracy(preds, golds)
         counts[task] = len(chosen)
-    return Figures(out["sst"], out["para"], out["sts"], counts)
+    return Figures(board, out, counts)
 
 
 @dataclass
 class GoldSplit:
-    """The gold test records and their salted split: task -> public ids, task -> private ids."""
+    """The gold test records of a board's tasks and their salted split: task -> public ids, task -> private ids."""
 
     gold: dict[str, Records]
     public: dict[str, list[str]]
     private: dict[str, list[str]]
+    board: Board
 
 
-def split_gold(gold: dict[str, Records], salt: str, fraction: float) -> GoldSplit:
+def split_gold(gold: dict[str, Records], salt: str, fraction: float, board: Board = MULTITASK) -> GoldSplit:
     """Split every task's test ids; each part must keep at least 2 ids a task (Pearson r needs 2)."""
     check_fraction(fraction)
     public, private = {}, {}
-    for task, records in gold.items():
+    for task in board.tasks:
+        records = gold[task]
         public[task], private[task] = split_ids([e.id for e in records], salt, fraction)
         for part, ids in (("public", public[task]), ("private", private[task])):
             if len(ids) < 2:
                 raise GoldError(f"{records.path}: the split leaves {len(ids)} ids in the {part} part of {task}; "
                                 "use more test rows or a private fraction nearer 0.5")
-    return GoldSplit(gold, public, private)
+    return GoldSplit(gold, public, private, board)
 
 
 @dataclass
@@ -203,23 +208,23 @@ def _named(message: str, shown: str) -> str:
 def score_upload(submission: str | Path, tests: GoldSplit, dev: dict[str, Records] | None = None) -> Standing:
     """Find, check and score an upload: every file's problems with file and line; figures only when all are valid.
     The dev files are required and scored when dev gold is given."""
+    board = tests.board
     splits = {"test": tests.gold, **({"dev": dev} if dev is not None else {})}
     standing = Standing(valid=False)
     with tempfile.TemporaryDirectory(prefix="minbert-upload-") as work:
         try:
-            upload = find_upload(submission, work)
+            upload = find_upload(submission, work, board)
         except UploadError as e:
             standing.problems.append(str(e))
             return standing
         standing.notes += upload.notes
         values: dict[str, dict[str, dict]] = {split: {} for split in splits}
         for split, gold in sorted(splits.items()):
-            for task in TASK_NAMES:
+            for task in board.tasks:
                 name = f"{task}-{split}-output.csv"
                 path = upload.files.get(name)
                 if path is None:
-                    standing.problems.append(f"{name}: not in the upload; upload the six files "
-                                             "{sst,para,sts}-{dev,test}-output.csv (python -m tasks.submit zips them)")
+                    standing.problems.append(f"{name}: not in the upload; upload {board.wanted} ({board.made_by})")
                     continue
                 standing.files.append(upload.shown[path])
                 report = check_predictions(path, task, _shown(gold[task], task, split))
@@ -231,8 +236,8 @@ def score_upload(submission: str | Path, tests: GoldSplit, dev: dict[str, Record
     if standing.problems:
         return standing
     standing.valid = True
-    standing.public = figures(values["test"], tests.gold, tests.public)
-    standing.private = figures(values["test"], tests.gold, tests.private)
+    standing.public = figures(values["test"], tests.gold, board, tests.public)
+    standing.private = figures(values["test"], tests.gold, board, tests.private)
     if dev is not None:
-        standing.dev = figures(values["dev"], dev)
+        standing.dev = figures(values["dev"], dev, board)
     return standing

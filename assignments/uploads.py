@@ -1,11 +1,12 @@
-"""Find the six leaderboard prediction files in an upload, as Gradescope delivers it, and unzip safely.
+"""Find a leaderboard's prediction files in an upload, as Gradescope delivers it, and unzip safely.
 
-An upload is a folder (Gradescope's /autograder/submission) or a zip. The files {sst,para,sts}-{dev,test}-output.csv
-may lie flat in it, under predictions/ (tasks.submit's zip), or a folder or two further down (a zipped folder);
-a zip uploaded as such is either unpacked by Gradescope or left as a .zip file in the folder: both are read. A zip is
-never extracted as it stands: only members named like a prediction file are read, each into a file whose name we
-choose, after checking every member (no absolute or `..` paths, no links, at most MAX_MEMBERS members and
-MAX_BYTES bytes in all, counted as they are read, not as the zip claims).
+An upload is a folder (Gradescope's /autograder/submission) or a zip. The board's files (assignments/boards.py: the
+multitask one's {sst,para,sts}-{dev,test}-output.csv, part1's sst-{dev,test}-output.csv) may lie flat in it, under
+predictions/ (tasks.submit's zip), or a folder or two further down (a zipped folder); a zip uploaded as such is either
+unpacked by Gradescope or left as a .zip file in the folder: both are read. A zip is never extracted as it stands:
+only members named like one of the board's files are read, each into a file whose name we choose, after checking
+every member (no absolute or `..` paths, no links, at most MAX_MEMBERS members and MAX_BYTES bytes in all, counted
+as they are read, not as the zip claims).
 """
 
 from __future__ import annotations
@@ -15,16 +16,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from .boards import Board
 from .zips import TooLarge, UnsafeZip, checked_members, copy_member
 
-TASK_NAMES = ("sst", "para", "sts")
-SPLITS = ("dev", "test")
-FILE_NAMES = tuple(f"{t}-{s}-output.csv" for t in TASK_NAMES for s in SPLITS)
 SKIP_DIRS = ("__MACOSX", "__pycache__", ".git")
 MAX_DEPTH = 3                      # the files may lie up to this many folders below the upload (a/b/predictions/x.csv)
 MAX_MEMBERS = 10_000
 MAX_BYTES = 256 * 2**20            # 256 MiB uncompressed in all; the six files of the course are about 0.5 MiB
-WANTED = ("upload the six files {sst,para,sts}-{dev,test}-output.csv, or the zip that python -m tasks.submit writes")
 
 
 class UploadError(ValueError):
@@ -56,11 +54,16 @@ def _levels(top: Path) -> list[list[Path]]:
     return levels
 
 
-def _find_files(top: Path, label: str) -> Upload:
-    """The shallowest copy of each prediction file under top; two copies at the same depth are an error."""
+def _wanted(board: Board) -> str:
+    """What to upload, in words."""
+    return f"upload {board.wanted}, or the zip that python -m tasks.submit writes"
+
+
+def _find_files(top: Path, label: str, board: Board) -> Upload:
+    """The shallowest copy of each of the board's files under top; two copies at the same depth are an error."""
     upload = Upload()
     levels = _levels(top)
-    for name in FILE_NAMES:
+    for name in board.files:
         for level in levels:
             hits = [d / name for d in level if (d / name).is_file() and not (d / name).is_symlink()]
             if len(hits) > 1:
@@ -69,7 +72,7 @@ def _find_files(top: Path, label: str) -> Upload:
             if hits:
                 if hits[0].stat().st_size > MAX_BYTES:
                     raise UploadError(f"{name}: {hits[0].stat().st_size // 2**20} MiB, more than {MAX_BYTES // 2**20} "
-                                      "MiB; the six files of the course hold about 0.5 MiB")
+                                      f"MiB; the {board.count} files of the course hold less than 1 MiB")
                 upload.files[name] = hits[0]
                 upload.shown[hits[0]] = f"{label}/{hits[0].relative_to(top).as_posix()}".removeprefix("./")
                 break
@@ -85,13 +88,13 @@ def _zips(top: Path) -> list[Path]:
     return []
 
 
-def extract_predictions(archive: Path, out: Path, label: str) -> Upload:
-    """Check every member of archive, then copy the prediction files it holds into out (one folder per depth)."""
+def extract_predictions(archive: Path, out: Path, label: str, board: Board) -> Upload:
+    """Check every member of archive, then copy the board's files it holds into out (one folder per depth)."""
     try:
         with zipfile.ZipFile(archive) as z:
             members = checked_members(z, MAX_MEMBERS)
             infos = [info for info, _ in members]
-            wanted = [(info, path) for info, path in members if not info.is_dir() and path.name in FILE_NAMES
+            wanted = [(info, path) for info, path in members if not info.is_dir() and path.name in board.files
                       and not any(p in SKIP_DIRS for p in path.parts) and len(path.parts) <= MAX_DEPTH + 1]
             budget = [MAX_BYTES]
             upload = Upload()
@@ -111,31 +114,31 @@ def extract_predictions(archive: Path, out: Path, label: str) -> Upload:
                 upload.shown[local] = f"{label}:{path}"
             if not upload.files:
                 raise UploadError(f"{label} holds no prediction file (it holds: {_listing(i.filename for i in infos)}); "
-                                  f"{WANTED}")
+                                  f"{_wanted(board)}")
             return upload
     except TooLarge:
-        raise UploadError(f"{label}: the prediction files hold more than {MAX_BYTES // 2**20} MiB uncompressed; the six "
-                          "files of the course hold about 0.5 MiB") from None
+        raise UploadError(f"{label}: the prediction files hold more than {MAX_BYTES // 2**20} MiB uncompressed; the "
+                          f"{board.count} files of the course hold less than 1 MiB") from None
     except UnsafeZip as e:
-        raise UploadError(f"{label}: {e}; zip the six files themselves") from None
+        raise UploadError(f"{label}: {e}; zip the {board.count} files themselves") from None
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as e:
-        raise UploadError(f"{label}: not a readable zip file ({e}); zip the six files again") from None
+        raise UploadError(f"{label}: not a readable zip file ({e}); zip the {board.count} files again") from None
     except (OSError, RuntimeError) as e:          # RuntimeError: an encrypted member
-        raise UploadError(f"{label}: cannot read the zip ({e}); zip the six files without a password") from None
+        raise UploadError(f"{label}: cannot read the zip ({e}); zip the {board.count} files without a "
+                          "password") from None
 
 
-def find_upload(submission: str | Path, work: str | Path) -> Upload:
-    """The prediction files of an upload (a folder or a zip); zips are read into work. An upload without any is an
-    error that lists what it holds; the caller reports each file missing from a partial set."""
+def find_upload(submission: str | Path, work: str | Path, board: Board) -> Upload:
+    """The board's prediction files in an upload (a folder or a zip); zips are read into work. An upload without any
+    is an error that lists what it holds; the caller reports each file missing from a partial set."""
     submission, work = Path(submission), Path(work)
     if submission.is_file():
         if not zipfile.is_zipfile(submission):
-            raise UploadError(f"{submission.name}: neither a folder nor a zip file; upload the six prediction files "
-                              "or the zip that tasks.submit writes")
-        return extract_predictions(submission, work / "zip0", submission.name)
+            raise UploadError(f"{submission.name}: neither a folder nor a zip file; {_wanted(board)}")
+        return extract_predictions(submission, work / "zip0", submission.name, board)
     if not submission.is_dir():
         raise UploadError(f"{submission}: no such file or folder")
-    upload = _find_files(submission, ".")
+    upload = _find_files(submission, ".", board)
     if upload.files:
         return upload
     zips = _zips(submission)
@@ -144,8 +147,8 @@ def find_upload(submission: str | Path, work: str | Path) -> Upload:
         raise UploadError(f"the upload holds several zip files ({names}) and no prediction file; upload one")
     if not zips:
         found = (p.relative_to(submission).as_posix() for p in sorted(submission.rglob("*")) if p.is_file())
-        raise UploadError(f"no prediction file in the upload (it holds: {_listing(found)}); {WANTED}")
-    upload = extract_predictions(zips[0], work / "zip0", zips[0].relative_to(submission).as_posix())
+        raise UploadError(f"no prediction file in the upload (it holds: {_listing(found)}); {_wanted(board)}")
+    upload = extract_predictions(zips[0], work / "zip0", zips[0].relative_to(submission).as_posix(), board)
     upload.notes.append(f"read the prediction files from {zips[0].relative_to(submission).as_posix()}")
     return upload
 

@@ -5,9 +5,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import random
 import re
 import shutil
+import subprocess
+import sys
+import zipfile
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from conftest import DATA
@@ -37,12 +42,12 @@ def _label(task: str, rng: random.Random) -> float | int:
             return value
 
 
-def write_gold(gold_dir: Path, seed: int = 0) -> dict[str, dict[str, float | int]]:
-    """The three labelled test files (the students' test files with a label column); task -> id -> label."""
+def write_gold(gold_dir: Path, seed: int = 0, tasks: tuple[str, ...] = TASK_NAMES) -> dict[str, dict[str, float | int]]:
+    """The labelled test files of tasks (the students' test files with a label column); task -> id -> label."""
     rng = random.Random(seed)
     gold_dir.mkdir(parents=True, exist_ok=True)
     labels: dict[str, dict[str, float | int]] = {}
-    for task in TASK_NAMES:
+    for task in tasks:
         rows = list(csv.reader(io.StringIO(TASKS[task].path(DATA, "test").read_text(), newline=""), delimiter="\t"))
         out = io.StringIO()
         writer = csv.writer(out, delimiter="\t", lineterminator="\n")
@@ -61,9 +66,9 @@ def dev_labels() -> dict[str, dict[str, float | int]]:
 
 
 def write_upload(folder: Path, test: dict[str, dict], dev: dict[str, dict]) -> Path:
-    """The six prediction files, flat in folder, from id -> value maps."""
+    """The prediction files of the maps' tasks (the six files for the three), flat in folder, from id -> value maps."""
     for split, values in (("test", test), ("dev", dev)):
-        for task in TASK_NAMES:
+        for task in values:
             ids = list(values[task])
             write_predictions(prediction_path(folder, task, split), task, ids, [values[task][i] for i in ids])
     return folder
@@ -109,7 +114,7 @@ def assert_no_secret(text: str, gold_dir: Path, gold: dict[str, dict]) -> None:
     for name in (n for names in GOLD_NAMES.values() for n in names if "student" not in n):
         assert name not in text, name
     numbers = set(re.findall(r"\d+\.\d+", text))
-    assert not numbers & {repr(v) for v in gold["sts"].values()}
+    assert not numbers & {repr(v) for v in gold.get("sts", {}).values()}
 
 
 def metadata(created: str, due: str | None, previous: list[dict] | None = None, late: str | None = None) -> dict:
@@ -120,3 +125,27 @@ def metadata(created: str, due: str | None, previous: list[dict] | None = None, 
 def copy_tree(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
+
+
+def run_autograder(layout: Path) -> tuple[int, dict, str]:
+    """source/run_autograder in a folder laid out as /autograder, with this Python: (status, results, stdout)."""
+    env = {**os.environ, "AUTOGRADER_ROOT": str(layout), "AUTOGRADER_PYTHON": sys.executable, "PYTHONPATH": ""}
+    proc = subprocess.run(["bash", str(layout / "source" / "run_autograder")], cwd=layout, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    results = json.loads((layout / "results" / "results.json").read_text())
+    assert_results_format(results)
+    return proc.returncode, results, proc.stdout + proc.stderr
+
+
+def autograder_layout(tmp_path: Path, built: Path, upload: Path, name: str, due: str | None = None) -> Path:
+    """/autograder: source/ (the bundle, modes kept), submission/, metadata created now, due in a week (or at due)."""
+    layout = tmp_path / name
+    with zipfile.ZipFile(built) as z:
+        z.extractall(layout / "source")
+        for info in z.infolist():
+            os.chmod(layout / "source" / info.filename, (info.external_attr >> 16) & 0o777)
+    shutil.copytree(upload, layout / "submission")
+    now = datetime.now(UTC)
+    meta = metadata(now.isoformat(), due or (now + timedelta(days=7)).isoformat(), [])
+    (layout / "submission_metadata.json").write_text(json.dumps(meta))
+    return layout

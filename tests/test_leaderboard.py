@@ -30,7 +30,8 @@ from leaderboard_fixtures import (
 )
 
 from assignments import leaderboard, uploads
-from assignments.leaderboard import BOARD, Settings, grade
+from assignments.boards import MULTITASK
+from assignments.leaderboard import Settings, grade
 from assignments.standing import GoldError, is_private, load_dev, load_gold, split_gold, split_ids
 from tasks.core.data import TASKS
 from tasks.submit import make_submission
@@ -83,7 +84,7 @@ def test_the_split_is_salted_deterministic_disjoint_covering_and_order_free(lb):
 def test_a_perfect_upload_scores_one_everywhere_and_earns_its_points(lb, tmp_path):
     results = _grade(lb, _perfect(lb, tmp_path / "up"), settings=Settings(points=2.5))
     assert results["score"] == 2.5
-    assert [e["name"] for e in results["leaderboard"]] == [name for name, _ in BOARD]
+    assert [e["name"] for e in results["leaderboard"]] == [name for name, _ in MULTITASK.columns]
     assert all(e["value"] == pytest.approx(1.0) and e["order"] == "desc" for e in results["leaderboard"])
     upload, dev, public = results["tests"]                    # no due date passed: no private figure at all
     assert (upload["score"], upload["max_score"], upload["status"]) == (2.5, 2.5, "passed")

@@ -7,29 +7,26 @@ import csv
 import importlib.metadata
 import io
 import json
-import os
 import shutil
 import subprocess
-import sys
 import zipfile
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from conftest import DATA, ROOT
 from leaderboard_fixtures import (
     SALT,
     assert_no_secret,
-    assert_results_format,
+    autograder_layout,
     dev_labels,
-    metadata,
     partial,
+    run_autograder,
     visible_text,
     write_gold,
     write_upload,
 )
 
 from assignments import bundle, lockfile, scoreboard
+from assignments.boards import MULTITASK
 from assignments.provenance import provenance, reference_commit
 from assignments.standing import Standing
 from tasks.submit import make_submission
@@ -41,30 +38,6 @@ def lb(tmp_path_factory: pytest.TempPathFactory) -> dict:
     labels = write_gold(base / "gold")
     (base / "salt").write_text(SALT + "\n")
     return {"base": base, "gold_dir": base / "gold", "salt": base / "salt", "labels": labels, "dev": dev_labels()}
-
-
-def _run_autograder(layout: Path) -> tuple[int, dict, str]:
-    """source/run_autograder in a folder laid out as /autograder, with this Python: (status, results, stdout)."""
-    env = {**os.environ, "AUTOGRADER_ROOT": str(layout), "AUTOGRADER_PYTHON": sys.executable, "PYTHONPATH": ""}
-    proc = subprocess.run(["bash", str(layout / "source" / "run_autograder")], cwd=layout, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
-    results = json.loads((layout / "results" / "results.json").read_text())
-    assert_results_format(results)
-    return proc.returncode, results, proc.stdout + proc.stderr
-
-
-def _layout(tmp_path: Path, built: Path, upload: Path, name: str) -> Path:
-    """/autograder: source/ (the bundle unpacked, modes kept), submission/ (the upload), submission_metadata.json."""
-    layout = tmp_path / name
-    with zipfile.ZipFile(built) as z:
-        z.extractall(layout / "source")
-        for info in z.infolist():
-            os.chmod(layout / "source" / info.filename, (info.external_attr >> 16) & 0o777)
-    shutil.copytree(upload, layout / "submission")
-    now = datetime.now(UTC)
-    meta = metadata(now.isoformat(), (now + timedelta(days=7)).isoformat(), [])
-    (layout / "submission_metadata.json").write_text(json.dumps(meta))
-    return layout
 
 
 def test_the_bundle_grades_end_to_end_in_a_folder_laid_out_as_autograder(lb, tmp_path, capsys):
@@ -86,10 +59,10 @@ def test_the_bundle_grades_end_to_end_in_a_folder_laid_out_as_autograder(lb, tmp
     assert {i.date_time for i in infos.values()} == {bundle.STAMP}          # fixed stamps: same inputs, same bytes
     assert commit.removesuffix("-dirty") == subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
                                                            capture_output=True, check=True).stdout.strip()
-    assert settings == {"daily_limit": 3, "private_fraction": 0.5, "points": 2.0}
+    assert settings == {"daily_limit": 3, "private_fraction": 0.5, "points": 2.0, "profile": "full"}
 
     perfect = write_upload(tmp_path / "perfect", lb["labels"], lb["dev"])
-    status, results, stdout = _run_autograder(_layout(tmp_path, out, perfect, "ok"))
+    status, results, stdout = run_autograder(autograder_layout(tmp_path, out, perfect, "ok"))
     assert status == 0 and results["score"] == 2.0
     assert [e["value"] for e in results["leaderboard"]] == [1.0, 1.0, 1.0, 1.0]
     assert results["extra_data"]["reference_commit"] == commit
@@ -101,15 +74,15 @@ def test_the_bundle_grades_end_to_end_in_a_folder_laid_out_as_autograder(lb, tmp
     bad = shutil.copytree(perfect, tmp_path / "bad")
     lines = (bad / "sts-test-output.csv").read_text().splitlines()
     (bad / "sts-test-output.csv").write_text("\n".join([lines[0], "not-a-row", *lines[1:]]) + "\n")
-    status, results, stdout = _run_autograder(_layout(tmp_path, out, bad, "bad"))
+    status, results, stdout = run_autograder(autograder_layout(tmp_path, out, bad, "bad"))
     assert status == 0 and results["score"] == 0 and "leaderboard" not in results
     assert "sts-test-output.csv:2: expected 'id , value', got 'not-a-row'" in results["output"]
     for text in (visible_text(results), stdout):
         assert_no_secret(text, lb["gold_dir"], lb["labels"])
 
-    broken = _layout(tmp_path, out, perfect, "broken")                      # the staff's fault: still a results.json
+    broken = autograder_layout(tmp_path, out, perfect, "broken")            # the staff's fault: still a results.json
     (broken / "source" / "leaderboard" / "gold" / "sts-test.csv").unlink()
-    status, results, stdout = _run_autograder(broken)
+    status, results, stdout = run_autograder(broken)
     assert status == 2 and results["score"] == 0 and "course staff" in results["output"]
     assert "sts-test.csv: no such file" in stdout                           # the reason, for the instructor only
     assert "sts-test.csv" not in results["output"]
@@ -135,7 +108,7 @@ def test_the_scoreboard_ranks_by_the_private_part_and_lists_invalid_uploads(lb, 
     assert scoreboard.main(argv) == 0
     assert "scored 3 uploads (2 valid, 1 not)" in capsys.readouterr().out
     rows = list(csv.DictReader(io.StringIO((tmp_path / "board.csv").read_text())))
-    assert list(rows[0]) == list(scoreboard.COLUMNS)
+    assert list(rows[0]) == list(scoreboard.columns(MULTITASK))
     assert [(r["rank"], r["submission"], r["valid"]) for r in rows] == [("1", "alice", "yes"), ("2", "bob", "yes"),
                                                                           ("", "carol", "no")]
     assert rows[0]["private overall"] == rows[0]["public overall"] == "1.0000"
