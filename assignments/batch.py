@@ -349,6 +349,13 @@ def run_batch(folder: str, csv_path: str | None, regrade: bool, options: dict) -
         print(f"error: not in the {profile} profile: {', '.join(unknown)}; its groups are {', '.join(own)}",
               file=sys.stderr)
         return 2
+    if "as_user" in options:                 # a user who cannot run this Python: refused once, not every submission
+        from .untrusted import student_account
+        try:
+            student_account(options["as_user"])
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     if "seed" in options and options["seed"] is None and not os.environ.get("MINBERT_GRADING_SEED", "").strip():
         from .grade import grading_seed
         options = {**options, "seed": grading_seed(None)}   # one seed for the batch: every submission, the same inputs

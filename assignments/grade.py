@@ -10,7 +10,8 @@ graded in a tree of their own with the reference's minbert/pooling.py laid over 
 
 Every input is drawn from the grading seed (--seed, --seed-file, $MINBERT_GRADING_SEED, else a fresh one) by the
 reference: the students' fixtures are never used. Each part runs in its own process with a time limit, as another
-user when this runs as root, and returns only what its code computed, as data (assignments/untrusted.py); this
+user when this runs as root (--as-user: nobody by default, refused when that user cannot run this Python; none runs
+it as root), and returns only what its code computed, as data (assignments/untrusted.py); this
 process, which never imports student code, replays the part's check on the reference and judges it
 (assignments/hidden.py). Prints a score table with each group's total and writes results.json in Gradescope's
 format: {"score", "execution_time", "extra_data", "tests": [{"name", "score", "max_score", "output", "status"}, ...]};
@@ -108,7 +109,7 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
     Besides Gradescope's keys it holds the per-part results under 'parts' and each group's total under 'groups'.
     hide_hints: each part's output leaves out the mistake it matches; a 0-point test holding the full outputs
     is shown after the due date (Gradescope's "visibility": "after_due_date"). as_user: run as root, the student's
-    code runs as this user (None: as root).
+    code runs as this user ("auto": nobody; "none" or None: root); one who cannot run this Python is refused.
     """
     from .hidden import hidden_fixture, write_inputs
     submission = Path(submission)
@@ -222,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
                       "students; default: --seed-file, else $MINBERT_GRADING_SEED, else a fresh random seed)")
     seed.add_argument("--seed-file", metavar="FILE", help="a file holding the grading seed (the Gradescope bundle's)")
     ap.add_argument("--as-user", default=STUDENT_USER, metavar="USER",
-                    help="run as root, the submission's code runs as USER (default: auto, nobody when it can run this "
-                         "Python, else root; none: root; the Gradescope bundle's: student)")
+                    help="run as root, the submission's code runs as USER (default: auto, nobody; refused when USER "
+                         "cannot run this Python and find torch; none: root; the Gradescope bundle's: student)")
     args = ap.parse_args(argv)
     from .batch import grade_options, run_batch, usage_error
     problem = grader_guard() or usage_error(args.submission, args.batch, out=args.out, csv_path=args.csv,

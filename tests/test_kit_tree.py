@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import warm
+from conftest import grading_user
 
 from assignments import make
 from assignments.grade import find_submitted, grade, stage, without_hint
@@ -113,7 +114,8 @@ def test_an_upload_one_or_two_folders_down_grades_as_a_flat_one(two_parts_done: 
     assert find_submitted(tmp_path / "zip2" / "hw", Path("x/nothing.py")) is None
     # graded: the two parts done pass from one folder down; a part whose file is absent says so in its own output
     (layouts["tree-one-down"][1] / "tasks" / "classifier.py").unlink()
-    res = grade(tmp_path / "zip1", parts=["attention", "adamw", "classifier_head"], hide_hints=True)
+    res = grade(tmp_path / "zip1", parts=["attention", "adamw", "classifier_head"], hide_hints=True,
+                as_user=grading_user())
     assert [(r["part"], r["status"], r["score"]) for r in res["parts"]] == [
         ("attention", "pass", 25), ("adamw", "pass", 20), ("classifier_head", "not started", 0)]
     assert "minbert/optim.py: from my-minbert/minbert/optim.py" in res["output"]
