@@ -52,7 +52,7 @@ class BadUpload(Exception):
 
 @cache
 def graded_names() -> frozenset[str]:
-    """The file names the grader takes from a submission (grade.find_submitted matches them by name)."""
+    """The file names the grader takes from a submission (staging.find_submitted matches them by name)."""
     from .make import ROOT, stubbed_files
     return frozenset(rel.name for rel in stubbed_files(ROOT))
 

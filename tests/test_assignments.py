@@ -150,7 +150,8 @@ def test_student_tree_carries_no_solution_text(student_tree: Path) -> None:
     shipped = {p.relative_to(student_tree).as_posix() for p in student_tree.rglob("*") if p.is_file()}
     assert not {"assignments/make.py", "assignments/grade.py", "assignments/make_fixtures.py",
                 "assignments/make_fixtures_ext.py", "assignments/leaks.py", "assignments/hidden.py",
-                "assignments/untrusted.py", "assignments/batch.py", "assignments/bundle.py"} & shipped
+                "assignments/untrusted.py", "assignments/batch.py", "assignments/bundle.py",
+                "assignments/staging.py"} & shipped
     assert not any(s.startswith(("assignments/student/", "tests/")) for s in shipped)
 
 
