@@ -46,8 +46,9 @@ GRADED, ERROR, BAD_UPLOAD = "graded", "error", "bad upload"
 SKIPPABLE = (GRADED, BAD_UPLOAD)  # a row in one of these states, with an unchanged hash, is not graded again
 
 
-class BadUpload(Exception):
-    """A submission that cannot be graded as uploaded: its row's state is "bad upload", with this reason."""
+class BadUpload(ValueError):
+    """A submission that cannot be graded as uploaded: its row's state is "bad upload", with this reason (grade()
+    refuses a zip given to it that way)."""
 
 
 @cache

@@ -1,13 +1,14 @@
-"""Grade a submission: python -m assignments.grade SUBMISSION_DIR --seed-file SEED [--out results.json] [--groups core]
+"""Grade a submission: python -m assignments.grade SUBMISSION --seed-file SEED [--out results.json] [--groups core]
 
 The submission is a student tree (or a folder holding just the files students fill in, e.g. model.py and
-optim.py, as Gradescope uploads them; either may sit one or two folders down, as a zipped folder unpacks). Only the
-files of the graded groups' parts are taken from it (part 1, "core", by default: model.py, optim.py, pooling.py,
-classifier.py; part 2, "multitask": multitask.py; an extension such as "deebert": its file): they are laid over a
-fresh student tree of the profile (--profile, default full) generated from this reference, so that the checks and
-every other file are the instructor's; a file that does not compile is not laid (assignments/staging.py), and
-costs only the parts that grade it. The groups other than core run through part 1's pool(): they are graded in a
-tree of their own with the reference's minbert/pooling.py laid over it (REFERENCE_FOR_OTHERS).
+optim.py, as Gradescope uploads them; either may sit one or two folders down, as a zipped folder unpacks), or a zip
+of either, given as such or alone in a folder (assignments/staging.py). Only the files of the graded groups' parts
+are taken from it (part 1, "core", by default: model.py, optim.py, pooling.py, classifier.py; part 2, "multitask":
+multitask.py; an extension such as "deebert": its file): they are laid over a fresh student tree of the profile
+(--profile, default full) generated from this reference, so that the checks and every other file are the
+instructor's; a file that does not compile is not laid, and costs only the parts that grade it. The groups other
+than core run through part 1's pool(): they are graded in a tree of their own with the reference's
+minbert/pooling.py laid over it (REFERENCE_FOR_OTHERS).
 
 Every input is drawn from the grading seed (--seed, --seed-file, $MINBERT_GRADING_SEED, else a fresh one) by the
 reference: the students' fixtures are never used. Each part runs in its own process with a time limit, as another
@@ -38,7 +39,7 @@ from .hidden import grading_seed, read_seed
 from .isolation import become_subreaper, children
 from .make import ROOT
 from .profiles import DEFAULT_PROFILE, PROFILES
-from .staging import stage
+from .staging import Opened, open_submission, stage
 from .untrusted import STUDENT_USER, judge_part, preload, run_parts, student_account, warm_helper
 
 DEFAULT_TIMEOUT = 20.0
@@ -56,8 +57,8 @@ def without_hint(text: str) -> str:
 def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[str] | None = None,
           jobs: int | None = None, groups: list[str] | tuple[str, ...] = ("core",), hide_hints: bool = False,
           profile: str = DEFAULT_PROFILE, seed: int | None = None, as_user: str | None = STUDENT_USER) -> dict:
-    """Grade one submission on the parts of `groups` (or the named parts) of `profile`; returns the Gradescope
-    results dict.
+    """Grade one submission (a folder or a zip) on the parts of `groups` (or the named parts) of `profile`; returns
+    the Gradescope results dict.
 
     Every part runs on inputs drawn from `seed` (grading_seed) and is judged in this process (assignments/hidden.py).
     Besides Gradescope's keys it holds the per-part results under 'parts' and each group's total under 'groups'.
@@ -65,10 +66,16 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
     is shown after the due date (Gradescope's "visibility": "after_due_date"). as_user: run as root, the student's
     code runs as this user ("auto": nobody; "none" or None: root); one who cannot run this Python is refused.
     """
+    with tempfile.TemporaryDirectory(prefix="minbert-upload-") as unpacked:
+        opened = open_submission(Path(submission), Path(unpacked))
+        return _grade(opened, timeout, parts, jobs, groups, hide_hints, profile, seed, as_user)
+
+
+def _grade(opened: Opened, timeout: float, parts: list[str] | None, jobs: int | None,
+           groups: list[str] | tuple[str, ...], hide_hints: bool, profile: str, seed: int | None,
+           as_user: str | None) -> dict:
+    """grade() on the folder open_submission found."""
     from .hidden import hidden_fixture, write_inputs
-    submission = Path(submission)
-    if not submission.is_dir():
-        raise FileNotFoundError(f"{submission}: no such directory")
     own = PROFILES[profile].groups
     unknown = [g for g in groups if g not in own] + [p for p in parts or () if PARTS[p].group not in own]
     if unknown:
@@ -85,14 +92,14 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
     spare = frozenset(children())              # the caller's own processes: never the submission's
     spare -= {helper.proc.pid} if helper else set()   # spared by run_parts while it lives, not after
     by_tree = [[n for n in names if PARTS[n].group == "core"], [n for n in names if PARTS[n].group != "core"]]
-    notes, missing, results, unrun = [], set(), {}, set()
+    notes, missing, results, unrun = list(opened.notes), set(), {}, set()
     with tempfile.TemporaryDirectory(prefix="minbert-grade-") as tmp:
         os.chmod(tmp, 0o755)              # the student's user reads the staged tree (and nothing of this process)
         for i, batch in enumerate(b for b in by_tree if b):     # part 1, then the others on the reference's pool()
             files = sorted({f for n in batch for f in PARTS[n].files})
             reference = REFERENCE_FOR_OTHERS if PARTS[batch[0]].group != "core" else ()
             staging = Path(tmp) / f"tree{i}"
-            staged = stage(submission, staging, files, profile, reference)
+            staged = stage(opened.folder, staging, files, profile, reference)
             notes += [n for n in staged.notes if n not in notes]
             missing |= staged.missing
             for n in batch:               # a file that does not parse: its parts score 0 unrun, the others run
@@ -112,8 +119,7 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
         absent = [f for f in PARTS[r["part"]].files if f in missing]
         if absent and r["status"] != "pass" and r["part"] not in unrun:
             r["message"] = (f"{', '.join(absent)} {'is' if len(absent) == 1 else 'are'} not in the submission "
-                            "(looked at its top and up to two folders down), so this part ran the unfilled stub: "
-                            f"{r['message']}")
+                            f"({opened.looked}), so this part ran the unfilled stub: {r['message']}")
     elapsed = round(time.perf_counter() - t0, 2)
     tests = [{"name": f"{r['part']}: {PARTS[r['part']].functions}", "score": r["score"],
               "max_score": r["max_score"], "status": "passed" if r["status"] == "pass" else "failed",
@@ -162,7 +168,7 @@ def print_table(res: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m assignments.grade", description=__doc__.split("\n")[0])
-    ap.add_argument("submission", nargs="?", help="the submitted tree (or folder of submitted files)")
+    ap.add_argument("submission", nargs="?", help="the submitted tree, a folder of submitted files, or a zip of either")
     ap.add_argument("--out", help="where to write Gradescope's results.json (default: results.json)")
     ap.add_argument("--batch", metavar="DIR", help="grade every submission in DIR (each a .zip or a folder) into "
                     "--csv, each with the options below (assignments/batch.py)")

@@ -1,10 +1,12 @@
-"""What the grader takes from a submission: each graded file found in it, and the staged tree those files are laid
-over (a file that does not compile is not laid: its stub stays, and only the parts that grade it score 0)."""
+"""What the grader takes from a submission: the folder (or zip) it is, each graded file found in it, and the staged
+tree those files are laid over (a file that does not compile is not laid: its stub stays, and only the parts that
+grade it score 0)."""
 
 from __future__ import annotations
 
 import shutil
 import warnings
+import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -84,3 +86,54 @@ def stage(submission: Path, staging: Path, files: list[str] | None = None, profi
     for rel in reference:
         shutil.copyfile(ROOT / rel, staging / rel)
     return staged
+
+
+LOOKED = "looked at its top and up to two folders down"
+
+
+class Opened(NamedTuple):
+    """The folder graded for a submission, the notes on how it was found, and where a part's file was looked for."""
+
+    folder: Path
+    notes: list[str]
+    looked: str
+
+
+def open_submission(submission: Path, work: Path) -> Opened:
+    """The folder to grade: the submission, or the graded files of its zip unpacked into work with the batch's limits
+    (a .zip given, or a folder whose only graded content is one zip, as Gradescope keeps a zip uploaded as such).
+
+    A path that is neither a folder nor a zip is refused (FileNotFoundError, ValueError), as is a zip given that
+    cannot be unpacked (batch.BadUpload); a folder's zip that cannot is said in the notes and the parts' messages.
+    """
+    from .batch import BadUpload, safe_extract
+    from .uploads import zips_in
+    if submission.is_file():
+        if submission.suffix.lower() != ".zip" and not zipfile.is_zipfile(submission):
+            raise ValueError(f"{submission}: neither a folder nor a .zip file; give the submitted tree, a folder of "
+                             "the submitted files, or a zip of either")
+        try:
+            safe_extract(submission, work)
+        except BadUpload as e:
+            raise BadUpload(f"{submission}: {e}") from None
+        return Opened(work, [f"read the graded files from {submission.name}"],
+                      f"looked in {submission.name}, at its top and up to two folders down")
+    if not submission.is_dir():
+        raise FileNotFoundError(f"{submission}: no such folder or .zip file")
+    if any(find_submitted(submission, rel) for rel in stubbed_files(ROOT)):
+        return Opened(submission, [], LOOKED)
+    zips = zips_in(submission, depth=2)
+    if not zips:
+        return Opened(submission, [], LOOKED)
+    names = ", ".join(z.relative_to(submission).as_posix() for z in zips)
+    if len(zips) > 1:
+        why = f"it holds several zip files ({names}) and none of the graded files; upload one"
+    else:
+        try:
+            safe_extract(zips[0], work)
+        except BadUpload as e:
+            why = f"{names}: {e}"
+        else:
+            return Opened(work, [f"read the graded files from {names}"],
+                          f"looked in {names}, at its top and up to two folders down")
+    return Opened(submission, [f"not graded from a zip: {why}"], f"{LOOKED}; {why}")
