@@ -42,8 +42,7 @@ class Staged(NamedTuple):
 
 
 def parse_error(source: bytes, rel: str) -> str | None:
-    """None when source compiles (compiled here, never run); else why not, as the checker says it
-    ("minbert/model.py:359: does not parse: invalid syntax")."""
+    """None when source compiles (never run); else the checker's "minbert/model.py:359: does not parse: MSG"."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")          # a SyntaxWarning is no parse error
@@ -100,12 +99,9 @@ class Opened(NamedTuple):
 
 
 def open_submission(submission: Path, work: Path) -> Opened:
-    """The folder to grade: the submission, or the graded files of its zip unpacked into work with the batch's limits
-    (a .zip given, or a folder whose only graded content is one zip, as Gradescope keeps a zip uploaded as such).
-
-    A path that is neither a folder nor a zip is refused (FileNotFoundError, ValueError), as is a zip given that
-    cannot be unpacked (batch.BadUpload); a folder's zip that cannot is said in the notes and the parts' messages.
-    """
+    """The folder to grade: submission, or its zip's graded files unpacked into work (a .zip, or one alone in it)."""
+    # A path neither a folder nor a zip is refused (FileNotFoundError, ValueError), as is a zip given that cannot be
+    # unpacked (batch.BadUpload); a zip in a folder that cannot is said in the notes and the parts' messages.
     from .batch import BadUpload, safe_extract
     from .uploads import zips_in
     if submission.is_file():

@@ -26,8 +26,7 @@ STUDENT_USER = "auto"    # run as root: "nobody", refused when that user cannot 
 
 
 def student_account(user: str | None) -> tuple[int, int] | None:
-    """(uid, gid) the student's process runs as, or None (as this process). Only root changes user: `user`, or with
-    "auto" nobody; a user who cannot run this Python and find torch is refused (ValueError), never replaced by root."""
+    """(uid, gid) the student's code runs as (root only; "auto": nobody), None: as this one; ValueError if unable."""
     if not user or user == "none" or not hasattr(os, "geteuid") or os.geteuid() != 0:
         return None
     import pwd

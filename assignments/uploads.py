@@ -78,8 +78,7 @@ def _find_files(top: Path, label: str) -> Upload:
 
 
 def zips_in(top: Path, depth: int = MAX_DEPTH) -> list[Path]:
-    """The .zip files at the shallowest level under top (down to `depth` folders) that holds any (the grader's
-    too: a zip Gradescope leaves as such)."""
+    """The .zip files of the shallowest level under top, down to `depth` folders, that holds any."""
     for level in _levels(top, depth):
         found = sorted(f for d in level for f in d.glob("*.zip") if f.is_file() and not f.is_symlink())
         if found:

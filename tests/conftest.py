@@ -41,9 +41,7 @@ torch.set_num_threads(_THREADS)
 
 @functools.cache
 def grading_user() -> str:
-    """The --as-user the tests grade with: as root, nobody where nobody can run this Python (as on a course's
-    machine), else "none" (the submission's code as root, which the grader does only when told); not root, "none"
-    (no user changes)."""
+    """The --as-user the tests grade with: as root, nobody where it can run this Python, else "none"."""
     from assignments.untrusted import student_account
     try:
         return "nobody" if student_account("auto") is not None else "none"
