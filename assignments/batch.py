@@ -46,13 +46,14 @@ GRADED, ERROR, BAD_UPLOAD = "graded", "error", "bad upload"
 SKIPPABLE = (GRADED, BAD_UPLOAD)  # a row in one of these states, with an unchanged hash, is not graded again
 
 
-class BadUpload(Exception):
-    """A submission that cannot be graded as uploaded: its row's state is "bad upload", with this reason."""
+class BadUpload(ValueError):
+    """A submission that cannot be graded as uploaded: its row's state is "bad upload", with this reason (grade()
+    refuses a zip given to it that way)."""
 
 
 @cache
 def graded_names() -> frozenset[str]:
-    """The file names the grader takes from a submission (grade.find_submitted matches them by name)."""
+    """The file names the grader takes from a submission (staging.find_submitted matches them by name)."""
     from .make import ROOT, stubbed_files
     return frozenset(rel.name for rel in stubbed_files(ROOT))
 
@@ -349,6 +350,13 @@ def run_batch(folder: str, csv_path: str | None, regrade: bool, options: dict) -
         print(f"error: not in the {profile} profile: {', '.join(unknown)}; its groups are {', '.join(own)}",
               file=sys.stderr)
         return 2
+    if "as_user" in options:                 # a user who cannot run this Python: refused once, not every submission
+        from .untrusted import student_account
+        try:
+            student_account(options["as_user"])
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     if "seed" in options and options["seed"] is None and not os.environ.get("MINBERT_GRADING_SEED", "").strip():
         from .grade import grading_seed
         options = {**options, "seed": grading_seed(None)}   # one seed for the batch: every submission, the same inputs

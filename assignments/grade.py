@@ -1,21 +1,23 @@
-"""Grade a submission: python -m assignments.grade SUBMISSION_DIR --seed-file SEED [--out results.json] [--groups core]
+"""Grade a submission: python -m assignments.grade SUBMISSION --seed-file SEED [--out results.json] [--groups core]
 
 The submission is a student tree (or a folder holding just the files students fill in, e.g. model.py and
-optim.py, as Gradescope uploads them; either may sit one or two folders down, as a zipped folder unpacks).
-Only the files of the graded groups' parts are taken from it (part 1, "core", by default: model.py, optim.py,
-pooling.py, classifier.py; part 2, "multitask": multitask.py; an extension such as "deebert": its file): they are
-laid over a fresh student tree of the profile (--profile, default full) generated from this reference, so that the
-checks and every other file are the instructor's. The groups other than core run through part 1's pool(): they are
-graded in a tree of their own with the reference's minbert/pooling.py laid over it (REFERENCE_FOR_OTHERS).
+optim.py, as Gradescope uploads them; either may sit one or two folders down, as a zipped folder unpacks), or a zip
+of either, given as such or alone in a folder (assignments/staging.py). Only the files of the graded groups' parts
+are taken from it (part 1, "core", by default: model.py, optim.py, pooling.py, classifier.py; part 2, "multitask":
+multitask.py; an extension such as "deebert": its file): they are laid over a fresh student tree of the profile
+(--profile, default full) generated from this reference, so that the checks and every other file are the
+instructor's; a file that does not compile is not laid, and costs only the parts that grade it. The groups other
+than core run through part 1's pool(): they are graded in a tree of their own with the reference's
+minbert/pooling.py laid over it (REFERENCE_FOR_OTHERS).
 
 Every input is drawn from the grading seed (--seed, --seed-file, $MINBERT_GRADING_SEED, else a fresh one) by the
 reference: the students' fixtures are never used. Each part runs in its own process with a time limit, as another
-user when this runs as root, and returns only what its code computed, as data (assignments/untrusted.py); this
-process, which never imports student code, replays the part's check on the reference and judges it
-(assignments/hidden.py). Prints a score table with each group's total and writes results.json in Gradescope's
-format: {"score", "execution_time", "extra_data", "tests": [{"name", "score", "max_score", "output", "status"}, ...]};
-the score is the sum over the graded groups. --batch DIR grades a folder of submissions into a CSV
-(assignments/batch.py).
+user when this runs as root (--as-user: nobody by default, refused when that user cannot run this Python; none runs
+it as root), and returns only what its code computed, as data (assignments/untrusted.py); this process, which never
+imports student code, replays the part's check on the reference and judges it (assignments/hidden.py). Prints a
+score table with each group's total and writes results.json in Gradescope's format: {"score", "execution_time",
+"extra_data", "tests": [{"name", "score", "max_score", "output", "status"}, ...]}; the score is the sum over the
+graded groups. --batch DIR grades a folder of submissions into a CSV (assignments/batch.py).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -36,58 +37,13 @@ from .checks import PARTS, parts_of
 from .common import GROUPS
 from .hidden import grading_seed, read_seed
 from .isolation import become_subreaper, children
-from .make import ROOT, generate, stubbed_files
+from .make import ROOT
 from .profiles import DEFAULT_PROFILE, PROFILES
+from .staging import Opened, open_submission, stage
 from .untrusted import STUDENT_USER, judge_part, preload, run_parts, student_account, warm_helper
 
 DEFAULT_TIMEOUT = 20.0
 REFERENCE_FOR_OTHERS = ("minbert/pooling.py",)   # part 1's helpers that the other groups' checks run through
-
-
-SKIP_DIRS = ("__MACOSX", "__pycache__", ".git", ".venv")
-
-
-def find_submitted(submission: Path, rel: Path, depth: int = 2) -> Path | None:
-    """The submitted copy of rel: at rel or by its bare name, in submission or up to `depth` folders down.
-
-    Zipping a folder puts every file one folder down (my-minbert/minbert/model.py), as Gradescope unpacks it.
-    The shallowest match wins; a full path beats a bare name at the same depth.
-    """
-    level = [submission]
-    for _ in range(depth + 1):
-        for base in level:
-            for cand in (base / rel, base / rel.name):
-                if cand.is_file():
-                    return cand
-        level = sorted(d for base in level for d in base.iterdir()
-                       if d.is_dir() and d.name not in SKIP_DIRS and not d.name.startswith("."))
-    return None
-
-
-def stage(submission: Path, staging: Path, files: list[str] | None = None, profile: str = DEFAULT_PROFILE,
-          reference: tuple[str, ...] = ()) -> tuple[list[str], set[str]]:
-    """A fresh student tree of `profile` in staging with the submission's files laid over it: (one note per file,
-    files absent).
-
-    files (relative to the root) are the ones taken from the submission, by default every file students fill in;
-    the others stay the unfilled stubs, which import. reference: files laid from this reference tree instead.
-    """
-    generate(staging, data=False, profile=profile)
-    notes, missing = [], set()
-    wanted = None if files is None else set(files)
-    for rel in stubbed_files(ROOT):
-        if wanted is not None and rel.as_posix() not in wanted:
-            continue
-        found = find_submitted(submission, rel)
-        if found is None:
-            notes.append(f"{rel}: not in the submission; graded as the unfilled stub")
-            missing.add(rel.as_posix())
-            continue
-        shutil.copyfile(found, staging / rel)
-        notes.append(f"{rel}: from {found.relative_to(submission)}")
-    for rel in reference:
-        shutil.copyfile(ROOT / rel, staging / rel)
-    return notes, missing
 
 
 HINT_MARK = ". It matches what you get when"
@@ -101,19 +57,25 @@ def without_hint(text: str) -> str:
 def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[str] | None = None,
           jobs: int | None = None, groups: list[str] | tuple[str, ...] = ("core",), hide_hints: bool = False,
           profile: str = DEFAULT_PROFILE, seed: int | None = None, as_user: str | None = STUDENT_USER) -> dict:
-    """Grade one submission on the parts of `groups` (or the named parts) of `profile`; returns the Gradescope
-    results dict.
+    """Grade one submission (a folder or a zip) on the parts of `groups` (or the named parts) of `profile`; returns
+    the Gradescope results dict.
 
     Every part runs on inputs drawn from `seed` (grading_seed) and is judged in this process (assignments/hidden.py).
     Besides Gradescope's keys it holds the per-part results under 'parts' and each group's total under 'groups'.
     hide_hints: each part's output leaves out the mistake it matches; a 0-point test holding the full outputs
     is shown after the due date (Gradescope's "visibility": "after_due_date"). as_user: run as root, the student's
-    code runs as this user (None: as root).
+    code runs as this user ("auto": nobody; "none" or None: root); one who cannot run this Python is refused.
     """
+    with tempfile.TemporaryDirectory(prefix="minbert-upload-") as unpacked:
+        opened = open_submission(Path(submission), Path(unpacked))
+        return _grade(opened, timeout, parts, jobs, groups, hide_hints, profile, seed, as_user)
+
+
+def _grade(opened: Opened, timeout: float, parts: list[str] | None, jobs: int | None,
+           groups: list[str] | tuple[str, ...], hide_hints: bool, profile: str, seed: int | None,
+           as_user: str | None) -> dict:
+    """grade() on the folder open_submission found."""
     from .hidden import hidden_fixture, write_inputs
-    submission = Path(submission)
-    if not submission.is_dir():
-        raise FileNotFoundError(f"{submission}: no such directory")
     own = PROFILES[profile].groups
     unknown = [g for g in groups if g not in own] + [p for p in parts or () if PARTS[p].group not in own]
     if unknown:
@@ -130,27 +92,34 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
     spare = frozenset(children())              # the caller's own processes: never the submission's
     spare -= {helper.proc.pid} if helper else set()   # spared by run_parts while it lives, not after
     by_tree = [[n for n in names if PARTS[n].group == "core"], [n for n in names if PARTS[n].group != "core"]]
-    notes, missing, results = [], set(), {}
+    notes, missing, results, unrun = list(opened.notes), set(), {}, set()
     with tempfile.TemporaryDirectory(prefix="minbert-grade-") as tmp:
         os.chmod(tmp, 0o755)              # the student's user reads the staged tree (and nothing of this process)
         for i, batch in enumerate(b for b in by_tree if b):     # part 1, then the others on the reference's pool()
             files = sorted({f for n in batch for f in PARTS[n].files})
             reference = REFERENCE_FOR_OTHERS if PARTS[batch[0]].group != "core" else ()
             staging = Path(tmp) / f"tree{i}"
-            batch_notes, batch_missing = stage(submission, staging, files, profile, reference)
-            notes += [n for n in batch_notes if n not in notes]
-            missing |= batch_missing
-            write_inputs(staging / ".grading" / "inputs", {f: fixtures[f] for n in batch for f in PARTS[n].fixtures})
-            n_jobs = jobs or max(1, min(len(batch), os.cpu_count() or 1))
-            said = run_parts(staging, batch, timeout, n_jobs, account, spare)
-            results.update({n: judge_part(n, staging, said[n], fixtures) for n in batch})
+            staged = stage(opened.folder, staging, files, profile, reference)
+            notes += [n for n in staged.notes if n not in notes]
+            missing |= staged.missing
+            for n in batch:               # a file that does not parse: its parts score 0 unrun, the others run
+                unparsed = [staged.unparsed[f] for f in PARTS[n].files if f in staged.unparsed]
+                if unparsed:
+                    results[n] = {"part": n, "score": 0, "max_score": PARTS[n].points, "status": "error",
+                                  "message": "; ".join(unparsed), "seconds": 0.0, "log": ""}
+                    unrun.add(n)
+            run = [n for n in batch if n not in unrun]
+            if run:
+                write_inputs(staging / ".grading" / "inputs", {f: fixtures[f] for n in run for f in PARTS[n].fixtures})
+                n_jobs = jobs or max(1, min(len(run), os.cpu_count() or 1))
+                said = run_parts(staging, run, timeout, n_jobs, account, spare)
+                results.update({n: judge_part(n, staging, said[n], fixtures) for n in run})
     results = [results[n] for n in names]
     for r in results:                # a part whose file was not submitted says so in its own output
         absent = [f for f in PARTS[r["part"]].files if f in missing]
-        if absent and r["status"] != "pass":
+        if absent and r["status"] != "pass" and r["part"] not in unrun:
             r["message"] = (f"{', '.join(absent)} {'is' if len(absent) == 1 else 'are'} not in the submission "
-                            "(looked at its top and up to two "
-                            f"folders down), so this part ran the unfilled stub: {r['message']}")
+                            f"({opened.looked}), so this part ran the unfilled stub: {r['message']}")
     elapsed = round(time.perf_counter() - t0, 2)
     tests = [{"name": f"{r['part']}: {PARTS[r['part']].functions}", "score": r["score"],
               "max_score": r["max_score"], "status": "passed" if r["status"] == "pass" else "failed",
@@ -199,7 +168,7 @@ def print_table(res: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m assignments.grade", description=__doc__.split("\n")[0])
-    ap.add_argument("submission", nargs="?", help="the submitted tree (or folder of submitted files)")
+    ap.add_argument("submission", nargs="?", help="the submitted tree, a folder of submitted files, or a zip of either")
     ap.add_argument("--out", help="where to write Gradescope's results.json (default: results.json)")
     ap.add_argument("--batch", metavar="DIR", help="grade every submission in DIR (each a .zip or a folder) into "
                     "--csv, each with the options below (assignments/batch.py)")
@@ -222,8 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                       "students; default: --seed-file, else $MINBERT_GRADING_SEED, else a fresh random seed)")
     seed.add_argument("--seed-file", metavar="FILE", help="a file holding the grading seed (the Gradescope bundle's)")
     ap.add_argument("--as-user", default=STUDENT_USER, metavar="USER",
-                    help="run as root, the submission's code runs as USER (default: auto, nobody when it can run this "
-                         "Python, else root; none: root; the Gradescope bundle's: student)")
+                    help="run as root, the submission's code runs as USER (default: auto, nobody; refused when USER "
+                         "cannot run this Python and find torch; none: root; the Gradescope bundle's: student)")
     args = ap.parse_args(argv)
     from .batch import grade_options, run_batch, usage_error
     problem = grader_guard() or usage_error(args.submission, args.batch, out=args.out, csv_path=args.csv,

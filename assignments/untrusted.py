@@ -22,36 +22,26 @@ from .common import GROUPS
 from .isolation import sweep
 from .warmstart import Helper, available
 
-STUDENT_USER = "auto"    # run as root: "nobody" when that user can run this Python, else root (--as-user)
+STUDENT_USER = "auto"    # run as root: "nobody", refused when that user cannot run this Python (--as-user)
 
 
 def student_account(user: str | None) -> tuple[int, int] | None:
-    """(uid, gid) the student's process runs as, or None (as this process). Only root changes user: `user`, or
-    with "auto" nobody if nobody can run this Python and find torch (else root, said on the staff's console)."""
+    """(uid, gid) the student's code runs as (root only; "auto": nobody), None: as this one; ValueError if unable."""
     if not user or user == "none" or not hasattr(os, "geteuid") or os.geteuid() != 0:
         return None
     import pwd
+    name = "nobody" if user == "auto" else user
+    as_root = "or accept running the submission's code as root with --as-user none"
     try:
-        entry = pwd.getpwnam("nobody" if user == "auto" else user)
+        entry = pwd.getpwnam(name)
     except KeyError:
-        if user == "auto":
-            return None
-        raise ValueError(f"no user {user!r} to run the submission as (--as-user; none runs it as root)") from None
+        raise ValueError(f"no user {name!r} to run the submission's code as: name another with --as-user USER, "
+                         f"{as_root}") from None
     account = entry.pw_uid, entry.pw_gid
     if not _can_run(account):
-        if user != "auto":
-            raise ValueError(f"the user {user!r} cannot run {sys.executable} and find torch: make the interpreter and "
-                             "packages readable to it, or grade with --as-user none")
-        _note_once(f"note: nobody cannot run {sys.executable} and find torch, so the submission's code runs as root "
-                   "(give --as-user a user who can)")
-        return None
+        raise ValueError(f"{name} cannot run {sys.executable} and find torch: make the interpreter and its packages "
+                         f"readable to {name}, name a user who can with --as-user USER, {as_root}")
     return account
-
-
-@functools.cache
-def _note_once(text: str) -> None:
-    """Say it on the staff's console once a process (a batch grades many submissions)."""
-    print(text, file=sys.stderr)
 
 
 @functools.cache

@@ -44,10 +44,11 @@ class Upload:
         return text
 
 
-def _levels(top: Path) -> list[list[Path]]:
-    """The folders under top, level by level (top first), skipping hidden and tool folders; links never followed."""
+def _levels(top: Path, depth: int = MAX_DEPTH) -> list[list[Path]]:
+    """The folders under top, level by level (top first) down to `depth`, skipping hidden and tool folders; links
+    never followed."""
     levels, level = [], [top]
-    for _ in range(MAX_DEPTH + 1):
+    for _ in range(depth + 1):
         levels.append(level)
         level = sorted(d for base in level for d in base.iterdir()
                        if d.is_dir() and not d.is_symlink() and d.name not in SKIP_DIRS and not d.name.startswith("."))
@@ -79,9 +80,9 @@ def _find_files(top: Path, label: str, board: Board) -> Upload:
     return upload
 
 
-def _zips(top: Path) -> list[Path]:
-    """The .zip files under top, shallowest level first."""
-    for level in _levels(top):
+def zips_in(top: Path, depth: int = MAX_DEPTH) -> list[Path]:
+    """The .zip files of the shallowest level under top, down to `depth` folders, that holds any."""
+    for level in _levels(top, depth):
         found = sorted(f for d in level for f in d.glob("*.zip") if f.is_file() and not f.is_symlink())
         if found:
             return found
@@ -141,7 +142,7 @@ def find_upload(submission: str | Path, work: str | Path, board: Board) -> Uploa
     upload = _find_files(submission, ".", board)
     if upload.files:
         return upload
-    zips = _zips(submission)
+    zips = zips_in(submission)
     if len(zips) > 1:
         names = ", ".join(z.relative_to(submission).as_posix() for z in zips)
         raise UploadError(f"the upload holds several zip files ({names}) and no prediction file; upload one")

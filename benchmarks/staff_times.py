@@ -11,9 +11,10 @@ wall time (time.perf_counter around subprocess.run) and must exit with its row's
 stub tree exits 1: its parts are not started); any other status stops the run with the command's output. The JSON
 (default benchmarks/results/staff-times.json), written after every round, holds per row the label (the table's
 first column), the command, the folder it runs in, the expected exit, the median, min, max and every run; and the CPU,
-torch, the commit, whether it ran as root and the user the grader ran each submission's code as (as root: nobody when
-nobody can run this Python and find torch, else root). Prints the rows in the guide's format. --quick: one run per
-row and no warm-up, to check the plumbing (the JSON says "quick": true).
+torch, the commit, whether it ran as root and the user the grader ran each submission's code as (the grading rows
+pass --as-user none, as measured: the grader's own user, root included; without it, as root the grader refuses when
+nobody cannot run this Python). Prints the rows in the guide's format. --quick: one run per row and no warm-up, to
+check the plumbing (the JSON says "quick": true).
 
     python benchmarks/staff_times.py                          # 1 warm-up + 5 runs a row, about 5 min on 2 cores
     python benchmarks/staff_times.py --runs 9 --json /tmp/staff-times.json
@@ -76,15 +77,17 @@ ROWS = (
         "python -m assignments.check", "$T/st", 1),
     Row("`python -m assignments.check all` in a fresh student tree", "python -m assignments.check all", "$T/st", 1),
     Row("`python -m assignments.grade . --seed-file seed` (the reference, part 1, hidden inputs)",
-        "python -m assignments.grade . --out $T/r.json --seed-file $T/seed"),
+        "python -m assignments.grade . --out $T/r.json --seed-file $T/seed --as-user none"),
     Row("`python -m assignments.grade STUDENT_TREE --seed-file seed` (the stubs, part 1)",
-        "python -m assignments.grade $T/st --out $T/s.json --seed-file $T/seed"),
+        "python -m assignments.grade $T/st --out $T/s.json --seed-file $T/seed --as-user none"),
     Row("`python -m assignments.grade . --groups all --seed-file seed` (the reference, every group)",
-        "python -m assignments.grade . --out $T/a.json --groups all --seed-file $T/seed"),
+        "python -m assignments.grade . --out $T/a.json --groups all --seed-file $T/seed --as-user none"),
     Row("`MINBERT_COLD_START=1 python -m assignments.grade . --seed-file seed` (the same, its checker started cold)",
-        "python -m assignments.grade . --out $T/rc.json --seed-file $T/seed", env=(("MINBERT_COLD_START", "1"),)),
+        "python -m assignments.grade . --out $T/rc.json --seed-file $T/seed --as-user none",
+        env=(("MINBERT_COLD_START", "1"),)),
     Row("`MINBERT_COLD_START=1 python -m assignments.grade . --groups all --seed-file seed` (the same, its checker "
-        "started cold)", "python -m assignments.grade . --out $T/ac.json --groups all --seed-file $T/seed",
+        "started cold)",
+        "python -m assignments.grade . --out $T/ac.json --groups all --seed-file $T/seed --as-user none",
         env=(("MINBERT_COLD_START", "1"),)),
     Row("`python -m assignments.leaderboard UPLOAD --gold ... --salt-file ...` (one valid upload)",
         "python -m assignments.leaderboard $T/upload --gold $T/gold --salt-file $T/salt --out $T/lb.json"),
@@ -166,14 +169,12 @@ def run_once(row: Row, tmp: Path) -> float:
 
 def facts() -> dict:
     """The machine and the code: CPU, torch, the commit, root, and the user the grader runs a submission's code as
-    (as root: nobody when nobody can run this Python and find torch, else root; otherwise the grader's own user)."""
-    from assignments.untrusted import student_account
+    (the grading rows pass --as-user none: the grader's own user, root included)."""
     git = [subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=False)
            for a in (["rev-parse", "--short", "HEAD"], ["status", "--porcelain", "--untracked-files=no"])]
-    account = student_account("auto")
     return {"cpu": cpu_info(), "torch": importlib.metadata.version("torch"), "commit": git[0].stdout.strip(),
             "dirty": bool(git[1].stdout.strip()), "root": os.geteuid() == 0,
-            "code_user": pwd.getpwuid(account[0] if account else os.geteuid()).pw_name}
+            "code_user": pwd.getpwuid(os.geteuid()).pw_name}
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import warm
+from conftest import grading_user
 
 from assignments import make
 from assignments.check import expand
@@ -149,7 +150,8 @@ def test_student_tree_carries_no_solution_text(student_tree: Path) -> None:
     shipped = {p.relative_to(student_tree).as_posix() for p in student_tree.rglob("*") if p.is_file()}
     assert not {"assignments/make.py", "assignments/grade.py", "assignments/make_fixtures.py",
                 "assignments/make_fixtures_ext.py", "assignments/leaks.py", "assignments/hidden.py",
-                "assignments/untrusted.py", "assignments/batch.py", "assignments/bundle.py"} & shipped
+                "assignments/untrusted.py", "assignments/batch.py", "assignments/bundle.py",
+                "assignments/staging.py"} & shipped
     assert not any(s.startswith(("assignments/student/", "tests/")) for s in shipped)
 
 
@@ -158,7 +160,7 @@ def test_student_tree_carries_no_solution_text(student_tree: Path) -> None:
 def test_student_tree_imports_and_scores_zero_not_started(student_tree: Path) -> None:
     # "not started" also says that the part imported the stubs from the student tree (the checker verifies where
     # minbert comes from, and an import error would show as ERROR)
-    res = grade(student_tree, groups=list(GROUPS))
+    res = grade(student_tree, groups=list(GROUPS), as_user=grading_user())
     assert res["score"] == 0
     for r in res["parts"]:
         assert r["status"] == "not started", r
@@ -175,7 +177,7 @@ def test_student_tree_imports_and_scores_zero_not_started(student_tree: Path) ->
 def test_reference_scores_full_marks_and_writes_gradescope_results(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "results" / "results.json"
-    assert grade_main([str(ROOT), "--out", str(out), "--groups", "all"]) == 0
+    assert grade_main([str(ROOT), "--out", str(out), "--groups", "all", "--as-user", grading_user()]) == 0
     res = json.loads(out.read_text())
     assert res["score"] == TOTAL
     assert len(res["tests"]) == len(PARTS)
@@ -275,7 +277,7 @@ MARGIN_SWAPPED = """
 def test_wrong_implementation_loses_exactly_the_affected_parts(
         tmp_path: Path, func: str, body: str, lost: set[str], hint: str) -> None:
     groups = sorted({PARTS[p].group for p in lost})        # the groups the mistake touches, every part of them
-    res = grade(submission_with(tmp_path, {func: body}), groups=groups)
+    res = grade(submission_with(tmp_path, {func: body}), groups=groups, as_user=grading_user())
     failed = {r["part"] for r in res["parts"] if r["status"] != "pass"}
     assert failed == lost, res["parts"]
     assert res["score"] == sum(GROUP_TOTAL[g] for g in groups) - sum(PARTS[p].points for p in lost)
@@ -309,7 +311,8 @@ def test_each_wrong_function_loses_its_own_part_in_every_group(tmp_path: Path) -
                              "fail", "no GELU follows the decoder"),
         "margin_loss": (MARGIN_SWAPPED, "simcse_margin", "fail", "the branches are swapped"),
     }
-    res = grade(submission_with(tmp_path, {f: m[0] for f, m in mistakes.items()}), groups=list(GROUPS))
+    res = grade(submission_with(tmp_path, {f: m[0] for f, m in mistakes.items()}), groups=list(GROUPS),
+                as_user=grading_user())
     parts = {r["part"]: r for r in res["parts"]}
     assert {p for p, r in parts.items() if r["status"] != "pass"} == {m[1] for m in mistakes.values()}, res["parts"]
     for func, (_, part, status, says) in mistakes.items():
@@ -330,7 +333,7 @@ def test_hang_and_exit_are_contained_by_the_time_limit(tmp_path: Path) -> None:
         "AdamW.step": "while True:\n    pass",             # never returns
     }, flat=True)                                          # model.py, optim.py at the top, as uploaded
     timeout = 6.0
-    res = grade(sub, timeout=timeout)
+    res = grade(sub, timeout=timeout, as_user=grading_user())
     status = {r["part"]: r["status"] for r in res["parts"]}
     assert status == {"attention": "crash", "embeddings": "pass", "layer": "error", "model": "crash",
                       "adamw": "timeout", "classifier_head": "pass"}, res["parts"]

@@ -12,11 +12,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import grading_user
 from leaderboard_fixtures import assert_results_format
 
 from assignments.bundle import main as bundle_main
 from assignments.make import ROOT, STUDENT_DIR
-from assignments.untrusted import student_account
 
 SEED = "8072917364512093847"
 PART1 = ("minbert/model.py", "minbert/optim.py", "minbert/pooling.py", "tasks/classifier.py")
@@ -42,7 +42,7 @@ def _autograde(tmp_path: Path, bundle: Path, files: dict[str, str]) -> tuple[dic
         (tmp_path / "submission" / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "submission" / rel).write_text(text)
     (tmp_path / "submission").mkdir(exist_ok=True)
-    user = "nobody" if student_account("auto") is not None else "none"    # as root, the submission runs as nobody
+    user = grading_user()                # as root: nobody where nobody can run this Python, else none (root)
     env = {**os.environ, "AUTOGRADER_ROOT": str(tmp_path), "AUTOGRADER_PYTHON": sys.executable,
            "AUTOGRADER_USER": user, "PYTHONPATH": ""}
     proc = subprocess.run(["bash", str(tmp_path / "source" / "run_autograder")], cwd=tmp_path, env=env,

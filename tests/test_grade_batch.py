@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import grading_user
 
 from assignments import batch
 from assignments.batch import BadUpload, grade_batch, safe_extract
@@ -300,7 +301,8 @@ def test_real_grader_on_four_kinds_of_submission(tmp_path: Path, capsys) -> None
     shutil.copytree(subs / "reference", subs / "hanging")
     model = subs / "hanging" / "minbert" / "model.py"
     model.write_text(_hang_attention(model.read_text()))
-    rows = grade_batch(subs, tmp_path / "grades.csv", grade_fn=grade, groups=("core",), timeout=5.0, jobs=2)
+    rows = grade_batch(subs, tmp_path / "grades.csv", grade_fn=grade, groups=("core",), timeout=5.0, jobs=2,
+                       as_user=grading_user())
     got = {r["submission"]: r for r in read_rows(tmp_path / "grades.csv")}
     assert list(got) == ["hanging", "nested.zip", "reference", "stubs"] == [r["submission"] for r in rows]
     parts = ["attention", "embeddings", "layer", "model", "adamw", "classifier_head"]

@@ -1,13 +1,22 @@
-"""The grader survives a student part that allocates without bound or segfaults: that part fails with a reason."""
+"""The grader survives a student part that allocates without bound or segfaults: that part fails with a reason; a file
+that does not parse costs only the parts that grade it; as root, a user who cannot run its Python is refused."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
+from conftest import grading_user
 from test_assignments import submission_with
 
-from assignments.checks import PARTS
+from assignments import untrusted
+from assignments.check import _describe_error
+from assignments.checks import PARTS, parts_of
 from assignments.grade import grade
+from assignments.grade import main as grade_main
+from assignments.make import ROOT
+from assignments.staging import parse_error
 
 
 def test_memory_bomb_and_segfault_fail_their_own_part_only(tmp_path: Path, monkeypatch) -> None:
@@ -16,7 +25,7 @@ def test_memory_bomb_and_segfault_fail_their_own_part_only(tmp_path: Path, monke
         "attention": "hog = []\nwhile True:\n    hog.append(bytearray(1 << 26))",   # 64 MiB at a time, forever
         "AdamW.step": "import ctypes\nctypes.string_at(0)",                           # reads address 0: SIGSEGV
     }, flat=True)
-    res = grade(sub, timeout=20.0, parts=["attention", "adamw", "embeddings"])
+    res = grade(sub, timeout=20.0, parts=["attention", "adamw", "embeddings"], as_user=grading_user())
     parts = {r["part"]: r for r in res["parts"]}
     assert parts["attention"]["status"] == "error" and "MemoryError" in parts["attention"]["message"], parts
     assert parts["adamw"]["status"] == "crash" and "SIGSEGV" in parts["adamw"]["message"], parts["adamw"]
@@ -24,3 +33,62 @@ def test_memory_bomb_and_segfault_fail_their_own_part_only(tmp_path: Path, monke
     passed = {"embeddings"}   # calls neither function: graded as usual
     assert {p for p, r in parts.items() if r["status"] == "pass"} == passed
     assert res["score"] == sum(PARTS[p].points for p in passed)
+
+
+@pytest.mark.parametrize("broken", ["minbert/model.py", "minbert/optim.py"])
+def test_a_file_that_does_not_parse_costs_only_the_parts_that_grade_it(tmp_path: Path, broken: str) -> None:
+    """The reference's part-1 files, one of them broken: its parts score 0 unrun with the checker's message, and
+    the others pass on its stub (every part's process imports minbert, whose __init__ imports model.py)."""
+    sub = submission_with(tmp_path, {})
+    text = (sub / broken).read_text() + "\ndef oops(:\n    pass\n"
+    (sub / broken).write_text(text)
+    line = text.count("\n") - 1
+    message = f"{broken}:{line}: does not parse: invalid syntax"
+    with pytest.raises(SyntaxError) as e:                  # what the checker says of it, importing it
+        compile(text, str(ROOT / broken), "exec")
+    assert _describe_error(e.value) == ("error", message)
+    res = grade(sub, groups=["core"], as_user=grading_user())
+    lost = {p for p in parts_of(["core"]) if broken in PARTS[p].files}
+    assert lost == ({"attention", "embeddings", "layer", "model"} if broken.endswith("model.py") else {"adamw"})
+    parts = {r["part"]: r for r in res["parts"]}
+    assert {p for p, r in parts.items() if r["status"] == "pass"} == set(parts_of(["core"])) - lost, res["parts"]
+    for p in lost:
+        assert (parts[p]["status"], parts[p]["score"], parts[p]["message"]) == ("error", 0, message)
+    assert res["score"] == 100 - sum(PARTS[p].points for p in lost)
+    assert f"{message} (from {broken}); the parts that grade it score 0, the other parts ran with the unfilled " \
+           "stub in its place" in res["output"]
+
+
+def test_parse_error_compiles_without_running_and_survives_odd_input(tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    assert parse_error(f"open({str(ran)!r}, 'w').write('x')\n".encode(), "minbert/optim.py") is None
+    assert not ran.exists()                                                  # compiled, never run
+    assert parse_error(b"x = 1\x00\n", "m.py").startswith("m.py: does not parse: ")           # null bytes
+    assert "null bytes" in parse_error(b"x = 1\x00\n", "m.py")
+    assert parse_error(b"\xff\xfe = 1\n", "m.py").startswith("m.py:1: does not parse: ")      # not UTF-8
+    assert parse_error(b"# coding: nope\nx = 1\n", "m.py") == "m.py: does not parse: unknown encoding: nope"
+    for deep in (b"-" * 100_000 + b"1", b"x" + b".a" * 1_000_000):         # the compiler's limits, not a crash
+        assert parse_error(deep, "m.py").startswith("m.py"), deep[:10]
+    assert "does not parse" in parse_error(b"x" + b".a" * 1_000_000, "m.py")
+
+
+def test_as_root_a_user_who_cannot_run_this_python_is_refused_not_replaced_by_root(tmp_path: Path, monkeypatch,
+                                                                                   capsys) -> None:
+    monkeypatch.setattr(untrusted, "_can_run", lambda account: False)     # as nobody cannot here (a venv under /work)
+    sub = submission_with(tmp_path, {})
+    says = f"nobody cannot run {untrusted.sys.executable} and find torch: make the interpreter and its packages " \
+           "readable to nobody, name a user who can with --as-user USER, or accept running the submission's " \
+           "code as root with --as-user none"
+    with monkeypatch.context() as m:
+        m.setattr(os, "geteuid", lambda: 0)                                  # as root, wherever the tests run
+        with pytest.raises(ValueError) as e:
+            grade(sub, parts=["adamw"])                                      # --as-user auto, the default
+        assert str(e.value) == says
+        for argv in ([str(sub), "--parts", "adamw", "--out", str(tmp_path / "r.json")],
+                     ["--batch", str(tmp_path), "--csv", str(tmp_path / "g.csv")]):
+            assert grade_main(argv) == 2
+            assert capsys.readouterr().err == f"error: {says}\n"
+        assert not (tmp_path / "r.json").exists() and not (tmp_path / "g.csv").exists()
+    res = grade(sub, parts=["adamw"], as_user="none")                       # said: the code runs as root (as root)
+    assert [(r["part"], r["status"]) for r in res["parts"]] == [("adamw", "pass")]
+    assert untrusted.student_account("none") is None

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import warm
+from conftest import grading_user
 from test_assignments import submission_with
 
 from assignments import common, hidden
@@ -108,7 +109,7 @@ def test_the_shipped_answers_pass_the_students_check_and_score_0_when_graded(tmp
     proc = warm.run([sys.executable, "-m", "assignments.check", "attention"], check=False, cwd=tree, env=env,
                     capture_output=True, text=True, timeout=300)
     assert "attention        25/25  PASS" in proc.stdout, proc.stdout + proc.stderr
-    res = grade(sub, parts=["attention", "embeddings"], seed=11)
+    res = grade(sub, parts=["attention", "embeddings"], seed=11, as_user=grading_user())
     parts = {r["part"]: r for r in res["parts"]}
     assert parts["attention"]["status"] == "fail" and parts["attention"]["score"] == 0
     assert "differs at index" in parts["attention"]["message"]
@@ -200,7 +201,7 @@ def adversarial(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict
     os.chmod(marks, 0o777)                 # the student's user (nobody, when graded as root) writes here
     bodies = {f: body.replace("{marks}", str(marks)).replace("{root}", str(ROOT)).replace("{{", "{").replace("}}", "}")
               for f, body, *_ in ADVERSARIES.values()}
-    res = grade(submission_with(tmp, bodies), timeout=8.0, groups=["core", "multitask"], seed=7)
+    res = grade(submission_with(tmp, bodies), timeout=8.0, groups=["core", "multitask"], seed=7, as_user=grading_user())
     yield {r["part"]: r for r in res["parts"]}, marks
     shutil.rmtree(marks, ignore_errors=True)
 
@@ -221,8 +222,8 @@ def test_the_other_parts_are_unaffected_and_nothing_outlives_the_grading(adversa
     pid, uid = map(int, (marks / "daemon.pid").read_text().split())
     assert not (marks / "daemon-ran").exists()       # killed when its part ended, before it woke
     assert not Path(f"/proc/{pid}").exists()
-    if student_account("auto") is not None:                 # graded as root: the student's code ran as nobody
-        assert uid == student_account("auto")[0] != 0
+    if student_account(grading_user()) is not None:         # graded as root: the student's code ran as nobody
+        assert uid == student_account(grading_user())[0] != 0
 
 
 def test_a_part_without_a_record_never_passes(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import warm
+from conftest import grading_user
 
 from assignments import make
 from assignments.checks import PARTS
@@ -232,10 +233,10 @@ def test_make_help_explains_the_profiles(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_the_grader_grades_a_profile_s_groups_alone() -> None:
     from assignments.grade import grade
-    res = grade(ROOT, groups=["core", "multitask"], profile="default-project")
+    res = grade(ROOT, groups=["core", "multitask"], profile="default-project", as_user=grading_user())
     assert res["score"] == 200 and [t["group"] for t in res["groups"]] == ["core", "multitask"], res["parts"]
     with pytest.raises(ValueError, match="not in the default-project profile: smart"):
-        grade(ROOT, groups=["smart"], profile="default-project")
+        grade(ROOT, groups=["smart"], profile="default-project", as_user=grading_user())
 
 
 def test_a_part_2_check_reaching_an_unwritten_pool_names_pool(trees: dict[str, Path], tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """The kit as students and instructors meet it: the tree checked is the tree run in, make keeps student work, the
-grader finds an upload one or two folders down and hides hints on request."""
+grader finds an upload one or two folders down or in a zip, and hides hints on request."""
 
 from __future__ import annotations
 
@@ -7,14 +7,19 @@ import json
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 import warm
+from conftest import grading_user
 
 from assignments import make
-from assignments.grade import find_submitted, grade, stage, without_hint
+from assignments.batch import BadUpload
+from assignments.grade import grade, without_hint
+from assignments.grade import main as grade_main
 from assignments.make import ROOT, find_regions, generate, regions_by_function, stub_text
+from assignments.staging import LOOKED, find_submitted, open_submission, stage
 
 PARTIAL = {"minbert/model.py": {"attention"}, "minbert/optim.py": {"AdamW.step"}}   # two parts of six done
 
@@ -125,7 +130,7 @@ def test_an_upload_one_or_two_folders_down_grades_as_a_flat_one(two_parts_done: 
     (tmp_path / "zip2" / "__MACOSX" / "hw").mkdir(parents=True)    # what macOS adds to a zip
     (tmp_path / "zip2" / "__MACOSX" / "hw" / "model.py").write_text("garbage")
     for name, (upload, _) in layouts.items():
-        notes, missing = stage(upload, tmp_path / f"staged-{name}", files)
+        notes, missing, _ = stage(upload, tmp_path / f"staged-{name}", files)
         assert not missing, (name, notes)
         for rel in files:
             assert (tmp_path / f"staged-{name}" / rel).read_text() == (two_parts_done / rel).read_text(), (name, rel)
@@ -134,7 +139,8 @@ def test_an_upload_one_or_two_folders_down_grades_as_a_flat_one(two_parts_done: 
     assert find_submitted(tmp_path / "zip2" / "hw", Path("x/nothing.py")) is None
     # graded: the two parts done pass from one folder down; a part whose file is absent says so in its own output
     (layouts["tree-one-down"][1] / "tasks" / "classifier.py").unlink()
-    res = grade(tmp_path / "zip1", parts=["attention", "adamw", "classifier_head"], hide_hints=True)
+    res = grade(tmp_path / "zip1", parts=["attention", "adamw", "classifier_head"], hide_hints=True,
+                as_user=grading_user())
     assert [(r["part"], r["status"], r["score"]) for r in res["parts"]] == [
         ("attention", "pass", 25), ("adamw", "pass", 20), ("classifier_head", "not started", 0)]
     assert "minbert/optim.py: from my-minbert/minbert/optim.py" in res["output"]
@@ -143,6 +149,61 @@ def test_an_upload_one_or_two_folders_down_grades_as_a_flat_one(two_parts_done: 
     hidden = res["tests"][-1]
     assert hidden["visibility"] == "after_due_date" and hidden["max_score"] == 0
     json.dumps(res)
+
+
+def _zip(path: Path, files: dict[str, str | bytes]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return path
+
+
+def test_a_zip_is_graded_given_as_such_or_alone_in_the_folder(tmp_path: Path, capsys) -> None:
+    """python -m assignments.grade SUB.zip, and a folder holding only the zip (as Gradescope keeps a zip uploaded as
+    such): the zip's graded files are read, with the batch's limits."""
+    part1 = ["minbert/model.py", "minbert/optim.py", "minbert/pooling.py", "tasks/classifier.py"]
+    zipped = _zip(tmp_path / "sub.zip", {f"my-minbert/{rel}": (ROOT / rel).read_text() for rel in part1})
+    out = tmp_path / "r.json"
+    assert grade_main([str(zipped), "--parts", "attention", "adamw", "--out", str(out),
+                       "--as-user", grading_user()]) == 0, capsys.readouterr().err
+    res = json.loads(out.read_text())
+    assert res["score"] == 45 and "read the graded files from sub.zip" in res["output"], res
+    shutil.copyfile(zipped, _zip(tmp_path / "upload" / "my-minbert.zip", {}))
+    res = grade(tmp_path / "upload", parts=["adamw"], as_user=grading_user())
+    assert [(r["part"], r["status"]) for r in res["parts"]] == [("adamw", "pass")], res["parts"]
+    assert "read the graded files from my-minbert.zip" in res["output"]
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "my-minbert.zip").write_bytes(b"PK\x03\x04 not a zip")
+    res = grade(tmp_path / "broken", parts=["adamw"], as_user=grading_user())
+    (r,) = res["parts"]
+    assert r["score"] == 0 and r["message"].startswith(f"minbert/optim.py is not in the submission ({LOOKED}; "
+                                                       "my-minbert.zip: cannot unpack the zip: BadZipFile"), r
+
+
+def test_what_is_neither_a_folder_nor_a_zip_is_refused_with_what_was_expected(tmp_path: Path, capsys) -> None:
+    work = tmp_path / "work"
+    (tmp_path / "model.py").write_text("x = 1\n")
+    with pytest.raises(ValueError, match="model.py: neither a folder nor a .zip file; give the submitted tree, a "
+                                         "folder of the submitted files, or a zip of either"):
+        open_submission(tmp_path / "model.py", work)
+    assert grade_main([str(tmp_path / "model.py"), "--as-user", "none"]) == 2
+    assert "neither a folder nor a .zip file" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match="nowhere: no such folder or .zip file"):
+        open_submission(tmp_path / "nowhere", work)
+    (tmp_path / "bad.zip").write_bytes(b"not a zip")
+    with pytest.raises(BadUpload, match="bad.zip: cannot unpack the zip"):
+        open_submission(tmp_path / "bad.zip", work)
+    with pytest.raises(BadUpload, match="points outside the archive"):
+        open_submission(_zip(tmp_path / "slip.zip", {"../model.py": "x = 1"}), work)
+    two = tmp_path / "two"
+    _zip(two / "a.zip", {"model.py": "x = 1"}), _zip(two / "b.zip", {"optim.py": "x = 1"})
+    opened = open_submission(two, work)
+    assert opened.folder == two and "several zip files (a.zip, b.zip)" in opened.looked, opened
+    _zip(tmp_path / "mixed" / "old.zip", {"model.py": "x = 1"})
+    (tmp_path / "mixed" / "optim.py").write_text("x = 1\n")              # a graded file: the folder is graded
+    assert open_submission(tmp_path / "mixed", work) == (tmp_path / "mixed", [], LOOKED)
+    assert not work.exists() or not any(work.iterdir())
 
 
 def test_hidden_hints_cut_only_the_matched_mistake() -> None:

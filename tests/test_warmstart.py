@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import grading_user
 from test_assignments import submission_with
 
 from assignments import untrusted
@@ -67,14 +68,14 @@ def test_the_grader_grades_alike_warm_and_cold(tmp_path, monkeypatch):
                                      "BertLayer.after_attention": "import sys\nsys.exit(0)"})
     monkeypatch.delenv(COLD_ENV, raising=False)
     parts = ["attention", "embeddings", "layer"]
-    warm = grade(sub, parts=parts, seed=11)
+    warm = grade(sub, parts=parts, seed=11, as_user=grading_user())
     helper = untrusted._helper
     assert helper is not None and helper.alive, "the grading killed its own warm interpreter"
-    again = grade(sub, parts=parts, seed=11)
+    again = grade(sub, parts=parts, seed=11, as_user=grading_user())
     assert untrusted._helper is helper and helper.alive           # one interpreter for every submission
     monkeypatch.setenv(COLD_ENV, "1")
     assert untrusted.warm_helper() is None
-    cold = grade(sub, parts=parts, seed=11)
+    cold = grade(sub, parts=parts, seed=11, as_user=grading_user())
     statuses = {r["part"]: r["status"] for r in cold["parts"]}
     assert statuses == {"attention": "crash", "embeddings": "pass", "layer": "error"}, cold["parts"]
     assert comparable(warm) == comparable(again) == comparable(cold)
@@ -233,9 +234,9 @@ def test_a_helper_that_fails_mid_run_is_given_up_and_the_checker_runs_cold(tmp_p
         self.kill()
         raise RuntimeError("the warm interpreter ended (exit -15)")
     monkeypatch.setattr(Helper, "run", dies)
-    broken = grade(sub, parts=["attention", "embeddings"], seed=11)
+    broken = grade(sub, parts=["attention", "embeddings"], seed=11, as_user=grading_user())
     monkeypatch.setattr(Helper, "run", real)
     monkeypatch.setenv(COLD_ENV, "1")
-    cold = grade(sub, parts=["attention", "embeddings"], seed=11)
+    cold = grade(sub, parts=["attention", "embeddings"], seed=11, as_user=grading_user())
     assert comparable(broken) == comparable(cold)
     assert [r["status"] for r in cold["parts"]] == ["crash", "pass"]

@@ -1,0 +1,135 @@
+"""What the grader takes from a submission: the folder (or zip) it is, each graded file found in it, and the staged
+tree those files are laid over (a file that does not compile is not laid: its stub stays, and only the parts that
+grade it score 0)."""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+import zipfile
+from pathlib import Path
+from typing import NamedTuple
+
+from .make import ROOT, generate, stubbed_files
+from .profiles import DEFAULT_PROFILE
+
+SKIP_DIRS = ("__MACOSX", "__pycache__", ".git", ".venv")
+
+
+def find_submitted(submission: Path, rel: Path, depth: int = 2) -> Path | None:
+    """The submitted copy of rel: at rel or by its bare name, in submission or up to `depth` folders down.
+
+    Zipping a folder puts every file one folder down (my-minbert/minbert/model.py), as Gradescope unpacks it.
+    The shallowest match wins; a full path beats a bare name at the same depth.
+    """
+    level = [submission]
+    for _ in range(depth + 1):
+        for base in level:
+            for cand in (base / rel, base / rel.name):
+                if cand.is_file():
+                    return cand
+        level = sorted(d for base in level for d in base.iterdir()
+                       if d.is_dir() and d.name not in SKIP_DIRS and not d.name.startswith("."))
+    return None
+
+
+class Staged(NamedTuple):
+    """What stage() laid: one note per file, the files absent, and those that do not parse (file -> why)."""
+
+    notes: list[str]
+    missing: set[str]
+    unparsed: dict[str, str]
+
+
+def parse_error(source: bytes, rel: str) -> str | None:
+    """None when source compiles (never run); else the checker's "minbert/model.py:359: does not parse: MSG"."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")          # a SyntaxWarning is no parse error
+            compile(source, rel, "exec", dont_inherit=True)
+    except SyntaxError as e:
+        return f"{rel}{f':{e.lineno}' if e.lineno else ''}: does not parse: {e.msg}"
+    except Exception as e:  # noqa: BLE001 -- odd input: null bytes (ValueError), nesting (MemoryError, RecursionError)
+        return f"{rel}: does not parse: {type(e).__name__}{f': {e}' if str(e) else ''}"
+    return None
+
+
+def stage(submission: Path, staging: Path, files: list[str] | None = None, profile: str = DEFAULT_PROFILE,
+          reference: tuple[str, ...] = ()) -> Staged:
+    """A fresh student tree of `profile` in staging with the submission's files laid over it.
+
+    files (relative to the root) are the ones taken from the submission, by default every file students fill in;
+    the others stay the unfilled stubs, which import. A submitted file that does not compile is not laid (its stub
+    stays, so that it costs only the parts that grade it). reference: files laid from this reference tree instead.
+    """
+    generate(staging, data=False, profile=profile)
+    staged = Staged([], set(), {})
+    wanted = None if files is None else set(files)
+    for rel in stubbed_files(ROOT):
+        if wanted is not None and rel.as_posix() not in wanted:
+            continue
+        found = find_submitted(submission, rel)
+        if found is None:
+            staged.notes.append(f"{rel}: not in the submission; graded as the unfilled stub")
+            staged.missing.add(rel.as_posix())
+            continue
+        source = found.read_bytes()                 # read once: the bytes compiled are the bytes laid
+        problem = parse_error(source, rel.as_posix())
+        if problem is not None:
+            staged.unparsed[rel.as_posix()] = problem
+            staged.notes.append(f"{problem} (from {found.relative_to(submission)}); the parts that grade it score 0, "
+                                "the other parts ran with the unfilled stub in its place")
+            continue
+        (staging / rel).write_bytes(source)
+        staged.notes.append(f"{rel}: from {found.relative_to(submission)}")
+    for rel in reference:
+        shutil.copyfile(ROOT / rel, staging / rel)
+    return staged
+
+
+LOOKED = "looked at its top and up to two folders down"
+
+
+class Opened(NamedTuple):
+    """The folder graded for a submission, the notes on how it was found, and where a part's file was looked for."""
+
+    folder: Path
+    notes: list[str]
+    looked: str
+
+
+def open_submission(submission: Path, work: Path) -> Opened:
+    """The folder to grade: submission, or its zip's graded files unpacked into work (a .zip, or one alone in it)."""
+    # A path neither a folder nor a zip is refused (FileNotFoundError, ValueError), as is a zip given that cannot be
+    # unpacked (batch.BadUpload); a zip in a folder that cannot is said in the notes and the parts' messages.
+    from .batch import BadUpload, safe_extract
+    from .uploads import zips_in
+    if submission.is_file():
+        if submission.suffix.lower() != ".zip" and not zipfile.is_zipfile(submission):
+            raise ValueError(f"{submission}: neither a folder nor a .zip file; give the submitted tree, a folder of "
+                             "the submitted files, or a zip of either")
+        try:
+            safe_extract(submission, work)
+        except BadUpload as e:
+            raise BadUpload(f"{submission}: {e}") from None
+        return Opened(work, [f"read the graded files from {submission.name}"],
+                      f"looked in {submission.name}, at its top and up to two folders down")
+    if not submission.is_dir():
+        raise FileNotFoundError(f"{submission}: no such folder or .zip file")
+    if any(find_submitted(submission, rel) for rel in stubbed_files(ROOT)):
+        return Opened(submission, [], LOOKED)
+    zips = zips_in(submission, depth=2)
+    if not zips:
+        return Opened(submission, [], LOOKED)
+    names = ", ".join(z.relative_to(submission).as_posix() for z in zips)
+    if len(zips) > 1:
+        why = f"it holds several zip files ({names}) and none of the graded files; upload one"
+    else:
+        try:
+            safe_extract(zips[0], work)
+        except BadUpload as e:
+            why = f"{names}: {e}"
+        else:
+            return Opened(work, [f"read the graded files from {names}"],
+                          f"looked in {names}, at its top and up to two folders down")
+    return Opened(submission, [f"not graded from a zip: {why}"], f"{LOOKED}; {why}")
