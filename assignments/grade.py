@@ -35,7 +35,7 @@ from .check import describe, format_result, format_total, group_totals
 from .checks import PARTS, parts_of
 from .common import GROUPS
 from .hidden import grading_seed, read_seed
-from .isolation import become_subreaper, children
+from .isolation import become_subreaper, children, usable_cpus
 from .make import ROOT, generate, stubbed_files
 from .profiles import DEFAULT_PROFILE, PROFILES
 from .untrusted import STUDENT_USER, judge_part, preload, run_parts, student_account, warm_helper
@@ -141,7 +141,7 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
             notes += [n for n in batch_notes if n not in notes]
             missing |= batch_missing
             write_inputs(staging / ".grading" / "inputs", {f: fixtures[f] for n in batch for f in PARTS[n].fixtures})
-            n_jobs = jobs or max(1, min(len(batch), os.cpu_count() or 1))
+            n_jobs = jobs or max(1, min(len(batch), usable_cpus()))
             said = run_parts(staging, batch, timeout, n_jobs, account, spare)
             results.update({n: judge_part(n, staging, said[n], fixtures) for n in batch})
     results = [results[n] for n in names]
@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--regrade", action="store_true",
                     help="with --batch: grade again the submissions already in the CSV whose entry is unchanged")
     ap.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, help="seconds allowed per part")
-    ap.add_argument("--jobs", type=positive_int, default=None, help="parts graded at once (default: CPU count)")
+    ap.add_argument("--jobs", type=positive_int, default=None, help="parts graded at once (default: the CPUs this "
+                    "process may use, its affinity mask and cgroup quota, at most the parts)")
     ap.add_argument("--groups", nargs="+", choices=[*GROUPS, "all"], default=["core"],
                     help="the groups graded, each totalled on its own; the score is their sum (default: core, "
                          "part 1; all: every group of the profile)")
