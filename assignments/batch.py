@@ -7,9 +7,10 @@ folder, a symlink, more than MAX_MEMBERS members or more than MAX_UNPACKED bytes
 makes that row a "bad upload" with the reason. Each submission is graded by grade.grade(); one row per submission:
 submission, state (graded, error, bad upload), score, max, a column per part (its points, or "timeout"/"crash" when
 the part ran to no verdict), the entry's content hash and short notes. The CSV is rewritten atomically after each
-submission, sorted by name, and each submission's full results go beside it (grades.csv -> grades/NAME.json). A
-second run skips the rows already graded whose entry is unchanged (same hash); --regrade grades every one again;
-the grader's own errors are always retried.
+submission, sorted by name, and each submission's full results go beside it (grades.csv -> grades/NAME.json), with
+the options the grades were made with (grades.options.json, assignments/batch_options.py). A second run with those
+options skips the rows already graded whose entry is unchanged (same hash); with other options it is refused, unless
+--regrade, which grades every one again; the grader's own errors are always retried.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 
 from tasks.core.evaluation import write_text
 
+from .batch_options import check_record, options_path, record_of, write_record
 from .grade import grade
 from .zips import TooLarge, UnsafeZip, checked_members, copy_member
 
@@ -242,7 +244,8 @@ def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = Fal
     """Grade every submission in folder with grade_fn (grade.grade) into csv_path; returns the CSV's rows, sorted.
 
     One submission's failure is its own row (error, bad upload); the CSV is rewritten after each submission. Rows
-    already graded whose entry is unchanged are skipped unless regrade. grade_kwargs go to each grade_fn call.
+    already graded whose entry is unchanged are skipped unless regrade. grade_kwargs go to each grade_fn call; a CSV
+    whose grades were made with other ones is refused (ValueError) unless regrade, which starts it again.
     """
     from tqdm.auto import tqdm
     folder, csv_path, grade_fn = Path(folder), Path(csv_path), grade_fn or grade
@@ -250,8 +253,13 @@ def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = Fal
         raise FileNotFoundError(f"{folder}: no such folder of submissions")
     out_dir = results_dir(csv_path)
     parts, rows = read_csv(csv_path)
+    record = record_of(grade_kwargs)
+    if not check_record(csv_path, bool(rows), record, regrade):
+        parts, rows = [], {}
+        write_csv(csv_path, parts, rows)           # the grades made with other options go before any new one
+    write_record(options_path(csv_path), record)
     out_dir.mkdir(parents=True, exist_ok=True)
-    entries = submissions(folder, exclude=(csv_path, out_dir))
+    entries = submissions(folder, exclude=(csv_path, out_dir, options_path(csv_path)))
     counts = dict.fromkeys(("graded", "skipped", "errors", "bad uploads"), 0)
     t0 = time.perf_counter()
     with tqdm(total=len(entries), unit="submission", desc="grading", file=sys.stderr, dynamic_ncols=True) as bar:

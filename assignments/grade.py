@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", help="with --batch: the CSV of grades, one row per submission (default: grades.csv); "
                     "each one's full results go beside it (grades/NAME.json)")
     ap.add_argument("--regrade", action="store_true",
-                    help="with --batch: grade again the submissions already in the CSV whose entry is unchanged")
+                    help="with --batch: grade again the submissions already in the CSV whose entry is unchanged; "
+                         "the CSV starts again when its grades were made with other options")
     ap.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, help="seconds allowed per part")
     ap.add_argument("--jobs", type=positive_int, default=None, help="parts graded at once (default: the CPUs this "
                     "process may use, its affinity mask and cgroup quota, at most the parts)")
