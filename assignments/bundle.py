@@ -30,7 +30,7 @@ from pathlib import Path
 from tasks.core.errors import nonnegative_float, nonnegative_int, positive_float, positive_int
 from tasks.core.evaluation import replacing
 
-from .leaderboard import Settings
+from .leaderboard import BUNDLED_SETTINGS, Settings
 from .provenance import COMMIT_FILE
 from .standing import GOLD_NAMES, GoldError, gold_path, load_gold, read_salt, split_gold
 
@@ -112,7 +112,7 @@ def leaderboard_files(gold: str, salt_file: str, daily_limit: int, private_fract
     files: dict[str, Path | bytes] = {f"leaderboard/gold/{names[0]}": gold_path(gold_dir, task)
                                       for task, names in GOLD_NAMES.items()}
     files["leaderboard/salt"] = (salt + "\n").encode()
-    files["leaderboard/settings.json"] = (json.dumps(asdict(settings), indent=2) + "\n").encode()
+    files[BUNDLED_SETTINGS] = (json.dumps(asdict(settings), indent=2) + "\n").encode()
     return files
 
 

@@ -24,6 +24,7 @@ import copy
 import json
 import sys
 import time
+import zipfile
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -57,11 +58,21 @@ class Settings:
             raise GoldError(f"private_fraction must lie strictly between 0 and 1, not {self.private_fraction!r}")
 
 
+BUNDLED_SETTINGS = "leaderboard/settings.json"      # where the leaderboard bundle's zip holds them
+
+
 def read_settings(path: str | Path) -> Settings:
-    """Settings from a JSON object with any of daily_limit, private_fraction, points."""
+    """Settings from a JSON object of daily_limit, private_fraction, points, or from the leaderboard bundle's zip."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                text = z.read(BUNDLED_SETTINGS).decode()
+        else:
+            text = Path(path).read_text()
+        data = json.loads(text)
+    except KeyError:
+        raise GoldError(f"{path}: a zip without {BUNDLED_SETTINGS}, so not a leaderboard bundle") from None
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise GoldError(f"{path}: cannot read the settings as JSON ({e})") from None
     known = {f.name for f in fields(Settings)}
     if not isinstance(data, dict) or set(data) - known:

@@ -1,7 +1,7 @@
 """The leaderboard without Gradescope: score a folder of uploads and write the ranked table as CSV and Markdown.
 
     python -m assignments.scoreboard SUBMISSIONS_DIR --gold GOLD_DIR --salt-file SALT [--data-dir data]
-        [--private-fraction 0.5] --csv board.csv --md board.md
+        [--settings leaderboard.zip] [--private-fraction 0.5] --csv board.csv --md board.md
 
 Each entry of SUBMISSIONS_DIR is one upload, named by the entry: a zip (tasks.submit's, or any zip of the six
 files) or a folder holding the files (flat, under predictions/, or a folder or two down). Uploads are checked and
@@ -9,7 +9,10 @@ scored as the Gradescope autograder does (assignments.leaderboard), on the same 
 valid ones by the private part's overall score (the final standing) and shows the public part beside it; an
 invalid upload is listed, unranked, with its first problems. With --data-dir the dev files are required and checked
 too, as on Gradescope; without it only the test files are. One upload that cannot be read never stops the board.
-Both files are written atomically. Exit status 2 on an unusable gold or salt.
+--settings takes the private fraction from the leaderboard bundle (its zip, or its settings.json), so that the split
+is the bundle's. A Gradescope export (SUBMISSIONS_DIR holding submission_metadata.yml) adds each row's students'
+names, emails and ids (assignments/export.py). Both files are written atomically. Exit status 2 on an unusable gold,
+salt or settings.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from tqdm import tqdm
 
 from tasks.core.evaluation import write_text
 
-from .leaderboard import Settings
+from .export import COLUMNS as STUDENTS
+from .export import cells_for, students
+from .leaderboard import Settings, read_settings
 from .standing import GoldError, GoldSplit, Standing, load_dev, load_gold, read_salt, score_upload, split_gold
 
 COLUMNS = ("rank", "submission", "public overall", "public SST", "public Quora", "public STS", "private overall",
@@ -41,6 +46,7 @@ class Entry:
     name: str
     standing: Standing
     rank: int | None = None
+    students: dict[str, str] | None = None      # a Gradescope export's names, emails and sids (export.COLUMNS)
 
 
 def entries(folder: str | Path) -> list[Path]:
@@ -68,8 +74,13 @@ def rank(rows: list[Entry]) -> list[Entry]:
     return valid + sorted((e for e in rows if not e.standing.valid), key=lambda e: e.name)
 
 
-def cells(entry: Entry) -> list[str]:
-    """The row of COLUMNS for one entry (figures to 4 places; blank where invalid)."""
+def columns(rows: list[Entry]) -> tuple[str, ...]:
+    """COLUMNS, with the students' after the submission when the rows come from a Gradescope export."""
+    return (*COLUMNS[:2], *STUDENTS, *COLUMNS[2:]) if any(e.students is not None for e in rows) else COLUMNS
+
+
+def cells(entry: Entry, with_students: bool = False) -> list[str]:
+    """The row of COLUMNS (columns(), with_students) for one entry (figures to 4 places; blank where invalid)."""
     s = entry.standing
     figures = []
     for part in (s.public, s.private):
@@ -77,14 +88,16 @@ def cells(entry: Entry) -> list[str]:
     problems = "; ".join(s.problems[:PROBLEMS_SHOWN])
     if len(s.problems) > PROBLEMS_SHOWN:
         problems += f"; ... ({len(s.problems) - PROBLEMS_SHOWN} more)"
-    return [str(entry.rank or ""), entry.name, *figures, "yes" if s.valid else "no", problems]
+    who = [(entry.students or {}).get(c, "") for c in STUDENTS] if with_students else []
+    return [str(entry.rank or ""), entry.name, *who, *figures, "yes" if s.valid else "no", problems]
 
 
 def board_csv(rows: list[Entry]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    writer.writerows(cells(e) for e in rows)
+    head = columns(rows)
+    writer.writerow(head)
+    writer.writerows(cells(e, head != COLUMNS) for e in rows)
     return out.getvalue()
 
 
@@ -94,21 +107,37 @@ def _md(text: str) -> str:
 
 def board_md(rows: list[Entry]) -> str:
     """The ranked table of the valid uploads, then the invalid ones with their first problems."""
-    head = COLUMNS[:-1]
+    head = columns(rows)[:-1]
+    who = len(head) != len(COLUMNS) - 1
     lines = ["# Leaderboard: the final standing (ranked by the private part's overall score)", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(_md(c) for c in cells(e)[:len(head)]) + " |" for e in rows if e.standing.valid]
+    lines += ["| " + " | ".join(_md(c) for c in cells(e, who)[:len(head)]) + " |" for e in rows if e.standing.valid]
     invalid = [e for e in rows if not e.standing.valid]
     if invalid:
         lines += ["", f"## Not valid ({len(invalid)}): no score", ""]
-        lines += [f"- **{_md(e.name)}**: {_md(cells(e)[-1])}" for e in invalid]
+        named = {e.name: f" ({_md(e.students['names'])})" if who and e.students else "" for e in invalid}
+        lines += [f"- **{_md(e.name)}**{named[e.name]}: {_md(cells(e)[-1])}" for e in invalid]
     return "\n".join(lines) + "\n"
 
 
 def scoreboard(folder: str | Path, tests: GoldSplit, dev: dict | None = None, progress: bool = True) -> list[Entry]:
-    """Score every upload of folder and rank them."""
-    paths = entries(folder)
-    return rank([score_entry(p, tests, dev) for p in tqdm(paths, desc="scoring", unit="upload", disable=not progress)])
+    """Score every upload of folder and rank them; an export's rows carry their students (export.students)."""
+    paths, by_name = entries(folder), students(folder)
+    rows = [score_entry(p, tests, dev) for p in tqdm(paths, desc="scoring", unit="upload", disable=not progress)]
+    for path, entry in zip(paths, rows, strict=True):
+        entry.students = None if by_name is None else cells_for(by_name, path.name)
+    return rank(rows)
+
+
+def private_fraction(settings: str | None, given: float | None) -> float:
+    """The private share: the bundle's, given, else the default; GoldError when both are given and differ."""
+    if settings is None:
+        return Settings.private_fraction if given is None else given
+    bundled = read_settings(settings).private_fraction
+    if given is not None and given != bundled:
+        raise GoldError(f"--private-fraction {given:g} differs from {bundled:g} in {settings}, the leaderboard's: "
+                        "leave --private-fraction out to use the bundle's")
+    return bundled
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,15 +148,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--salt-file", required=True, help="the salt that splits the test set (Gradescope's bundle's)")
     parser.add_argument("--data-dir", help="the public data folder: require and check the dev files too, and check "
                         "that its test files carry the gold's ids")
-    parser.add_argument("--private-fraction", type=float, default=Settings.private_fraction,
-                        help=f"the private share of test ids, as in the bundle (default {Settings.private_fraction:g})")
+    parser.add_argument("--settings", help="the leaderboard bundle's zip (or its leaderboard/settings.json): the "
+                        "private fraction, as the leaderboard splits the test set")
+    parser.add_argument("--private-fraction", type=float, help="the private share of test ids, as in the bundle "
+                        f"(default: --settings', else {Settings.private_fraction:g}); refused when --settings differs")
     parser.add_argument("--csv", required=True, help="the ranked table as CSV")
     parser.add_argument("--md", required=True, help="the ranked table as Markdown")
     args = parser.parse_args(argv)
     try:
         if not Path(args.submissions).is_dir():
             raise GoldError(f"{args.submissions}: not a folder of uploads")
-        tests = split_gold(load_gold(args.gold, args.data_dir), read_salt(args.salt_file), args.private_fraction)
+        fraction = private_fraction(args.settings, args.private_fraction)
+        tests = split_gold(load_gold(args.gold, args.data_dir), read_salt(args.salt_file), fraction)
         dev = load_dev(args.data_dir) if args.data_dir else None
     except GoldError as e:
         print(f"error: {e}", file=sys.stderr)
