@@ -6,10 +6,13 @@ only the files the grader takes (those students fill in, found by name) are writ
 folder, a symlink, more than MAX_MEMBERS members or more than MAX_UNPACKED bytes of graded files, or a corrupt zip,
 makes that row a "bad upload" with the reason. Each submission is graded by grade.grade(); one row per submission:
 submission, state (graded, error, bad upload), score, max, a column per part (its points, or "timeout"/"crash" when
-the part ran to no verdict), the entry's content hash and short notes. The CSV is rewritten atomically after each
-submission, sorted by name, and each submission's full results go beside it (grades.csv -> grades/NAME.json). A
-second run skips the rows already graded whose entry is unchanged (same hash); --regrade grades every one again;
-the grader's own errors are always retried.
+the part ran to no verdict), the entry's content hash and short notes; a Gradescope export (DIR holding
+submission_metadata.yml, assignments/export.py) adds the students' names, emails and ids after the submission. The CSV
+is rewritten atomically after each submission, sorted by name, and each submission's full results go beside it
+(grades.csv -> grades/NAME.json), with the options the grades were made with (grades.options.json,
+assignments/batch_options.py). A second run with those options skips the rows already graded whose entry is unchanged
+(same hash); with other options it is refused, unless --regrade, which grades every one again; the grader's own
+errors are always retried.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from pathlib import Path
 
 from tasks.core.evaluation import write_text
 
+from .batch_options import check_record, options_path, record_of, write_record
+from .export import COLUMNS as STUDENTS
+from .export import METADATA, cells_for, students
 from .grade import grade
 from .zips import TooLarge, UnsafeZip, checked_members, copy_member
 
@@ -64,11 +70,10 @@ def ignored(parts: tuple[str, ...]) -> bool:
 
 
 def submissions(folder: Path, exclude: tuple[Path, ...] = ()) -> list[Path]:
-    """The entries of folder graded as submissions, sorted by name: every entry but hidden ones, __MACOSX and
-    `exclude` (the CSV and its results folder, when they sit inside folder)."""
+    """The entries of folder graded, by name: all but hidden ones, __MACOSX, an export's METADATA and `exclude`."""
     skip = {p.resolve() for p in exclude}
-    return sorted((e for e in folder.iterdir() if not ignored((e.name,)) and e.resolve() not in skip),
-                  key=lambda e: e.name)
+    return sorted((e for e in folder.iterdir() if not ignored((e.name,)) and e.resolve() not in skip
+                   and not (e.name == METADATA and e.is_file())), key=lambda e: e.name)
 
 
 def walk(folder: Path) -> list[Path]:
@@ -193,26 +198,32 @@ def _value(text: str) -> object:
     return text
 
 
-def read_csv(path: Path) -> tuple[list[str], dict[str, dict]]:
-    """The part columns and the rows (by submission) of a CSV this module wrote; nothing when there is none yet."""
+def fixed(with_students: bool) -> tuple[str, ...]:
+    """The first columns: FIXED, with the students' (an export's) after the submission."""
+    return (FIXED[0], *STUDENTS, *FIXED[1:]) if with_students else FIXED
+
+
+def read_csv(path: Path) -> tuple[list[str], dict[str, dict], bool]:
+    """(part columns, rows by submission, whether it has the students' columns) of a CSV this module wrote."""
     if not path.exists():
-        return [], {}
+        return [], {}, False
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         header = reader.fieldnames or []
-        if tuple(header[: len(FIXED)]) != FIXED or tuple(header[-len(TAIL):]) != TAIL:
+        head = fixed(tuple(header[1: 1 + len(STUDENTS)]) == STUDENTS)
+        if tuple(header[: len(head)]) != head or tuple(header[-len(TAIL):]) != TAIL:
             raise ValueError(f"{path}: not a grades CSV written by --batch (its columns are {', '.join(header)}); "
                              "give another --csv")
-        parts = header[len(FIXED): -len(TAIL)]
+        parts = header[len(head): -len(TAIL)]
         rows = {r["submission"]: {k: _value(v) if k in ("score", "max", *parts) else v for k, v in r.items()}
                 for r in reader}
-    return parts, rows
+    return parts, rows, head != FIXED
 
 
-def write_csv(path: Path, parts: list[str], rows: dict[str, dict]) -> None:
+def write_csv(path: Path, parts: list[str], rows: dict[str, dict], with_students: bool = False) -> None:
     """The CSV, sorted by submission, atomically (tasks.core.evaluation.write_text)."""
     text = io.StringIO(newline="")
-    w = csv.DictWriter(text, fieldnames=[*FIXED, *parts, *TAIL], restval="")
+    w = csv.DictWriter(text, fieldnames=[*fixed(with_students), *parts, *TAIL], restval="")
     w.writeheader()
     w.writerows(rows[name] for name in sorted(rows))
     write_text(path, text.getvalue())
@@ -243,16 +254,26 @@ def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = Fal
     """Grade every submission in folder with grade_fn (grade.grade) into csv_path; returns the CSV's rows, sorted.
 
     One submission's failure is its own row (error, bad upload); the CSV is rewritten after each submission. Rows
-    already graded whose entry is unchanged are skipped unless regrade. grade_kwargs go to each grade_fn call.
+    already graded whose entry is unchanged are skipped unless regrade. grade_kwargs go to each grade_fn call; a CSV
+    whose grades were made with other ones is refused (ValueError) unless regrade, which starts it again.
     """
     from tqdm.auto import tqdm
     folder, csv_path, grade_fn = Path(folder), Path(csv_path), grade_fn or grade
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such folder of submissions")
     out_dir = results_dir(csv_path)
-    parts, rows = read_csv(csv_path)
+    parts, rows, with_students = read_csv(csv_path)
+    record = record_of(grade_kwargs)
+    if not check_record(csv_path, bool(rows), record, regrade):
+        parts, rows = [], {}
+        write_csv(csv_path, parts, rows, with_students)     # the grades made with other options go before any new one
+    write_record(options_path(csv_path), record)
+    by_name = students(folder)                     # a Gradescope export's students, by submission; else None
+    with_students = with_students or by_name is not None
+    for name, row in rows.items() if by_name is not None else ():
+        row.update(cells_for(by_name, name))
     out_dir.mkdir(parents=True, exist_ok=True)
-    entries = submissions(folder, exclude=(csv_path, out_dir))
+    entries = submissions(folder, exclude=(csv_path, out_dir, options_path(csv_path)))
     counts = dict.fromkeys(("graded", "skipped", "errors", "bad uploads"), 0)
     t0 = time.perf_counter()
     with tqdm(total=len(entries), unit="submission", desc="grading", file=sys.stderr, dynamic_ncols=True) as bar:
@@ -270,12 +291,16 @@ def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = Fal
                 bar.write(f"{name}: {row['state']}: {row['notes']}")
             parts += [p for p in row if p not in (*FIXED, *TAIL, *parts)]
             write_text(out_dir / f"{name}.json", json.dumps(full, indent=2, default=str) + "\n")
+            if with_students:                      # an export's: from its metadata, else as they were
+                old = rows.get(name, {})
+                row = {**(cells_for(by_name, name) if by_name is not None else {k: old.get(k, "") for k in STUDENTS}),
+                       **row}
             rows[name] = row
-            write_csv(csv_path, parts, rows)
+            write_csv(csv_path, parts, rows, with_students)
             bar.update(1)
     wall = time.perf_counter() - t0
-    if not csv_path.exists():
-        write_csv(csv_path, parts, rows)
+    if not csv_path.exists() or by_name is not None:
+        write_csv(csv_path, parts, rows, with_students)    # an export's: the students of the rows left as they were
     print(f"graded {counts['graded']}, skipped {counts['skipped']}, errors {counts['errors']}, bad uploads "
           f"{counts['bad uploads']} in {wall:.1f} s; wrote {csv_path} and {out_dir}/")
     return [rows[name] for name in sorted(rows)]

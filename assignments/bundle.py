@@ -1,6 +1,7 @@
 """Build a Gradescope autograder zip from this reference tree: python -m assignments.bundle KIND OUT.zip [options]
 
     python -m assignments.bundle checks OUT.zip --seed-file SEED [--groups core] [--hide-hints] [--timeout 20]
+        [--jobs N]
     python -m assignments.bundle leaderboard OUT.zip --gold GOLD_DIR --salt-file SALT [--daily-limit N]
         [--private-fraction 0.5] [--points 1] [--profile full]
 
@@ -27,10 +28,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tasks.core.errors import nonnegative_float, nonnegative_int
+from tasks.core.errors import nonnegative_float, nonnegative_int, positive_float, positive_int
 from tasks.core.evaluation import replacing
 
-from .leaderboard import Settings
+from .leaderboard import SETTINGS_MEMBER, Settings
 from .provenance import COMMIT_FILE
 from .standing import GOLD_NAMES, GoldError, gold_path, load_gold, read_salt, split_gold
 
@@ -119,7 +120,7 @@ def leaderboard_files(gold: str, salt_file: str, daily_limit: int, private_fract
     files: dict[str, Path | bytes] = {f"leaderboard/gold/{GOLD_NAMES[task][0]}": gold_path(gold_dir, task)
                                       for task in board.tasks}
     files["leaderboard/salt"] = (salt + "\n").encode()
-    files["leaderboard/settings.json"] = (json.dumps(asdict(settings), indent=2) + "\n").encode()
+    files[SETTINGS_MEMBER] = (json.dumps(asdict(settings), indent=2) + "\n").encode()
     return files
 
 
@@ -135,13 +136,15 @@ def checks_arguments(parser: argparse.ArgumentParser) -> None:
                              "each score out of the others' totals")
     parser.add_argument("--profile", choices=list(PROFILES), default=DEFAULT_PROFILE,
                         help=f"the profile of the tree handed out (default: {DEFAULT_PROFILE})")
-    parser.add_argument("--timeout", type=nonnegative_float, default=DEFAULT_TIMEOUT, help="seconds allowed per part")
+    parser.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, help="seconds allowed per part")
+    parser.add_argument("--jobs", type=positive_int, help="parts graded at once (default: the grader's, the CPUs the "
+                        "container lets it use); set it to the CPUs chosen in Gradescope's container settings")
     parser.add_argument("--hide-hints", action="store_true", help="leave the matched mistake out of each part's "
                         "output until the due date")
 
 
-def checks_files(seed_file: str, groups: list[str], profile: str, timeout: float,
-                 hide_hints: bool) -> dict[str, Path | bytes]:
+def checks_files(seed_file: str, groups: list[str], profile: str, timeout: float, hide_hints: bool,
+                 jobs: int | None = None) -> dict[str, Path | bytes]:
     """grading/seed (checked to be an integer) and grading/flags (the grader's options, its groups checked to be
     the profile's, so that a bad pairing fails here rather than in Gradescope's image build)."""
     from .grade import read_seed
@@ -160,6 +163,7 @@ def checks_files(seed_file: str, groups: list[str], profile: str, timeout: float
         raise BundleError(str(e)) from None
     flags = ["--groups", *groups, "--profile", profile, "--timeout", f"{timeout:g}"]
     flags += ["--hide-hints"] if hide_hints else []
+    flags += ["--jobs", str(jobs)] if jobs else []
     return {"grading/seed": f"{seed}\n".encode(), "grading/flags": (" ".join(flags) + "\n").encode()}
 
 

@@ -36,7 +36,7 @@ from .check import describe, format_result, format_total, group_totals
 from .checks import PARTS, parts_of
 from .common import GROUPS
 from .hidden import grading_seed, read_seed
-from .isolation import become_subreaper, children
+from .isolation import become_subreaper, children, usable_cpus
 from .make import ROOT
 from .profiles import DEFAULT_PROFILE, PROFILES
 from .staging import Opened, open_submission, stage
@@ -111,7 +111,7 @@ def _grade(opened: Opened, timeout: float, parts: list[str] | None, jobs: int | 
             run = [n for n in batch if n not in unrun]
             if run:
                 write_inputs(staging / ".grading" / "inputs", {f: fixtures[f] for n in run for f in PARTS[n].fixtures})
-                n_jobs = jobs or max(1, min(len(run), os.cpu_count() or 1))
+                n_jobs = jobs or max(1, min(len(run), usable_cpus()))
                 said = run_parts(staging, run, timeout, n_jobs, account, spare)
                 results.update({n: judge_part(n, staging, said[n], fixtures) for n in run})
     results = [results[n] for n in names]
@@ -175,9 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", help="with --batch: the CSV of grades, one row per submission (default: grades.csv); "
                     "each one's full results go beside it (grades/NAME.json)")
     ap.add_argument("--regrade", action="store_true",
-                    help="with --batch: grade again the submissions already in the CSV whose entry is unchanged")
+                    help="with --batch: grade again the submissions already in the CSV whose entry is unchanged; "
+                         "the CSV starts again when its grades were made with other options")
     ap.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, help="seconds allowed per part")
-    ap.add_argument("--jobs", type=positive_int, default=None, help="parts graded at once (default: CPU count)")
+    ap.add_argument("--jobs", type=positive_int, default=None, help="parts graded at once (default: the CPUs this "
+                    "process may use, its affinity mask and cgroup quota, at most the parts)")
     ap.add_argument("--groups", nargs="+", choices=[*GROUPS, "all"], default=["core"],
                     help="the groups graded, each totalled on its own; the score is their sum (default: core, "
                          "part 1; all: every group of the profile)")

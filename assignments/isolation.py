@@ -8,6 +8,7 @@ part's process then returns what each compare() got, as data (assignments/record
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sys
@@ -36,6 +37,27 @@ def _limit_memory() -> None:
     limit = mapped + extra
     hard = resource.getrlimit(resource.RLIMIT_AS)[1]
     resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+
+
+def usable_cpus(cgroup_fs: Path = Path("/sys/fs/cgroup"), self_cgroup: Path = Path("/proc/self/cgroup")) -> int:
+    """The CPUs this process may use: its affinity mask, capped by the cgroup v2 quota of its cgroup and those above
+    it (cpu.max, ceil(quota / period)); os.cpu_count() is the host's, in a container too."""
+    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        own = next(line[3:].strip() for line in self_cgroup.read_text().splitlines() if line.startswith("0::"))
+    except (OSError, StopIteration):
+        return max(1, count)                     # not Linux, or no cgroup v2: the affinity mask alone
+    folder = cgroup_fs / own.lstrip("/")
+    for d in (folder, *folder.parents):
+        try:
+            quota, period = (d / "cpu.max").read_text().split()[:2]
+            if quota != "max":
+                count = min(count, math.ceil(int(quota) / int(period)))
+        except (OSError, ValueError, ZeroDivisionError):   # no file here (the root has none), or not two numbers
+            pass
+        if d == cgroup_fs:
+            break
+    return max(1, count)
 
 
 def _exit_reason(status: int) -> str:

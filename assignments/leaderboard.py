@@ -78,7 +78,9 @@ def read_settings(path: str | Path) -> Settings:
                 data = json.loads(z.read(SETTINGS_MEMBER))
         else:
             data = json.loads(Path(path).read_text())
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
+    except KeyError:
+        raise GoldError(f"{path}: a zip without {SETTINGS_MEMBER}, so not a leaderboard bundle") from None
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise GoldError(f"{path}: cannot read the settings as JSON ({e})") from None
     known = {f.name for f in fields(Settings)}
     if not isinstance(data, dict) or set(data) - known:

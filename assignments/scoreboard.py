@@ -6,12 +6,14 @@
 Each entry of SUBMISSIONS_DIR is one upload, named by the entry: a zip (tasks.submit's, or any zip of the board's
 files) or a folder holding the files (flat, under predictions/, or a folder or two down). Uploads are checked and
 scored as the Gradescope autograder does (assignments.leaderboard), on the same board and salted split: --settings
-reads the bundle's profile and private fraction (the bundle's zip or its settings.json), --profile and
---private-fraction override them (part1's board ranks SST alone; the default, SST, Quora and STS). The table ranks
+reads the bundle's profile and private fraction (the bundle's zip or its settings.json; --profile and
+--private-fraction, given beside it, must agree with it), or they are given (part1's board ranks SST alone; the
+default, SST, Quora and STS). The table ranks
 the valid ones by the private part's overall score (the final standing) and shows the public part beside it; an
 invalid upload is listed, unranked, with its first problems. With --data-dir the dev files are required and checked
 too, as on Gradescope; without it only the test files are. One upload that cannot be read never stops the board.
-Both files are written atomically. Exit status 2 on an unusable gold or salt.
+A Gradescope export (SUBMISSIONS_DIR holding submission_metadata.yml) adds each row's students' names, emails and
+ids (assignments/export.py). Both files are written atomically. Exit status 2 on an unusable gold, salt or settings.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from tqdm import tqdm
 from tasks.core.evaluation import write_text
 
 from .boards import BOARDS, NAMES, Board
-from .leaderboard import Settings, chosen_settings
+from .export import COLUMNS as STUDENTS
+from .export import cells_for, students
+from .leaderboard import Settings, chosen_settings, read_settings
 from .standing import GoldError, GoldSplit, Standing, load_dev, load_gold, read_salt, score_upload, split_gold
 
 PROBLEMS_SHOWN = 3
@@ -42,6 +46,7 @@ class Entry:
     name: str
     standing: Standing
     rank: int | None = None
+    students: dict[str, str] | None = None      # a Gradescope export's names, emails and sids (export.COLUMNS)
 
 
 def entries(folder: str | Path) -> list[Path]:
@@ -69,15 +74,16 @@ def rank(rows: list[Entry]) -> list[Entry]:
     return valid + sorted((e for e in rows if not e.standing.valid), key=lambda e: e.name)
 
 
-def columns(board: Board) -> tuple[str, ...]:
-    """The table's columns: rank, name, the public then the private overall and task figures, valid, problems."""
+def columns(board: Board, with_students: bool = False) -> tuple[str, ...]:
+    """The table's columns: rank, name (then a Gradescope export's students), the public then the private overall and
+    task figures, valid, problems."""
     names = ("overall", *(NAMES[t] for t in board.tasks))
     figures = [f"{part} {name}" for part in ("public", "private") for name in names]
-    return ("rank", "submission", *figures, "valid", "problems")
+    return ("rank", "submission", *(STUDENTS if with_students else ()), *figures, "valid", "problems")
 
 
-def cells(entry: Entry, board: Board) -> list[str]:
-    """The row of columns(board) for one entry (figures to 4 places; blank where invalid)."""
+def cells(entry: Entry, board: Board, with_students: bool = False) -> list[str]:
+    """The row of columns(board, with_students) for one entry (figures to 4 places; blank where invalid)."""
     s = entry.standing
     keys = ("overall", *board.tasks)
     figures = []
@@ -86,14 +92,21 @@ def cells(entry: Entry, board: Board) -> list[str]:
     problems = "; ".join(s.problems[:PROBLEMS_SHOWN])
     if len(s.problems) > PROBLEMS_SHOWN:
         problems += f"; ... ({len(s.problems) - PROBLEMS_SHOWN} more)"
-    return [str(entry.rank or ""), entry.name, *figures, "yes" if s.valid else "no", problems]
+    who = [(entry.students or {}).get(c, "") for c in STUDENTS] if with_students else []
+    return [str(entry.rank or ""), entry.name, *who, *figures, "yes" if s.valid else "no", problems]
+
+
+def from_export(rows: list[Entry]) -> bool:
+    """Whether the rows come from a Gradescope export (their students are known)."""
+    return any(e.students is not None for e in rows)
 
 
 def board_csv(rows: list[Entry], board: Board) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(columns(board))
-    writer.writerows(cells(e, board) for e in rows)
+    who = from_export(rows)
+    writer.writerow(columns(board, who))
+    writer.writerows(cells(e, board, who) for e in rows)
     return out.getvalue()
 
 
@@ -103,21 +116,41 @@ def _md(text: str) -> str:
 
 def board_md(rows: list[Entry], board: Board) -> str:
     """The ranked table of the valid uploads, then the invalid ones with their first problems."""
-    head = columns(board)[:-1]
+    who = from_export(rows)
+    head = columns(board, who)[:-1]
     lines = ["# Leaderboard: the final standing (ranked by the private part's overall score)", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(_md(c) for c in cells(e, board)[:len(head)]) + " |" for e in rows if e.standing.valid]
+    lines += ["| " + " | ".join(_md(c) for c in cells(e, board, who)[:len(head)]) + " |"
+              for e in rows if e.standing.valid]
     invalid = [e for e in rows if not e.standing.valid]
     if invalid:
         lines += ["", f"## Not valid ({len(invalid)}): no score", ""]
-        lines += [f"- **{_md(e.name)}**: {_md(cells(e, board)[-1])}" for e in invalid]
+        named = {e.name: f" ({_md(e.students['names'])})" if who and e.students else "" for e in invalid}
+        lines += [f"- **{_md(e.name)}**{named[e.name]}: {_md(cells(e, board)[-1])}" for e in invalid]
     return "\n".join(lines) + "\n"
 
 
 def scoreboard(folder: str | Path, tests: GoldSplit, dev: dict | None = None, progress: bool = True) -> list[Entry]:
-    """Score every upload of folder and rank them."""
-    paths = entries(folder)
-    return rank([score_entry(p, tests, dev) for p in tqdm(paths, desc="scoring", unit="upload", disable=not progress)])
+    """Score every upload of folder and rank them; an export's rows carry their students (export.students)."""
+    paths, by_name = entries(folder), students(folder)
+    rows = [score_entry(p, tests, dev) for p in tqdm(paths, desc="scoring", unit="upload", disable=not progress)]
+    for path, entry in zip(paths, rows, strict=True):
+        entry.students = None if by_name is None else cells_for(by_name, path.name)
+    return rank(rows)
+
+
+def board_settings(path: str | None, profile: str | None, private_fraction: float | None) -> Settings:
+    """The bundle's settings (or the defaults), with the values given; GoldError when a given one differs from the
+    bundle's: a board split or scored otherwise than the leaderboard would rank uploads otherwise."""
+    if path is not None:
+        bundled = read_settings(path)
+        for flag, given, theirs in (("--profile", profile, bundled.profile),
+                                    ("--private-fraction", private_fraction, bundled.private_fraction)):
+            if given is not None and given != theirs:
+                shown = f"{given:g} differs from {theirs:g}" if isinstance(given, float) else \
+                    f"{given} differs from {theirs}"
+                raise GoldError(f"{flag} {shown} in {path}, the leaderboard's: leave {flag} out to use the bundle's")
+    return chosen_settings(path, profile=profile, private_fraction=private_fraction)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,16 +164,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settings", help="the leaderboard bundle's zip (or its leaderboard/settings.json): its "
                         "profile and private fraction")
     parser.add_argument("--profile", choices=list(BOARDS), help="the profile of the tree handed out, as in the bundle: "
-                        f"part1's board ranks SST alone (default: the settings', else {Settings.profile})")
+                        f"part1's board ranks SST alone (default: --settings', else {Settings.profile}); refused "
+                        "when --settings differs")
     parser.add_argument("--private-fraction", type=float, help="the private share of test ids, as in the bundle "
-                        f"(default: the settings', else {Settings.private_fraction:g})")
+                        f"(default: --settings', else {Settings.private_fraction:g}); refused when --settings "
+                        "differs")
     parser.add_argument("--csv", required=True, help="the ranked table as CSV")
     parser.add_argument("--md", required=True, help="the ranked table as Markdown")
     args = parser.parse_args(argv)
     try:
         if not Path(args.submissions).is_dir():
             raise GoldError(f"{args.submissions}: not a folder of uploads")
-        settings = chosen_settings(args.settings, profile=args.profile, private_fraction=args.private_fraction)
+        settings = board_settings(args.settings, args.profile, args.private_fraction)
         board = settings.board
         tests = split_gold(load_gold(args.gold, args.data_dir, board), read_salt(args.salt_file),
                            settings.private_fraction, board)

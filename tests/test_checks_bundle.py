@@ -91,3 +91,56 @@ def test_the_bundle_refuses_groups_outside_its_profile(tmp_path: Path, capsys: p
     assert bundle_main([*args, "--groups", "smart", "--profile", "part1"]) == 2    # else Gradescope's build would fail
     assert "not all in the part1 profile, whose groups are core" in capsys.readouterr().err
     assert not (tmp_path / "c.zip").exists()
+
+
+def test_the_bundle_writes_jobs_into_the_flags_and_refuses_a_zero_timeout(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "seed.txt").write_text(SEED + "\n")
+    args = ["checks", str(tmp_path / "c.zip"), "--seed-file", str(tmp_path / "seed.txt")]
+    assert bundle_main([*args, "--jobs", "3"]) == 0
+    with zipfile.ZipFile(tmp_path / "c.zip") as z:
+        assert z.read("grading/flags").decode().split()[-2:] == ["--jobs", "3"]
+    (tmp_path / "c.zip").unlink()
+    with pytest.raises(SystemExit) as stop:
+        bundle_main([*args, "--timeout", "0"])           # the grader refuses 0: so does the bundle, not the image build
+    assert stop.value.code == 2 and "--timeout: must be positive, not 0" in capsys.readouterr().err
+    assert not (tmp_path / "c.zip").exists()
+
+
+def test_usable_cpus_is_the_affinity_mask_capped_by_the_cgroup_quota(tmp_path: Path, monkeypatch) -> None:
+    from assignments.isolation import usable_cpus
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)                # the host's, in a container too
+    cgroups, own = tmp_path / "cgroup", tmp_path / "self-cgroup"
+    (cgroups / "gs" / "job").mkdir(parents=True)
+    own.write_text("1:cpu:/\n0::/gs/job\n")
+    assert usable_cpus(cgroups, own) == 8                          # no cpu.max anywhere: the affinity mask
+    (cgroups / "gs" / "job" / "cpu.max").write_text("max 100000\n")
+    (cgroups / "gs" / "cpu.max").write_text("150000 100000\n")
+    assert usable_cpus(cgroups, own) == 2                          # the parent's 1.5 CPUs, rounded up
+    (cgroups / "gs" / "job" / "cpu.max").write_text("50000 100000\n")
+    assert usable_cpus(cgroups, own) == 1
+    assert usable_cpus(cgroups, tmp_path / "no-such-file") == 8    # no cgroup v2: the affinity mask
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    (cgroups / "gs" / "cpu.max").write_text("800000 100000\n")
+    (cgroups / "gs" / "job" / "cpu.max").write_text("garbage\n")
+    assert usable_cpus(cgroups, own) == 1                          # pinned to one CPU under an 8-CPU quota
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_the_grader_runs_as_many_parts_at_once_as_it_may_use_cpus(monkeypatch) -> None:
+    from assignments import grade as grade_mod
+    jobs: list[int] = []
+
+    def run_parts(staging: Path, names: list[str], timeout: float, n_jobs: int, *rest: object) -> dict:
+        jobs.append(n_jobs)
+        raise _Stop
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)               # the host's: not what the container allows
+    monkeypatch.setattr(grade_mod, "usable_cpus", lambda: 1)
+    monkeypatch.setattr(grade_mod, "run_parts", run_parts)
+    with pytest.raises(_Stop):
+        grade_mod.grade(ROOT, parts=["attention", "adamw"], seed=1, as_user="none")
+    assert jobs == [1]

@@ -132,3 +132,33 @@ def test_the_guides_times_are_staff_times_json() -> None:
     ratio = every["MINBERT_COLD_START=1 python -m assignments.grade . --groups all --seed-file seed"] / \
         every["python -m assignments.grade . --groups all --seed-file seed"]
     assert f"grading every group takes {ratio:.2f}x as long" in " ".join(GUIDE.read_text().split())
+
+
+def _settings_section() -> str:
+    """The guide's section on Gradescope's autograder settings."""
+    return GUIDE.read_text().split("\n### Gradescope's autograder settings\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_guides_points_per_group_are_the_checks() -> None:
+    from assignments.checks import PARTS
+    from assignments.common import ALL_GROUPS
+    rows = [[c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+            for line in _settings_section().splitlines() if line.strip().startswith("| `")]
+    table = {group: (int(points), int(parts)) for group, points, parts in rows}
+    code = {g: (sum(p.points for p in PARTS.values() if p.group == g), sum(p.group == g for p in PARTS.values()))
+            for g in ALL_GROUPS}
+    assert table == code
+
+
+def test_the_guides_autograder_limits_are_the_scripts_and_the_graders() -> None:
+    from assignments.grade import DEFAULT_TIMEOUT
+    from assignments.isolation import MEMORY_LIMIT
+    text = " ".join(_settings_section().split())
+    scripts = ROOT / "assignments" / "gradescope"
+    checks = re.search(r"\$\{CHECKS_TIMEOUT:-(\d+)\}", (scripts / "checks" / "run_autograder").read_text())[1]
+    board = re.search(r"\$\{LEADERBOARD_TIMEOUT:-(\d+)\}", (scripts / "leaderboard" / "run_autograder").read_text())[1]
+    assert f"more than {checks} s for the checks and more than {board} s for the leaderboard" in text
+    assert f"the grader after {checks} s (the leaderboard's after {board} s)" in text
+    assert f"`--timeout` ({DEFAULT_TIMEOUT:g} s)" in text and f"far less than {checks} s" in text
+    assert MEMORY_LIMIT % 2**30 == 0 and f"may map {MEMORY_LIMIT // 2**30} GiB beyond" in text
+    assert f"jobs x {MEMORY_LIMIT // 2**30} GiB" in text

@@ -144,6 +144,11 @@ def test_the_scoreboard_takes_the_bundles_board_and_the_builder_checks_the_sst_g
     capsys.readouterr()
     assert scoreboard.main([*common, "--csv", str(tmp_path / "m.csv"), "--md", str(tmp_path / "m.md")]) == 2
     assert "quora-test.csv: no such file" in capsys.readouterr().err       # the multitask board needs its gold
+    assert scoreboard.main([*common, "--settings", str(lb["bundle"]), "--profile", "full", "--csv",
+                            str(tmp_path / "x.csv"), "--md", str(tmp_path / "x.md")]) == 2
+    assert capsys.readouterr().err == (f"error: --profile full differs from part1 in {lb['bundle']}, the "
+                                       "leaderboard's: leave --profile out to use the bundle's\n")
+    assert not (tmp_path / "x.csv").exists()
 
     short = shutil.copytree(lb["gold_dir"], tmp_path / "short")
     lines = (short / "ids-sst-test.csv").read_text().splitlines(keepends=True)
