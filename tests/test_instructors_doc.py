@@ -162,3 +162,20 @@ def test_the_guides_autograder_limits_are_the_scripts_and_the_graders() -> None:
     assert f"`--timeout` ({DEFAULT_TIMEOUT:g} s)" in text and f"far less than {checks} s" in text
     assert MEMORY_LIMIT % 2**30 == 0 and f"may map {MEMORY_LIMIT // 2**30} GiB beyond" in text
     assert f"jobs x {MEMORY_LIMIT // 2**30} GiB" in text
+
+
+def test_the_guides_memory_figures_are_grade_memory_json() -> None:
+    data = json.loads((ROOT / "benchmarks" / "results" / "grade-memory.json").read_text())
+    from assignments.checks import PARTS
+    rows = {r["jobs"]: r for r in data["rows"]}
+    full = sum(p.points for p in PARTS.values())                     # the reference graded on every group
+    assert sorted(rows) == [1, 2, 4, 8] and all(r["exit"] == 0 and r["score"] == full for r in rows.values())
+    assert data["peak_pss_mib"] == max(r["peak_pss_mib"] for r in rows.values())
+    text = " ".join(GUIDE.read_text().split())
+    assert (f"peaked at {data['peak_pss_mib']:.0f} MiB" in text
+            and f"from {rows[1]['peak_pss_mib']:.0f} MiB at 1 to {rows[8]['peak_pss_mib']:.0f} MiB at 8" in text)
+    assert data["peak_pss_mib"] < 2000 * 0.5                         # "2 GB leaves room to spare"
+    index = (ROOT / "benchmarks" / "README.md").read_text()
+    figures = ", ".join(f"{rows[j]['peak_pss_mib']:.0f}" for j in (1, 2, 4, 8))
+    assert f"**{figures} MiB**" in index
+    assert f"| C | {data['commit']} | `python benchmarks/grade_memory.py` |" in index
