@@ -1,7 +1,8 @@
 """The final project's path, as docs/extensions.md walks it with R-Drop: one library module (minbert/rdrop.py), one
 settings section (tasks/multitask/settings.py RDrop) and one registered term (tasks/multitask/terms.py); run(), fit()
 and the loop name no extension. Then the resume rule for a setting newer than a run: a run directory written at
-a1db91d (before R-Drop existed) resumes and predicts at this commit."""
+a1db91d (before R-Drop existed) resumes and predicts at this commit. And the atomic writers give a checkpoint the
+mode the umask gives a new file."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ from test_typed_multitask import SIX, argv
 from minbert.rdrop import output_divergence, rdrop_loss, symmetric_kl
 from tasks import multitask, predict
 from tasks.core import train
-from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint
+from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint, save_checkpoint
 from tasks.core.errors import ResumeError
+from tasks.core.evaluation import write_text
 from tasks.core.terms import TERMS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -134,3 +136,16 @@ def load_steps_of_one_epoch(tree: Path, flags: list[str], tmp_path: Path) -> int
     warm.run([sys.executable, "-m", "tasks.multitask", *one], cwd=tree, capture_output=True, timeout=300,
              check=True, env={**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"})
     return load_checkpoint(probe / "checkpoint.pt")["optimizer_steps"]
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o022, 0o077])
+def test_atomic_writes_honour_the_umask(umask, tmp_path):
+    """A checkpoint and a replaced text file get the mode a new file gets (mkstemp's own is 0600)."""
+    old = os.umask(umask)
+    try:
+        save_checkpoint(tmp_path / "checkpoint.pt", {"epoch": 1})
+        write_text(tmp_path / "out.txt", "x")
+    finally:
+        os.umask(old)
+    for name in ("checkpoint.pt", "out.txt"):
+        assert oct((tmp_path / name).stat().st_mode & 0o777) == oct(0o666 & ~umask), name

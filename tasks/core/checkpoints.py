@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch
 import minbert
 
 from .errors import ConfigurationError, MissingFileError, ResumeError
+from .evaluation import replacing
 from .resume import resume_differences
 
 
@@ -69,19 +69,13 @@ def save_checkpoint(path: str | Path, state: dict) -> Path:
     moment leaves either the previous checkpoint or the new one, never half a file."""
     global _saves
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
+    with replacing(path) as tmp:                 # readable as any new file of the run directory (the umask's mode)
+        with open(tmp, "wb") as f:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
         _saves += 1
         maybe_kill(KILL_IN_SAVE, _saves)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
     return path
 
 
