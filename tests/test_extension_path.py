@@ -1,8 +1,8 @@
 """The final project's path, as docs/extensions.md walks it with R-Drop: one library module (minbert/rdrop.py), one
 settings section (tasks/multitask/settings.py RDrop) and one registered term (tasks/multitask/terms.py); run(), fit()
 and the loop name no extension. Then the resume rule for a setting newer than a run: a run directory written at
-a1db91d (before R-Drop existed) resumes and predicts at this commit. And the atomic writers give a checkpoint the
-mode the umask gives a new file."""
+a1db91d (before R-Drop existed) resumes and predicts at this commit, and a setting without `before` says so. And the
+atomic writers give a checkpoint the mode the umask gives a new file."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tarfile
+from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
 
@@ -26,9 +27,11 @@ from test_typed_multitask import SIX, argv
 from minbert.rdrop import output_divergence, rdrop_loss, symmetric_kl
 from tasks import multitask, predict
 from tasks.core import train
-from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint, save_checkpoint
+from tasks.core.checkpoints import KILL_AT_STEP, check_config, load_checkpoint, save_checkpoint
 from tasks.core.errors import ResumeError
 from tasks.core.evaluation import write_text
+from tasks.core.resume import resume_config
+from tasks.core.settings import section, setting
 from tasks.core.terms import TERMS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -136,6 +139,27 @@ def load_steps_of_one_epoch(tree: Path, flags: list[str], tmp_path: Path) -> int
     warm.run([sys.executable, "-m", "tasks.multitask", *one], cwd=tree, capture_output=True, timeout=300,
              check=True, env={**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"})
     return load_checkpoint(probe / "checkpoint.pt")["optimizer_steps"]
+
+
+@dataclass
+class Older:
+    alpha: float = setting(0.5, help="a setting every run had")
+    beta: float = setting(0.0, help="a setting newer than the run")
+
+
+@dataclass
+class OlderRun:
+    older: Older = section(Older)
+
+
+def test_a_new_setting_without_before_says_so_when_an_older_run_resumes():
+    with pytest.raises(ResumeError) as refused:
+        check_config("old.pt", {"older.alpha": 0.5}, resume_config(OlderRun()))
+    message = str(refused.value)
+    assert "older.beta: the run predates this setting" in message and "declare before=VALUE" in message
+    assert "class Older in tests/test_extension_path.py" in message and "alpha" not in message
+    with pytest.raises(ResumeError, match=r"older.alpha: checkpoint 0.5, now 1.0"):      # a plain difference as before
+        check_config("old.pt", {"older.alpha": 0.5, "older.beta": 0.0}, resume_config(OlderRun(Older(alpha=1.0))))
 
 
 @pytest.mark.parametrize("umask", [0o002, 0o022, 0o077])
