@@ -4,7 +4,9 @@ the RNG states it holds, written atomically, read back with weights_only and che
 A checkpoint (written after every epoch) holds the model's state (encoder and head), the optimiser's state, the
 number of finished epochs, the best dev score so far with that epoch's model state, the history, the run
 settings, and the RNG states of python, numpy and torch (CPU and CUDA); also the optimiser step count, the base
-learning rates and the fp16 gradient scaler, and under torchrun every rank's RNG states.
+learning rates and the fp16 gradient scaler, and under torchrun every rank's RNG states. With extension terms on, it
+holds their state() (every rank's under torchrun) and the keys of their per-epoch stats; written within an epoch, the
+RNG states of that epoch's start as well (what the terms' batches() drew from).
 """
 
 from __future__ import annotations
