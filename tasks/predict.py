@@ -37,6 +37,7 @@ from .core.recipe import autocast
 from .core.resume import stored_values
 from .core.runs import RUN_FILE, read_run_json, run_settings, trained_checkpoint
 from .core.settings import build, leaves
+from .core.terms import without_term_weights
 from .core.training_setup import DEVICES
 
 KINDS = ("classifier", "multitask", "deebert")
@@ -138,7 +139,7 @@ def only_known(kind: str, given: dict[str, Any] | None) -> dict[str, Any]:
 
 def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], path: str | Path, strict: bool = True) -> None:
     """load_state_dict, its mismatch reported as a refusal that names the checkpoint."""
-    state = {k: v for k, v in state.items() if not k.startswith("smart.")}   # SMART's Bregman copy: training only
+    state = without_term_weights(state, model)   # what a term keeps in the model (SMART's theta~): training only
     try:
         missing, unexpected = model.load_state_dict(state, strict=strict)
     except RuntimeError as e:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
 from .core.errors import run_cli
-from .core.evaluation import check_predictions, gold_records, prediction_path
+from .core.evaluation import check_predictions, gold_records, prediction_path, replacing
 
 TASK_NAMES = ("sst", "para", "sts")   # minbert.multitask.TASK_NAMES (a test says so), without importing part 2
 
@@ -46,22 +45,12 @@ def make_submission(pred_dir: str | Path, data_dir: str | Path, out: str | Path)
     if problems:
         return None, problems
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    os.close(fd)
-    try:
+    with replacing(out) as tmp:          # the zip is meant to be read: the mode a new file gets
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
             for path in files:
                 z.write(path, arcname=f"predictions/{path.name}")
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)     # mkstemp makes it 600; the zip is meant to be read, as a new file would be
-        os.replace(tmp, out)
-    except BaseException:
-        os.unlink(tmp)
-        raise
     return out, []
 
 

@@ -1,10 +1,14 @@
 """The final project's path, as docs/extensions.md walks it with R-Drop: one library module (minbert/rdrop.py), one
 settings section (tasks/multitask/settings.py RDrop) and one registered term (tasks/multitask/terms.py); run(), fit()
 and the loop name no extension. Then the resume rule for a setting newer than a run: a run directory written at
-a1db91d (before R-Drop existed) resumes and predicts at this commit."""
+a1db91d (before R-Drop existed) resumes and predicts at this commit, and a setting without `before` says so. Then, with
+terms defined here, the page's "A term's state, weights and resumes": a term's state and a batches() drawing from the
+global RNG resume to the uninterrupted run, predict reads a run whose term keeps weights in the model; and the
+atomic writers give a checkpoint the mode the umask gives a new file."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
@@ -12,22 +16,29 @@ import os
 import subprocess
 import sys
 import tarfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
 
 import pytest
 import torch
 import warm
-from conftest import ROOT, TEST_DEVICE
-from test_faults import killed
+from conftest import ROOT, TEST_DEVICE, kill_after
+from test_faults import assert_same_run, killed
 from test_typed_multitask import SIX, argv
+from torch import nn
 
 from minbert.rdrop import output_divergence, rdrop_loss, symmetric_kl
 from tasks import multitask, predict
 from tasks.core import train
-from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint
+from tasks.core.checkpoints import KILL_AT_STEP, check_config, load_checkpoint, save_checkpoint
 from tasks.core.errors import ResumeError
-from tasks.core.terms import TERMS
+from tasks.core.evaluation import write_text
+from tasks.core.resume import resume_config
+from tasks.core.settings import section, setting
+from tasks.core.terms import TERMS, Context, Extension, Term
+from tasks.core.train import Interrupted, watching
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 OLD_COMMIT = "a1db91d"           # before R-Drop and the terms
@@ -81,7 +92,8 @@ def test_a_tiny_rdrop_run_logs_its_term_and_resumes_after_sigkill_bit_for_bit(ti
     killed("multitask", argv(tiny_dir, multitask_files, split, *flags), tmp_path, **{KILL_AT_STEP: str(step)})
     with pytest.raises(ResumeError, match=r"rdrop.rdrop_alpha: checkpoint 1.0, now 0.5"):
         multitask.run(multitask.parse_settings(["--resume", str(split), "--rdrop-alpha", "0.5"]))
-    multitask.run(multitask.parse_settings(["--resume", str(split)]))
+    resumed = multitask.run(multitask.parse_settings(["--resume", str(split)]))
+    assert resumed["rdrop"] == out["rdrop"] and len(out["rdrop"]) == 2              # the summary: epoch 1 too
     again = load_checkpoint(split / "checkpoint.pt")
     for part in ("model", "best_state"):
         for key in done[part]:
@@ -134,3 +146,172 @@ def load_steps_of_one_epoch(tree: Path, flags: list[str], tmp_path: Path) -> int
     warm.run([sys.executable, "-m", "tasks.multitask", *one], cwd=tree, capture_output=True, timeout=300,
              check=True, env={**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"})
     return load_checkpoint(probe / "checkpoint.pt")["optimizer_steps"]
+
+
+# An extension's own state across a resume (docs/extensions.md, "A term's state"): terms defined here, registered for
+# the multitask command for one test (last, as register_term adds them), each reading R-Drop's section (left off).
+
+class Balance(Extension):
+    """State kept across epochs, as Dynamic Weight Average's (Liu et al., 2019, eq. 1) is: each task's loss divided by
+    its mean loss of the previous epoch (1 in the first)."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, float] = {}
+
+    def loss(self, fwd, inner) -> torch.Tensor:
+        loss = inner(fwd)
+        if fwd.model.training:
+            self.log.add(fwd.task, loss)
+        return loss / self.last.get(fwd.task, 1.0)
+
+    def epoch_stats(self, means: dict[str, float]) -> dict[str, float]:
+        self.last = means
+        return {f"balance_{t}": v for t, v in sorted(means.items())}
+
+    def state(self) -> dict:
+        return super().state() | {"last": dict(self.last)}
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self.last = dict(state["last"])
+
+
+class Shuffled(Sequence):
+    """The epoch's batches in an order drawn from torch's global RNG when batches() is called, and one more draw each
+    time a batch is taken (a term that samples as it goes)."""
+
+    def __init__(self, inner: Sequence) -> None:
+        self.inner, self.order = inner, torch.randperm(len(inner)).tolist()
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, i: int) -> dict:
+        batch = self.inner[self.order[i]]
+        torch.rand(1)
+        return batch
+
+
+class Shuffle(Extension):
+    def batches(self, inner: Sequence) -> Sequence:
+        return Shuffled(inner)
+
+
+class Uncertainty(Extension):
+    """A trainable weight kept in the model under the term's name (Kendall et al., 2018, eq. 7's form): L e^-s + s."""
+
+    def __init__(self, context: Context) -> None:
+        context.model.add_module("uncertainty", nn.Module())
+        context.model.uncertainty.s = nn.Parameter(torch.zeros(()))
+        context.params.append(context.model.uncertainty.s)
+
+    def loss(self, fwd, inner) -> torch.Tensor:
+        s = fwd.model.uncertainty.s
+        return inner(fwd) * torch.exp(-s) + s
+
+
+def with_term(monkeypatch, name: str, make) -> None:
+    monkeypatch.setitem(TERMS, "multitask", [*TERMS["multitask"], Term(name, "rdrop", lambda section, c: make(c))])
+
+
+def stop_after_step(step: int):
+    """tasks.core.train's maybe_kill that stops the run (Interrupted) right after optimiser step `step`."""
+    def maybe_kill(variable: str, count: int) -> None:
+        if variable == KILL_AT_STEP and count == step:
+            raise Interrupted(f"stopped after step {step}")
+    return maybe_kill
+
+
+def interrupted_then_resumed(run_argv: list[str], run_dir: Path, monkeypatch, step: int | None = None) -> dict:
+    """The run stopped after epoch 1 (step None) or after optimiser step `step`, then resumed: its summary."""
+    stop = watching(kill_after(1)) if step is None else contextlib.nullcontext()
+    with monkeypatch.context() as m, pytest.raises(Interrupted), stop:
+        if step is not None:
+            m.setattr(train, "maybe_kill", stop_after_step(step))
+        multitask.run(multitask.parse_settings(run_argv))
+    return multitask.run(multitask.parse_settings(["--resume", str(run_dir)]))
+
+
+def assert_same(whole: Path, split: Path) -> None:
+    done, again = load_checkpoint(whole / "checkpoint.pt"), load_checkpoint(split / "checkpoint.pt")
+    assert_same_run(done, again)
+    for name in SIX:
+        assert (split / "predictions" / name).read_text() == (whole / "predictions" / name).read_text(), name
+
+
+def test_a_term_that_keeps_state_across_epochs_resumes_to_the_uninterrupted_run(tiny_dir, multitask_files, tmp_path,
+                                                                                monkeypatch):
+    """Stopped after epoch 1 (the end-of-epoch checkpoint) and inside epoch 2 (a --save-every one), then resumed: the
+    weights, the history and the term's summary (run.json and multitask-summary.json) are the uninterrupted run's."""
+    with_term(monkeypatch, "balance", lambda context: Balance())
+    whole = tmp_path / "whole"
+    out = multitask.run(multitask.parse_settings(argv(tiny_dir, multitask_files, whole, "--epochs", "2")))
+    assert [sorted(e) for e in out["rdrop"]] == [["balance_para", "balance_sst", "balance_sts"]] * 2
+    per_epoch = load_checkpoint(whole / "checkpoint.pt")["optimizer_steps"] // 2
+    for name, step in (("after-epoch", None), ("in-epoch", per_epoch + 3)):
+        split = tmp_path / name
+        flags = argv(tiny_dir, multitask_files, split, "--epochs", "2", "--save-every", str(per_epoch + 2))
+        resumed = interrupted_then_resumed(flags, split, monkeypatch, step)
+        assert_same(whole, split)
+        assert resumed["rdrop"] == out["rdrop"], name
+        for file in ("run.json", "predictions/multitask-summary.json"):
+            was, now = (json.loads((d / file).read_text()) for d in (whole, split))
+            assert now.get("result", now)["rdrop"] == was.get("result", was)["rdrop"], (name, file)
+
+
+def test_a_term_whose_batches_draw_from_the_global_rng_resumes_within_an_epoch_bit_for_bit(tiny_dir, multitask_files,
+                                                                                          tmp_path, monkeypatch):
+    """batches() sees the RNG as at the epoch's start on a resume too, and the steps the RNG of the checkpoint."""
+    with_term(monkeypatch, "shuffle", lambda context: Shuffle())
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    multitask.run(multitask.parse_settings(argv(tiny_dir, multitask_files, whole, "--epochs", "2")))
+    per_epoch = load_checkpoint(whole / "checkpoint.pt")["optimizer_steps"] // 2
+    flags = argv(tiny_dir, multitask_files, split, "--epochs", "2", "--save-every", str(per_epoch + 2))
+    interrupted_then_resumed(flags, split, monkeypatch, per_epoch + 3)
+    assert_same(whole, split)
+
+
+def test_predict_loads_a_run_whose_term_keeps_weights_in_the_model(tiny_dir, multitask_files, tmp_path, monkeypatch):
+    """The model predict builds has no term: the weights a registered term keeps under its name are left out."""
+    with_term(monkeypatch, "uncertainty", Uncertainty)
+    run = tmp_path / "run"
+    multitask.run(multitask.parse_settings(argv(tiny_dir, multitask_files, run, "--epochs", "1")))
+    assert load_checkpoint(run / "checkpoint.pt")["best_state"]["uncertainty.s"].item() != 0.0   # it trained
+    assert predict.main([str(run), "--out", str(tmp_path / "pred"), "--device", TEST_DEVICE,
+                         "--eval-batch-size", "8"]) == 0
+    for name in SIX:
+        assert (tmp_path / "pred" / name).read_text() == (run / "predictions" / name).read_text(), name
+
+
+@dataclass
+class Older:
+    alpha: float = setting(0.5, help="a setting every run had")
+    beta: float = setting(0.0, help="a setting newer than the run")
+
+
+@dataclass
+class OlderRun:
+    older: Older = section(Older)
+
+
+def test_a_new_setting_without_before_says_so_when_an_older_run_resumes():
+    with pytest.raises(ResumeError) as refused:
+        check_config("old.pt", {"older.alpha": 0.5}, resume_config(OlderRun()))
+    message = str(refused.value)
+    assert "older.beta: the run predates this setting" in message and "declare before=VALUE" in message
+    assert "class Older in tests/test_extension_path.py" in message and "alpha" not in message
+    with pytest.raises(ResumeError, match=r"older.alpha: checkpoint 0.5, now 1.0"):      # a plain difference as before
+        check_config("old.pt", {"older.alpha": 0.5, "older.beta": 0.0}, resume_config(OlderRun(Older(alpha=1.0))))
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o022, 0o077])
+def test_atomic_writes_honour_the_umask(umask, tmp_path):
+    """A checkpoint and a replaced text file get the mode a new file gets (mkstemp's own is 0600)."""
+    old = os.umask(umask)
+    try:
+        save_checkpoint(tmp_path / "checkpoint.pt", {"epoch": 1})
+        write_text(tmp_path / "out.txt", "x")
+    finally:
+        os.umask(old)
+    for name in ("checkpoint.pt", "out.txt"):
+        assert oct((tmp_path / name).stat().st_mode & 0o777) == oct(0o666 & ~umask), name

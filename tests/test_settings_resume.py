@@ -135,7 +135,7 @@ def toy_fit(settings, checkpoint: Path, epochs: int, resume: Path | None = None)
 def test_a_section_gains_a_setting_and_a_run_written_without_it_resumes(tmp_path):
     """The generic rule, on a test-local command: a run written by ToyRun (its run.json and checkpoint) resumes under
     ToyRunLater, whose section gained `gain` (before=1.0, default 2.0): --resume DIR continues with 1.0, refuses 2.0;
-    a newer spelling of a value compares as today's; a new setting without `before` is refused."""
+    a newer spelling of a value compares as today's; a new setting without `before` is refused, saying where to declare it."""
     directory = tmp_path / "run"
     first = parse_run(ToyRun, ["--run-dir", str(directory)], "toy", None)
     paths = run_paths(first.run, "toy")
@@ -160,7 +160,8 @@ def test_a_section_gains_a_setting_and_a_run_written_without_it_resumes(tmp_path
         "inner.kind: checkpoint 'plain', now 'new'"]
     assert parse_run(ToyRunLater, ["--kind", "old"], "toy", None).inner.kind == "plain"
     no_before = parse_run(ToyRunNoBefore, ["--resume", str(directory)], "toy", None)
-    with pytest.raises(ResumeError, match=r"extra: checkpoint None, now 0"):
+    with pytest.raises(ResumeError, match=r"extra: the run predates this setting \(now 0\): declare before=VALUE, .* "
+                                          r"\(class ToyRunNoBefore in tests/test_settings_resume.py\)"):
         toy_fit(no_before, paths.checkpoint, epochs=3, resume=paths.checkpoint)
 
 

@@ -306,14 +306,15 @@ def test_smart_cli_bi_encoder_trains_with_bregman_and_without_dropout(tiny_dir, 
 
 def test_smart_cli_cross_encoder_kill_and_resume_carries_the_momentum_copy(tiny_dir, files, tmp_path, monkeypatch):  # noqa: F811
     extra = ("--epochs", "2", "--max-train-examples", "16", "--smart", "--smart-bregman", "--smart-beta", "0.5")
-    run(parse_settings(argv(tiny_dir, files, tmp_path, "whole", *extra)))
+    whole = run(parse_settings(argv(tiny_dir, files, tmp_path, "whole", *extra)))
     real_fit = multitask.fit
 
     monkeypatch.setattr(multitask, "fit", killed_after_first_epoch(real_fit))
     with pytest.raises(Interrupted):
         run(parse_settings(argv(tiny_dir, files, tmp_path, "split", *extra)))
     monkeypatch.setattr(multitask, "fit", real_fit)
-    run(parse_settings(argv(tiny_dir, files, tmp_path, "split", *extra, "--resume", str(tmp_path / "split.pt"))))
+    resumed = run(parse_settings(argv(tiny_dir, files, tmp_path, "split", *extra, "--resume", str(tmp_path / "split.pt"))))
+    assert len(whole["smart"]) == 2 and resumed["smart"] == whole["smart"]      # the summary: both epochs, as run whole
     a, b = load_checkpoint(tmp_path / "whole.pt")["model"], load_checkpoint(tmp_path / "split.pt")["model"]
     assert set(a) == set(b) and any(k.startswith("smart.momentum/") for k in a)
     for key in a:

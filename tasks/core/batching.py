@@ -11,7 +11,7 @@ each batch is padded from the stored ids (pad; pad_views for commands that pad v
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -165,6 +165,18 @@ def batches(split: Split, batch_size: int, shuffle: bool = False, seed: int = 0,
 def train_batches(split: Split, batch_size: int, seed: int, epoch: int, bucket: bool = False) -> list[dict]:
     """The collated batches of training epoch `epoch`, in the order epoch_order draws from (seed, epoch)."""
     return [collate(split, b) for b in epoch_order(split.lengths, batch_size, seed, epoch, bucket=bucket)]
+
+
+def step_groups(batches: Iterable[dict], k: int) -> Iterator[list[dict]]:
+    """Consecutive runs of k batches (the last one may be shorter): the micro-batches of one optimiser step."""
+    group = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == k:
+            yield group
+            group = []
+    if group:
+        yield group
 
 
 def map_tensors(value, f):

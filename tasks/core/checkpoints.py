@@ -4,7 +4,9 @@ the RNG states it holds, written atomically, read back with weights_only and che
 A checkpoint (written after every epoch) holds the model's state (encoder and head), the optimiser's state, the
 number of finished epochs, the best dev score so far with that epoch's model state, the history, the run
 settings, and the RNG states of python, numpy and torch (CPU and CUDA); also the optimiser step count, the base
-learning rates and the fp16 gradient scaler, and under torchrun every rank's RNG states.
+learning rates and the fp16 gradient scaler, and under torchrun every rank's RNG states. With extension terms on, it
+holds their state() (every rank's under torchrun) and the keys of their per-epoch stats; written within an epoch, the
+RNG states of that epoch's start as well (what the terms' batches() drew from).
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import torch
 import minbert
 
 from .errors import ConfigurationError, MissingFileError, ResumeError
+from .evaluation import replacing
 from .resume import resume_differences
 
 
@@ -69,19 +71,13 @@ def save_checkpoint(path: str | Path, state: dict) -> Path:
     moment leaves either the previous checkpoint or the new one, never half a file."""
     global _saves
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
+    with replacing(path) as tmp:                 # readable as any new file of the run directory (the umask's mode)
+        with open(tmp, "wb") as f:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
         _saves += 1
         maybe_kill(KILL_IN_SAVE, _saves)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
     return path
 
 

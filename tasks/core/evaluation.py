@@ -132,17 +132,25 @@ def write_predictions(path: str | Path, task: str, ids: Sequence[str], values: S
     return write_text(path, text)
 
 
+def new_file_mode() -> int:
+    """The mode open() gives a new file under this process's umask (0o644 under the usual 022)."""
+    umask = os.umask(0o022)                  # read by setting it (os has no getter): 022 meanwhile, never 0
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 @contextmanager
 def replacing(path: str | Path) -> Iterator[Path]:
     """A temporary file beside `path` for the block to write; when the block ends it replaces `path` in one rename
-    (readable by all: mkstemp's files are private), and when the block fails it is removed, `path` left as it was."""
+    (with the mode a new file gets, new_file_mode: mkstemp's files are private), and when the block fails it is
+    removed, `path` left as it was. Every atomic writer of the commands (checkpoints, predictions, zips, figures)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(fd)
     try:
         yield Path(tmp)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, new_file_mode())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

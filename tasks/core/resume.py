@@ -7,9 +7,14 @@ nothing else; the plain flag names of checkpoints written before typed settings 
 
 from __future__ import annotations
 
+import inspect
+import typing
+from pathlib import Path
 from typing import Any
 
 from .settings import NEW, Spec, leaves, spec_of, walk
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class ResumeConfig(dict):
@@ -69,8 +74,9 @@ def resume_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[
     'path: checkpoint X, now Y' per setting that differs; [] when it may. The one resume rule, from the fields alone:
     settings free on resume are not compared, a setting the run predates counts as its `before`, older spellings as
     today's values, a moot setting (`moot_when`) as None; of a checkpoint from before typed settings (flat names)
-    only what it recorded or a `before` covers is asked. A plain dict (no settings class) must agree key for key."""
-    cls = getattr(current, "cls", None)
+    only what it recorded or a `before` covers is asked. A plain dict (no settings class) must agree key for key. A
+    setting the checkpoint lacks that declares no `before` is named as such, with where to declare it."""
+    cls, newer = getattr(current, "cls", None), set()
     if cls is None:
         was, now, asked = dict(stored), dict(current), set(stored) | set(current)
     else:
@@ -80,7 +86,19 @@ def resume_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[
         asked = set(was) if is_flat(stored) else set(was) | set(now)
         asked = {k for k in asked if k not in specs or specs[k].on_resume == "same"}
         was, now = _moot(specs, was, now), _moot(specs, now, now)   # what the checkpoint lacks: as it is now
-    return [f"{k}: checkpoint {was.get(k)!r}, now {now.get(k)!r}" for k in sorted(asked) if was.get(k) != now.get(k)]
+        if all(was.get(k) == now.get(k) for k in asked if k not in specs):    # the same command ('command': ...)
+            newer = {k for k in asked if k not in was and k in specs and specs[k].before is NEW}   # no `before`
+    return [f"{k}: the run predates this setting (now {now.get(k)!r}): declare before=VALUE, what runs ran with before "
+            f"it existed, in its setting(...) ({_declared_in(cls, k)})" if k in newer else
+            f"{k}: checkpoint {was.get(k)!r}, now {now.get(k)!r}" for k in sorted(asked) if was.get(k) != now.get(k)]
+
+
+def _declared_in(cls: type, path: str) -> str:
+    """Where the setting at a dotted path is declared: its class and file (from the repository's root, inside it)."""
+    for name in path.split(".")[:-1]:
+        cls = typing.get_type_hints(cls)[name]                         # the section
+    file = Path(inspect.getsourcefile(cls) or "?").resolve()
+    return f"class {cls.__name__} in {file.relative_to(ROOT) if file.is_relative_to(ROOT) else file}"
 
 
 def _moot(specs: dict[str, Spec], values: dict[str, Any], otherwise: dict[str, Any]) -> dict[str, Any]:

@@ -20,8 +20,15 @@ An Extension's hooks, each a no-op unless overridden:
     batches(inner)          the epoch's batches the loop takes (PCGrad: rounds of one batch per task)
     after_step(model)       after each optimiser step (SMART's momentum copy)
     epoch_stats(means)      the epoch's logged means -> what its record shows; describe(stats) -> the log line
+    state(), load_state()   what the term carries on (its log's running sums; more if it keeps any), in every checkpoint
 Whatever a term logs with self.log.add(key, value) is averaged over the epoch and joins the epoch's record (the
 curves, the progress line, the run's history and summary), so that its effect is visible and can be checked non-zero.
+
+A resume gives a term back its state() of the checkpoint before the first epoch it trains, and batches() sees the
+RNG states as they were at the start of the epoch, resumed within it or not (tasks/core/train.py). Weights a term
+keeps go in the model, as a module under the term's name (SMART's model.smart), so that the checkpoint holds them
+and prediction, which builds the model without the terms, leaves them out (without_term_weights); trainable ones go
+in Context.params too.
 """
 
 from __future__ import annotations
@@ -39,7 +46,8 @@ from .distributed import is_main_process
 
 @dataclass
 class Context:
-    """What a term's build() may use: the model, the parameters the optimiser trains, the device, all settings."""
+    """What a term's build() may use: the model (a module added to it is saved with it), the list of parameters the
+    optimiser will train (append a new trainable parameter to it), the device, all the command's settings."""
 
     model: nn.Module
     params: list[nn.Parameter]
@@ -88,10 +96,12 @@ class Extension:
         return ", ".join(f"{k} {v:.3e}" for k, v in stats.items())
 
     def state(self) -> dict:
-        """The epoch's running sums, for a checkpoint written within an epoch."""
+        """What every checkpoint keeps of the term (tensors and plain values): the epoch's running sums of its log; a
+        term that carries more from step to step or epoch to epoch (weights from the last epoch's losses) adds it."""
         return {"sums": self.log.sums, "counts": self.log.counts}
 
     def load_state(self, state: dict) -> None:
+        """Take back what state() gave, on a resume."""
         self.log.sums, self.log.counts = dict(state["sums"]), dict(state["counts"])
 
 
@@ -131,7 +141,7 @@ class TermSet:
         self.active = list(active)
         for _, ext in self.active:
             ext.log = TermLog()
-        self.epochs: dict[str, list[dict]] = {}          # section -> the epochs this process trained: the stats
+        self.keys: dict[str, list[str]] = {}            # section -> the keys its stats have shown (in every checkpoint)
 
     def loss(self, fwd: Any, base: Callable[[Any], torch.Tensor]) -> torch.Tensor:
         """The batch's loss: base(fwd) (the task's loss) wrapped by every term in turn."""
@@ -163,22 +173,42 @@ class TermSet:
                 merged.update(stats)
                 lines.append(ext.describe(stats))
         for section, (stats, lines) in by_section.items():
-            self.epochs.setdefault(section, []).append(stats)
+            keys = self.keys.setdefault(section, [])
+            keys += [k for k in stats if k not in keys]
             if is_main_process():
                 print(f"  {section}: " + "; ".join(lines), file=sys.stderr)
         return {k: v for stats, _ in by_section.values() for k, v in stats.items()}
 
+    def summary(self, history: list[dict]) -> dict[str, list[dict]]:
+        """Per section, each epoch's stats, from the run's whole history (the epochs before a resume too)."""
+        out = {}
+        for section, keys in self.keys.items():
+            epochs = [{k: v for k, v in record.items() if k in keys} for record in history]
+            out[section] = [stats for stats in epochs if stats]
+        return out
+
     def state(self) -> dict:
         return {term.name: ext.state() for term, ext in self.active}
 
-    def load_state(self, state: dict) -> None:
+    def load_state(self, state: dict, keys: dict[str, list[str]]) -> None:
+        """The terms' state() and the sections' keys of a checkpoint."""
         for term, ext in self.active:
             if term.name in state:
                 ext.load_state(state[term.name])
+        for section, known in keys.items():
+            mine = self.keys.setdefault(section, [])
+            mine += [k for k in known if k not in mine]
 
 
 def _wrapped(ext: Extension, inner: Callable[[Any], torch.Tensor]) -> Callable[[Any], torch.Tensor]:
     return lambda fwd: ext.loss(fwd, inner)
+
+
+def without_term_weights(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
+    """A checkpoint's model state less the weights a registered term kept in the model under its name (SMART's theta~,
+    smart.*), which `model`, built without the terms (for prediction), does not have."""
+    names, own = {t.name for terms in TERMS.values() for t in terms}, model.state_dict().keys()
+    return {k: v for k, v in state.items() if k in own or k.split(".", 1)[0] not in names}
 
 
 def build_terms(command: str, settings: Any, context: Context) -> TermSet:

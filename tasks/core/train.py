@@ -22,7 +22,9 @@ multiple of PAD_MULTIPLE, recipe.cuda_graphs replays each padded shape's whole s
 (tasks/core/graphs.py), and options.attention_kernel picks the attention kernel torch tries first.
 
 Each epoch's batch order is drawn from (seed, epoch) alone, so restoring the RNG states, the optimiser and the
-step count is enough to continue exactly where an uninterrupted run would be.
+step count is enough to continue exactly where an uninterrupted run would be. A term's batches() may draw from the
+global RNGs: a resume within an epoch calls it from their states at the epoch's start (the checkpoint keeps them), takes
+the batches done again without training, then restores the checkpoint's. Every checkpoint keeps the terms' state().
 
 fit(work, recipe, options, terms) takes what trains (Work), the recipe (tasks/core/recipe.py), the run's options
 (FitOptions) and its extension terms (tasks/core/loop.py) and reads top to bottom as: check the settings, restore
@@ -47,7 +49,7 @@ from torch import nn
 from tqdm import tqdm
 
 from . import distributed as dp
-from .batching import pad_lengths, to_device
+from .batching import pad_lengths, step_groups, to_device
 from .checkpoints import (
     CHECKPOINT_KEYS,
     KILL_AT_STEP,
@@ -80,18 +82,6 @@ def seed_everything(seed: int) -> None:
 def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """A copy of the model's state dict on the CPU (for keeping the best epoch)."""
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-
-
-def _groups(batches: Iterable[dict], k: int) -> Iterable[list[dict]]:
-    """Consecutive runs of k batches (the last one may be shorter): the micro-batches of one optimiser step."""
-    group = []
-    for batch in batches:
-        group.append(batch)
-        if len(group) == k:
-            yield group
-            group = []
-    if group:
-        yield group
 
 
 def fit(work: Work, recipe: Recipe, options: FitOptions, terms: TermSet | None = None) -> FitResult:
@@ -167,6 +157,7 @@ class _Loop:
         self.total: int | None = None                # optimiser steps of the whole run, once known
         self.unfreeze_at: list[int] | None = None    # per parameter of self.params: its first optimiser step
         self.curve: Curves | None = None
+        self.epoch_rng: dict | None = None          # the RNG states at the epoch's start (batches() drew from them)
 
     def restore(self, resume: str | Path) -> None:
         """The state of a checkpoint: model, optimiser, epochs done, best epoch, history, steps, RNG states."""
@@ -181,6 +172,8 @@ class _Loop:
         self.within = places[self.me] if places and len(places) == self.world else state.get("within_epoch")
         if self.scaler.is_enabled() and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
+        terms = state.get("terms_ranks") or [state.get("terms", (self.within or {}).get("terms", {}))]  # older: within's
+        self.terms.load_state(terms[self.me] if len(terms) == self.world else terms[0], state.get("term_keys", {}))
         rngs = state.get("rng_ranks") or [state["rng"]]
         if len(rngs) != self.world:
             self.say(f"{resume} was written by {len(rngs)} process(es), now {self.world}: dropout draws other random "
@@ -196,20 +189,23 @@ class _Loop:
         self.model.train()
         t0, sums = time.perf_counter(), {"total": 0.0, "n": 0, "shown": [0.0, 0]}
         per_task: dict[str, list[float]] = {}  # task -> [loss sum, batches]
+        within, self.within, resumed_rng = self.within, None, None
+        if within is not None and "epoch_rng" in within:   # the RNG states batches() saw before the interruption
+            resumed_rng = rng_state()
+            set_rng_state(within["epoch_rng"])
+        self.epoch_rng = rng_state()                 # a read: the run draws nothing more or less for it
         batches = self.work.batches(epoch)
         self._schedule(batches, epochs)
         bar = tqdm(desc=f"{self.unit} {epoch + 1}/{epochs}", disable=not (self.progress and self.main), leave=False,
                    total=len(batches) if hasattr(batches, "__len__") else None)
         done = 0                                     # optimiser steps of this epoch a mid-epoch checkpoint took
-        if self.within is not None:                  # resumed from one: its sums, then skip what it had done
-            done, sums, per_task = self.within["groups"], self.within["sums"], self.within["per_task"]
-            t0 -= self.within["seconds"]
-            self.terms.load_state(self.within.get("terms", {}))
-            self.within = None
+        if within is not None:                       # resumed from one: its sums, then skip what it had done
+            done, sums, per_task = within["groups"], within["sums"], within["per_task"]
+            t0 -= within["seconds"]
         if self.graphs is not None:
             self.graphs.ready()
         with self.graphs.on_stream() if self.graphs is not None else nullcontext():
-            self._steps(epoch, batches, done, t0, sums, per_task, bar)
+            self._steps(epoch, batches, done, t0, sums, per_task, bar, resumed_rng)
         self._read(checkpoint, sums, per_task, bar)    # the epoch's last losses (on a GPU: waits for its last step)
         bar.close()
         if self.graphs is not None:
@@ -222,12 +218,16 @@ class _Loop:
             total = total_sum / max(sums["n"], 1)
         return total, per_task, time.perf_counter() - t0
 
-    def _steps(self, epoch: int, batches, done: int, t0: float, sums: dict, per_task: dict, bar: tqdm) -> None:
-        """The epoch's optimiser steps from the `done`-th on, with the reads, hooks and mid-epoch checkpoints."""
+    def _steps(self, epoch: int, batches, done: int, t0: float, sums: dict, per_task: dict, bar: tqdm,
+               resumed_rng: dict | None = None) -> None:
+        """The epoch's optimiser steps from the `done`-th on, with the reads, hooks and mid-epoch checkpoints; after
+        the `done` skipped, before the next is taken, the checkpoint's RNG states (`resumed_rng`) come back."""
         checkpoint, post_step = self.options.checkpoint, self.work.post_step
-        for i, group in enumerate(_groups(batches, self.recipe.grad_accum)):
+        for i, group in enumerate(step_groups(batches, self.recipe.grad_accum)):
             if i < done:                             # the same batches as before the interruption: already taken
                 bar.update(len(group))
+                if i + 1 == done and resumed_rng is not None:
+                    set_rng_state(resumed_rng)
                 continue
             graphed = self.graphs is not None          # forward, backward and update in one (a graph's replay)
             self.reads.add(self.step, epoch, self._graphed(group[0], bar) if graphed else self._accumulate(group, bar))
@@ -243,9 +243,8 @@ class _Loop:
             every = self.options.save_every
             if every and self.step % every == 0 and checkpoint is not None:
                 self._read(checkpoint, sums, per_task, bar)
-                self.save(epoch, within={
-                    "groups": i + 1, "sums": sums, "per_task": per_task, "seconds": time.perf_counter() - t0,
-                    "terms": self.terms.state()})
+                self.save(epoch, within={"groups": i + 1, "sums": sums, "per_task": per_task,
+                                         "seconds": time.perf_counter() - t0, "epoch_rng": self.epoch_rng})
             maybe_kill(KILL_AT_STEP, self.step)
 
     def _schedule(self, batches: Iterable[dict], epochs: int) -> None:
@@ -388,6 +387,7 @@ class _Loop:
         """The checkpoint after `epoch`, or within it after `within["groups"]` optimiser steps (rank 0 writes it,
         holding every rank's RNG state and, within an epoch, every rank's loss sums)."""
         rngs = dp.all_gather(rng_state()) if self.parallel else [rng_state()]
+        terms = (dp.all_gather(self.terms.state()) if self.parallel else [self.terms.state()]) if self.terms.active else []
         places = (dp.all_gather(within) if self.parallel else [within]) if within is not None else None
         if self.main:
             if places is not None and self.curve is not None:
@@ -400,6 +400,8 @@ class _Loop:
                 "best_state": self.best.best_state, "history": self.history, "rng": rngs[0], "config": dict(self.options.config),
                 "optimizer_steps": self.step, "base_lrs": self.base_lrs, "scaler": self.scaler.state_dict(),
                 **({"rng_ranks": rngs} if self.parallel else {}),
+                **({"terms": terms[0], "term_keys": self.terms.keys} if terms else {}),
+                **({"terms_ranks": terms} if terms and self.parallel else {}),
             })
         if self.parallel:
             dp.barrier()  # the epoch ends when its checkpoint is on disk, for every rank

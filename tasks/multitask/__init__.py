@@ -207,7 +207,7 @@ def run(settings: Settings) -> dict:
     summary: dict = {"tasks": tasks, "best_epoch": result.best_epoch, f"dev_{metric}": result.best_score,
                      "history": result.history, "checkpoint": str(paths.checkpoint), "run_dir": str(paths.dir),
                      "trainable": sum(p.numel() for p in params), "dev": {}, "test": {}}
-    summary |= terms.epochs  # per section, per epoch this process trained: what its terms logged (R_s, ...)
+    summary |= terms.summary(result.history)  # per section, per epoch (before a resume too): what its terms logged
     # The best epoch's dev predictions, made with the weights just loaded, unless it was evaluated before a resume.
     k = result.best_epoch - 1 - (len(result.history) - len(evaluated))
     write_outputs(settings, paths, model, result, dev, test, evaluated[k] if 0 <= k < len(evaluated) else {},

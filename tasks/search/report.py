@@ -12,8 +12,6 @@ import csv
 import io
 import json
 import math
-import os
-import tempfile
 import warnings
 from collections import Counter
 from datetime import datetime
@@ -21,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import UserError
-from ..core.evaluation import write_text
+from ..core.evaluation import replacing, write_text
 from ..core.runs import RUN_FILE, read_run_json
 
 FIXED_COLUMNS = ("number", "state", "value")
@@ -106,15 +104,9 @@ def best_settings(best: Any) -> dict:
 def _save(fig: Any, path: Path) -> None:
     """A figure as a PNG, atomically."""
     import matplotlib.pyplot as plt
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        with replacing(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
     finally:
         plt.close(fig)
 
