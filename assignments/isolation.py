@@ -40,23 +40,31 @@ def _limit_memory() -> None:
 
 
 def usable_cpus(cgroup_fs: Path = Path("/sys/fs/cgroup"), self_cgroup: Path = Path("/proc/self/cgroup")) -> int:
-    """The CPUs this process may use: its affinity mask, capped by the cgroup v2 quota of its cgroup and those above
-    it (cpu.max, ceil(quota / period)); os.cpu_count() is the host's, in a container too."""
+    """The CPUs this process may use: its affinity mask, capped by the CPU quota of its cgroup and those above it
+    (cgroup v2's cpu.max, v1's cpu.cfs_quota_us over cpu.cfs_period_us; ceil(quota / period)); os.cpu_count() is
+    the host's, in a container too."""
     count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     try:
-        own = next(line[3:].strip() for line in self_cgroup.read_text().splitlines() if line.startswith("0::"))
-    except (OSError, StopIteration):
-        return max(1, count)                     # not Linux, or no cgroup v2: the affinity mask alone
-    folder = cgroup_fs / own.lstrip("/")
-    for d in (folder, *folder.parents):
-        try:
-            quota, period = (d / "cpu.max").read_text().split()[:2]
-            if quota != "max":
-                count = min(count, math.ceil(int(quota) / int(period)))
-        except (OSError, ValueError, ZeroDivisionError):   # no file here (the root has none), or not two numbers
-            pass
-        if d == cgroup_fs:
-            break
+        lines = [line.split(":", 2) for line in self_cgroup.read_text().splitlines() if line.count(":") >= 2]
+    except OSError:
+        return max(1, count)                     # not Linux: the affinity mask alone
+    for _, controllers, own in lines:
+        if controllers == "":                                      # v2: one hierarchy, cpu.max
+            top, files = cgroup_fs, ("cpu.max",)
+        elif "cpu" in controllers.split(","):                      # v1: the cpu controller's own hierarchy
+            top, files = cgroup_fs / controllers, ("cpu.cfs_quota_us", "cpu.cfs_period_us")
+        else:
+            continue
+        folder = top / own.lstrip("/")
+        for d in (folder, *folder.parents):
+            try:
+                quota, period = " ".join((d / f).read_text() for f in files).split()[:2]
+                if quota not in ("max", "-1"):
+                    count = min(count, math.ceil(int(quota) / int(period)))
+            except (OSError, ValueError, ZeroDivisionError):   # no file here (a root has none), or not two numbers
+                pass
+            if d == top or top not in d.parents:
+                break
     return max(1, count)
 
 

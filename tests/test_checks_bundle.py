@@ -125,6 +125,16 @@ def test_usable_cpus_is_the_affinity_mask_capped_by_the_cgroup_quota(tmp_path: P
     (cgroups / "gs" / "cpu.max").write_text("800000 100000\n")
     (cgroups / "gs" / "job" / "cpu.max").write_text("garbage\n")
     assert usable_cpus(cgroups, own) == 1                          # pinned to one CPU under an 8-CPU quota
+    # cgroup v1 (this Docker's kind of machine): the cpu controller's hierarchy, its quota in microseconds
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    v1, own1 = tmp_path / "v1", tmp_path / "self-cgroup-v1"
+    (v1 / "cpu,cpuacct" / "docker" / "abc").mkdir(parents=True)
+    own1.write_text("4:memory:/docker/abc\n2:cpu,cpuacct:/docker/abc\n0::/\n")
+    (v1 / "cpu,cpuacct" / "docker" / "abc" / "cpu.cfs_quota_us").write_text("-1\n")
+    (v1 / "cpu,cpuacct" / "docker" / "abc" / "cpu.cfs_period_us").write_text("100000\n")
+    assert usable_cpus(v1, own1) == 8                              # -1: no quota
+    (v1 / "cpu,cpuacct" / "docker" / "abc" / "cpu.cfs_quota_us").write_text("250000\n")
+    assert usable_cpus(v1, own1) == 3                              # 2.5 CPUs, rounded up
 
 
 class _Stop(Exception):
