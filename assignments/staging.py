@@ -14,22 +14,26 @@ from .make import ROOT, generate, stubbed_files
 from .profiles import DEFAULT_PROFILE
 
 SKIP_DIRS = ("__MACOSX", "__pycache__", ".git", ".venv")
+MAX_SOURCE = 256 * 1024    # bytes a graded file may have (the reference's largest is ~22 KB): compiling a bigger one
+                           # could take the grader's memory (about 400 MiB a MiB of source), and it is never real work
 
 
 def find_submitted(submission: Path, rel: Path, depth: int = 2) -> Path | None:
     """The submitted copy of rel: at rel or by its bare name, in submission or up to `depth` folders down.
 
     Zipping a folder puts every file one folder down (my-minbert/minbert/model.py), as Gradescope unpacks it.
-    The shallowest match wins; a full path beats a bare name at the same depth.
+    The shallowest match wins; a full path beats a bare name at the same depth. A link is never followed (a link
+    to the reference's own file would be graded as the student's): a linked file or folder is as good as absent.
     """
     level = [submission]
     for _ in range(depth + 1):
         for base in level:
-            for cand in (base / rel, base / rel.name):
-                if cand.is_file():
+            for cand, inner in ((base / rel, rel.parts[:-1]), (base / rel.name, ())):
+                hops = [cand, *(base.joinpath(*inner[:i + 1]) for i in range(len(inner)))]   # rel's folders too
+                if cand.is_file() and not any(h.is_symlink() for h in hops):
                     return cand
         level = sorted(d for base in level for d in base.iterdir()
-                       if d.is_dir() and d.name not in SKIP_DIRS and not d.name.startswith("."))
+                       if d.is_dir() and not d.is_symlink() and d.name not in SKIP_DIRS and not d.name.startswith("."))
     return None
 
 
@@ -73,8 +77,10 @@ def stage(submission: Path, staging: Path, files: list[str] | None = None, profi
             staged.notes.append(f"{rel}: not in the submission; graded as the unfilled stub")
             staged.missing.add(rel.as_posix())
             continue
-        source = found.read_bytes()                 # read once: the bytes compiled are the bytes laid
-        problem = parse_error(source, rel.as_posix())
+        size = found.stat().st_size
+        source = found.read_bytes() if size <= MAX_SOURCE else b""   # read once: the bytes compiled are those laid
+        problem = parse_error(source, rel.as_posix()) if size <= MAX_SOURCE else \
+            f"{rel}: {size:,} bytes, over the {MAX_SOURCE:,} a graded file may have: not read"
         if problem is not None:
             staged.unparsed[rel.as_posix()] = problem
             staged.notes.append(f"{problem} (from {found.relative_to(submission)}); the parts that grade it score 0, "

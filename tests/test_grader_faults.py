@@ -92,3 +92,30 @@ def test_as_root_a_user_who_cannot_run_this_python_is_refused_not_replaced_by_ro
     res = grade(sub, parts=["adamw"], as_user="none")                       # said: the code runs as root (as root)
     assert [(r["part"], r["status"]) for r in res["parts"]] == [("adamw", "pass")]
     assert untrusted.student_account("none") is None
+
+
+def test_a_link_is_never_graded_and_a_huge_file_is_never_read(tmp_path: Path) -> None:
+    """A link to the reference's own optim.py (or to its folder) would score the reference's points; a 60 MB
+    model.py would take the grader's memory to compile. Neither is graded: the linked file is absent, the huge one
+    costs its own parts, and the other parts run."""
+    from assignments.staging import MAX_SOURCE, find_submitted
+    linked = tmp_path / "linked"
+    (linked / "minbert").mkdir(parents=True)
+    (linked / "minbert" / "optim.py").symlink_to(ROOT / "minbert" / "optim.py")
+    (linked / "optim.py").symlink_to(ROOT / "minbert" / "optim.py")
+    (linked / "tasks").symlink_to(ROOT / "tasks", target_is_directory=True)
+    (linked / "deeper").symlink_to(ROOT, target_is_directory=True)
+    for rel in ("minbert/optim.py", "tasks/classifier.py", "minbert/model.py"):
+        assert find_submitted(linked, Path(rel)) is None, rel
+    res = grade(linked, parts=["adamw"], as_user=grading_user())
+    assert res["score"] == 0 and "not in the submission" in res["tests"][0]["output"]
+
+    big = submission_with(tmp_path / "big", {})
+    (big / "minbert" / "model.py").write_bytes(b"x = 1\n" * (MAX_SOURCE // 6 + 1))
+    res = grade(big, parts=["attention", "adamw"], as_user=grading_user())
+    parts = {r["part"]: r for r in res["parts"]}
+    assert parts["adamw"]["status"] == "pass"
+    assert parts["attention"]["status"] == "error" and parts["attention"]["message"] == (
+        f"minbert/model.py: {MAX_SOURCE // 6 * 6 + 6:,} bytes, over the {MAX_SOURCE:,} a graded file may have: not read")
+    guide = " ".join((ROOT / "assignments" / "INSTRUCTORS.md").read_text().split())
+    assert f"so is a file over {MAX_SOURCE // 1024} KiB (not even read" in guide and "A link is never followed" in guide
