@@ -2,8 +2,9 @@
 next run, so that a CSV never mixes grades made with other options.
 
 The record holds grade()'s options that change a score or what a row says: the groups and parts, the profile, the
-time limit per part, --hide-hints, a hash of the grading seed (never the seed itself) and the reference's commit
-(assignments/provenance.py); not --jobs nor --as-user. A run with the options of the record grades only what is new
+time limit per part, --hide-hints, a hash of the grading seed (never the seed itself), the reference's commit
+(assignments/provenance.py) and a hash of the code it grades with (its minbert/, tasks/ and assignments/ files as they
+are on disk: an uncommitted change to a check or to the reference changes it); not --jobs nor --as-user. A run with the options of the record grades only what is new
 or changed; a run with other options is refused, naming what changed, unless --regrade (then the CSV starts again).
 """
 
@@ -17,7 +18,19 @@ from pathlib import Path
 
 from tasks.core.evaluation import write_text
 
-RECORDED = ("groups", "parts", "profile", "timeout", "hide_hints", "seed_sha256", "reference_commit")
+RECORDED = ("groups", "parts", "profile", "timeout", "hide_hints", "seed_sha256", "reference_commit", "code_sha256")
+CODE_DIRS = ("minbert", "tasks", "assignments")
+
+
+def code_digest(root: Path) -> str:
+    """A short sha256 of the grading code as it is on disk: every file under root's CODE_DIRS (caches left out), by
+    path; the student tree's files are generated from these, and the checks and fixtures are among them."""
+    h = hashlib.sha256()
+    for path in sorted(p for d in CODE_DIRS for p in (root / d).rglob("*")
+                       if p.is_file() and "__pycache__" not in p.parts):
+        h.update(f"{path.relative_to(root).as_posix()}\0{path.stat().st_size}\0".encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def options_path(csv_path: Path) -> Path:
@@ -43,7 +56,7 @@ def record_of(grade_kwargs: dict) -> dict:
         seed = read_seed(env, "MINBERT_GRADING_SEED")        # what grade() will draw the inputs from
     return {"groups": sorted(given["groups"]), "parts": sorted(given["parts"]) if given["parts"] else None,
             "profile": given["profile"], "timeout": float(given["timeout"]), "hide_hints": bool(given["hide_hints"]),
-            "seed_sha256": seed_digest(seed), "reference_commit": reference_commit(ROOT)}
+            "seed_sha256": seed_digest(seed), "reference_commit": reference_commit(ROOT), "code_sha256": code_digest(ROOT)}
 
 
 def read_record(path: Path) -> dict | None:
@@ -90,7 +103,8 @@ def changes(old: dict, new: dict) -> list[str]:
                         f"the grading seed ({'none' if not old.get(key) else 'one'} before, "
                         f"{'none' if not new.get(key) else 'one'} now)")
         else:
-            name = {"hide_hints": "--hide-hints", "reference_commit": "the reference commit"}.get(key, f"--{key}")
+            name = {"hide_hints": "--hide-hints", "reference_commit": "the reference commit",
+                    "code_sha256": "the grading code (its files' hash)"}.get(key, f"--{key}")
             said.append(f"{name} {_said(key, old.get(key))} -> {_said(key, new.get(key))}")
     return said
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_grade_batch import fake_grade, read_rows, uploads
 
-from assignments import batch, provenance
+from assignments import batch, batch_options, provenance
 from assignments.batch import grade_batch
 from assignments.batch_options import options_path
 from assignments.grade import main as grade_main
@@ -87,6 +87,11 @@ def test_a_csv_with_no_record_of_its_options_is_refused_unless_regrade(tmp_path:
     assert len(grade_batch(subs, out, grade_fn=fake_grade(), seed=SEED, regrade=True)) == 6
     monkeypatch.setattr(provenance, "reference_commit", lambda root: "f00d")      # the reference has moved on
     with pytest.raises(ValueError, match="the reference commit [0-9a-f]{40} -> f00d"):
+        grade_batch(subs, out, grade_fn=fake_grade(), seed=SEED)
+    monkeypatch.undo()
+    assert len(grade_batch(subs, out, grade_fn=fake_grade(), seed=SEED)) == 6     # as recorded: nothing new
+    monkeypatch.setattr(batch_options, "code_digest", lambda root: "0" * 16)      # a check edited, not committed
+    with pytest.raises(ValueError, match=r"the grading code \(its files' hash\) [0-9a-f]{16} -> 0{16}"):
         grade_batch(subs, out, grade_fn=fake_grade(), seed=SEED)
 
 
