@@ -172,9 +172,12 @@ class _Reader:
         if indent == self.items and _dash(body):
             self.current.append(Submitter())
             rest = body[1:].lstrip(" ")
-            self.keys_at = indent + len(body) - len(rest)
+            self.keys_at = indent + len(body) - len(rest) if rest else None    # a bare '-': the next line's column
             if rest:
                 self.field(rest)
+        elif self.keys_at is None and indent > self.items:                  # the first key after a bare '-'
+            self.keys_at = indent
+            self.field(body)
         elif self.keys_at is None or indent < self.keys_at:
             raise ValueError(f"expected a submitter's key (':name:', ':email:', ':sid:') at column {self.keys_at}, "
                              f"got {body!r}")

@@ -94,6 +94,19 @@ def test_the_reader_agrees_with_a_yaml_parser_where_there_is_one(tmp_path: Path)
     assert read_metadata(tmp_path / "m.yml") == theirs
 
 
+def test_a_submitter_written_as_a_bare_dash_keeps_its_keys(tmp_path: Path) -> None:
+    """YAML's other list layout: '-' alone on its line, the submitter's keys below it at any deeper column."""
+    text = ("submission_7:\n  :submitters:\n  -\n    :name: Dan Bare\n    :sid: '07'\n  - :name: Eve\n"
+            "  -\n      :email: f@example.edu\n      :name: Fay\n  :score: 1.0\n")
+    (tmp_path / "m.yml").write_text(text)
+    assert read_metadata(tmp_path / "m.yml") == {"submission_7": [
+        Submitter("Dan Bare", "", "07"), Submitter("Eve", "", ""), Submitter("Fay", "f@example.edu", "")]}
+    yaml = pytest.importorskip("yaml")
+    theirs = [Submitter(*(str(s.get(k, "")) for k in (":name", ":email", ":sid")))
+              for s in yaml.safe_load(text)["submission_7"][":submitters"]]
+    assert read_metadata(tmp_path / "m.yml")["submission_7"] == theirs
+
+
 @pytest.mark.parametrize("text, line, says", [
     ("submission_1:\n  :submitters:\n  - :name: 'Ada\n", 3, "a quoted value that does not end on its line"),
     ("submission_1: 5\n", 1, "expected a submission's name and a colon"),
