@@ -22,6 +22,7 @@ import argparse
 import csv
 import io
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,18 @@ from .boards import BOARDS, NAMES, Board
 from .export import COLUMNS as STUDENTS
 from .export import cells_for, students
 from .leaderboard import Settings, chosen_settings, read_settings
-from .standing import GoldError, GoldSplit, Standing, load_dev, load_gold, read_salt, score_upload, split_gold
+from .standing import (
+    GOLD_NAMES,
+    GoldError,
+    GoldSplit,
+    Standing,
+    gold_path,
+    load_dev,
+    load_gold,
+    read_salt,
+    score_upload,
+    split_gold,
+)
 
 PROBLEMS_SHOWN = 3
 SKIPPED = ("__MACOSX",)
@@ -153,6 +165,20 @@ def board_settings(path: str | None, profile: str | None, private_fraction: floa
     return chosen_settings(path, profile=profile, private_fraction=private_fraction)
 
 
+def same_as_bundle(bundle: str, salt_file: str, gold_dir: str, board: Board) -> None:
+    """GoldError unless the salt and the gold files are the ones the leaderboard bundle (a zip) holds."""
+    with zipfile.ZipFile(bundle) as z:
+        names = set(z.namelist())
+        if "leaderboard/salt" in names and z.read("leaderboard/salt").decode().strip() != read_salt(salt_file):
+            raise GoldError(f"--salt-file {salt_file} is not the salt of {bundle}: another salt splits the test set "
+                            "otherwise than the leaderboard; give the bundle's")
+        for task in board.tasks:
+            member = f"leaderboard/gold/{GOLD_NAMES[task][0]}"
+            if member in names and z.read(member) != gold_path(gold_dir, task).read_bytes():
+                raise GoldError(f"{gold_path(gold_dir, task)} is not the gold of {bundle} ({member}); give the "
+                                "bundle's gold folder")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m assignments.scoreboard", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -177,6 +203,12 @@ def main(argv: list[str] | None = None) -> int:
             raise GoldError(f"{args.submissions}: not a folder of uploads")
         settings = board_settings(args.settings, args.profile, args.private_fraction)
         board = settings.board
+        if args.settings and zipfile.is_zipfile(args.settings):
+            same_as_bundle(args.settings, args.salt_file, args.gold, board)
+        elif not args.settings:
+            print(f"note: no --settings: the board is {settings.profile}'s with private fraction "
+                  f"{settings.private_fraction:g}; give the leaderboard bundle to be sure they are the leaderboard's",
+                  file=sys.stderr)
         tests = split_gold(load_gold(args.gold, args.data_dir, board), read_salt(args.salt_file),
                            settings.private_fraction, board)
         dev = load_dev(args.data_dir, board) if args.data_dir else None

@@ -149,6 +149,22 @@ def test_the_scoreboard_takes_the_bundles_board_and_the_builder_checks_the_sst_g
     assert capsys.readouterr().err == (f"error: --profile full differs from part1 in {lb['bundle']}, the "
                                        "leaderboard's: leave --profile out to use the bundle's\n")
     assert not (tmp_path / "x.csv").exists()
+    other = tmp_path / "other-salt"
+    other.write_text("f" * 64 + "\n")
+    assert scoreboard.main([*common[:4], str(other), *common[-2:], "--settings", str(lb["bundle"]), "--csv",
+                            str(tmp_path / "x.csv"), "--md", str(tmp_path / "x.md")]) == 2
+    assert capsys.readouterr().err == (f"error: --salt-file {other} is not the salt of {lb['bundle']}: another salt "
+                                       "splits the test set otherwise than the leaderboard; give the bundle's\n")
+    wrong = shutil.copytree(lb["gold_dir"], tmp_path / "wrong-gold")
+    head, first, *rest = (wrong / "ids-sst-test.csv").read_text().splitlines(keepends=True)
+    label = first.rstrip("\n").rsplit("\t", 1)
+    (wrong / "ids-sst-test.csv").write_text("".join([head, f"{label[0]}\t{(int(label[1]) + 1) % 5}\n", *rest]))
+    assert scoreboard.main([common[0], "--gold", str(wrong), *common[3:], "--settings", str(lb["bundle"]), "--csv",
+                            str(tmp_path / "x.csv"), "--md", str(tmp_path / "x.md")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {wrong / 'ids-sst-test.csv'} is not the gold of ")
+    assert scoreboard.main([*common, "--profile", "part1", "--csv", str(tmp_path / "x.csv"), "--md",
+                            str(tmp_path / "x.md")]) == 0
+    assert "note: no --settings: the board is part1's with private fraction 0.5" in capsys.readouterr().err
 
     short = shutil.copytree(lb["gold_dir"], tmp_path / "short")
     lines = (short / "ids-sst-test.csv").read_text().splitlines(keepends=True)
