@@ -33,7 +33,7 @@ from minbert.rdrop import output_divergence, rdrop_loss, symmetric_kl
 from tasks import multitask, predict
 from tasks.core import train
 from tasks.core.checkpoints import KILL_AT_STEP, check_config, load_checkpoint, save_checkpoint
-from tasks.core.errors import ResumeError
+from tasks.core.errors import ConfigurationError, ResumeError
 from tasks.core.evaluation import write_text
 from tasks.core.resume import resume_config
 from tasks.core.settings import section, setting
@@ -178,7 +178,7 @@ class Balance(Extension):
 
 class Shuffled(Sequence):
     """The epoch's batches in an order drawn from torch's global RNG when batches() is called, and one more draw each
-    time a batch is taken (a term that samples as it goes)."""
+    time a batch is taken (thrown away: nothing of it is kept)."""
 
     def __init__(self, inner: Sequence) -> None:
         self.inner, self.order = inner, torch.randperm(len(inner)).tolist()
@@ -193,8 +193,31 @@ class Shuffled(Sequence):
 
 
 class Shuffle(Extension):
-    def batches(self, inner: Sequence) -> Sequence:
+    def batches(self, inner: Sequence, generator: torch.Generator) -> Sequence:
         return Shuffled(inner)
+
+
+class Pooled(Sequence):
+    """The epoch's batches drawn without replacement as they are read, from the generator batches() is given (a term
+    that samples as it goes and keeps what it drew: each draw depends on the ones before)."""
+
+    def __init__(self, inner: Sequence, generator: torch.Generator) -> None:
+        self.inner, self.pool, self.generator, self.read = inner, list(range(len(inner))), generator, 0
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, i: int) -> dict:
+        if i >= len(self.inner):
+            raise IndexError(i)
+        assert i == self.read, "read in order, once"
+        self.read += 1
+        return self.inner[self.pool.pop(int(torch.randint(len(self.pool), (1,), generator=self.generator)))]
+
+
+class Pool(Extension):
+    def batches(self, inner: Sequence, generator: torch.Generator) -> Sequence:
+        return Pooled(inner, generator)
 
 
 class Uncertainty(Extension):
@@ -259,10 +282,12 @@ def test_a_term_that_keeps_state_across_epochs_resumes_to_the_uninterrupted_run(
             assert now.get("result", now)["rdrop"] == was.get("result", was)["rdrop"], (name, file)
 
 
-def test_a_term_whose_batches_draw_from_the_global_rng_resumes_within_an_epoch_bit_for_bit(tiny_dir, multitask_files,
-                                                                                          tmp_path, monkeypatch):
-    """batches() sees the RNG as at the epoch's start on a resume too, and the steps the RNG of the checkpoint."""
-    with_term(monkeypatch, "shuffle", lambda context: Shuffle())
+@pytest.mark.parametrize("term", [Shuffle, Pool], ids=["global-rng-when-called", "its-generator-as-read"])
+def test_a_term_whose_batches_draw_random_numbers_resumes_within_an_epoch_bit_for_bit(term, tiny_dir, multitask_files,
+                                                                                    tmp_path, monkeypatch):
+    """batches() sees the global RNG as at the epoch's start on a resume too, and the steps the RNG of the checkpoint;
+    a sequence drawing from batches()'s own generator as it is read takes the same batches again."""
+    with_term(monkeypatch, "shuffle", lambda context: term())
     whole, split = tmp_path / "whole", tmp_path / "split"
     multitask.run(multitask.parse_settings(argv(tiny_dir, multitask_files, whole, "--epochs", "2")))
     per_epoch = load_checkpoint(whole / "checkpoint.pt")["optimizer_steps"] // 2
@@ -281,6 +306,14 @@ def test_predict_loads_a_run_whose_term_keeps_weights_in_the_model(tiny_dir, mul
                          "--eval-batch-size", "8"]) == 0
     for name in SIX:
         assert (tmp_path / "pred" / name).read_text() == (run / "predictions" / name).read_text(), name
+
+
+def test_a_term_named_as_a_part_of_the_model_is_refused(tiny_dir, multitask_files, tmp_path, monkeypatch):
+    """Its weights would sit under the model's own name, and predict, which drops a term's weights, would drop the
+    model's too without a word."""
+    with_term(monkeypatch, "head", Uncertainty)
+    with pytest.raises(ConfigurationError, match="the term 'head' has the name of the model's own 'head'"):
+        multitask.run(multitask.parse_settings(argv(tiny_dir, multitask_files, tmp_path / "run", "--epochs", "1")))
 
 
 @dataclass

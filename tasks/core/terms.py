@@ -42,6 +42,7 @@ import torch
 from torch import nn
 
 from .distributed import is_main_process
+from .errors import ConfigurationError
 
 
 @dataclass
@@ -73,6 +74,13 @@ class TermLog:
         return mean
 
 
+def epoch_generator(seed: int, epoch: int) -> torch.Generator:
+    """A CPU generator of its own for a term's batches(), seeded from the run's seed and the epoch: what it draws
+    depends on nothing else, so a sequence that samples from it as it is read takes the same batches after a resume
+    (the loop takes the batches done before the interruption again, from a fresh generator)."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + epoch) % (1 << 63))
+
+
 class Extension:
     """A switched-on term of one run; the TermSet gives it `log`, a TermLog."""
 
@@ -83,7 +91,7 @@ class Extension:
 
     combine: Callable[[nn.Module, list[torch.Tensor]], torch.Tensor] | None = None
 
-    def batches(self, inner: Sequence) -> Sequence:
+    def batches(self, inner: Sequence, generator: torch.Generator) -> Sequence:
         return inner
 
     def after_step(self, model: nn.Module) -> None:
@@ -154,9 +162,11 @@ class TermSet:
         """The switched-on term that combines a round's task losses, if any."""
         return next((ext.combine for _, ext in self.active if ext.combine is not None), None)
 
-    def batches(self, inner: Sequence) -> Sequence:
+    def batches(self, inner: Sequence, seed: int, epoch: int) -> Sequence:
+        """The epoch's batches through each term's batches(), all given one generator of the epoch (epoch_generator)."""
+        generator = epoch_generator(seed, epoch)
         for _, ext in self.active:
-            inner = ext.batches(inner)
+            inner = ext.batches(inner, generator)
         return inner
 
     def after_step(self, model: nn.Module) -> None:
@@ -215,6 +225,9 @@ def build_terms(command: str, settings: Any, context: Context) -> TermSet:
     """The command's registered terms that the settings switch on, built for this run."""
     active = []
     for term in TERMS.get(command, []):
+        if getattr(context.model, term.name, None) is not None:   # its weights go there (SMART fills its slot, None)
+            raise ConfigurationError(f"the term {term.name!r} has the name of the model's own {term.name!r}: register "
+                                     "it under another name (a term's weights are kept in the model under its name)")
         ext = term.build(getattr(settings, term.section), context)
         if ext is not None:
             active.append((term, ext))

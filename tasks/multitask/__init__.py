@@ -176,7 +176,7 @@ def run(settings: Settings) -> dict:
 
     def epoch_batches(epoch: int) -> Sequence[dict]:
         return terms.batches(EpochBatches(train, schedule, tr.batch_size, epoch, tr.epochs, tr.seed, tr.bucket,
-                                          settings.design.swap_pairs))
+                                          settings.design.swap_pairs), tr.seed, epoch)
 
     evaluated: list[dict[str, list]] = []  # the dev predictions of each epoch this process evaluated, in order
 

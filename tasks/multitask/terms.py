@@ -111,7 +111,7 @@ class SurgeryTerm(Extension):
     def __init__(self, project: bool):
         self.project, self.workspace = project, {}              # PCGrad's (n, D) matrix, kept between rounds
 
-    def batches(self, inner):
+    def batches(self, inner, generator):
         return SurgeryBatches(inner)
 
     def combine(self, m: nn.Module, losses: list[torch.Tensor]) -> torch.Tensor:
