@@ -119,3 +119,19 @@ def test_a_link_is_never_graded_and_a_huge_file_is_never_read(tmp_path: Path) ->
         f"minbert/model.py: {MAX_SOURCE // 6 * 6 + 6:,} bytes, over the {MAX_SOURCE:,} a graded file may have: not read")
     guide = " ".join((ROOT / "assignments" / "INSTRUCTORS.md").read_text().split())
     assert f"so is a file over {MAX_SOURCE // 1024} KiB (not even read" in guide and "A link is never followed" in guide
+
+
+def test_a_file_that_fails_when_imported_stops_every_part_that_imports_it(tmp_path: Path) -> None:
+    """What the handout says: an import the grader cannot satisfy (a package it lacks) costs adamw too, naming the line."""
+    sub = submission_with(tmp_path, {})
+    model = sub / "minbert" / "model.py"
+    model.write_text(model.read_text() + "import not_a_module_anywhere\n")
+    line = len(model.read_text().splitlines())
+    res = grade(sub, parts=["adamw", "embeddings"], as_user=grading_user())     # model.py is taken for embeddings
+    for r in res["parts"]:
+        assert r["status"] == "error" and r["message"] == (f"<module>() (minbert/model.py:{line}) raised "
+                                                           "ModuleNotFoundError: No module named 'not_a_module_anywhere'")
+    lock = (ROOT / "assignments" / "gradescope" / "requirements-grader.txt").read_text().lower()
+    assert "\npandas==" not in lock and "\nmatplotlib==" in lock                # the handout's example, and a real one
+    handout = " ".join((ROOT / "assignments" / "README.md").read_text().split())
+    assert "A file that parses but fails when imported stops every part that imports it" in handout
