@@ -26,7 +26,7 @@ import minbert
 from .core.checkpoints import trained_encoder
 from .core.errors import ConfigurationError, MissingFileError, run_cli
 from .core.recipe import ATTENTIONS, ATTN_IMPLEMENTATION, DEFAULT_ATTENTION
-from .core.runs import RUN_FILE, read_run_json, trained_checkpoint
+from .core.runs import RUN_FILE, no_checkpoint, read_run_json, trained_checkpoint
 from .core.settings import parse, setting
 
 
@@ -103,9 +103,8 @@ def encoder(model: str, attention: str) -> tuple[minbert.BertModel, str, str]:
                                  "the encoder's maps alone would not be what the run computes")
     checkpoint = trained_checkpoint(run)
     if not checkpoint.is_file():
-        raise MissingFileError(f"{run}: its checkpoint {checkpoint} is missing (the run stopped before writing it, or "
-                               "the file was moved): resume or train the run first")
-    bert, full = trained_encoder(checkpoint, base, attn)
+        raise no_checkpoint(run, record.get("command") or "COMMAND", checkpoint)
+    bert, full = trained_encoder(checkpoint, base, attn, run=run, kind=record.get("command"))
     return bert, base, f"{run.name} (epoch {full.get('best_epoch')})"
 
 

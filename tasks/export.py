@@ -28,7 +28,7 @@ import minbert
 
 from .core.checkpoints import load_checkpoint, trained_encoder
 from .core.errors import ConfigurationError, MissingFileError, directory_to_write, run_cli
-from .core.runs import RUN_FILE, read_run_json
+from .core.runs import RUN_FILE, no_checkpoint, read_run_json
 from .core.settings import dump
 from .predict import EXPORT_ENCODER, EXPORT_HEADS, EXPORT_SETTINGS, command, from_run_json, load_run, load_weights
 
@@ -84,9 +84,7 @@ def write_encoder(bert: minbert.BertModel, model: str, directory: Path) -> None:
 
 
 def missing_checkpoint(run_dir: Path, kind: str, checkpoint: Path) -> MissingFileError:
-    return MissingFileError(f"{run_dir}: a run of python -m tasks.{kind} without its checkpoint ({checkpoint} is "
-                            "missing: the run stopped before writing it, or the file was moved); nothing to export "
-                            f"until the run has one (python -m tasks.{kind} --resume {run_dir}, or train it again)")
+    return no_checkpoint(run_dir, kind, checkpoint)
 
 
 def export_encoder(run_dir: Path, kind: str, settings: Any, checkpoint: Path, out: Path) -> Path:
@@ -96,7 +94,7 @@ def export_encoder(run_dir: Path, kind: str, settings: Any, checkpoint: Path, ou
     if not checkpoint.is_file():
         raise missing_checkpoint(run_dir, kind, checkpoint)
     model = settings.training.model
-    bert, full = trained_encoder(checkpoint, model)
+    bert, full = trained_encoder(checkpoint, model, run=run_dir, kind=kind)
     write_encoder(bert, model, out)
     (out / EXPORT_RECORD).write_text(json.dumps({
         "kind": kind, "command": read_run_json(run_dir).get("argv"), "exported_from": str(run_dir),

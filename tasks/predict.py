@@ -29,13 +29,13 @@ import torch
 
 import minbert
 
-from .core.checkpoints import load_checkpoint
+from .core.checkpoints import check_trained, load_checkpoint
 from .core.distributed import pick_device
 from .core.errors import ConfigurationError, directory_to_write, run_cli
 from .core.evaluation import prediction_path, raw_path, write_predictions, write_raw
 from .core.recipe import autocast
 from .core.resume import stored_values
-from .core.runs import RUN_FILE, read_run_json, run_settings, trained_checkpoint
+from .core.runs import RUN_FILE, no_checkpoint, read_run_json, run_settings, trained_checkpoint
 from .core.settings import build, leaves
 from .core.terms import without_term_weights
 from .core.training_setup import DEVICES
@@ -98,7 +98,9 @@ def load_run(path: str | Path, given: dict[str, Any] | None = None) -> Run:
         if kind not in KINDS:
             raise ConfigurationError(f"{path}: a run of python -m tasks.{kind}, which has no model to predict with")
         kind, settings, checkpoint = from_run_json(path, only_known(kind, given))
-        state = load_checkpoint(given_file or checkpoint)
+        if not (given_file or checkpoint).is_file():
+            raise no_checkpoint(path, kind, given_file or checkpoint)
+        state = check_trained(load_checkpoint(given_file or checkpoint), given_file or checkpoint, path, kind)
         if kind == "deebert" and state.get("config", {}).get("stage") != 2:
             raise ConfigurationError(f"{given_file}: a DeeBERT stage-1 checkpoint, whose off-ramps are not trained: "
                                      "give the run's directory or its stage2.pt")
@@ -121,6 +123,7 @@ def load_run(path: str | Path, given: dict[str, Any] | None = None) -> Run:
     state = load_checkpoint(path)
     config = state.get("config", {})
     kind = config.get("command") or kind_of(config)
+    check_trained(state, path, kind=kind if kind in KINDS else None)
     if kind not in KINDS:
         raise ConfigurationError(f"{path}: not a checkpoint of tasks.classifier, tasks.multitask or tasks.deebert (its "
                                  f"settings: {', '.join(sorted(config)) or 'none'}); nothing to predict with")

@@ -63,7 +63,7 @@ def test_a_classifier_run_exports_its_best_encoder_and_what_cannot_export_says_w
     stopped = tmp_path / "stopped"                                   # run.json written, killed before a checkpoint
     settings = classifier.parse_settings(argv + ["--run-dir", str(stopped)])
     write_run_json(run_paths(settings.run, "classifier"), "classifier", settings)
-    with pytest.raises(MissingFileError, match=r"tasks.classifier without its checkpoint .*checkpoint.pt is missing"):
+    with pytest.raises(MissingFileError, match=r"stopped: no checkpoint .*checkpoint.pt is missing.*: python -m tasks.classifier --config .*stopped.run.json --run-dir .*stopped$"):
         export.export(stopped, tmp_path / "x")
     assert run_cli(lambda: export.main([str(stopped), str(tmp_path / "x")])) == 1     # one line, exit 1
     assert not (tmp_path / "x").exists()
@@ -77,7 +77,7 @@ def test_a_deebert_run_exports_its_fine_tuned_encoder(tiny_dir, tmp_path):
     stage1 = encoder_of(run / "stage1.pt")                 # stage 2 trains the off-ramps alone: stage 1's encoder
     assert all(torch.equal(v, stage1[k]) for k, v in encoder_of(run / "stage2.pt").items())
     (run / "stage2.pt").unlink()
-    with pytest.raises(MissingFileError, match=r"tasks.deebert without its checkpoint .*stage2.pt is missing"):
+    with pytest.raises(MissingFileError, match=r"no checkpoint .*stage2.pt is missing.*python -m tasks.deebert --resume .*run first"):
         export.export(run, tmp_path / "x")
 
 

@@ -14,10 +14,10 @@ import warm
 from conftest import DATA, ROOT, TEST_DEVICE, killed_after_first_epoch
 from test_faults import killed
 
-from tasks import classifier, predict
+from tasks import classifier, export, predict
 from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint
 from tasks.core.curves import summary_writer_class
-from tasks.core.errors import ConfigurationError, ResumeError
+from tasks.core.errors import ConfigurationError, MissingFileError, ResumeError
 from tasks.core.runs import run_paths, write_run_json
 from tasks.core.settings import load
 
@@ -311,8 +311,15 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_again_in_its_directory
     argv = classifier_argv(tiny_dir, tmp_path) + ["--run-dir", str(tmp_path / "r"), "--epochs", "1"]
     settings = classifier.parse_settings(argv)
     write_run_json(run_paths(settings.run, "classifier"), "classifier", settings)   # as a run killed in epoch 1
-    with pytest.raises(ResumeError, match="start it again without --resume"):
+    advice = rf"python -m tasks.classifier --config {tmp_path / 'r' / 'run.json'} --run-dir {tmp_path / 'r'}$"
+    with pytest.raises(MissingFileError, match=advice):                           # resume, predict, export agree
         classifier.run(classifier.parse_settings(["--resume", str(tmp_path / "r")]))
-    classifier.run(settings)                                                       # nothing to lose: it starts
+    with pytest.raises(MissingFileError, match=advice):
+        predict.load_run(tmp_path / "r")
+    with pytest.raises(MissingFileError, match=advice):
+        export.export(tmp_path / "r", tmp_path / "x")
+    again = classifier.parse_settings(["--config", str(tmp_path / "r" / "run.json"), "--run-dir", str(tmp_path / "r")])
+    assert again == settings
+    classifier.run(again)                                                          # what they advise: it starts
     with pytest.raises(ConfigurationError, match="holds a run already"):           # now there is
         classifier.run(settings)

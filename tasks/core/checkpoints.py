@@ -86,8 +86,8 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", requir
     a missing or damaged file, one without the `required` keys, or a model state with NaN is a ResumeError."""
     path = Path(path)
     if not path.is_file():
-        raise MissingFileError(f"{path}: no such checkpoint; check the --resume path (checkpoints are written after "
-                               "each epoch, to --checkpoint)")
+        raise MissingFileError(f"{path}: no such checkpoint (checkpoints are written after each epoch, to "
+                               "--checkpoint; a run directory's is RUN_DIR/checkpoint.pt)")
     try:
         state = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises RuntimeError, OSError, EOFError, UnpicklingError, ...
@@ -106,6 +106,17 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", requir
     return state
 
 
+def check_trained(state: dict, path: str | Path, run: str | Path | None = None, kind: str | None = None) -> dict:
+    """`state` (a checkpoint of `path`, in the run directory `run` of tasks.`kind`) if at least one epoch of its run
+    finished, so that its best state is trained weights; otherwise (a --save-every checkpoint within epoch 1: its
+    best state is the starting weights) a ResumeError saying to resume the run first."""
+    if isinstance(state, dict) and state.get("best_epoch") == 0 and not state.get("history"):
+        where = run if run is not None else path
+        kind = kind or (state.get("config") or {}).get("command") or "COMMAND"
+        raise ResumeError(f"no epoch of {where} finished: python -m tasks.{kind} --resume {where} first")
+    return state
+
+
 def check_config(path: str | Path, stored: dict, current: dict) -> None:
     """A checkpoint continues only the run it was written by: its stored settings must agree with `current` (what
     tasks.core.resume.resume_config gives, and any extra keys) by the settings' own resume rule
@@ -115,11 +126,12 @@ def check_config(path: str | Path, stored: dict, current: dict) -> None:
         raise ResumeError(f"{path}: cannot resume a different run; settings differ: " + "; ".join(diffs))
 
 
-def trained_encoder(checkpoint: str | Path, base: str, attn_implementation: str | None = None
-                    ) -> tuple[minbert.BertModel, dict]:
+def trained_encoder(checkpoint: str | Path, base: str, attn_implementation: str | None = None,
+                    run: str | Path | None = None, kind: str | None = None) -> tuple[minbert.BertModel, dict]:
     """The encoder of a checkpoint's best state (its bert.* weights: not a head, DeeBERT's off-ramps or SimCSE's MLP)
-    on the architecture of the run's --model `base`, and the checkpoint."""
-    full = load_checkpoint(checkpoint)
+    on the architecture of the run's --model `base`, and the checkpoint (of the run directory `run`, of tasks.`kind`:
+    refused before an epoch finished)."""
+    full = check_trained(load_checkpoint(checkpoint), checkpoint, run, kind)
     bert = minbert.load_pretrained(base, attn_implementation=attn_implementation)   # its weights replaced
     weights = {k[len("bert."):]: v for k, v in full["best_state"].items() if k.startswith("bert.")}
     missing, unexpected = bert.load_state_dict(weights, strict=False)

@@ -16,13 +16,13 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .errors import ConfigurationError, ResumeError, existing_path, nonnegative_int, positive_int
+from .errors import ConfigurationError, MissingFileError, ResumeError, existing_path, nonnegative_int, positive_int
 from .evaluation import write_text
 from .resume import before_values
 from .settings import build, dump, flatten, parse, read_config, setting
@@ -98,8 +98,47 @@ def default_run_dir(*parts: str) -> Path:
 
 def parse_run(cls: type, argv: list[str] | None, prog: str, description: str | None) -> Any:
     """A training command's settings: its defaults < the run directory's run.json (with --resume DIR) < --config
-    FILE < the flags given."""
-    return parse(cls, argv, prog, description, base=lambda given: resume_base(given.get("run.resume"), cls))
+    FILE < the flags given. A run's run.json given as --config FILE for a new run in another directory leaves out
+    where that run wrote (its --checkpoint, --predictions-dir): the new run writes in its own directory."""
+    given: dict[str, Any] = {}
+
+    def base(flags: dict[str, Any]) -> dict[str, Any]:
+        given.update(flags)
+        return resume_base(flags.get("run.resume"), cls)
+
+    settings = parse(cls, argv, prog, description, base=base)
+    return own_paths(settings, given, config_file(list(sys.argv[1:] if argv is None else argv)))
+
+
+def config_file(argv: list[str]) -> Path | None:
+    """The --config FILE of a command line, if any."""
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            return Path(argv[i + 1])
+        if arg.startswith("--config="):
+            return Path(arg.split("=", 1)[1])
+    return None
+
+
+def own_paths(settings: Any, given: dict[str, Any], config: Path | None) -> Any:
+    """`settings` with the --checkpoint and --predictions-dir that a run directory's run.json (the --config file)
+    recorded left out when the new run has another directory and the flags did not give them."""
+    run = settings.run
+    if run.resume is not None or config is None or config.name != RUN_FILE or not config.is_file():
+        return settings
+    recorded = config.parent
+    if run.run_dir is None or Path(run.run_dir).resolve() == recorded.resolve():
+        return settings
+    dropped = {field: None for field in ("checkpoint", "predictions_dir")
+               if f"run.{field}" not in given and getattr(run, field) is not None}
+    return replace(settings, run=replace(run, **dropped)) if dropped else settings
+
+
+def command_of(cls: type) -> str | None:
+    """The command whose Settings `cls` is: tasks.classifier's, tasks.multitask.settings' -> classifier, multitask
+    (None: a class outside tasks/)."""
+    parts = cls.__module__.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "tasks" else None
 
 
 def resume_base(resume: str | None, cls: type) -> dict[str, Any]:
@@ -107,10 +146,16 @@ def resume_base(resume: str | None, cls: type) -> dict[str, Any]:
     if resume is None:
         return {}
     path = Path(resume)
+    if path.is_file() and (path.parent / RUN_FILE).is_file():   # a checkpoint in a run directory: that run
+        path = path.parent
     if path.is_dir():
         if not (path / RUN_FILE).is_file():
             raise ResumeError(f"{path}: not a run directory (no {RUN_FILE}); give the directory a run wrote, or its "
                               "checkpoint file")
+        kind, own = read_run_json(path).get("command"), command_of(cls)
+        if kind and own and kind != own:
+            raise ResumeError(f"{path} is a run of tasks.{kind}, not tasks.{own}: python -m tasks.{kind} --resume "
+                              f"{path}")
         # a setting the run predates: as it ran then (its `before`)
         return before_values(cls) | read_config(path / RUN_FILE, cls) | {"run.run_dir": str(path)}
     if not path.is_file():
@@ -149,17 +194,48 @@ def run_paths(run: RunOptions, *name: str, checkpoint_name: str = CHECKPOINT) ->
     if resume is None and (directory / RUN_FILE).is_file() and (checkpoint.is_file() or "result" in read_run_json(directory)):
         raise ConfigurationError(f"{directory} holds a run already ({RUN_FILE}): continue it with --resume "
                                  f"{directory}, or give another --run-dir")   # one stopped before a checkpoint: restart
+    if resume is None:
+        check_new_checkpoint(checkpoint, directory, explicit_dir=run.run_dir is not None)
     if resume is not None and resume.is_file():
         start = resume
     elif resume is not None:
         start = checkpoint
         if not start.is_file():
-            raise ResumeError(f"{resume}: no checkpoint to continue from ({start} is missing: the run was stopped "
-                              "before its first checkpoint; start it again without --resume)")
+            raise no_checkpoint(directory, name[0] if name else "COMMAND", start)
     else:
         start = None
     predictions = Path(run.predictions_dir) if run.predictions_dir else directory / "predictions"
     return RunPaths(directory, checkpoint, predictions, start)
+
+
+def check_new_checkpoint(checkpoint: Path, directory: Path, explicit_dir: bool) -> None:
+    """A new run does not overwrite a checkpoint (or its curves) that another run directory holds, nor, in a run
+    directory named by --run-dir, any existing file; a flat --checkpoint outside run directories may be rewritten (a
+    course command run again)."""
+    from .curves import curves_path
+    owner = checkpoint.parent
+    if owner.resolve() == directory.resolve():
+        return                  # its own directory: refused above when it holds a run, else one stopped before writing
+    other_run = (owner / RUN_FILE).is_file()
+    if not (other_run or explicit_dir):
+        return
+    for path in (checkpoint, curves_path(checkpoint)):
+        if path.exists():
+            whose = f"run {owner}'s" if other_run else "an existing"
+            raise ConfigurationError(f"--checkpoint {checkpoint}: {whose} file {path} would be overwritten; give "
+                                     f"--checkpoint a new path (or leave it out: {directory}/{checkpoint.name})"
+                                     + (f", or continue that run with --resume {owner}" if other_run else ""))
+
+
+def no_checkpoint(run_dir: str | Path, kind: str, checkpoint: str | Path) -> MissingFileError:
+    """The one message for a run directory without its checkpoint (stopped before writing it, or the file moved):
+    what starts it again in the same directory (a DeeBERT run with stage 1's checkpoint: --resume)."""
+    if kind == "deebert" and (Path(run_dir) / "stage1.pt").is_file():
+        return MissingFileError(f"{run_dir}: no checkpoint ({checkpoint} is missing: stage 2 did not finish an epoch, "
+                                f"or the file was moved); python -m tasks.deebert --resume {run_dir} first")
+    return MissingFileError(f"{run_dir}: no checkpoint ({checkpoint} is missing: the run stopped before writing it, or "
+                            f"the file was moved); start the run again in its directory: python -m tasks.{kind} "
+                            f"--config {Path(run_dir) / RUN_FILE} --run-dir {run_dir}")
 
 
 def environment() -> dict[str, Any]:

@@ -39,7 +39,7 @@ from minbert.deebert import DeeBert
 
 from ..core import training_setup
 from ..core.batching import Split, batches, model_inputs, train_batches
-from ..core.checkpoints import load_checkpoint
+from ..core.checkpoints import check_trained, load_checkpoint
 from ..core.data import Records
 from ..core.distributed import is_main_process
 from ..core.errors import ConfigurationError, ResumeError
@@ -180,7 +180,7 @@ def load_trained(model: DeeBert, settings: Settings) -> Path:
     if not path.is_file():
         raise ResumeError(f"{settings.sweep.from_run}: no trained DeeBERT model ({path} is missing: its stage 2 "
                           "never finished an epoch)")
-    state = load_checkpoint(path)
+    state = check_trained(load_checkpoint(path), path, settings.sweep.from_run)
     was = build(Settings, stored_values(Settings, state.get("config", {})))   # flat names of older ones too
     diffs = [f"{k}: {a!r} there, {b!r} now" for k, a, b in _model_fields(was, settings) if a != b]
     if state.get("config", {}).get("stage") != 2 or diffs:

@@ -1,0 +1,93 @@
+"""A new run never overwrites another run's files; predict and export refuse a run with no finished epoch; resume,
+predict and export give the same advice for a run without its checkpoint; --resume a checkpoint in a run directory
+resumes that directory; a run directory of another command names that command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from test_typed_runs import classifier_argv
+
+from tasks import classifier, export, multitask, predict
+from tasks.core.checkpoints import load_checkpoint
+from tasks.core.errors import ConfigurationError, ResumeError
+from tasks.core.runs import read_run_json, run_paths, write_run_json
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def recorded(argv: list[str], run_dir: Path) -> classifier.Settings:
+    """A run directory's run.json as a run writes it at its start (no training)."""
+    settings = classifier.parse_settings(argv + ["--run-dir", str(run_dir)])
+    write_run_json(run_paths(settings.run, "classifier"), "classifier", settings)
+    return settings
+
+
+def test_a_new_run_refuses_another_runs_checkpoint_and_a_rerun_config_writes_in_its_own_directory(tiny_dir, tmp_path):
+    argv = classifier_argv(tiny_dir, tmp_path)
+    a = tmp_path / "A"
+    recorded(argv + ["--checkpoint", str(a / "own.pt")], a)          # run A recorded its --checkpoint
+    (a / "own.pt").write_bytes(b"A's weights")
+    with pytest.raises(ConfigurationError, match=rf"run {a}'s file {a / 'own.pt'} would be overwritten"):
+        run_paths(classifier.parse_settings(argv + ["--run-dir", str(tmp_path / "B"), "--checkpoint",
+                                                    str(a / "own.pt")]).run, "classifier")
+    (tmp_path / "loose.pt").write_bytes(b"x")                        # --run-dir: no existing file is overwritten
+    with pytest.raises(ConfigurationError, match="loose.pt would be overwritten"):
+        run_paths(classifier.parse_settings(argv + ["--run-dir", str(tmp_path / "B"), "--checkpoint",
+                                                    str(tmp_path / "loose.pt")]).run, "classifier")
+    (a / "other.curves.jsonl").write_text("{}\n")                     # nor another run's curves
+    with pytest.raises(ConfigurationError, match="other.curves.jsonl would be overwritten"):
+        run_paths(classifier.parse_settings(argv + ["--run-dir", str(tmp_path / "B"), "--checkpoint",
+                                                    str(a / "other.pt")]).run, "classifier")
+
+    flat = classifier.parse_settings(argv + ["--checkpoint", str(tmp_path / "loose.pt")])   # a course command again:
+    assert run_paths(flat.run, "classifier").checkpoint == tmp_path / "loose.pt"           # its own file, rewritten
+
+
+def test_a_run_json_as_config_for_a_new_run_directory_writes_in_that_directory(tiny_dir, tmp_path):
+    a = tmp_path / "A"
+    recorded(classifier_argv(tiny_dir, tmp_path) + ["--checkpoint", str(a / "own.pt")], a)
+    (a / "own.pt").write_bytes(b"A's weights")
+    again = classifier.parse_settings(["--config", str(a / "run.json"), "--seed", "2", "--run-dir", str(tmp_path / "B")])
+    assert run_paths(again.run, "classifier").checkpoint == tmp_path / "B" / "checkpoint.pt"   # B's own, not A's
+    assert (a / "own.pt").read_bytes() == b"A's weights"
+    given = classifier.parse_settings(["--config", str(a / "run.json"), "--run-dir", str(tmp_path / "B"),
+                                       "--checkpoint", str(tmp_path / "b.pt")])
+    assert given.run.checkpoint == str(tmp_path / "b.pt")                # a flag still says where
+
+
+def test_predict_and_export_refuse_a_run_with_no_finished_epoch(tiny_dir, tmp_path):
+    run = tmp_path / "run"
+    classifier.run(classifier.parse_settings(classifier_argv(tiny_dir, tmp_path) + ["--epochs", "1", "--run-dir",
+                                                                                   str(run)]))
+    state = load_checkpoint(run / "checkpoint.pt")          # as a --save-every checkpoint within epoch 1 leaves it
+    state.update(epoch=0, best_epoch=0, best_score=float("-inf"), history=[], best_state=state["model"])
+    torch.save(state, run / "checkpoint.pt")
+    said = rf"^no epoch of {run} finished: python -m tasks.classifier --resume {run} first$"
+    with pytest.raises(ResumeError, match=said):
+        predict.load_run(run)
+    with pytest.raises(ResumeError, match=said):
+        predict.load_run(run / "checkpoint.pt")
+    with pytest.raises(ResumeError, match=said):
+        export.export(run, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_resume_names_the_command_of_another_commands_run(tmp_path):
+    other = tmp_path / "mt"
+    settings = multitask.parse_settings(["--run-dir", str(other)])
+    write_run_json(run_paths(settings.run, "multitask"), "multitask", settings)
+    with pytest.raises(ResumeError, match=rf"^{other} is a run of tasks.multitask, not tasks.classifier: python -m "
+                                          rf"tasks.multitask --resume {other}$"):
+        classifier.parse_settings(["--resume", str(other)])
+
+
+def test_resume_a_checkpoint_in_a_run_directory_resumes_that_directory(tiny_dir, tmp_path):
+    run = tmp_path / "run"
+    settings = recorded(classifier_argv(tiny_dir, tmp_path), run)
+    (run / "checkpoint.pt").write_bytes(b"")
+    resumed = classifier.parse_settings(["--resume", str(run / "checkpoint.pt")])   # run.json's settings, not defaults
+    assert resumed.files == settings.files and resumed.training == settings.training
+    assert resumed.run.run_dir == str(run) and read_run_json(run)["command"] == "classifier"
