@@ -28,7 +28,6 @@ from .core.distributed import is_main_process
 from .core.errors import ConfigurationError, existing_file, run_cli
 from .core.evaluation import LEADERBOARD, accuracy, in_order, predict_batches, prediction_path, write_raw
 from .core.finetune import FineTune
-from .core.precision import resolve_precision
 from .core.recipe import Recipe
 from .core.resume import resume_config
 from .core.runs import RunOptions, RunPaths, parse_run, run_paths, write_run_json
@@ -138,9 +137,9 @@ def run(settings: Settings) -> dict:
     mode = ft.mode
     lr = tr.lr if tr.lr is not None else mode.default_lr
     paths = run_paths(settings.run, "classifier", task, ft.fine_tune_mode)
-    device, tokenizer = start(settings.run.device, settings.run.threads, tr.seed, tr.model, tr.max_length)
-    settings = replace(settings, recipe=replace(settings.recipe,   # --precision auto: the run says what it chose
-                                                precision=resolve_precision(device, settings.recipe.precision)))
+    device, tokenizer, recipe = start(settings.run.device, settings.run.threads, tr.seed, tr.model, tr.max_length,
+                                      settings.recipe)       # --precision auto resolved, and said once
+    settings = replace(settings, recipe=recipe)
     train = load_split("train", settings.files.path(task, "train"), task, tokenizer, tr.max_train_examples, tr.seed)
     dev = load_split("dev", settings.files.path(task, "dev"), task, tokenizer)
     test = load_split("test", settings.files.path(task, "test"), task, tokenizer)

@@ -8,7 +8,10 @@ Each RUN_DIR is a run directory (its run.json says where its predictions went) o
 the SST class probabilities (softmax of the logits) and the Quora paraphrase probabilities (sigmoid of the logit),
 and the STS scores; it predicts the most probable class, a paraphrase where the mean probability is above 0.5,
 and the mean score. The files go to OUT in the course's format, then tasks.submit's check runs on OUT (every file
-whose gold or input file exists in --data-dir, each id once, valid values) and, when it passes, OUT/submission.zip.
+whose gold or input file exists in the data directory, each id once, valid values) and, when it passes,
+OUT/submission.zip. The data directory is the runs' own (their run.json's files.data_dir; runs with different ones are
+refused, each named), or --data-dir, or data/ where no run says; the ids are checked against it before any file is
+written.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import torch
 from minbert.multitask import TASK_NAMES
 
 from .core.errors import ConfigurationError, run_cli
-from .core.evaluation import prediction_path, raw_path, read_raw, write_predictions
+from .core.evaluation import gold_records, prediction_path, raw_path, read_raw, write_predictions
 from .core.runs import RUN_FILE, read_run_json
 from .score import score_directory
 from .submit import SPLITS, make_submission
@@ -51,10 +54,30 @@ def raw_dir(directory: str | Path) -> Path:
     return Path(given) if given else directory / "predictions"
 
 
-def ensemble(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
-    """Write OUT/{task}-{split}-output.csv for every task and split whose raw file every run has."""
-    run_dirs = [raw_dir(d) for d in run_dirs]
-    written = []
+def data_dir_of(run_dirs: list[str | Path], given: str | None) -> Path:
+    """The data directory the ensemble is checked against: --data-dir where given, else the one every run directory's
+    run.json names (files.data_dir), else data/. Runs with different data directories are refused, each named."""
+    if given is not None:
+        return Path(given)
+    named = {}
+    for d in run_dirs:
+        if (Path(d) / RUN_FILE).is_file():
+            files = read_run_json(d)["settings"].get("files", {})
+            if files.get("data_dir") is not None:
+                named[str(d)] = files["data_dir"]
+    if len(set(named.values())) > 1:
+        raise ConfigurationError("the runs were trained on different data directories ("
+                                 + "; ".join(f"{d}: {v}" for d, v in named.items())
+                                 + "): ensemble runs of one data directory, or name the one to check with --data-dir")
+    return Path(next(iter(named.values()), "data"))
+
+
+def ensemble(run_dirs: list[str | Path], out: str | Path, data_dir: str | Path | None = None) -> list[Path]:
+    """Write OUT/{task}-{split}-output.csv for every task and split whose raw file every run has; with data_dir,
+    each averaged split's ids are first checked against that directory's file of the split (nothing is written if
+    one differs)."""
+    given, run_dirs = run_dirs, [raw_dir(d) for d in run_dirs]
+    averaged = []
     for task in TASK_NAMES:
         for split in SPLITS:
             paths = [raw_path(d, task, split) for d in run_dirs]
@@ -62,14 +85,27 @@ def ensemble(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
             if not any(present):
                 continue
             if not all(present):
-                missing = [str(p) for p, ok in zip(paths, present) if not ok]
-                raise ConfigurationError(f"{task} {split}: no raw outputs in {', '.join(missing)} (run with --raw-outputs)")
+                missing = [str(g) for g, ok in zip(given, present) if not ok]
+                have = [str(g) for g, ok in zip(given, present) if ok]
+                raise ConfigurationError(
+                    f"{task} {split}: {', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no raw outputs "
+                    f"of the {split} split ({raw_path('', task, split).name}), which {', '.join(have)} "
+                    f"{'has' if len(have) == 1 else 'have'}: ensemble runs that wrote the same splits (tasks.predict "
+                    f"--splits, --raw-outputs)")
             ids, preds = average(task, [read_raw(p) for p in paths])
-            written.append(write_predictions(prediction_path(out, task, split), task, ids, preds))
-    if not written:
+            if data_dir is not None and (gold := gold_records(data_dir, task, split)) is not None:
+                expected = {e.id for e in gold}
+                if set(ids) != expected:
+                    raise ConfigurationError(
+                        f"{task} {split}: the runs' ids are not those of {gold.path} ({len(expected - set(ids))} "
+                        f"missing, {len(set(ids) - expected)} unknown): were the runs trained with another "
+                        "--data-dir? Name it with --data-dir")
+            averaged.append((task, split, ids, preds))
+    if not averaged:
         raise ConfigurationError(f"no {{task}}-{{split}}-raw.csv files in {', '.join(map(str, run_dirs))}: write them with "
                          "--raw-outputs")
-    return written
+    return [write_predictions(prediction_path(out, task, split), task, ids, preds)
+            for task, split, ids, preds in averaged]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,14 +113,17 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="prediction directories holding *-raw.csv files")
     p.add_argument("--out", default="predictions-ensemble", help="where the six files go (default predictions-ensemble)")
-    p.add_argument("--data-dir", default="data", help="the task files the set is checked against (default data)")
+    p.add_argument("--data-dir", default=None,
+                   help="the task files the set is checked against (default: the runs' own, from their run.json; "
+                        "else data)")
     args = p.parse_args(argv)
-    for path in ensemble(args.runs, args.out):
+    data_dir = data_dir_of(args.runs, args.data_dir)
+    for path in ensemble(args.runs, args.out, data_dir):
         print(f"wrote {path}")
-    scores = score_directory(args.out, args.data_dir, "dev")
+    scores = score_directory(args.out, data_dir, "dev")
     if scores.get("overall") is not None:
         print(f"dev overall {scores['overall']:.4f} (ensemble of {len(args.runs)})")
-    zipped, problems = make_submission(args.out, args.data_dir, Path(args.out) / "submission.zip")
+    zipped, problems = make_submission(args.out, data_dir, Path(args.out) / "submission.zip")
     if problems:
         print("the ensemble's files do not pass tasks.submit's check:", file=sys.stderr)
         for line in problems:

@@ -13,7 +13,7 @@ from test_save_every import multitask_argv
 
 import minbert
 from tasks import multitask
-from tasks.core import train
+from tasks.core import data, train, training_setup
 from tasks.core.batching import to_device
 from tasks.core.checkpoints import load_checkpoint
 from tasks.core.graphs import StepGraphs, check_graphs, float_learning_rates, shape_key, tensors_of
@@ -85,6 +85,29 @@ def test_a_checkpoint_keeps_float_learning_rates():
     assert torch.is_tensor(graphed.param_groups[0]["lr"])              # the optimiser itself keeps its tensor
 
 
+@pytest.mark.parametrize("command", ["classifier", "multitask"])
+def test_a_cli_refuses_graphs_on_a_cpu_in_one_line_before_loading_or_writing(command, tiny_dir, multitask_files,
+                                                                             tmp_path, monkeypatch, capsys):
+    """--cuda-graphs --device cpu: one `error:` line, exit 1 (a ConfigurationError, not a traceback), raised where
+    the command picks its device: no data file read, no model loaded, no run.json written."""
+    from tasks import classifier
+    from tasks.core.errors import run_cli
+
+    sst_train, sst_dev, sst_test = multitask_files["sst"]
+    argv = (multitask_argv(tiny_dir, multitask_files) if command == "multitask" else
+            ["--model", str(tiny_dir), "--device", "cpu", "--batch-size", "8", "--epochs", "1", "--no-progress",
+             "--train-file", sst_train, "--dev-file", sst_dev, "--test-file", sst_test])
+    argv += ["--cuda-graphs", "--run-dir", str(tmp_path / "run")]
+    monkeypatch.setattr(minbert, "load_pretrained", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(data, "_read", lambda *a, **k: pytest.fail("a data file was read"))
+    main = classifier.main if command == "classifier" else multitask.main
+    assert run_cli(lambda: main(argv)) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [("error: --cuda-graphs needs a CUDA device (this run's is cpu): leave it off, or run on a GPU "
+                    "(--device cuda)")], err
+    assert not list(tmp_path.rglob("run.json")) and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_the_loops_graphed_path_trains_what_the_plain_path_does(precision, tiny_dir_without_dropout, multitask_files,
                                                                 tmp_path, monkeypatch, capsys):
@@ -112,6 +135,7 @@ def test_the_loops_graphed_path_trains_what_the_plain_path_does(precision, tiny_
 
     monkeypatch.setattr(train, "StepGraphs", EagerSteps)
     monkeypatch.setattr(train, "check_graphs", lambda *args: None)          # it refuses the CPU
+    monkeypatch.setattr(training_setup, "check_graphs_device", lambda device: None)   # so does the CLI's start
     argv = multitask_argv(tiny_dir_without_dropout, multitask_files) + ["--dropout", "0", "--precision", precision]
     multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "plain")]))
     capsys.readouterr()

@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import TEST_DEVICE
 
+from tasks.core.distributed import pick_device
 from tasks.core.errors import ConfigurationError
 from tasks.core.precision import (
     PRECISION_CHOICES,
@@ -154,7 +155,7 @@ def test_fit_resolves_auto_once_and_says_to_what(cpu, monkeypatch):
     assert asked == ["auto"] and "--precision auto: fp32 on cpu" in said
 
 
-def test_the_cli_stores_what_auto_resolved_to(tiny_dir, tmp_path, monkeypatch):
+def test_the_cli_stores_what_auto_resolved_to_and_says_it_once(tiny_dir, tmp_path, monkeypatch, capsys):
     from tasks import deebert
 
     seen = []
@@ -173,3 +174,5 @@ def test_the_cli_stores_what_auto_resolved_to(tiny_dir, tmp_path, monkeypatch):
         deebert.run(deebert.parse_settings(argv))
     expected = resolve_precision(torch.device(TEST_DEVICE), "auto")
     assert seen[0]["precision"] == expected and seen[0]["config"]["recipe.precision"] == expected
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("--precision auto")]
+    assert said == [f"--precision auto: {expected} on {pick_device(TEST_DEVICE)}"], said   # docs/training.md

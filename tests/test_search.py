@@ -196,6 +196,12 @@ def test_a_killed_workers_trial_is_retried_from_its_checkpoint(tiny_dir, tmp_pat
     ({"fixed": {"training.epochs": 0}}, r"\(fixed\): setting 'training.epochs': must be a positive integer"),
     ({"fixed": {"run.run_dir": "x"}}, r"'run.run_dir' is the search's to set"),
     ({"command": "train"}, r"command must be one of classifier, multitask, simcse, deebert"),
+    ({"enqueue": [{"training.lr": 1e-4}, {"training.lr": 1}], "fixed": {"training.model": "absent-model"}},
+     (r"\(enqueue, trial 2\): \{\"training.lr\": 1\} is outside the space's ranges: training.lr 1.0 \(float in "
+     r"\[1e-05, 0.001\]\)$")),
+    ({"params": {"training.batch_size": {"choices": [16, 32]}}, "enqueue": [{"training.batch_size": 8}],
+      "fixed": {"training.model": "absent-model"}},      # (were the point queued, its trial would stop at once)
+     r"\(enqueue, trial 1\): .* outside the space's ranges: training.batch_size 8 \(one of 16, 32\)$"),
 ])
 def test_a_bad_space_file_is_one_error_naming_the_file_and_the_key(tmp_path, capsys, change, message):
     path = tmp_path / "bad-space.json"

@@ -3,7 +3,8 @@ tensorboard package is installed; it is not a dependency) a TensorBoard log.
 
 fit() (tasks/core/train.py) writes them beside its checkpoint, for every CLI: CHECKPOINT.curves.jsonl, one line per
 optimiser step {"kind": "step", "step", "epoch", "loss", "task"?} and one per epoch {"kind": "epoch", "epoch",
-"train_loss", "dev_...", ...}; CHECKPOINT.curves.png at the end of the run (python -m tasks.curves FILE redraws it);
+"train_loss", "dev_...", ...}; CHECKPOINT.curves.png at the end of the run (python -m tasks.curves FILE redraws it;
+given a run directory, its checkpoint's curves, the PNG inside it; a missing or empty file is one error line);
 and, with tensorboard, the same scalars under CHECKPOINT.tensorboard/ (tensorboard --logdir ...). A resumed run keeps
 the lines of the epochs it resumes after and appends.
 """
@@ -118,14 +119,41 @@ def plot_curves(path: str | Path, out: str | Path | None = None) -> Path:
     return out
 
 
+def curves_file(given: str | Path) -> Path:
+    """The curves file `python -m tasks.curves` draws: the file named, or a run directory's CHECKPOINT.curves.jsonl
+    (its only *.curves.jsonl where the checkpoint has another name); a missing or empty one is a user error."""
+    from .errors import ConfigurationError, MissingFileError
+    from .runs import CHECKPOINT
+
+    path = Path(given)
+    if path.is_dir():
+        found = sorted(path.glob("*.curves.jsonl"))
+        main = curves_path(path / CHECKPOINT)
+        if main in found or len(found) == 1:
+            path = main if main in found else found[0]
+        elif found:
+            raise ConfigurationError(f"{given}: the run directory has several curves files "
+                                     f"({', '.join(f.name for f in found)}): name one")
+        else:
+            raise MissingFileError(f"{given}: the run directory has no curves file (*.curves.jsonl): a training run "
+                                   "writes CHECKPOINT.curves.jsonl beside its checkpoint")
+    elif not path.is_file():
+        raise MissingFileError(f"{given}: no such file or directory (give a CHECKPOINT.curves.jsonl or a run "
+                               "directory)")
+    if not read_curves(path):
+        raise ConfigurationError(f"{path}: the curves file is empty (no step or epoch lines): nothing to draw")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tasks.curves", description="Draw a run's curves file as a PNG.")
-    p.add_argument("path", help="a CHECKPOINT.curves.jsonl file")
-    p.add_argument("--out", default=None, help="the PNG (default: beside the file, .png)")
+    p.add_argument("path", help="a CHECKPOINT.curves.jsonl file, or a run directory (its checkpoint's curves)")
+    p.add_argument("--out", default=None, help="the PNG (default: beside the curves file, .png)")
     args = p.parse_args(argv)
-    print(f"wrote {plot_curves(args.path, args.out)}")
+    print(f"wrote {plot_curves(curves_file(args.path), args.out)}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .errors import run_cli
+    sys.exit(run_cli(main))

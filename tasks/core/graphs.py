@@ -22,6 +22,7 @@ from contextlib import contextmanager
 import torch
 
 from .batching import map_tensors, to_device
+from .errors import ConfigurationError
 
 
 def tensors_of(batch) -> list[torch.Tensor]:
@@ -76,7 +77,15 @@ def check_graphs(device: torch.device, recipe, optimizer: torch.optim.Optimizer,
     if post_step:
         problems.append("no post-step hook")
     if problems:
-        raise ValueError("--cuda-graphs needs " + "; ".join(problems))
+        raise ConfigurationError("--cuda-graphs needs " + "; ".join(problems))
+
+
+def check_graphs_device(device: torch.device) -> None:
+    """The one need of --cuda-graphs a command knows before it loads anything: a CUDA device (the training commands
+    check it where they pick the device, before the data, the model or run.json; check_graphs checks the rest)."""
+    if device.type != "cuda":
+        raise ConfigurationError(f"--cuda-graphs needs a CUDA device (this run's is {device.type}): leave it off, or "
+                                 "run on a GPU (--device cuda)")
 
 
 class StepGraphs:

@@ -2,7 +2,8 @@
 size; a command redeclares a field to change its default), the set-up (device, threads, seed, tokenizer), one seeded
 reader of a task's split (tokenised once) and one writer of a split's prediction file.
 
-    device, tokenizer = start(run.device, run.threads, training.seed, training.model, training.max_length)
+    device, tokenizer, recipe = start(run.device, run.threads, training.seed, training.model, training.max_length,
+                                      recipe)
     train = load_split("train", path, "sst", tokenizer, training.max_train_examples, training.seed)
 """
 
@@ -12,7 +13,7 @@ import os
 import random
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -25,6 +26,9 @@ from .data import TASKS, Records
 from .distributed import is_main_process, pick_device
 from .errors import ConfigurationError, nonnegative_float, positive_float, positive_int, probability
 from .evaluation import write_predictions
+from .graphs import check_graphs_device
+from .precision import resolve_precision
+from .recipe import Recipe
 from .settings import setting
 from .train import seed_everything
 
@@ -56,15 +60,28 @@ class Training:
                                                 "(the reference repository's benchmarks/training.md)")
 
 
-def start(device: str, threads: int | None, seed: int, model: str,
-          max_length: int | None) -> tuple[torch.device, minbert.Tokenizer]:
-    """The device, torch's threads, the seed and the model's tokenizer."""
+def start(device: str, threads: int | None, seed: int, model: str, max_length: int | None,
+          recipe: Recipe) -> tuple[torch.device, minbert.Tokenizer, Recipe]:
+    """The device, torch's threads, the seed, the model's tokenizer and the recipe as this device runs it (settle)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     picked = pick_device(device)
+    recipe = settle(picked, recipe)
     if threads is not None:
         torch.set_num_threads(threads)
     seed_everything(seed)
-    return picked, minbert.Tokenizer.from_pretrained(model, max_length=max_length)
+    return picked, minbert.Tokenizer.from_pretrained(model, max_length=max_length), recipe
+
+
+def settle(device: torch.device, recipe: Recipe) -> Recipe:
+    """The recipe's device checks, before any data or model is loaded or any file written: --cuda-graphs needs a
+    CUDA device; --precision is one the device trains in, and auto becomes the device's fastest safe one, said once
+    on stderr (`--precision auto: fp16 on cuda`)."""
+    if recipe.cuda_graphs:
+        check_graphs_device(device)
+    precision = resolve_precision(device, recipe.precision)
+    if recipe.precision == "auto" and is_main_process():
+        print(f"--precision auto: {precision} on {device}", file=sys.stderr)
+    return replace(recipe, precision=precision)
 
 
 def seeded_sample(n: int, limit: int | None, seed: int | str) -> list[int] | None:

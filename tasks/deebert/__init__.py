@@ -44,7 +44,6 @@ from ..core.data import Records
 from ..core.distributed import is_main_process
 from ..core.errors import ConfigurationError, ResumeError
 from ..core.evaluation import predict_batches, raw_path, write_raw
-from ..core.precision import resolve_precision
 from ..core.recipe import autocast
 from ..core.resume import resume_config, stored_values
 from ..core.runs import RUN_FILE, STAGE2, RunPaths, resume_base, run_paths, trained_checkpoint, write_run_json
@@ -202,9 +201,9 @@ def run(settings: Settings) -> dict:
     task, tr = settings.task, settings.training
     sweep = settings.sweep.resolved(task)
     paths = run_paths(settings.run, "deebert", task, checkpoint_name=STAGE1)   # stage 1's: what a resume needs
-    device, tokenizer = start(settings.run.device, settings.run.threads, tr.seed, tr.model, tr.max_length)
-    settings = replace(settings, recipe=replace(settings.recipe,   # --precision auto: the run says what it chose
-                                                precision=resolve_precision(device, settings.recipe.precision)))
+    device, tokenizer, recipe = start(settings.run.device, settings.run.threads, tr.seed, tr.model, tr.max_length,
+                                      settings.recipe)       # --precision auto resolved, and said once
+    settings = replace(settings, recipe=recipe)
     dev = load_split("dev", settings.files.path(task, "dev"), task, tokenizer, settings.max_eval_examples, tr.seed)
     test = load_split("test", settings.files.path(task, "test"), task, tokenizer, settings.max_eval_examples, tr.seed)
     if not dev.records.labelled:

@@ -44,7 +44,6 @@ from ..core.evaluation import (
     write_raw,
     write_text,
 )
-from ..core.precision import resolve_precision
 from ..core.resume import resume_config
 from ..core.runs import RunPaths, parse_run, run_paths, write_run_json
 from ..core.settings import parser_for
@@ -151,9 +150,9 @@ def run(settings: Settings) -> dict:
     mode = ft.mode
     lr = tr.lr if tr.lr is not None else mode.default_lr
     paths = run_paths(rs, "multitask", settings.design.design, settings.design.schedule, ft.fine_tune_mode)
-    device, tokenizer = start(rs.device, rs.threads, tr.seed, tr.model, tr.max_length)
-    settings = replace(settings, recipe=replace(settings.recipe,   # --precision auto: the run says what it chose
-                                                precision=resolve_precision(device, settings.recipe.precision)))
+    device, tokenizer, recipe = start(rs.device, rs.threads, tr.seed, tr.model, tr.max_length,
+                                      settings.recipe)       # --precision auto resolved, and said once
+    settings = replace(settings, recipe=recipe)
     train, dev, test = load_files(settings, tasks, tokenizer)
 
     bert = minbert.load_pretrained(tr.model, attn_implementation=settings.recipe.attn_implementation)

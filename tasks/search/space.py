@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,17 @@ class Param:
         if self.kind == "int":
             return optuna.distributions.IntDistribution(self.low, self.high, log=self.log, step=self.step or 1)
         return optuna.distributions.FloatDistribution(self.low, self.high, log=self.log, step=self.step)
+
+    def holds(self, value: Any) -> bool:
+        """Whether suggest() could give `value`: one of the choices, or within [low, high] and on the step's grid."""
+        if self.kind == "choices":
+            return value in self.choices
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not self.low <= value <= self.high:
+            return False
+        if self.step:
+            steps = (value - self.low) / self.step
+            return abs(steps - round(steps)) <= 1e-8 * max(1.0, abs(steps))
+        return True
 
     def describe(self) -> str:
         """One line: the range or the choices."""
@@ -236,6 +248,11 @@ def _enqueued(space: Space, given: Any) -> list[dict[str, Any]]:
             raise ConfigurationError(f"{source}: give a value for each param and nothing else"
                                      + (f"; missing {', '.join(missing)}" if missing else "")
                                      + (f"; not a param: {', '.join(map(str, extra))}" if extra else ""))
-        space.check(trial, source)
+        checked = space.check(trial, source)
+        outside = [f"{p.path} {checked[p.path]!r} ({p.describe()})" for p in space.params
+                   if not p.holds(checked[p.path])]
+        if outside:
+            raise ConfigurationError(f"{source}: {json.dumps(trial)} is outside the space's ranges: "
+                                     f"{'; '.join(outside)}")
         out.append(dict(trial))
     return out

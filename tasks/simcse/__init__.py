@@ -50,7 +50,6 @@ from ..core.data import TASKS, Records
 from ..core.distributed import world_size
 from ..core.errors import ConfigurationError
 from ..core.evaluation import in_order, pearson, predict_batches
-from ..core.precision import resolve_precision
 from ..core.recipe import autocast
 from ..core.resume import resume_config
 from ..core.runs import RUN_FILE, RunPaths, parse_run, run_paths, write_run_json
@@ -265,9 +264,9 @@ def run(settings: Settings) -> dict:
     epochs = tr.epochs or DEFAULTS[s.objective]["epochs"]
     lr = tr.lr if tr.lr is not None else DEFAULTS[s.objective]["lr"]
     model_dir = resolve(tr.model)
-    device, tokenizer = start(settings.run.device, settings.run.threads, tr.seed, tr.model, tr.max_length)
-    settings = replace(settings, recipe=replace(settings.recipe,   # --precision auto: the run says what it chose
-                                                precision=resolve_precision(device, settings.recipe.precision)))
+    device, tokenizer, recipe = start(settings.run.device, settings.run.threads, tr.seed, tr.model, tr.max_length,
+                                      settings.recipe)       # --precision auto resolved, and said once
+    settings = replace(settings, recipe=recipe)
     quora, stage, rest, data, what, dev, gold = load_stage(settings, tokenizer)
 
     bert = minbert.load_pretrained(tr.model, attn_implementation=settings.recipe.attn_implementation)
