@@ -166,6 +166,7 @@ CASES = {  # docs/errors.md's row (its first column): how the working argv chang
         lambda a, t, d: with_flag(a, "--model", damaged_model(d, t, "tokenizer-json")),
     "`--precision fp16` on a CPU": lambda a, t, d: with_flag(with_flag(a, "--device", "cpu"), "--precision", "fp16"),
     "`--device cuda` without CUDA": lambda a, t, d: with_flag(a, "--device", "cuda"),
+    "`--cuda-graphs` on a CPU": lambda a, t, d: [*with_flag(a, "--device", "cpu"), "--cuda-graphs"],
 }
 SKIP_WHEN = {"`--device cuda` without CUDA": (torch.cuda.is_available(), "this machine has CUDA")}  # row: (skip, why)
 ROWS = page_rows()
