@@ -91,3 +91,18 @@ def test_resume_a_checkpoint_in_a_run_directory_resumes_that_directory(tiny_dir,
     resumed = classifier.parse_settings(["--resume", str(run / "checkpoint.pt")])   # run.json's settings, not defaults
     assert resumed.files == settings.files and resumed.training == settings.training
     assert resumed.run.run_dir == str(run) and read_run_json(run)["command"] == "classifier"
+
+
+def test_resuming_with_other_epochs_says_the_schedule_is_laid_out_again(tiny_dir, tmp_path, capsys):
+    """--epochs is free on resume, but a warm-up and decay schedule spans the run's steps: the run says so."""
+    run = tmp_path / "run"
+    argv = [*classifier_argv(tiny_dir, tmp_path), "--epochs", "1", "--warmup-ratio", "0.1", "--run-dir", str(run)]
+    classifier.run(classifier.parse_settings(argv))
+    capsys.readouterr()
+    classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "2"]))
+    err = " ".join("".join(capsys.readouterr()).split())
+    assert ("note: the run was started for 1 epochs and goes on for 2: its learning-rate schedule is laid out again "
+            "over the new number of steps, so the result is neither the 1-epoch run's nor an uninterrupted "
+            "2-epoch run's") in err
+    classifier.run(classifier.parse_settings(["--resume", str(run)]))                 # the same epochs: no note
+    assert "note: the run was started for" not in "".join(capsys.readouterr())

@@ -182,6 +182,12 @@ class _Loop:
         within = f" and {self.within['groups']} optimiser steps of the next" if self.within else ""
         self.say(f"resumed from {resume}: {self.start} epochs done{within}, best dev {self.metric} "
                  f"{self.best.best_score:.4f} (epoch {self.best.best_epoch})")
+        was = state.get("planned_epochs")
+        if was not in (None, self.options.epochs) and (self.recipe.warmup_ratio is not None
+                                                        or self.recipe.gradual_unfreezing > 0):
+            self.say(f"note: the run was started for {was} epochs and goes on for {self.options.epochs}: its "
+                     "learning-rate schedule is laid out again over the new number of steps, so the result is "
+                     f"neither the {was}-epoch run's nor an uninterrupted {self.options.epochs}-epoch run's")
 
     def train_epoch(self, epoch: int) -> tuple[float, dict[str, list[float]], float]:
         """One epoch of optimiser steps: (the mean training loss, per task [loss sum, batches], seconds)."""
@@ -399,6 +405,7 @@ class _Loop:
                 "best_epoch": self.best.best_epoch, "best_score": self.best.best_score,
                 "best_state": self.best.best_state, "history": self.history, "rng": rngs[0], "config": dict(self.options.config),
                 "optimizer_steps": self.step, "base_lrs": self.base_lrs, "scaler": self.scaler.state_dict(),
+                "planned_epochs": self.options.epochs,   # --epochs is free on resume: the schedule's span says so
                 **({"rng_ranks": rngs} if self.parallel else {}),
                 **({"terms": terms[0], "term_keys": self.terms.keys} if terms else {}),
                 **({"terms_ranks": terms} if terms and self.parallel else {}),
