@@ -31,9 +31,9 @@ from pathlib import Path
 from tasks.core.errors import nonnegative_float, nonnegative_int, positive_float, positive_int
 from tasks.core.evaluation import replacing
 
-from .leaderboard import SETTINGS_MEMBER, Settings
+from .leaderboard import SALT_MEMBER, SETTINGS_MEMBER, Settings, gold_member
 from .provenance import COMMIT_FILE
-from .standing import GOLD_NAMES, GoldError, gold_path, load_gold, read_salt, split_gold
+from .standing import GoldError, gold_path, load_gold, read_salt, split_gold
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "assignments" / "gradescope"
@@ -117,9 +117,8 @@ def leaderboard_files(gold: str, salt_file: str, daily_limit: int, private_fract
     salt = read_salt(salt_file)
     board = settings.board
     split_gold(load_gold(gold_dir, ROOT / "data", board), salt, settings.private_fraction, board)
-    files: dict[str, Path | bytes] = {f"leaderboard/gold/{GOLD_NAMES[task][0]}": gold_path(gold_dir, task)
-                                      for task in board.tasks}
-    files["leaderboard/salt"] = (salt + "\n").encode()
+    files: dict[str, Path | bytes] = {gold_member(task): gold_path(gold_dir, task) for task in board.tasks}
+    files[SALT_MEMBER] = (salt + "\n").encode()
     files[SETTINGS_MEMBER] = (json.dumps(asdict(settings), indent=2) + "\n").encode()
     return files
 

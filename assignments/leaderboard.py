@@ -37,12 +37,28 @@ from tasks.core.evaluation import write_text
 from .boards import BOARDS, Board
 from .profiles import DEFAULT_PROFILE
 from .provenance import provenance
-from .standing import GoldError, GoldSplit, Standing, load_dev, load_gold, read_salt, score_upload, split_gold
+from .standing import (
+    GOLD_NAMES,
+    GoldError,
+    GoldSplit,
+    Standing,
+    load_dev,
+    load_gold,
+    read_salt,
+    score_upload,
+    split_gold,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS_MEMBER = "leaderboard/settings.json"         # where a leaderboard bundle holds its settings
+SALT_MEMBER = "leaderboard/salt"                      # and its salt
 DAY = timedelta(hours=24)
 MAX_SHOWN = 40                     # problems listed in the top-level output; the upload test lists them all
+
+
+def gold_member(task: str) -> str:
+    """Where a leaderboard bundle holds a task's gold file."""
+    return f"leaderboard/gold/{GOLD_NAMES[task][0]}"
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,8 @@ from tasks.core.evaluation import write_text
 from .boards import BOARDS, NAMES, Board
 from .export import COLUMNS as STUDENTS
 from .export import cells_for, students
-from .leaderboard import Settings, chosen_settings, read_settings
+from .leaderboard import SALT_MEMBER, Settings, chosen_settings, gold_member, read_settings
 from .standing import (
-    GOLD_NAMES,
     GoldError,
     GoldSplit,
     Standing,
@@ -169,11 +168,11 @@ def same_as_bundle(bundle: str, salt_file: str, gold_dir: str, board: Board) -> 
     """GoldError unless the salt and the gold files are the ones the leaderboard bundle (a zip) holds."""
     with zipfile.ZipFile(bundle) as z:
         names = set(z.namelist())
-        if "leaderboard/salt" in names and z.read("leaderboard/salt").decode().strip() != read_salt(salt_file):
+        if SALT_MEMBER in names and z.read(SALT_MEMBER).decode().strip() != read_salt(salt_file):
             raise GoldError(f"--salt-file {salt_file} is not the salt of {bundle}: another salt splits the test set "
                             "otherwise than the leaderboard; give the bundle's")
         for task in board.tasks:
-            member = f"leaderboard/gold/{GOLD_NAMES[task][0]}"
+            member = gold_member(task)
             if member in names and z.read(member) != gold_path(gold_dir, task).read_bytes():
                 raise GoldError(f"{gold_path(gold_dir, task)} is not the gold of {bundle} ({member}); give the "
                                 "bundle's gold folder")
