@@ -17,7 +17,8 @@ An Extension's hooks, each a no-op unless overridden:
                             multitask command tasks/multitask/model.py TaskForward); return the new loss
     combine(model, losses)  one loss from a round of the tasks' losses (one batch of each), whose backward() gives
                             the gradients the step takes (PCGrad); the first switched-on term that has it decides
-    batches(inner)          the epoch's batches the loop takes (PCGrad: rounds of one batch per task)
+    batches(inner, generator)  the epoch's batches the loop takes (PCGrad: rounds of one batch per task); generator
+                            is the epoch's own (epoch_generator), for orders drawn as the batches are read
     after_step(model)       after each optimiser step (SMART's momentum copy)
     epoch_stats(means)      the epoch's logged means -> what its record shows; describe(stats) -> the log line
     state(), load_state()   what the term carries on (its log's running sums; more if it keeps any), in every checkpoint
@@ -25,7 +26,8 @@ Whatever a term logs with self.log.add(key, value) is averaged over the epoch an
 curves, the progress line, the run's history and summary), so that its effect is visible and can be checked non-zero.
 
 A resume gives a term back its state() of the checkpoint before the first epoch it trains, and batches() sees the
-RNG states as they were at the start of the epoch, resumed within it or not (tasks/core/train.py). Weights a term
+global RNG states as they were at the start of the epoch and a fresh epoch_generator, resumed within it or not
+(tasks/core/train.py). Weights a term
 keeps go in the model, as a module under the term's name (SMART's model.smart), so that the checkpoint holds them
 and prediction, which builds the model without the terms, leaves them out (without_term_weights); trainable ones go
 in Context.params too.
