@@ -178,4 +178,6 @@ def test_the_guides_memory_figures_are_grade_memory_json() -> None:
     index = (ROOT / "benchmarks" / "README.md").read_text()
     figures = ", ".join(f"{rows[j]['peak_pss_mib']:.0f}" for j in (1, 2, 4, 8))
     assert f"**{figures} MiB**" in index
+    rss = [rows[j]["peak_rss_mib"] for j in (1, 2, 4, 8)]
+    assert f"{min(rss):.0f}-{max(rss):.0f} MiB)" in index
     assert f"| C | {data['commit']} | `python benchmarks/grade_memory.py` |" in index
