@@ -11,6 +11,7 @@ The run is a run directory (its run.json says which command wrote it), a checkpo
 directory; the run's own settings rebuild the model, and its best epoch's weights are loaded. By default the run's own dev and test files are predicted (the files named at training, or
 DATA_DIR's); give other files with the flags. --kind names the model you expect: another is refused. Predictions
 are made at the run's --precision and with --eval-batch-size 128 (the CLIs' default), so that they equal the run's.
+Without --out they go to predictions/, unless it holds prediction files already (those tasks.submit zips).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import importlib
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -158,7 +159,7 @@ class Request:
 
     checkpoint: str
     kind: str | None = None
-    out: str = "predictions"
+    out: str | None = None          # None: predictions/, unless it holds prediction files already
     splits: tuple[str, ...] = ("dev", "test")
     data_dir: str | None = None
     files: dict[str, str | None] = field(default_factory=dict)   # sst_dev, ..., dev_file, test_file: None = the run's
@@ -250,8 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", help="a run directory (its run.json), a CLI's checkpoint (.pt), a DeeBERT --out "
                                       "directory, or a tasks.export directory")
     p.add_argument("--kind", choices=KINDS, default=None, help="the model you expect; a checkpoint of another is refused")
-    p.add_argument("--out", default="predictions", type=directory_to_write,
-                   help="the directory the prediction files go to (default: predictions)")
+    p.add_argument("--out", default=None, type=directory_to_write,
+                   help="the directory the prediction files go to (default: predictions, where the training "
+                        "commands write and tasks.submit zips from; refused when it holds prediction files "
+                        "already, so that another run's files never replace them unasked: give --out)")
     p.add_argument("--splits", type=lambda s: [x for x in s.split(",") if x], default=["dev", "test"],
                    help="which files to predict, comma-separated (default dev,test)")
     p.add_argument("--data-dir", default=None, help="where the default files live (default: the run's own)")
@@ -285,6 +288,22 @@ def overrides(args: Request) -> dict[str, Any]:
     return files | {"files.data_dir": args.data_dir}
 
 
+DEFAULT_OUT = "predictions"
+
+
+def default_out(args: Request) -> Request:
+    """`args` with --out resolved: predictions/, refused when it holds prediction files (the leaderboard's, which
+    tasks.submit zips) that another run's predictions would replace without being asked to."""
+    if args.out is not None:
+        return args
+    held = sorted(p.name for p in Path(DEFAULT_OUT).glob("*-output.csv"))
+    if held:
+        raise ConfigurationError(f"{DEFAULT_OUT}/ holds prediction files already ({', '.join(held[:3])}"
+                                 f"{', ...' if len(held) > 3 else ''}: the files tasks.submit zips); give --out DIR "
+                                 f"for this run's predictions, or --out {DEFAULT_OUT} to replace them")
+    return replace(args, out=DEFAULT_OUT)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = request(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -295,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in args.splits if s not in ("dev", "test")]
     if unknown:
         raise ConfigurationError(f"--splits: dev and/or test, not {', '.join(unknown)}")
+    args = default_out(args)
     device = pick_device(args.device)
     predictors = {"multitask": predict_multitask, "classifier": predict_classifier, "deebert": predict_deebert}
     for path in predictors[run.kind](args, run, device):

@@ -132,6 +132,28 @@ def test_predict_a_classifier_run_writes_its_files(tiny_dir, tmp_path):
         predict.main([str(tmp_path / "sst.pt"), "--kind", "multitask"])
 
 
+def test_predict_without_out_never_replaces_the_leaderboard_folders_files(tiny_dir, tmp_path, monkeypatch):
+    """Without --out, predictions/ (the folder tasks.submit zips) is written only while it holds no prediction file."""
+    lines = (DATA / "ids-sst-dev.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "few.csv").write_text("".join(lines[:17]), encoding="utf-8")
+    few = str(tmp_path / "few.csv")
+    argv = ["--model", str(tiny_dir), "--train-file", few, "--dev-file", few, "--test-file", few, "--device",
+            TEST_DEVICE, "--batch-size", "8", "--no-progress", "--epochs", "1", "--checkpoint",
+            str(tmp_path / "sst.pt"), "--predictions-dir", str(tmp_path / "own")]
+    classifier.run(classifier.parse_settings(argv))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "predictions").mkdir()
+    (tmp_path / "predictions" / "sst-test-output.csv").write_text("the best run's\n")
+    with pytest.raises(ConfigurationError, match=r"predictions/ holds prediction files already \(sst-test-output"):
+        predict.main([str(tmp_path / "sst.pt"), "--splits", "test"])
+    assert (tmp_path / "predictions" / "sst-test-output.csv").read_text() == "the best run's\n"
+    assert predict.main([str(tmp_path / "sst.pt"), "--splits", "test", "--out", "predictions"]) == 0   # asked for
+    same_files(tmp_path / "own", tmp_path / "predictions", ["sst-test-output.csv"])
+    (tmp_path / "predictions" / "sst-test-output.csv").unlink()
+    assert predict.main([str(tmp_path / "sst.pt"), "--splits", "test"]) == 0                           # empty: used
+    same_files(tmp_path / "own", tmp_path / "predictions", ["sst-test-output.csv"])
+
+
 def test_predict_a_deebert_run_at_a_threshold_writes_its_files(tiny_dir, tmp_path):
     from tasks import deebert
 
