@@ -45,6 +45,14 @@ def test_a_new_run_refuses_another_runs_checkpoint_and_a_rerun_config_writes_in_
     flat = classifier.parse_settings(argv + ["--checkpoint", str(tmp_path / "loose.pt")])   # a course command again:
     assert run_paths(flat.run, "classifier").checkpoint == tmp_path / "loose.pt"           # its own file, rewritten
 
+    bare = tmp_path / "bare"                          # a --run-dir with a checkpoint and no run.json to own it
+    bare.mkdir()
+    (bare / "checkpoint.pt").write_bytes(b"someone's weights")
+    with pytest.raises(ConfigurationError, match=rf"--run-dir {bare}: {bare / 'checkpoint.pt'} is there already, "
+                                                 rf"with no run.json"):
+        run_paths(classifier.parse_settings(argv + ["--run-dir", str(bare)]).run, "classifier")
+    assert (bare / "checkpoint.pt").read_bytes() == b"someone's weights"
+
 
 def test_a_run_json_as_config_for_a_new_run_directory_writes_in_that_directory(tiny_dir, tmp_path):
     a = tmp_path / "A"

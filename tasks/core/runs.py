@@ -215,7 +215,14 @@ def check_new_checkpoint(checkpoint: Path, directory: Path, explicit_dir: bool) 
     from .curves import curves_path
     owner = checkpoint.parent
     if owner.resolve() == directory.resolve():
-        return                  # its own directory: refused above when it holds a run, else one stopped before writing
+        # its own directory: refused above when it holds a run, else one stopped before writing; without run.json,
+        # a checkpoint left there is no run's to restart, and is not overwritten
+        left = [p for p in (checkpoint, curves_path(checkpoint)) if p.exists()]
+        if explicit_dir and left and not (directory / RUN_FILE).is_file():
+            raise ConfigurationError(f"--run-dir {directory}: {left[0]} is there already, with no {RUN_FILE} to "
+                                     f"say which run wrote it, and would be overwritten; move it, or give another "
+                                     f"--run-dir")
+        return
     other_run = (owner / RUN_FILE).is_file()
     if not (other_run or explicit_dir):
         return
