@@ -32,7 +32,8 @@ def parse_terms(terms: str | Sequence[str]) -> tuple[str, ...]:
 
     'all' is every bias of the encoder: the eight per-layer terms of every layer plus `embeddings.bLN` and
     `pooler.bp`, as the paper trains "all the bias terms". A subset names per-layer terms (and may add the
-    two others by their full names); 'none' trains no encoder parameter (the `frozen` control).
+    two others by their full names); 'none' trains no encoder parameter (the `frozen` control). The paper's code adds
+    the pooler bias to every subset; here a subset is only what it names (add 'pooler.bp' to match it).
     """
     items = [t.strip() for t in terms.split(",")] if isinstance(terms, str) else [str(t).strip() for t in terms]
     items = [t for t in items if t]

@@ -404,9 +404,12 @@ def test_the_simcse_page_states_the_stages_defaults() -> None:
     def epochs(n: int) -> str:
         return f"{n} epoch" + ("s" if n != 1 else "")
 
-    assert (f"Defaults follow SimCSE's appendix A (batch {training.batch_size}, t = {stage.temperature:g}; "
-            f"{epochs(unsup['epochs'])} at {sci(unsup['lr'])} for unsup, {sup['epochs']} at {sci(sup['lr'])} for sup "
-            f"and margin), with max length {training.max_length} (their 32") in page
+    assert (f"Defaults follow SimCSE's appendix A for unsup (batch 64, t = {stage.temperature:g}, "
+            f"{epochs(unsup['epochs'])} at {sci(unsup['lr'])}) and its epochs and rate for sup and margin "
+            f"({sup['epochs']} at {sci(sup['lr'])}), but at batch {training.batch_size} for every objective "
+            f"(SimCSE's supervised batch is 512: fewer in-batch negatives here), max length {training.max_length} "
+            f"(their scripts' 32 would truncate Quora questions) and weight decay {training.weight_decay:g} "
+            "(their scripts leave transformers' 0)") in page
     # the losses' own default temperature is the stage's
     for loss in (unsup_simcse_loss, sup_simcse_loss):
         t = inspect.signature(loss).parameters["temperature"].default
@@ -425,7 +428,7 @@ def test_the_deebert_page_states_the_runs_defaults() -> None:
     steps = [round(b - a, 4) for a, b in pairwise(DEFAULT_THRESHOLDS)]
     fine = steps.index(max(steps))
     assert set(steps[:fine]) == {min(steps)} and set(steps[fine:]) == {max(steps)}
-    assert (f"The default thresholds are the paper's {listed} (steps of {min(steps):g} up to "
+    assert (f"The default thresholds are minbert's {listed} (steps of {min(steps):g} up to "
             f"{DEFAULT_THRESHOLDS[fine]:g}, then of {max(steps):g}) for two classes, scaled by ln C / ln 2 for C "
             "classes") in page
     assert sweep.thresholds is None

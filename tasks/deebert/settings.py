@@ -29,7 +29,7 @@ from ..core.training_setup import Training
 
 SOURCE = {"sst": "sst", "sst2": "sst", "cfimdb": "cfimdb", "sts": "sts"}   # which files a task reads
 NUM_LABELS = {"sst": 5, "sst2": 2, "cfimdb": 2, "sts": 1}
-DEFAULT_THRESHOLDS = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7]   # the paper's, for two classes
+DEFAULT_THRESHOLDS = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7]   # two classes; cf. eval_entropy.sh's
 EXITS = ("entropy", "patience")
 
 
@@ -49,7 +49,7 @@ class Sweep:
              "layers (PABEE; none: this for sts)")
     thresholds: list[float] | None = setting(
         None, item=float, metavar="S", on_resume="free",
-        help=f"entropy thresholds S to sweep, comma- or space-separated (none: the paper's "
+        help=f"entropy thresholds S to sweep, comma- or space-separated (none: "
              f"{' '.join(f'{t:g}' for t in DEFAULT_THRESHOLDS)} for two classes, times ln C / ln 2 for C classes, or "
              "/ ln 2 with --normalize-entropy: from no exit to every sample leaving at layer 1)")
     normalize_entropy: bool = setting(EntropyExit.normalize, on_resume="free",

@@ -54,7 +54,7 @@ class Stage:
 
 @dataclass
 class StageTraining(Training):
-    """The encoder to start from, the stage's sample and the loop's size (SimCSE's appendix A: batch 64, length 64)."""
+    """The encoder to start from, the stage's sample and the loop's size (batch 64 as SimCSE's unsup, length 64)."""
 
     model: str = setting(Training.model, help="checkpoint to start from: 'minilm' (the offline default), a Hub name such "
                                         "as bert-base-uncased, or a local directory")
@@ -70,7 +70,8 @@ class StageTraining(Training):
     dropout: None = dropped()          # no head: SimCSE's noise is the encoder's own dropout
     pooling: str = setting(SimCSEConfig.pooling, choices=SIMCSE_POOLINGS,
                            help="training embedding: mean of the real tokens (evaluated and used the same way) or "
-                                "cls_mlp ([CLS] through an MLP in training, [CLS] alone in evaluation, as SimCSE)")
+                                "cls_mlp ([CLS] through an MLP in training, [CLS] alone in evaluation, as SimCSE's unsup; for "
+                                "every objective here, since only the encoder is saved)")
     max_length: int | None = setting(64, parse=positive_int,
                                      help="truncate each sentence to this many tokens (none: the model's limit)")
     seed: int = setting(Training.seed, parse=int, help="random seed: the Quora split, the sample, initialisation, order "

@@ -25,8 +25,9 @@ benchmarks/smart_noise.py). The public code does not project: namisan/mt-dnn (th
 mt_dnn/perturbation.py) and archinetai/vat-pytorch (SMARTLoss, the code the CS224N report names) both set the
 new perturbation to s / (||s||_inf + epsilon), s = delta + eta g, the infinity norm taken over each token's
 hidden vector: every token's perturbation has infinity norm ~1 (epsilon 1e-6 only guards the division). They
-differ in eta (mt-dnn's train.py 1e-5, vat-pytorch 1e-3) and in the step's loss (one-sided KL; minbert takes
-the symmetric l_s in every preset). With eta g much smaller than the starting noise, the public step is mostly
+differ in eta (mt-dnn's train.py 1e-5, vat-pytorch 1e-3) and in the step's loss (mt-dnn: stable_kl, a log-odds
+surrogate on detached targets, mt_dnn/loss.py; vat-pytorch: a one-sided KL; minbert takes the symmetric l_s in
+every preset). With eta g much smaller than the starting noise, the public step is mostly
 the noise's direction rescaled.
 
 R_s's target f(x) keeps its graph: R_s depends on theta through both f(x~) and f(x), as in the paper. The
