@@ -206,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.seed_file:
             args.seed = read_seed(Path(args.seed_file).read_text(), args.seed_file)
+            student_account(args.as_user, (Path(args.seed_file),))   # may that user read it? before any grading
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -25,8 +25,43 @@ from .warmstart import Helper, available
 STUDENT_USER = "auto"    # run as root: "nobody", refused when that user cannot run this Python (--as-user)
 
 
-def student_account(user: str | None) -> tuple[int, int] | None:
-    """(uid, gid) the student's code runs as (root only; "auto": nobody), None: as this one; ValueError if unable."""
+REFERENCE_ROOT = Path(__file__).resolve().parents[1]
+KEPT_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "PYTHONCOERCECLOCALE", "PYTHONWARNINGS")   # and LC_*: all else is dropped
+
+
+def student_env(**own: str) -> dict[str, str]:
+    """The environment the submission's code gets: the locale, PATH and the time zone of this one, and `own`; nothing
+    else (not $PWD nor $OLDPWD, which would name the reference's folder, nor the seed's variable)."""
+    kept = {k: v for k, v in os.environ.items() if k in KEPT_ENV or k.startswith("LC_")}
+    return kept | own
+
+
+def solution_paths() -> list[Path]:
+    """The reference's files a submission must not read: every graded file's reference version (and its compiled
+    copies), and the repository's history, which holds them too."""
+    files = sorted({f for part in PARTS.values() for f in part.files})
+    paths = [REFERENCE_ROOT / f for f in files]
+    paths += [p for f in paths for p in sorted((f.parent / "__pycache__").glob(f"{f.stem}.*.pyc"))]
+    return [p for p in paths + [REFERENCE_ROOT / ".git" / "HEAD"] if p.exists()]
+
+
+def readable_to(account: tuple[int, int], paths: list[Path]) -> list[Path]:
+    """Those of `paths` the user `account` (its own group, no other) can read, asked of the system as that user."""
+    if not paths:
+        return []
+    probe = 'for p do [ -r "$p" ] && printf "%s\\n" "$p"; done; exit 0'
+    try:
+        out = subprocess.run(["/bin/sh", "-c", probe, "sh", *map(str, paths)], check=True, capture_output=True,
+                             text=True, user=account[0], group=account[1], extra_groups=[], cwd="/", timeout=60,
+                             stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"}).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ValueError(f"could not ask whether user {account[0]} can read the reference's files: {e}") from None
+    return [Path(line) for line in out.splitlines() if line]
+
+
+def student_account(user: str | None, secrets: tuple[Path, ...] = ()) -> tuple[int, int] | None:
+    """(uid, gid) the student's code runs as (root only; "auto": nobody), None: as this one; ValueError if unable, or
+    if that user can read the reference's solutions or `secrets` (the seed file)."""
     if not user or user == "none" or not hasattr(os, "geteuid") or os.geteuid() != 0:
         return None
     import pwd
@@ -41,6 +76,16 @@ def student_account(user: str | None) -> tuple[int, int] | None:
     if not _can_run(account):
         raise ValueError(f"{name} cannot run {sys.executable} and find torch: make the interpreter and its packages "
                          f"readable to {name}, name a user who can with --as-user USER, {as_root}")
+    private = [Path(p).resolve() for p in secrets]
+    seen = readable_to(account, solution_paths() + private)
+    if seen:
+        shown = ", ".join(map(str, seen[:3])) + (f" and {len(seen) - 3} more" if len(seen) > 3 else "")
+        closed = sorted({str(p if p in private else p.parent.parent if p.parent.name == "__pycache__" else p.parent)
+                         for p in seen})
+        raise ValueError(f"{name} can read {shown}: a submission run as {name} could run the reference's solutions "
+                         f"or read the grading seed. Close them to {name} (chmod -R o= {' '.join(closed)}; it still "
+                         f"needs to read the Python it runs), name a user who cannot read them with --as-user USER, "
+                         f"{as_root}")
     return account
 
 
@@ -92,9 +137,8 @@ def run_parts(staging: Path, names: list[str], timeout: float, jobs: int, accoun
     result_file, log_file = work / "out" / "results.json", work / "check-log.txt"
     for d in ("records", "out"):
         _hand_over(work / d, account)
-    env = dict(os.environ, PYTHONPATH=str(staging), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
-               TOKENIZERS_PARALLELISM="false", HOME=str(work / "out"), TMPDIR=str(work / "out"))
-    env.pop("MINBERT_GRADING_SEED", None)
+    env = student_env(PYTHONPATH=str(staging), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
+                      TOKENIZERS_PARALLELISM="false", HOME=str(work / "out"), TMPDIR=str(work / "out"))
     cmd = [sys.executable, "-m", "assignments.check", *names, "--timeout", str(timeout), "--jobs", str(jobs),
            "--result", str(result_file), "--record", str(work / "records"), "--inputs", str(work / "inputs")]
     overall = timeout * math.ceil(len(names) / jobs) + 60   # the checker enforces the per-part limits itself

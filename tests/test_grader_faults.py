@@ -1,5 +1,6 @@
 """The grader survives a student part that allocates without bound or segfaults: that part fails with a reason; a file
-that does not parse costs only the parts that grade it; as root, a user who cannot run its Python is refused."""
+that does not parse costs only the parts that grade it; as root, a user who cannot run its Python, or who can read
+the reference or the seed, is refused; the submission's process gets no variable naming the reference."""
 
 from __future__ import annotations
 
@@ -135,3 +136,74 @@ def test_a_file_that_fails_when_imported_stops_every_part_that_imports_it(tmp_pa
     assert "\npandas==" not in lock and "\nmatplotlib==" in lock                # the handout's example, and a real one
     handout = " ".join((ROOT / "assignments" / "README.md").read_text().split())
     assert "A file that parses but fails when imported stops every part that imports it" in handout
+
+
+def test_the_submissions_code_gets_no_variable_naming_the_reference(tmp_path: Path, monkeypatch) -> None:
+    """$PWD and $OLDPWD (the folder the grader runs in: the reference's) and the seed's variable never reach the
+    submission's process: its environment is the locale, PATH and the grader's own settings."""
+    monkeypatch.setenv("PWD", str(ROOT))
+    monkeypatch.setenv("OLDPWD", str(ROOT))
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    sub = submission_with(tmp_path, {"AdamW.step": 'import os\nraise RuntimeError("ENV " + " ".join(sorted(os.environ)))'})
+    res = grade(sub, parts=["adamw"], as_user=grading_user())
+    said = res["parts"][0]["message"]
+    assert res["score"] == 0 and "ENV " in said, said
+    names = set(said.split("ENV ", 1)[1].split()[:40])
+    assert {"PWD", "OLDPWD", "MINBERT_GRADING_SEED"}.isdisjoint(names) and {"LANG", "PATH", "PYTHONPATH"} <= names
+    assert untrusted.student_env(HOME="/h") == {k: v for k, v in os.environ.items()
+                                                 if k in untrusted.KEPT_ENV or k.startswith("LC_")} | {"HOME": "/h"}
+
+
+def _nobody() -> tuple[int, int]:
+    import pwd
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("asks the system as another user: needs root")
+    try:
+        entry = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody")
+    return entry.pw_uid, entry.pw_gid
+
+
+def test_a_user_who_can_read_the_reference_or_the_seed_is_refused(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Run as a user who can read the reference's solutions (or the seed file), a submission could exec them: the
+    grader refuses that user before grading, naming what it can read and the chmod that closes it."""
+    import tempfile
+    account = _nobody()
+    shared = Path(tempfile.mkdtemp(dir="/tmp", prefix="minbert-readable-"))
+    try:
+        os.chmod(shared, 0o755)
+        (shared / "ref").mkdir(mode=0o755)
+        (shared / "closed").mkdir(mode=0o700)
+        solution, closed, inside = shared / "ref" / "optim.py", shared / "ref" / "model.py", shared / "closed" / "x"
+        for p in (solution, closed, inside):
+            p.write_text("x\n")
+        solution.chmod(0o644)
+        closed.chmod(0o600)
+        inside.chmod(0o644)
+        assert untrusted.readable_to(account, [solution, closed, inside]) == [solution]   # the system's answer
+
+        monkeypatch.setattr(untrusted, "_can_run", lambda account: True)
+        monkeypatch.setattr(untrusted, "solution_paths", lambda: [solution, closed])
+        with pytest.raises(ValueError) as e:
+            untrusted.student_account("auto")
+        assert str(e.value) == (f"nobody can read {solution}: a submission run as nobody could run the reference's "
+                                f"solutions or read the grading seed. Close them to nobody (chmod -R o= "
+                                f"{shared / 'ref'}; it still needs to read the Python it runs), name a user who "
+                                "cannot read them with --as-user USER, or accept running the submission's code as "
+                                "root with --as-user none")
+        solution.chmod(0o600)
+        assert untrusted.student_account("auto") == account                          # closed: graded as nobody
+
+        seed = shared / "ref" / "seed.txt"
+        seed.write_text("12345\n")
+        seed.chmod(0o644)
+        sub = submission_with(tmp_path, {})
+        assert grade_main([str(sub), "--seed-file", str(seed), "--parts", "adamw", "--out",
+                           str(tmp_path / "r.json")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: nobody can read {seed}: ") and f"chmod -R o= {seed};" in err, err
+        assert not (tmp_path / "r.json").exists()
+    finally:
+        import shutil
+        shutil.rmtree(shared)
