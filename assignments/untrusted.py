@@ -20,22 +20,12 @@ from pathlib import Path
 from .checks import PARTS
 from .common import GROUPS
 from .isolation import sweep
-from .warmstart import Helper, available
+from .warmstart import KEPT_ENV, Helper, available, student_env  # noqa: F401 (KEPT_ENV: tests)
 
 STUDENT_USER = "auto"    # run as root: "nobody", refused when that user cannot run this Python (--as-user)
 
 
 REFERENCE_ROOT = Path(__file__).resolve().parents[1]
-KEPT_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "PYTHONCOERCECLOCALE", "PYTHONWARNINGS")   # and LC_*: all else is dropped
-
-
-def student_env(**own: str) -> dict[str, str]:
-    """The environment the submission's code gets: the locale, PATH and the time zone of this one, and `own`; nothing
-    else (not $PWD nor $OLDPWD, which would name the reference's folder, nor the seed's variable)."""
-    kept = {k: v for k, v in os.environ.items() if k in KEPT_ENV or k.startswith("LC_")}
-    return kept | own
-
-
 def solution_paths() -> list[Path]:
     """The reference's files a submission must not read: every graded file's reference version (and its compiled
     copies), and the repository's history, which holds them too."""

@@ -38,7 +38,15 @@ import time
 
 COLD_ENV = "MINBERT_COLD_START"   # set (to anything but 0): every run is a cold `python`
 HELPER_NAME = "__warm_helper__"   # this file's __name__ when the helper runs it
-HELPER_DROPS = ("PYTHONPATH", "OMP_NUM_THREADS", "MINBERT_GRADING_SEED")   # not in the helper's own environment
+KEPT_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "PYTHONCOERCECLOCALE", "PYTHONWARNINGS")   # and LC_*: all else is dropped
+
+
+def student_env(**own: str) -> dict[str, str]:
+    """The environment the submission's code gets (and the helper it forks from starts with, which a child's
+    /proc/self/environ shows): the locale, PATH and the time zone of this one, and `own`; nothing else (not $PWD nor
+    $OLDPWD, which would name the reference's folder, nor the seed's variable)."""
+    kept = {k: v for k, v in os.environ.items() if k in KEPT_ENV or k.startswith("LC_")}
+    return kept | own
 
 
 def child(req: dict, torch, default_threads: int, base_path: list[str]) -> None:
@@ -267,7 +275,7 @@ class Helper:
 
     def __init__(self) -> None:
         read, write = os.pipe()
-        env = {k: v for k, v in os.environ.items() if k not in HELPER_DROPS}
+        env = student_env()
         start = f"import runpy, sys; runpy.run_path(sys.argv[1], run_name={HELPER_NAME!r})"   # this file, no package
         self.proc = subprocess.Popen([sys.executable, "-c", start, os.path.abspath(__file__), str(write)],
                                      stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd="/", env=env,

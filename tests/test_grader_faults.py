@@ -138,18 +138,28 @@ def test_a_file_that_fails_when_imported_stops_every_part_that_imports_it(tmp_pa
     assert "A file that parses but fails when imported stops every part that imports it" in handout
 
 
-def test_the_submissions_code_gets_no_variable_naming_the_reference(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("cold", [False, True], ids=["warm", "cold"])
+def test_the_submissions_code_gets_no_variable_naming_the_reference(tmp_path: Path, monkeypatch, cold) -> None:
     """$PWD and $OLDPWD (the folder the grader runs in: the reference's) and the seed's variable never reach the
-    submission's process: its environment is the locale, PATH and the grader's own settings."""
+    submission's process, nor its /proc/self/environ (a forked child's shows the helper's start): its environment is
+    the locale, PATH and the grader's own settings."""
+    monkeypatch.setattr(untrusted, "_helper", None)              # a helper started with this test's environment
     monkeypatch.setenv("PWD", str(ROOT))
     monkeypatch.setenv("OLDPWD", str(ROOT))
     monkeypatch.setenv("LANG", "C.UTF-8")
-    sub = submission_with(tmp_path, {"AdamW.step": 'import os\nraise RuntimeError("ENV " + " ".join(sorted(os.environ)))'})
+    monkeypatch.setenv("MINBERT_COLD_START", "1" if cold else "0")
+    probe = ('import os\nstart = open("/proc/self/environ", "rb").read().split(b"\\0")\n'
+             'raise RuntimeError("ENV " + " ".join(sorted(os.environ)) + " START " + '
+             '" ".join(sorted(v.split(b"=")[0].decode() for v in start if v)))')
+    sub = submission_with(tmp_path, {"AdamW.step": probe})
     res = grade(sub, parts=["adamw"], as_user=grading_user())
     said = res["parts"][0]["message"]
-    assert res["score"] == 0 and "ENV " in said, said
-    names = set(said.split("ENV ", 1)[1].split()[:40])
-    assert {"PWD", "OLDPWD", "MINBERT_GRADING_SEED"}.isdisjoint(names) and {"LANG", "PATH", "PYTHONPATH"} <= names
+    assert res["score"] == 0 and "ENV " in said and " START " in said, said
+    names, start = (set(x.split()[:40]) for x in said.split("ENV ", 1)[1].split(" START ", 1))
+    assert {"PWD", "OLDPWD", "MINBERT_GRADING_SEED"}.isdisjoint(names | start), (names, start)
+    assert {"LANG", "PATH", "PYTHONPATH"} <= names
+    if untrusted._helper is not None:
+        untrusted._helper.close()
     assert untrusted.student_env(HOME="/h") == {k: v for k, v in os.environ.items()
                                                  if k in untrusted.KEPT_ENV or k.startswith("LC_")} | {"HOME": "/h"}
 
