@@ -36,7 +36,7 @@ from .check import describe, format_result, format_total, group_totals
 from .checks import PARTS, parts_of
 from .common import GROUPS
 from .hidden import grading_seed, read_seed
-from .isolation import become_subreaper, children, usable_cpus
+from .isolation import become_subreaper, children, part_memory, usable_cpus
 from .make import ROOT
 from .profiles import DEFAULT_PROFILE, PROFILES
 from .staging import Opened, open_submission, stage
@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     groups = list(PROFILES[args.profile].groups) if "all" in args.groups else args.groups
     try:
+        part_memory()                                                # a bad $MINBERT_PART_MEMORY: here, not in a part
         if args.seed_file:
             args.seed = read_seed(Path(args.seed_file).read_text(), args.seed_file)
             student_account(args.as_user, (Path(args.seed_file),))   # may that user read it? before any grading

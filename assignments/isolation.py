@@ -23,7 +23,30 @@ def _tail(path: Path, limit: int = 2000) -> str:
 
 
 MEMORY_LIMIT = 4 << 30  # bytes of address space a part may add to what the checker had mapped when it forked
-MEMORY_ENV = "MINBERT_PART_MEMORY"  # overrides MEMORY_LIMIT (bytes); 0 turns the limit off (CUDA maps far more)
+MEMORY_ENV = "MINBERT_PART_MEMORY"  # overrides MEMORY_LIMIT: bytes, or 6G, 512M; 0 turns it off (CUDA maps far more)
+MEMORY_FLOOR = 256 << 20            # less and a part fails to import torch: the student would be blamed for the setting
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def part_memory(environ: dict[str, str] | os._Environ = os.environ) -> int:
+    """The address space a part may add (bytes; 0: no limit): $MINBERT_PART_MEMORY, else MEMORY_LIMIT; ValueError
+    naming the variable for a value that is not bytes (or K, M, G, T of them) or is too small to import torch."""
+    text = environ.get(MEMORY_ENV)
+    if text is None:
+        return MEMORY_LIMIT
+    number, unit = text.strip().upper().rstrip("IB"), ""
+    if number and number[-1] in _UNITS:
+        number, unit = number[:-1], number[-1]
+    try:
+        value = int(float(number) * _UNITS[unit])
+    except ValueError:
+        value = -1
+    if value == 0:
+        return 0
+    if value < MEMORY_FLOOR:
+        raise ValueError(f"{MEMORY_ENV}={text!r}: the address space each graded part may add, in bytes or with K, M, G "
+                         f"(e.g. 6G), at least {MEMORY_FLOOR >> 20}M (a part imports torch); 0 turns the limit off")
+    return value
 
 
 def _limit_memory() -> None:
@@ -31,7 +54,7 @@ def _limit_memory() -> None:
     import resource
     with open("/proc/self/statm") as f:    # Linux; elsewhere the time limit alone bounds a part
         mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    extra = int(os.environ.get(MEMORY_ENV, MEMORY_LIMIT))
+    extra = part_memory()
     if extra <= 0:
         return
     limit = mapped + extra

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .checks import PARTS
 from .common import GROUPS
-from .isolation import sweep
+from .isolation import MEMORY_ENV, part_memory, sweep
 from .warmstart import KEPT_ENV, Helper, available, student_env  # noqa: F401 (KEPT_ENV: tests)
 
 STUDENT_USER = "auto"    # run as root: "nobody", refused when that user cannot run this Python (--as-user)
@@ -128,7 +128,8 @@ def run_parts(staging: Path, names: list[str], timeout: float, jobs: int, accoun
     for d in ("records", "out"):
         _hand_over(work / d, account)
     env = student_env(PYTHONPATH=str(staging), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
-                      TOKENIZERS_PARALLELISM="false", HOME=str(work / "out"), TMPDIR=str(work / "out"))
+                      TOKENIZERS_PARALLELISM="false", HOME=str(work / "out"), TMPDIR=str(work / "out"),
+                      **{MEMORY_ENV: str(part_memory())})     # the grader's setting, checked here
     cmd = [sys.executable, "-m", "assignments.check", *names, "--timeout", str(timeout), "--jobs", str(jobs),
            "--result", str(result_file), "--record", str(work / "records"), "--inputs", str(work / "inputs")]
     overall = timeout * math.ceil(len(names) / jobs) + 60   # the checker enforces the per-part limits itself

@@ -157,7 +157,7 @@ def test_the_submissions_code_gets_no_variable_naming_the_reference(tmp_path: Pa
     assert res["score"] == 0 and "ENV " in said and " START " in said, said
     names, start = (set(x.split()[:40]) for x in said.split("ENV ", 1)[1].split(" START ", 1))
     assert {"PWD", "OLDPWD", "MINBERT_GRADING_SEED"}.isdisjoint(names | start), (names, start)
-    assert {"LANG", "PATH", "PYTHONPATH"} <= names
+    assert {"LANG", "PATH", "PYTHONPATH", "MINBERT_PART_MEMORY"} <= names    # the memory limit: the grader's
     if untrusted._helper is not None:
         untrusted._helper.close()
     assert untrusted.student_env(HOME="/h") == {k: v for k, v in os.environ.items()
@@ -217,3 +217,20 @@ def test_a_user_who_can_read_the_reference_or_the_seed_is_refused(tmp_path: Path
     finally:
         import shutil
         shutil.rmtree(shared)
+
+
+def test_a_bad_part_memory_setting_stops_the_grader_not_every_part(tmp_path: Path, monkeypatch, capsys) -> None:
+    """$MINBERT_PART_MEMORY is read in the grader's process (bytes, or K/M/G): a value that is no size, or too small
+    to import torch, is one line and exit 2 before anything runs (it crashed every part, blaming the student)."""
+    from assignments.isolation import MEMORY_LIMIT, part_memory
+    assert part_memory({}) == MEMORY_LIMIT and part_memory({"MINBERT_PART_MEMORY": "0"}) == 0
+    assert part_memory({"MINBERT_PART_MEMORY": "6G"}) == 6 << 30 == part_memory({"MINBERT_PART_MEMORY": str(6 << 30)})
+    assert part_memory({"MINBERT_PART_MEMORY": "512M"}) == 512 << 20
+    sub = submission_with(tmp_path, {})
+    for bad in ("8", "lots"):
+        monkeypatch.setenv("MINBERT_PART_MEMORY", bad)
+        assert grade_main([str(sub), "--parts", "adamw", "--as-user", "none", "--out", str(tmp_path / "r.json")]) == 2
+        assert capsys.readouterr().err == (f"error: MINBERT_PART_MEMORY={bad!r}: the address space each graded part "
+                                           "may add, in bytes or with K, M, G (e.g. 6G), at least 256M (a part "
+                                           "imports torch); 0 turns the limit off\n")
+        assert not (tmp_path / "r.json").exists()
