@@ -44,6 +44,13 @@ def deebert_model() -> torch.nn.Module:
     return DeeBert(StandInBert(_tiny_config(), num_layers=NUM_LAYERS), DeeBertConfig(NUM_LABELS, pooling="mean"))
 
 
+def _minus_inf_hint(got: object) -> str:
+    if isinstance(got, torch.Tensor) and bool(got.isnan().any()):
+        return ("It has NaN where a logit is -inf: there p = 0 and log p = -inf, and 0 * -inf = nan; the term "
+                "0 log 0 must count as 0 (keep log p finite, e.g. at the dtype's smallest value)")
+    return ""
+
+
 def check_entropy() -> None:
     from minbert.deebert import entropy
     what = f"entropy() in {FILE}"
@@ -62,6 +69,11 @@ def check_entropy() -> None:
             torch.tensor([0.0, math.log(2.0), math.log(3.0)]),
             hint="It must stay finite: take log p from F.log_softmax (exp(1000) overflows to inf, and log of a "
                  "softmax that underflowed to 0 is -inf, with 0 * -inf = nan)")
+    # a logit of -inf: that class has p = 0 and log p = -inf, and 0 log 0 counts as 0, so H is that of (1/4, 3/4)
+    ninf = torch.tensor([[0.0, -math.inf, math.log(3.0)], [-math.inf, 0.0, -math.inf]])
+    compare(f"{what} of the logits (0, -inf, ln 3) and (-inf, 0, -inf), where p = (1/4, 0, 3/4) and (0, 1, 0) "
+            "(expected ln 4 - (3/4) ln 3 and 0: finite)", entropy(ninf), torch.tensor([h, 0.0]),
+            hint=lambda got: _minus_inf_hint(got))
     f = load_fixture("deebert_entropy")
     compare(f"{what} of random logits (2, 3, 5), over the last dimension", entropy(f["logits"]), f["entropy"],
             shape_hint="Sum over the classes, the last dimension: (..., C) -> (...)")

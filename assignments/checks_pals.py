@@ -37,15 +37,19 @@ class FixedAttention(nn.Module):
 
 
 class _Attend:
-    """Stands in for ProjectedAttention.attend: records the dropout rate and mode, and runs the kernel without dropout."""
+    """Stands in for ProjectedAttention.attend: records the dropout rate and mode, and runs the kernel without dropout
+    (or, given `inner`, the module's own attend, as called)."""
 
-    def __init__(self) -> None:
+    def __init__(self, inner: object = None) -> None:
         self.calls: list[tuple[float, bool]] = []
+        self.inner = inner
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                  dropout_p: float = 0.0, training: bool = False) -> torch.Tensor:
         from minbert.model import fused_attention
         self.calls.append((dropout_p, training))
+        if self.inner is not None:
+            return self.inner(q, k, v, mask, dropout_p, training)
         return fused_attention(q, k, v, mask, 0.0, False)
 
 
@@ -59,10 +63,21 @@ def check_attention() -> None:
     hints = {f"one head of size d is used: split q, k and v into self.nh = {HEADS} heads with self.split_heads":
              f["attn_one_head"],
              "the biases bq, bk, bv are left out: q = Wq z + bq (F.linear(z, self.Wq, self.bq))": f["attn_no_bias"],
-             "the queries and the keys are swapped": f["attn_qk_swapped"]}
+             "the queries and the keys are swapped": f["attn_qk_swapped"],
+             "the attention mask is not applied: the padding tokens are attended to (pass `mask` on to self.attend)":
+             f["attn_no_mask"]}
     with torch.no_grad():
         module.eval()
-        compare(f"{what} (eval mode)", module(z, mask), f["attn_out"], hints=hints,
+        attend = _Attend(module.attend)          # the module's own attend, its calls recorded
+        module.attend = attend
+        got = module(z, mask)
+        module.attend = attend.inner
+        # in eval mode, dropout must be off: the mode passed to self.attend (1 = training), 0 when it is not called
+        compare(f"{what} in eval mode: the `training` argument given to self.attend (1 = True)",
+                torch.tensor(float(any(training for _, training in attend.calls))), torch.tensor(0.0),
+                hint="self.attend is called with training=True in eval mode, so dropout stays on at evaluation: "
+                     "pass the module's own mode, self.training")
+        compare(f"{what} (eval mode)", got, f["attn_out"], hints=hints,
                 shape_hint="self.attend returns the heads merged, (B, T, d): return that")
         module.train()
         attend = _Attend()
@@ -96,6 +111,10 @@ def check_pal() -> None:
             if layer > 0:
                 hints["the first layer's attention is used: each layer has its own, self.attention[layer]"] = \
                     f["pal_out_0"]
+            for other in range(LAYERS):          # e.g. an index off by one: layer 0 takes the last layer's
+                if other != layer and not (other == 0 and layer > 0):
+                    hints.setdefault(f"another layer's attention is used (layer {other}'s): each layer has its own, "
+                                     "self.attention[layer]", f[f"pal_out_{other}"])
             compare(f"TaskPALs.forward in {FILE} for layer {layer} (x (B, T, H = 32), d = {SIZE}; the projected "
                     "attentions stand in as fixed maps)", pal(layer, x, mask), f[key], hints=hints,
                     shape_hint="Down with self.encoder (V^E, H -> d), the layer's attention, back up with "

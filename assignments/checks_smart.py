@@ -46,6 +46,10 @@ def check_kl() -> None:
     differentiable(what, loss)
 
 
+DESCENT = ("the step descends: delta moves against the gradient, but the adversarial step ascends, along it (it "
+           "makes the loss larger)")
+
+
 def _nan_hint(got: object, rows: str) -> str:
     if isinstance(got, torch.Tensor) and bool(got.isnan().any()):
         return (f"It has NaN: an example whose gradient is 0 ({rows}) must stay where it is; use 1 in place of a "
@@ -61,7 +65,8 @@ def check_ascent() -> None:
     l2 = 0.5 * torch.tensor([[3.0, -6.0]]) / math.sqrt(45.0)
     hints = {"the gradient is divided by its L2 norm, not by its infinity norm (the largest |entry|)": l2,
              "the step is eta * sign(g), not eta * g / ||g||_inf": torch.tensor([[0.5, -0.5]]),
-             "the gradient is not normalised: divide it by ||g||_inf": torch.tensor([[1.5, -3.0]])}
+             "the gradient is not normalised: divide it by ||g||_inf": torch.tensor([[1.5, -3.0]]),
+             DESCENT: torch.tensor([[-0.25, 0.5]])}
     out = ascent_step(delta, grad, 0.5, 1.0)
     if not isinstance(out, (list, tuple)) or len(out) != 1:
         raise Fail(f"{what} returned {type(out).__name__}"
@@ -74,6 +79,22 @@ def check_ascent() -> None:
             "||delta||_inf <= 0.3 is (0.25, -0.3)", out, torch.tensor([[0.25, -0.3]]),
             hints={"the step is not projected onto the epsilon ball: clamp every entry of delta to "
                    "[-epsilon, epsilon]": torch.tensor([[0.25, -0.5]])})
+    # the norm is a constant of the step, taken from the gradient detached: with g requiring grad, the gradient of
+    # sum(new delta) with respect to g is eta / ||g||_inf = 1/12 everywhere (no clamp is active at epsilon = 1)
+    g = torch.tensor([[3.0, -6.0]], requires_grad=True)
+    out = ascent_step([torch.zeros(1, 2)], [g], 0.5, 1.0)
+    if isinstance(out, (list, tuple)) and len(out) == 1 and isinstance(out[0], torch.Tensor) and out[0].requires_grad:
+        (through,) = torch.autograd.grad(out[0].sum(), g, allow_unused=True)
+        through = torch.zeros_like(g) if through is None else through.detach()
+    else:                              # no graph at all: none through the norm either
+        through = torch.full((1, 2), 1 / 12)
+    compare(f"{what} by hand with g = (3, -6) requiring grad (eta = 0.5, epsilon = 1): the gradient of the sum of the "
+            "new delta with respect to g, eta / ||g||_inf = 1/12 everywhere when ||g||_inf is taken as a constant",
+            through, torch.full((1, 2), 1 / 12), hints={
+                "the norm is computed from g itself, not detached: the gradient also flows through ||g||_inf":
+                torch.tensor([[1 / 12, 1 / 24]])},
+            hint="||g||_inf must be computed from the gradient detached: the step's norm is a constant, and no "
+                 "gradient flows through it")
     f = load_fixture("smart")
     delta, grad = [f["delta_0"], f["delta_1"]], [f["grad_0"], f["grad_1"]]
     eta, eps = float(f["eta"]), float(f["epsilon"])
@@ -91,7 +112,8 @@ def check_ascent() -> None:
                     "example b (both sentences of a pair)": f[f"out_{i}_per_tensor"],
                     "each token is normalised by its own norm: ||g_b||_inf is over all of example b": f[f"out_{i}_per_token"],
                     "one norm is taken for the whole batch: each example b has its own ||g_b||_inf": f[f"out_{i}_batch"],
-                    "the step is eta * sign(g), not eta * g / ||g||_inf": f[f"out_{i}_sign"]},
+                    "the step is eta * sign(g), not eta * g / ||g||_inf": f[f"out_{i}_sign"],
+                    DESCENT: f[f"out_{i}_descent"]},
                 hint=lambda got: _nan_hint(got, "row 2"))
 
 

@@ -118,7 +118,8 @@ def compare(what: str, got: object, expected: torch.Tensor, *, rtol: float = RTO
     """Raise Fail naming `what`, the first mismatching index, the values there and the max abs diff.
 
     hints maps a description of a common mistake to what that mistake computes; the first one that got
-    matches is named. hint is said when none matches, shape_hint when the shape is wrong.
+    matches is named, except a mistake that computes the right answer on these inputs (within tolerance), which
+    is never named. hint is said when none matches, shape_hint when the shape is wrong.
     """
     if SESSION is not None:
         return SESSION.compare(what, got, expected, rtol=rtol, atol=atol, hints=hints, hint=hint,
@@ -148,7 +149,12 @@ def judge(what: str, got: object, expected: torch.Tensor, *, rtol: float = RTOL,
     msg = (f"{what} differs{where}: got {got[idx].item():.6g}, expected {expected[idx].item():.6g}; "
            f"max abs diff {maxdiff:.3g} ({int(bad.sum())} of {bad.numel()} values off)")
     for text, wrong in (hints or {}).items():
-        if tuple(wrong.shape) == tuple(got.shape) and not _close(got, wrong.to(got.dtype), rtol, atol).any():
+        if tuple(wrong.shape) != tuple(got.shape):
+            continue
+        wrong = wrong.to(got.dtype)
+        if not _close(wrong, expected, rtol, atol).any():
+            continue                # on these inputs the mistake gives the right answer: it says nothing here
+        if not _close(got, wrong, rtol, atol).any():
             msg += f". It matches what you get when {text}"
             break
     else:

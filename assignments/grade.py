@@ -66,9 +66,20 @@ def grade(submission: str | Path, timeout: float = DEFAULT_TIMEOUT, parts: list[
     is shown after the due date (Gradescope's "visibility": "after_due_date"). as_user: run as root, the student's
     code runs as this user ("auto": nobody; "none" or None: root); one who cannot run this Python is refused.
     """
+    known_parts(parts, profile)
     with tempfile.TemporaryDirectory(prefix="minbert-upload-") as unpacked:
         opened = open_submission(Path(submission), Path(unpacked))
         return _grade(opened, timeout, parts, jobs, groups, hide_hints, profile, seed, as_user)
+
+
+def known_parts(parts: list[str] | None, profile: str) -> None:
+    """Raise ValueError naming each of `parts` that is no part at all (a fixture's name, a typo), and the parts of
+    `profile` (the command line's --parts refuses them through its choices; a Python caller gets this)."""
+    unknown = [p for p in parts or () if p not in PARTS]
+    if unknown:
+        own = PROFILES[profile].groups if profile in PROFILES else GROUPS
+        raise ValueError(f"unknown part{'s' if len(unknown) > 1 else ''}: {', '.join(map(str, unknown))}; the parts "
+                         f"are {', '.join(parts_of(list(own)))}")
 
 
 def _grade(opened: Opened, timeout: float, parts: list[str] | None, jobs: int | None,
@@ -76,6 +87,7 @@ def _grade(opened: Opened, timeout: float, parts: list[str] | None, jobs: int | 
            as_user: str | None) -> dict:
     """grade() on the folder open_submission found."""
     from .hidden import hidden_fixture, write_inputs
+    known_parts(parts, profile)
     own = PROFILES[profile].groups
     unknown = [g for g in groups if g not in own] + [p for p in parts or () if PARTS[p].group not in own]
     if unknown:

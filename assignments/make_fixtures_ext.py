@@ -97,8 +97,10 @@ def smart_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
     grad = [torch.randn(B, T, 5, generator=g) * scale for T in (3, 2)]
     grad[1][0] *= 3                                          # row 0's largest entry is in the second tensor
 
-    def step(norms: list[torch.Tensor], sign: bool = False, project: bool = True) -> list[torch.Tensor]:
-        new = [d + eta * (gr.sign() if sign else gr / torch.where(n > 0, n, 1.0)) for d, gr, n in zip(delta, grad, norms)]
+    def step(norms: list[torch.Tensor], sign: bool = False, project: bool = True,
+             direction: float = 1.0) -> list[torch.Tensor]:
+        new = [d + direction * eta * (gr.sign() if sign else gr / torch.where(n > 0, n, 1.0))
+               for d, gr, n in zip(delta, grad, norms)]
         return [x.clamp(-eps, eps) if project else x for x in new]
 
     def per_example(gs: list[torch.Tensor]) -> torch.Tensor:
@@ -109,7 +111,8 @@ def smart_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
     variants = {"": step([inf, inf]), "_l2": step([l2, l2]), "_no_projection": step([inf, inf], project=False),
                 "_per_tensor": step([per_example([gr]) for gr in grad]),
                 "_per_token": step([gr.abs().amax(-1, keepdim=True) for gr in grad]),
-                "_batch": step([inf.amax(), inf.amax()]), "_sign": step([inf, inf], sign=True)}
+                "_batch": step([inf.amax(), inf.amax()]), "_sign": step([inf, inf], sign=True),
+                "_descent": step([inf, inf], direction=-1.0)}
     reference = ascent_step([d.clone() for d in delta], [gr.clone() for gr in grad], eta, eps)
     out.update(eta=torch.tensor(eta), epsilon=torch.tensor(eps))
     for i in range(2):
@@ -130,15 +133,17 @@ def pals_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
     out = {f"param.attention.{k[len('param.'):]}": v for k, v in _randomize(att, g).items()}
     z, mask = torch.randn(2, 5, SIZE, generator=g), _padding_mask([5, 3], 5)
 
-    def heads(nh: int, bias: bool = True, swap: bool = False) -> torch.Tensor:
+    def heads(nh: int, bias: bool = True, swap: bool = False, masked: bool = True) -> torch.Tensor:
         B, T, d = z.shape
         q, k, v = (F.linear(z, W, b if bias else None).view(B, T, nh, d // nh).transpose(1, 2)  # (B, nh, T, hs)
                    for W, b in ((att.Wq, att.bq), (att.Wk, att.bk), (att.Wv, att.bv)))
-        return fused_attention(k, q, v, mask) if swap else fused_attention(q, k, v, mask)
+        m = mask if masked else torch.zeros_like(mask)
+        return fused_attention(k, q, v, m) if swap else fused_attention(q, k, v, m)
 
     with torch.no_grad():
         out.update(z=z, mask=mask, attn_out=att.eval()(z, mask), attn_one_head=heads(1),
-                   attn_no_bias=heads(HEADS, bias=False), attn_qk_swapped=heads(HEADS, swap=True))
+                   attn_no_bias=heads(HEADS, bias=False), attn_qk_swapped=heads(HEADS, swap=True),
+                   attn_no_mask=heads(HEADS, masked=False))
         assert torch.allclose(out["attn_out"], heads(HEADS), atol=1e-6)
         pal = TaskPALs(pals_config(), PalsConfig(size=SIZE, heads=HEADS))
         A = [0.5 * torch.randn(SIZE, SIZE, generator=g) for _ in range(LAYERS)]
@@ -184,10 +189,11 @@ def simcse_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
     yf = y.float()
 
     def loss(d: torch.Tensor, m: float, swap: bool = False, clamp: bool = True, reverse: bool = False,
-             power: int = 2, half: float = 0.5, reduction: str = "mean") -> torch.Tensor:
-        yy = 1 - yf if swap else yf
+             power: int = 2, push: int | None = None, half: float = 0.5, reduction: str = "mean",
+             all_pull: bool = False) -> torch.Tensor:
+        yy = torch.ones_like(yf) if all_pull else 1 - yf if swap else yf
         gap = d - m if reverse else m - d
-        per = half * (yy * d ** power + (1 - yy) * (gap.clamp(min=0) if clamp else gap) ** power)
+        per = half * (yy * d ** power + (1 - yy) * (gap.clamp(min=0) if clamp else gap) ** (push or power))
         return per.sum() if reduction == "sum" else per.mean()
 
     for distance, m in (("cosine", 0.8), ("euclidean", 3.0)):
@@ -196,7 +202,8 @@ def simcse_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
         out.update({f"margin_{distance}": torch.tensor(m), key: margin_loss(e1, e2, y, m, distance),
                     f"{key}_swapped": loss(d, m, swap=True), f"{key}_no_clamp": loss(d, m, clamp=False),
                     f"{key}_reversed": loss(d, m, reverse=True), f"{key}_not_squared": loss(d, m, power=1),
-                    f"{key}_no_half": loss(d, m, half=1.0), f"{key}_sum": loss(d, m, reduction="sum")})
+                    f"{key}_no_half": loss(d, m, half=1.0), f"{key}_sum": loss(d, m, reduction="sum"),
+                    f"{key}_push_not_squared": loss(d, m, push=1), f"{key}_all_pull": loss(d, m, all_pull=True)})
         assert torch.allclose(out[key], loss(d, m)) and bool((d > m)[y == 0].any()) and bool((d < m)[y == 0].any())
         if distance == "cosine":
             out[f"{key}_cos"] = loss(F.cosine_similarity(e1, e2, dim=-1), m)
