@@ -10,8 +10,8 @@ instructor's; a file that does not compile is not laid, and costs only the parts
 than core run through part 1's pool(): they are graded in a tree of their own with the reference's
 minbert/pooling.py laid over it (REFERENCE_FOR_OTHERS).
 
-Every input is drawn from the grading seed (--seed, --seed-file, $MINBERT_GRADING_SEED, else a fresh one) by the
-reference: the students' fixtures are never used. Each part runs in its own process with a time limit, as another
+Every input is drawn from the grading seed (--seed, --seed-file, $MINBERT_GRADING_SEED, else a fresh one, said on
+stderr) by the reference: the students' fixtures are never used. Each part runs in its own process with a time limit, as another
 user when this runs as root (--as-user: nobody by default, refused when that user cannot run this Python; none runs
 it as root), and returns only what its code computed, as data (assignments/untrusted.py); this process, which never
 imports student code, replays the part's check on the reference and judges it (assignments/hidden.py). Prints a
@@ -225,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.batch is not None:
         return run_batch(args.batch, args.csv, args.regrade, grade_options(vars(args), groups))
+    if args.seed is None and not os.environ.get("MINBERT_GRADING_SEED", "").strip():
+        args.seed = grading_seed(None)       # said, so that a disputed grade can be repeated on the same inputs
+        print(f"grading seed {args.seed} (drawn for this submission; --seed {args.seed} grades it on the same inputs)",
+              file=sys.stderr)
     try:
         res = grade(args.submission, args.timeout, args.parts, args.jobs, groups, args.hide_hints, args.profile,
                     args.seed, args.as_user)

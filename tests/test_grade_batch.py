@@ -349,3 +349,24 @@ def test_a_csv_inside_the_folder_is_not_taken_for_a_submission(tmp_path: Path) -
     calls: list = []
     rows = grade_batch(subs, subs / "grades.csv", grade_fn=fake_grade(calls))
     assert [c[0] for c in calls] == ["carol"] and len(rows) == 6      # neither grades.csv nor grades/ is a row
+
+
+def test_a_single_grade_says_the_seed_it_drew_and_that_seed_repeats_it(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Without --seed (or its file or variable) a single grade draws one and says it, as a batch does: a disputed grade
+    can then be repeated on the same inputs."""
+    import re
+
+    from test_assignments import submission_with
+    monkeypatch.delenv("MINBERT_GRADING_SEED", raising=False)
+    wrong = 'for g in self.param_groups:\n    for p in g["params"]:\n        p.data.add_(0.5)\nreturn None'
+    sub = submission_with(tmp_path, {"AdamW.step": wrong})       # its message shows values of the drawn inputs
+    argv = [str(sub), "--parts", "adamw", "--as-user", grading_user()]
+    assert grade_main([*argv, "--out", str(tmp_path / "a.json")]) == 0
+    said = re.search(r"grading seed (\d+) \(drawn for this submission; --seed (\d+) grades it on the same inputs\)",
+                     capsys.readouterr().err)
+    assert said and said[1] == said[2]
+    assert grade_main([*argv, "--seed", said[1], "--out", str(tmp_path / "b.json")]) == 0
+    assert "grading seed" not in capsys.readouterr().err                     # given: nothing drawn, nothing said
+    assert grade_main([*argv, "--seed", str(int(said[1]) + 1), "--out", str(tmp_path / "c.json")]) == 0
+    first, again, other = (json.loads((tmp_path / n).read_text()) for n in ("a.json", "b.json", "c.json"))
+    assert first["tests"] == again["tests"] and first["tests"] != other["tests"]    # the inputs are the seed's
