@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import zipfile
@@ -142,6 +143,21 @@ def checks_arguments(parser: argparse.ArgumentParser) -> None:
                         "output until the due date")
 
 
+CHECKS_LIMIT = 1800     # seconds: the checks' run_autograder stops the grader after these (${CHECKS_TIMEOUT:-1800})
+
+
+def grading_worst_case(groups: list[str], profile: str, timeout: float, jobs: int | None) -> float:
+    """The longest a grading may take under these flags: for each set of parts (part 1's, then the other groups'),
+    --timeout times ceil(parts / jobs) plus SET_OVERHEAD; without --jobs, one part at a time (a container may give
+    one CPU)."""
+    from .checks import PARTS, parts_of
+    from .profiles import PROFILES
+    from .untrusted import SET_OVERHEAD
+    names = parts_of(list(PROFILES[profile].groups) if "all" in groups else groups)
+    sets = [[n for n in names if PARTS[n].group == "core"], [n for n in names if PARTS[n].group != "core"]]
+    return sum(timeout * math.ceil(len(s) / (jobs or 1)) + SET_OVERHEAD for s in sets if s)
+
+
 def checks_files(seed_file: str, groups: list[str], profile: str, timeout: float, hide_hints: bool,
                  jobs: int | None = None) -> dict[str, Path | bytes]:
     """grading/seed (checked to be an integer) and grading/flags (the grader's options, its groups checked to be
@@ -152,6 +168,12 @@ def checks_files(seed_file: str, groups: list[str], profile: str, timeout: float
     if [g for g in groups if g not in own and g != "all"]:
         raise BundleError(f"--groups {' '.join(groups)}: not all in the {profile} profile, whose groups are "
                           f"{', '.join(own)}")
+    worst = grading_worst_case(groups, profile, timeout, jobs)
+    if worst >= CHECKS_LIMIT:
+        at = f"--jobs {jobs}" if jobs else "one part at a time (no --jobs: the container may give one CPU)"
+        raise BundleError(f"--timeout {timeout:g}: grading could take {worst:.0f} s at {at}, past the "
+                          f"{CHECKS_LIMIT} s after which run_autograder stops it and sends the student to the staff; "
+                          f"lower --timeout, or give --jobs N with as many CPUs in Gradescope's container settings")
     seed_file = Path(seed_file)
     outside_data(seed_file, "grading seed")
     try:

@@ -22,6 +22,7 @@ from .common import GROUPS
 from .isolation import MEMORY_ENV, part_memory, sweep
 from .warmstart import KEPT_ENV, Helper, available, student_env  # noqa: F401 (KEPT_ENV: tests)
 
+SET_OVERHEAD = 60        # seconds a set of parts may take beyond its parts' time limits before it is stopped
 STUDENT_USER = "auto"    # run as root: "nobody", refused when that user cannot run this Python (--as-user)
 
 
@@ -132,7 +133,7 @@ def run_parts(staging: Path, names: list[str], timeout: float, jobs: int, accoun
                       **{MEMORY_ENV: str(part_memory())})     # the grader's setting, checked here
     cmd = [sys.executable, "-m", "assignments.check", *names, "--timeout", str(timeout), "--jobs", str(jobs),
            "--result", str(result_file), "--record", str(work / "records"), "--inputs", str(work / "inputs")]
-    overall = timeout * math.ceil(len(names) / jobs) + 60   # the checker enforces the per-part limits itself
+    overall = timeout * math.ceil(len(names) / jobs) + SET_OVERHEAD   # the checker enforces each part's limit itself
     helper, returncode = warm_helper(), None
     if helper is not None:                   # the same command, forked from an interpreter that has imported torch
         log_file.write_bytes(b"")

@@ -107,6 +107,34 @@ def test_the_bundle_writes_jobs_into_the_flags_and_refuses_a_zero_timeout(tmp_pa
     assert not (tmp_path / "c.zip").exists()
 
 
+def test_the_bundle_refuses_a_timeout_whose_worst_case_passes_run_autograders_limit(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """run_autograder stops the grader after its limit and tells the student to ask the staff: a --timeout (with
+    --jobs, else one part at a time) whose worst case reaches it is refused when the bundle is made."""
+    import math
+    import re
+
+    from assignments.bundle import CHECKS_LIMIT, grading_worst_case
+    from assignments.checks import PARTS
+    script = (ROOT / "assignments" / "gradescope" / "checks" / "run_autograder").read_text()
+    assert re.search(r"\$\{CHECKS_TIMEOUT:-(\d+)\}", script)[1] == str(CHECKS_LIMIT)
+    core = sum(p.group == "core" for p in PARTS.values())
+    assert grading_worst_case(["all"], "full", 200, 1) == 200 * core + 60 + 200 * (len(PARTS) - core) + 60
+    assert grading_worst_case(["all"], "full", 200, 4) == 200 * (math.ceil(core / 4) + math.ceil((len(PARTS) - core) / 4)) + 120
+    assert grading_worst_case(["core"], "full", 20, None) == 20 * core + 60
+    (tmp_path / "seed.txt").write_text(SEED + "\n")
+    args = ["checks", str(tmp_path / "c.zip"), "--seed-file", str(tmp_path / "seed.txt"), "--groups", "all"]
+    worst = grading_worst_case(["all"], "full", 200, None)
+    assert bundle_main([*args, "--timeout", "200"]) == 2
+    assert capsys.readouterr().err == (f"error: --timeout 200: grading could take {worst:.0f} s at one part at a time "
+                                       f"(no --jobs: the container may give one CPU), past the {CHECKS_LIMIT} s after "
+                                       "which run_autograder stops it and sends the student to the staff; lower "
+                                       "--timeout, or give --jobs N with as many CPUs in Gradescope's container "
+                                       "settings\n")
+    assert not (tmp_path / "c.zip").exists()
+    assert bundle_main([*args, "--timeout", "200", "--jobs", "16"]) == 0                 # 16 at once: it fits
+
+
 def test_usable_cpus_is_the_affinity_mask_capped_by_the_cgroup_quota(tmp_path: Path, monkeypatch) -> None:
     from assignments.isolation import usable_cpus
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)

@@ -160,6 +160,10 @@ def test_the_guides_autograder_limits_are_the_scripts_and_the_graders() -> None:
     assert f"more than {checks} s for the checks and more than {board} s for the leaderboard" in text
     assert f"the grader after {checks} s (the leaderboard's after {board} s)" in text
     assert f"`--timeout` ({DEFAULT_TIMEOUT:g} s)" in text and f"far less than {checks} s" in text
+    from assignments.bundle import grading_worst_case
+    worst = grading_worst_case(["all"], "full", DEFAULT_TIMEOUT, None)
+    assert f"far less than {checks} s ({worst:.0f} s for every group of the full profile at the default" in text
+    assert f"at its `--jobs` or else one part at a time, reaches {checks} s" in text
     assert MEMORY_LIMIT % 2**30 == 0 and f"may map {MEMORY_LIMIT // 2**30} GiB beyond" in text
     assert f"jobs x {MEMORY_LIMIT // 2**30} GiB" in text
 
