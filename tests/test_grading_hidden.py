@@ -235,9 +235,10 @@ def test_a_part_without_a_record_never_passes(tmp_path: Path) -> None:
 
 def _mistake(part: str, bug: str, style: str = "course"):
     """(object, attribute, value): the patch that makes the reference's part carry one classic mistake."""
+    import test_kit_hints as kh
+
     import minbert.model
     import minbert.optim
-    import test_kit_hints as kh
     if part == "attention":
         return minbert.model, "attention", kh.ATTENTION_MISTAKES[bug][0]
     if part == "layer":

@@ -311,3 +311,19 @@ def test_layer_hints_are_apart() -> None:
     from assignments.common import load_fixture
     f = load_fixture("layer")
     _hints_apart(layer_check_hints(f), f["out"])
+
+
+def test_every_mistake_in_the_fixtures_has_its_hint_text() -> None:
+    # mistakes.py (reference only) writes each mistake's output under a fixture key; the checks (shipped) hold the
+    # texts under the same keys, so a mistake added on one side alone is caught here
+    from assignments.checks import ATTENTION_HINTS, LAYER_HINTS, adamw_hint_texts
+    from assignments.common import load_fixture
+    from assignments.mistakes import adamw_mistakes
+    for style in ("course", "torch"):
+        assert list(adamw_mistakes(style)) == list(adamw_hint_texts(style))
+    adamw = load_fixture("adamw")
+    assert {k.split(".")[1] for k in adamw if "." in k} == {"right", *adamw_mistakes("course")}
+    for name, hints in (("attention", ATTENTION_HINTS), ("layer", LAYER_HINTS)):
+        f = load_fixture(name)
+        assert set(hints) <= set(f), name
+    assert "out_no_layernorm" in load_fixture("embeddings")
