@@ -1,8 +1,10 @@
 """The reference checks, one function per part of the assignment; each raises Fail with a message or returns.
 
-Expected values come from small tensor fixtures in assignments/fixtures/ (written from the reference code
-by assignments/make_fixtures.py) or, for AdamW, from the course's AdamW formulas computed here in float64 and the
-course's own optimizer_test.npy (neubig/minbert-assignment; see tests/fixtures/PROVENANCE.md). This file holds
+Expected values, and the outputs of the classic mistakes that the hints name, come from small tensor fixtures in
+assignments/fixtures/ (written from the reference code, and the mistakes' equations in the reference's
+assignments/mistakes.py, by assignments/make_fixtures.py); for AdamW, the course's and torch's AdamW formulas in
+float64 and the course's own optimizer_test.npy (neubig/minbert-assignment; see tests/fixtures/PROVENANCE.md). No
+check computes an answer here: each hint below is a text keyed by the fixture key that holds its mistake's output. This file holds
 part 1's checks and the table of every part; part 2 (the multitask model) and the extensions have their own
 files: checks_multitask.py, checks_deebert.py, checks_smart.py, checks_pals.py and checks_simcse.py (a student
 tree carries those of its profile's groups: common.GROUPS lists them).
@@ -42,14 +44,29 @@ def check_attention() -> None:
         F.scaled_dot_product_attention = fused
 
 
+# The attention check's hints (eval mode), in the order they are tried: fixture key -> the hint's text. The
+# fixture's out_train (dropout with torch.manual_seed(SEED)) is also what an attention() that drops out whatever
+# training says returns, as the check seeds the same way before its eval-mode call.
+ATTENTION_HINTS = {
+    "out_no_scale": "the scores are not divided by sqrt(hs)",
+    "out_no_mask": "the mask is not added to the scores",
+    "out_bad_merge": "the heads are merged without moving nh next to hs first",
+    "out_softmax_queries": "the softmax runs over the queries (dim=-2) instead of the keys (the last dimension, dim=-1)",
+    "out_softmax_heads": "the softmax runs over the heads (dim=1) instead of the keys (the last dimension, dim=-1)",
+    "out_mask_subtracted": "the mask is subtracted instead of added (it already holds the huge negative numbers: "
+                           "scores + mask)",
+    "out_divided_by_hs": "the scores are divided by hs instead of sqrt(hs)",
+    "out_divided_by_sqrt_H": "the scores are divided by sqrt(nh * hs), the square root of the hidden size H, instead "
+                             "of sqrt(hs), that of one head's size (hs = q.shape[-1]): each head's dot products sum "
+                             "over hs numbers only",
+    "out_train": "dropout is applied in eval mode: with training=False the probabilities must reach the weighted sum "
+                 "untouched (pass the training flag on to the dropout)",
+}
+
+
 def attention_check_hints(f: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Every classic mistake the attention check names (eval mode): the fixture's, from the reference code, and
-    mistakes.py's, from the equations; keyed by the hint's text."""
-    from .mistakes import attention_hints
-    return {"the scores are not divided by sqrt(hs)": f["out_no_scale"],
-            "the mask is not added to the scores": f["out_no_mask"],
-            "the heads are merged without moving nh next to hs first": f["out_bad_merge"],
-            **attention_hints(f["q"], f["k"], f["v"], f["mask"])}
+    """Every classic mistake the attention check names (eval mode), from the fixture; keyed by the hint's text."""
+    return {text: f[key] for key, text in ATTENTION_HINTS.items()}
 
 
 def _check_attention() -> None:
@@ -57,6 +74,7 @@ def _check_attention() -> None:
     f = load_fixture("attention")
     q, k, v, mask, p = f["q"], f["k"], f["v"], f["mask"], float(f["dropout_p"])
     what = "attention() in minbert/model.py"
+    torch.manual_seed(SEED)            # a dropout that ignores training=False draws the out_train fixture's mask
     compare(f"{what} (training=False, so no dropout)", attention(q, k, v, mask, p, False), f["out"],
             hints=attention_check_hints(f))
     torch.manual_seed(SEED)
@@ -67,8 +85,6 @@ def _check_attention() -> None:
 
 def check_embeddings() -> None:
     from minbert.model import BertEmbeddings
-
-    from .mistakes import embeddings_without_layernorm
     f = load_fixture("embeddings")
     emb = BertEmbeddings(_tiny_config())
     emb.load_state_dict(_state(f, "param."))
@@ -79,9 +95,7 @@ def check_embeddings() -> None:
                 hints={"the token-type embeddings are left out": f["out_no_type"],
                        "the position embeddings are left out": f["out_no_position"],
                        "the LayerNorm is left out (normalise the sum: layer_norm(e, self.gLN, self.bLN, self.eps))":
-                           embeddings_without_layernorm(f["param.word.weight"], f["param.position.weight"],
-                                                        f["param.token_type.weight"], f["input_ids"],
-                                                        f["token_type_ids"])})
+                           f["out_no_layernorm"]})
         emb.train()
         torch.manual_seed(SEED)
         compare(f"{what} in training mode (after torch.manual_seed({SEED}))",
@@ -100,15 +114,27 @@ class _FixedAdapter(nn.Module):
         return h1, x @ self.A.T
 
 
+POST_LN = "BERT is post-LN: normalise each sum, h3 = LN1(h2 + x) and out = LN2(h5 + h3 + ts)"
+
+# The layer check's hints (eval mode, no adapter), in the order they are tried: fixture key -> the hint's text.
+LAYER_HINTS = {
+    "out_pre_ln": "LayerNorm is applied before the residual add, to the sublayer's output: LN1(h2) + x, LN2(h5) + h3; "
+                  + POST_LN,
+    "out_no_residual": "the residual connections (+ x, + h3) are left out",
+    "out_gelu_tanh": "GELU's tanh approximation is used; BERT's GELU is the exact one, gelu() at the top of model.py",
+    "out_relu": "a ReLU is used instead of GELU (gelu())",
+    "out_second_residual_x": "the last add-and-norm adds x instead of h3: out = LN2(h5 + h3 + ts)",
+    "out_norm_residual": "LayerNorm is applied before the residual add, to the residual: h2 + LN1(x), h5 + LN2(h3); "
+                         + POST_LN,
+    "out_gpt2_ln2": "the layer is written pre-LN, as GPT-2 is: h3 = h2 + x, out = h3 + FFN(LN2(h3)); " + POST_LN,
+    "out_gpt2_ln1": "the layer is written pre-LN, as GPT-2 is: h3 = h2 + x, out = h3 + FFN(LN1(h3)); " + POST_LN,
+}
+
+
 def layer_check_hints(f: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Every classic mistake the layer check names (eval mode, no adapter): the fixture's, from the reference code,
-    and mistakes.py's, from the equations; keyed by the hint's text."""
-    from .mistakes import POST_LN, layer_hints
-    config = _tiny_config()
-    sublayer = "LayerNorm is applied before the residual add, to the sublayer's output: LN1(h2) + x, LN2(h5) + h3; "
-    return {sublayer + POST_LN: f["out_pre_ln"],
-            "the residual connections (+ x, + h3) are left out": f["out_no_residual"],
-            **layer_hints(f, config.num_attention_heads, config.layer_norm_eps)}
+    """Every classic mistake the layer check names (eval mode, no adapter), from the fixture; keyed by the hint's
+    text."""
+    return {text: f[key] for key, text in LAYER_HINTS.items()}
 
 
 def check_layer() -> None:
@@ -199,48 +225,81 @@ def course_optimizer_test(opt_class: type, seed: int = 0) -> torch.Tensor:
     return model.weight.detach()
 
 
+def adamw_hint_texts(style: str) -> dict[str, str]:
+    """The AdamW check's hints for one style, in the order they are tried: the name of the mistake's trajectory in
+    the adamw fixture (STYLE.NAME.i) -> the hint's text."""
+    order = ("before the Adam step; this AdamW decays after it (p <- p - lr * wd * p last)" if style == "course"
+             else "after the Adam step; this AdamW decays before it (p <- p - lr * wd * p first)")
+    root = "sqrt(v) + eps" if style == "course" else "sqrt(v_hat) + eps"
+    return {
+        "no_bias_correction": "the bias corrections (1 - beta1^t, 1 - beta2^t) are left out",
+        "l2": "the weight decay is added to the gradient (L2: g + wd * p) instead of decoupled (p <- p - lr * wd * p)",
+        "decay_other_order": f"the weight decay is applied {order}",
+        "decay_no_lr": "the weight decay is not multiplied by lr (p <- p - wd * p instead of p - lr * wd * p)",
+        "no_decay": "the weight decay is left out",
+        "moments_rebound": "m and v are rebound (m = beta1 * m + ...) instead of updated in place "
+                           "(m.mul_(...).add_(...)), so state['exp_avg'] and state['exp_avg_sq'] stay zero between "
+                           "steps",
+        "step_stays_1": "the step count stays 1: increase state['step'] each step and use the new count as t",
+        "no_sqrt": "v is not square-rooted (divide by sqrt(v_hat) + eps)",
+        "betas_swapped": "beta1 and beta2 are swapped (m uses beta1, v uses beta2)",
+        "step_lost": "only the weight decay reached p: the Adam step was assigned to a new tensor (p = p - ...) "
+                     "instead of applied in place (p.addcdiv_(...))",
+        "corrections_swapped": "the bias corrections are swapped: m's is 1 - beta1^t and v's is 1 - beta2^t",
+        "t_plus_one": "the bias corrections use t + 1: t is the count of steps taken, this one included (1 at the "
+                      "first step)",
+        "eps_in_sqrt": f"eps is added inside the square root; it is added after it ({root})",
+        "decay_by_step_size": "the weight decay is scaled by the step size (with its bias corrections) instead of by "
+                              "lr alone (p <- p - lr * wd * p)",
+    }
+
+
+def adamw_trajectory_of(f: dict[str, torch.Tensor], style: str, name: str) -> list[list[torch.Tensor]]:
+    """The adamw fixture's trajectory STYLE.NAME as [step][param] (float32): "right", or a mistake's name."""
+    return [[f[f"{style}.{name}.{i}"][t] for i in range(4)] for t in range(ADAMW_STEPS)]
+
+
 def check_adamw() -> None:
     from minbert.optim import AdamW
     from tasks.core.step import optimizers_without_dynamo
-
-    from .mistakes import AdamWSpec, adamw_hints, adamw_trajectory
     optimizers_without_dynamo()
     f = load_fixture("adamw")
     init, grads = adamw_inputs(f)
     style = adamw_style(AdamW)
     ps = [p.clone().requires_grad_() for p in init]
     opt = AdamW([{**grp, "params": [ps[i] for i in grp["params"]]} for grp in ADAMW_GROUPS], eps=1e-6)
-    # expected: the update by the equations in float64 (tests/test_kit_hints.py checks them against torch.optim.AdamW)
-    expected = adamw_trajectory(init, grads, ADAMW_GROUPS, 1e-6, AdamWSpec(style))
-    wrong = {text: adamw_trajectory(init, grads, ADAMW_GROUPS, 1e-6, spec) for text, spec in adamw_hints(style).items()}
+    # expected: the update by the equations in float64, stored in float32 (tests/test_kit_hints.py checks them against
+    # torch.optim.AdamW), and each mistake's trajectory for the hints
+    expected = adamw_trajectory_of(f, style, "right")
+    wrong = {text: adamw_trajectory_of(f, style, name) for name, text in adamw_hint_texts(style).items()}
     against = "torch.optim.AdamW's update" if style == "torch" else "the course's update"
     stuck = ("the parameter did not change: update p in place (p.mul_, p.addcdiv_, ...) instead of assigning a new "
              "tensor to the name p")
     for t in range(1, ADAMW_STEPS + 1):
         for i, p in enumerate(ps):
             p.grad = None if grads[t - 1][i] is None else grads[t - 1][i].clone()
-        before = [expected[t - 2][i].float() if t > 1 else init[i] for i in range(len(ps))]
+        before = [expected[t - 2][i] if t > 1 else init[i] for i in range(len(ps))]
         opt.step()
         for i, p in enumerate(ps):
             group = 0 if i < 2 else 1
-            hints = {text: traj[t - 1][i].float() for text, traj in wrong.items()}
+            hints = {text: traj[t - 1][i] for text, traj in wrong.items()}
             if grads[t - 1][i] is not None:
                 hints[stuck] = before[i]
             compare(f"AdamW.step in minbert/optim.py, at step {t}, param group {group}, parameter {i} "
-                    f"(compared with {against})", p.detach(), expected[t - 1][i].float(), rtol=1e-5, atol=1e-6,
+                    f"(compared with {against})", p.detach(), expected[t - 1][i], rtol=1e-5, atol=1e-6,
                     hints=hints)
     if style == "course":   # correct_bias=False: the step size is lr itself
         ps = [p.clone().requires_grad_() for p in init]
         opt = AdamW([{**grp, "params": [ps[i] for i in grp["params"]]} for grp in ADAMW_GROUPS], eps=1e-6,
                     correct_bias=False)
-        expected = adamw_trajectory(init, grads, ADAMW_GROUPS, 1e-6, AdamWSpec(style, correct_bias=False))
+        expected = adamw_trajectory_of(f, style, "no_bias_correction")   # AdamWSpec(style, correct_bias=False)
         for t in range(ADAMW_STEPS):
             for i, p in enumerate(ps):
                 p.grad = None if grads[t][i] is None else grads[t][i].clone()
             opt.step()
         for i, p in enumerate(ps):
             compare(f"AdamW.step in minbert/optim.py with correct_bias=False, after {ADAMW_STEPS} steps, parameter {i} "
-                    "(the step size is lr itself)", p.detach(), expected[-1][i].float(), rtol=1e-5, atol=1e-6)
+                    "(the step size is lr itself)", p.detach(), expected[-1][i], rtol=1e-5, atol=1e-6)
         seed = int(f["course_seed"])
         compare(f"AdamW in minbert/optim.py on the course's optimizer_test.py (1000 steps, lr 1e-3, weight_decay 1e-4"
                 f"{'' if seed == 0 else f', data seed {seed}'})", course_optimizer_test(AdamW, seed), f["course_out"],

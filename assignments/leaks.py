@@ -91,3 +91,79 @@ def leaks(tree: Path, statements: dict[str, str] | None = None) -> list[str]:
             if s in statements:
                 out.append(f"{path.relative_to(tree)}:{i}: {line.strip()}   (the solution at {statements[s]})")
     return out
+
+
+# ---------------------------------------------------------------- modules that compute a graded part's answer
+
+# Names of the reference's modules that compute graded answers and stay out of every student tree: mistakes.py (its
+# functions with their defaults are the right attention, layer, embeddings and AdamW) and the fixture generators.
+ANSWER_MODULES = ("*mistake*", "make_fixtures*", "hidden.py")
+
+
+def answer_modules(tree: Path) -> list[str]:
+    """The tree's files (relative paths) named like a module that computes a graded part's answer."""
+    import fnmatch
+    return sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*")
+                  if p.is_file() and "__pycache__" not in p.parts and "data" != p.relative_to(tree).parts[0]
+                  and any(fnmatch.fnmatch(p.name.lower(), g) for g in ANSWER_MODULES))
+
+
+def public_assignment_files() -> set[str]:
+    """The files of assignments/ that a student tree may carry: make.ASSIGNMENT_FILES and the groups' checks, less any
+    named like an answer module (ANSWER_MODULES)."""
+    import fnmatch
+
+    from .make import ASSIGNMENT_FILES, GROUP_CHECKS
+    return {name for name in (*ASSIGNMENT_FILES, *GROUP_CHECKS.values())
+            if not any(fnmatch.fnmatch(name.lower(), g) for g in ANSWER_MODULES)}
+
+
+def _imports(text: str, module: str, is_package: bool) -> tuple[set[str], set[str]]:
+    """(modules, names) a module's text imports, anywhere in it (inside functions too), relative ones resolved:
+    `import a.b` and `from a.b import c` give the module a.b, the latter also the name a.b.c (a submodule or not)."""
+    package = module if is_package else module.rpartition(".")[0]
+    modules, names = set(), set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            modules |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            modules.add(base)
+            names |= {f"{base}.{a.name}" for a in node.names}
+    return modules, names
+
+
+def unshipped_imports(tree: Path) -> list[str]:
+    """'file: module (why)' for each import, by the tree's assignments/ code, of a minbert, tasks or assignments
+    module that is not a file of the tree, or of an assignments module off the public list (public_assignment_files).
+    A check that imported the reference's mistakes.py (or any instructor module), even inside a function, is here."""
+    public = public_assignment_files()
+
+    def file_of(name: str) -> Path | None:
+        parts = name.split(".")
+        for path in (tree.joinpath(*parts).with_suffix(".py"), tree.joinpath(*parts) / "__init__.py"):
+            if path.is_file():
+                return path
+        return None
+
+    out = []
+    for path in sorted((tree / "assignments").rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(tree)
+        is_package = path.name == "__init__.py"
+        module = ".".join(rel.parent.parts if is_package else rel.with_suffix("").parts)
+        modules, names = _imports(path.read_text(), module, is_package)
+        for name in sorted(modules | {n for n in names if file_of(n) is not None}):
+            if name.split(".")[0] not in ("assignments", "minbert", "tasks"):
+                continue
+            found = file_of(name)
+            if found is None:
+                out.append(f"{rel}: {name} (no such file in the tree)")
+            elif found.parent == tree / "assignments" and found.name not in public:
+                out.append(f"{rel}: {name} (not among the student tree's public files of assignments/)")
+    return out

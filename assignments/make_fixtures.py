@@ -2,9 +2,11 @@
 
     python -m assignments.make_fixtures
 
-Only tensors are stored: inputs, parameters and expected outputs (plus the outputs of a few common
-mistakes, so that the checker can say which one a wrong answer looks like). Run it from the reference
-tree after changing what the reference computes, then commit the fixtures.
+Only tensors are stored: inputs, parameters and expected outputs (plus the outputs of the common mistakes, so
+that the checker can say which one a wrong answer looks like: part 1's from the reference code here and from the
+equations of assignments/mistakes.py, which stays in the reference). Run it from the reference tree after changing
+what the reference computes, then commit the fixtures. The grader draws hidden fixtures from the same builders
+(assignments/hidden.py), so a key a check reads is written by its builder here.
 """
 
 from __future__ import annotations
@@ -53,8 +55,10 @@ def attention_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
     out_no_mask = (probs @ v).transpose(1, 2).reshape(B, T, nh * hs)
     probs = (q @ k.transpose(-2, -1) / math.sqrt(hs) + mask).softmax(-1)
     out_bad_merge = (probs @ v).reshape(B, T, nh * hs)                   # heads merged without the transpose
+    from .mistakes import attention_mistakes
     return {"q": q, "k": k, "v": v, "mask": mask, "dropout_p": torch.tensor(p), "out": out, "out_train": out_train,
-            "out_no_scale": out_no_scale, "out_no_mask": out_no_mask, "out_bad_merge": out_bad_merge}
+            "out_no_scale": out_no_scale, "out_no_mask": out_no_mask, "out_bad_merge": out_bad_merge,
+            **attention_mistakes(q, k, v, mask)}
 
 
 def _randomize(module: torch.nn.Module, g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -79,8 +83,11 @@ def embeddings_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
         pos = emb.position(torch.arange(7))[None]
         out_no_type = layer_norm(emb.word(ids) + pos, emb.gLN, emb.bLN, emb.eps)
         out_no_position = layer_norm(emb.word(ids) + emb.token_type(types), emb.gLN, emb.bLN, emb.eps)
+    from .mistakes import embeddings_without_layernorm
+    out_no_layernorm = embeddings_without_layernorm(params["param.word.weight"], params["param.position.weight"],
+                                                    params["param.token_type.weight"], ids, types)
     return dict(params, input_ids=ids, token_type_ids=types, out=out, out_train=out_train,
-                out_no_type=out_no_type, out_no_position=out_no_position)
+                out_no_type=out_no_type, out_no_position=out_no_position, out_no_layernorm=out_no_layernorm)
 
 
 def layer_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -112,8 +119,10 @@ def layer_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
         # an adapter (PALs) adds ts inside the last add-and-norm; its own generator keeps the later fixtures
         layer.adapter = _FixedAdapter(0.3 * torch.randn(32, 32, generator=torch.Generator().manual_seed(1)))
         out_parallel = layer(x, mask)
+    from .mistakes import layer_mistakes
+    mistakes = layer_mistakes(dict(params, x=x, mask=mask), layer.nh, layer.eps)
     return dict(params, x=x, mask=mask, parallel_A=layer.adapter.A, out=out, out_train=out_train,
-                out_parallel=out_parallel, out_pre_ln=out_pre_ln, out_no_residual=out_no_residual)
+                out_parallel=out_parallel, out_pre_ln=out_pre_ln, out_no_residual=out_no_residual, **mistakes)
 
 
 def model_fixture(g: torch.Generator | None = None) -> dict[str, torch.Tensor]:
@@ -148,14 +157,17 @@ def _random_pairs(g: torch.Generator, B: int = 3) -> tuple[torch.Tensor, torch.T
 
 def adamw_fixture(g: torch.Generator | None = None) -> dict[str, torch.Tensor]:
     """The AdamW check's problem and the course's 1000-step test: shipped (the course's seed 0 and its stored
-    optimizer_test.npy), or, given g, another problem and data seed with the reference's weights after."""
+    optimizer_test.npy), or, given g, another problem and data seed with the reference's weights after; and the
+    trajectories the check compares with, both styles' right one and each mistake's (mistakes.adamw_fixture_keys)."""
     import numpy as np
 
     from minbert.optim import AdamW
 
-    from .checks import adamw_problem, course_optimizer_test
+    from .checks import ADAMW_GROUPS, ADAMW_STEPS, adamw_problem, course_optimizer_test
+    from .mistakes import adamw_fixture_keys
     init, grads = adamw_problem(g)
     out = {f"init_{i}": p for i, p in enumerate(init)}
+    out.update(adamw_fixture_keys(init, grads, ADAMW_GROUPS, 1e-6, ADAMW_STEPS))
     out.update({f"grad_{t}_{i}": gr for t, step in enumerate(grads) for i, gr in enumerate(step) if gr is not None})
     if g is None:
         seed, weight = 0, torch.tensor(np.load(FIXTURES / "optimizer_test.npy"))

@@ -1,7 +1,13 @@
 """The classic mistakes of part 1, computed from the equations here (not from the reference code), for the hints.
 
 Each function computes the right answer when its flags are left at their defaults and one classic mistake
-when a flag is changed; a check compares a failing result with each mistake and names the one it matches.
+when a flag is changed. The reference's fixture builders (make_fixtures.py) store each mistake's output under a
+key of its fixture; a check compares a failing result with those keys and names the mistake it matches (the
+hint texts are the checks', keyed the same way).
+
+Reference only: with its defaults this module computes graded answers (attention, the embeddings before their
+LayerNorm, the layer, AdamW), so it never goes into a student tree (assignments/make.py's ASSIGNMENT_FILES; the
+test test_the_student_tree_carries_no_module_that_computes_an_answer). The grader imports it through the builders.
 """
 
 from __future__ import annotations
@@ -29,19 +35,16 @@ def attention_variant(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
     return torch.cat(out.unbind(1), dim=-1)                             # the heads side by side, (B, T, H)
 
 
-def attention_hints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """What attention() returns (eval mode) under each classic mistake, keyed by the hint's text."""
+def attention_mistakes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What attention() returns (eval mode) under each classic mistake, keyed by its attention fixture key (the
+    check's ATTENTION_HINTS names each)."""
     return {
-        "the softmax runs over the queries (dim=-2) instead of the keys (the last dimension, dim=-1)":
-            attention_variant(q, k, v, mask, softmax_dim=-2),
-        "the softmax runs over the heads (dim=1) instead of the keys (the last dimension, dim=-1)":
-            attention_variant(q, k, v, mask, softmax_dim=1),
-        "the mask is subtracted instead of added (it already holds the huge negative numbers: scores + mask)":
-            attention_variant(q, k, v, mask, mask_sign=-1.0),
-        "the scores are divided by hs instead of sqrt(hs)": attention_variant(q, k, v, mask, scale="hs"),
-        "the scores are divided by sqrt(nh * hs), the square root of the hidden size H, instead of sqrt(hs), "
-        "that of one head's size (hs = q.shape[-1]): each head's dot products sum over hs numbers only":
-            attention_variant(q, k, v, mask, scale="H"),
+        "out_softmax_queries": attention_variant(q, k, v, mask, softmax_dim=-2),
+        "out_softmax_heads": attention_variant(q, k, v, mask, softmax_dim=1),
+        "out_mask_subtracted": attention_variant(q, k, v, mask, mask_sign=-1.0),
+        "out_divided_by_hs": attention_variant(q, k, v, mask, scale="hs"),
+        "out_divided_by_sqrt_H": attention_variant(q, k, v, mask, scale="H"),
     }
 
 
@@ -68,11 +71,16 @@ class AdamWSpec:
     style: str = "torch"
     correct_bias: bool = True
     decay: str = "decoupled"     # "decoupled" | "l2" (wd p added to g) | "other-order" | "no-lr" | "none"
+    #                              | "step-size" (decoupled, scaled by the style's step size instead of lr:
+    #                                lr sqrt(1 - b2^t) / (1 - b1^t) for course, lr / (1 - b1^t) for torch)
     keep_moments: bool = True    # False: m and v rebound each step, so the state stays zero
     count_steps: bool = True     # False: t stays 1
     sqrt_v: bool = True          # False: divide by v + eps
     adam_step: bool = True       # False: only the decay reaches p (the step went to a rebound name)
     swap_betas: bool = False     # beta2 for m and beta1 for v
+    swap_corrections: bool = False   # m corrected by 1 - beta2^t and v by 1 - beta1^t
+    t_offset: int = 0            # 1: the bias corrections use t + 1
+    eps_in_sqrt: bool = False    # sqrt(v + eps) (course) or sqrt(v_hat + eps) (torch) instead of sqrt(...) + eps
 
 
 def adamw_trajectory(init: list[torch.Tensor], grads: list[list[torch.Tensor | None]], groups: list[dict],
@@ -102,52 +110,74 @@ def _adamw_one(p: list, m: list, v: list, steps: list, i: int, g: torch.Tensor, 
                b2: float, eps: float, spec: AdamWSpec) -> None:
     """One AdamW update of parameter i (in the lists), following spec."""
     steps[i] += 1
-    t = steps[i] if spec.count_steps else 1
+    t = (steps[i] if spec.count_steps else 1) + spec.t_offset
     before = spec.style == "torch"
     if spec.decay == "other-order":
         before = not before
     if spec.decay == "l2":
         g = g + wd * p[i]
-    if before and spec.decay in ("decoupled", "other-order"):
-        p[i] = p[i] - lr * wd * p[i]
+    c1, c2 = (1 - b1 ** t, 1 - b2 ** t) if spec.correct_bias else (1.0, 1.0)
+    if spec.swap_corrections and spec.correct_bias:
+        c1, c2 = 1 - b2 ** t, 1 - b1 ** t
+    decay_lr = lr
+    if spec.decay == "step-size":
+        decay_lr = lr * math.sqrt(c2) / c1 if spec.style == "course" else lr / c1
+    decoupled = spec.decay in ("decoupled", "other-order", "step-size")
+    if before and decoupled:
+        p[i] = p[i] - decay_lr * wd * p[i]
     m_new, v_new = b1 * m[i] + (1 - b1) * g, b2 * v[i] + (1 - b2) * g * g
     if spec.keep_moments:
         m[i], v[i] = m_new, v_new
     root = v_new.sqrt() if spec.sqrt_v else v_new
-    c1, c2 = (1 - b1 ** t, 1 - b2 ** t) if spec.correct_bias else (1.0, 1.0)
-    if spec.style == "torch":
+    if spec.eps_in_sqrt and spec.style == "torch":
+        update = lr / c1 * m_new / (v_new / c2 + eps).sqrt()
+    elif spec.eps_in_sqrt:
+        update = lr * math.sqrt(c2) / c1 * m_new / (v_new + eps).sqrt()
+    elif spec.style == "torch":
         update = lr / c1 * m_new / (root / (math.sqrt(c2) if spec.sqrt_v else c2) + eps)
     else:
         update = lr * math.sqrt(c2) / c1 * m_new / (root + eps)
     if spec.adam_step:
         p[i] = p[i] - update
-    if not before and spec.decay in ("decoupled", "other-order"):
-        p[i] = p[i] - lr * wd * p[i]
+    if not before and decoupled:
+        p[i] = p[i] - decay_lr * wd * p[i]
     if spec.decay == "no-lr":
         p[i] = p[i] - wd * p[i]
 
 
-def adamw_hints(style: str) -> dict[str, AdamWSpec]:
-    """The classic AdamW mistakes for one style, keyed by the hint's text."""
-    order = ("before the Adam step; this AdamW decays after it (p <- p - lr * wd * p last)" if style == "course"
-             else "after the Adam step; this AdamW decays before it (p <- p - lr * wd * p first)")
+def adamw_mistakes(style: str) -> dict[str, AdamWSpec]:
+    """The classic AdamW mistakes for one style, keyed by name (the check's adamw_hint_texts names each)."""
     return {
-        "the bias corrections (1 - beta1^t, 1 - beta2^t) are left out": AdamWSpec(style, correct_bias=False),
-        "the weight decay is added to the gradient (L2: g + wd * p) instead of decoupled (p <- p - lr * wd * p)":
-            AdamWSpec(style, decay="l2"),
-        f"the weight decay is applied {order}": AdamWSpec(style, decay="other-order"),
-        "the weight decay is not multiplied by lr (p <- p - wd * p instead of p - lr * wd * p)":
-            AdamWSpec(style, decay="no-lr"),
-        "the weight decay is left out": AdamWSpec(style, decay="none"),
-        "m and v are rebound (m = beta1 * m + ...) instead of updated in place (m.mul_(...).add_(...)), so "
-        "state['exp_avg'] and state['exp_avg_sq'] stay zero between steps": AdamWSpec(style, keep_moments=False),
-        "the step count stays 1: increase state['step'] each step and use the new count as t":
-            AdamWSpec(style, count_steps=False),
-        "v is not square-rooted (divide by sqrt(v_hat) + eps)": AdamWSpec(style, sqrt_v=False),
-        "beta1 and beta2 are swapped (m uses beta1, v uses beta2)": AdamWSpec(style, swap_betas=True),
-        "only the weight decay reached p: the Adam step was assigned to a new tensor (p = p - ...) instead of "
-        "applied in place (p.addcdiv_(...))": AdamWSpec(style, adam_step=False),
+        "no_bias_correction": AdamWSpec(style, correct_bias=False),
+        "l2": AdamWSpec(style, decay="l2"),
+        "decay_other_order": AdamWSpec(style, decay="other-order"),
+        "decay_no_lr": AdamWSpec(style, decay="no-lr"),
+        "no_decay": AdamWSpec(style, decay="none"),
+        "moments_rebound": AdamWSpec(style, keep_moments=False),
+        "step_stays_1": AdamWSpec(style, count_steps=False),
+        "no_sqrt": AdamWSpec(style, sqrt_v=False),
+        "betas_swapped": AdamWSpec(style, swap_betas=True),
+        "step_lost": AdamWSpec(style, adam_step=False),
+        "corrections_swapped": AdamWSpec(style, swap_corrections=True),
+        "t_plus_one": AdamWSpec(style, t_offset=1),
+        "eps_in_sqrt": AdamWSpec(style, eps_in_sqrt=True),
+        "decay_by_step_size": AdamWSpec(style, decay="step-size"),
     }
+
+
+def adamw_fixture_keys(init: list[torch.Tensor], grads: list[list[torch.Tensor | None]], groups: list[dict],
+                       eps: float, steps: int) -> dict[str, torch.Tensor]:
+    """The AdamW fixture's trajectories: "STYLE.NAME.i" is parameter i after each of the steps, (steps, *shape),
+    float32, for each style ("course", "torch"), NAME "right" (AdamWSpec(style)) or an adamw_mistakes name (the
+    course's correct_bias=False run is its "no_bias_correction")."""
+    out = {}
+    for style in ("course", "torch"):
+        for name, spec in {"right": AdamWSpec(style), **adamw_mistakes(style)}.items():
+            traj = adamw_trajectory(init, grads, groups, eps, spec)
+            assert len(traj) == steps
+            for i in range(len(init)):
+                out[f"{style}.{name}.{i}"] = torch.stack([traj[t][i] for t in range(steps)]).float()
+    return out
 
 
 # ---------------------------------------------------------------- the layer (BitFit eqs. 2-5)
@@ -196,24 +226,15 @@ def layer_variant(f: dict[str, torch.Tensor], nh: int, eps: float, *, act: str =
     return out * (mask == 0).view(B, T, 1)                              # zeros at padding, as the layer returns
 
 
-POST_LN = "BERT is post-LN: normalise each sum, h3 = LN1(h2 + x) and out = LN2(h5 + h3 + ts)"
-
-
-def layer_hints(f: dict[str, torch.Tensor], nh: int, eps: float) -> dict[str, torch.Tensor]:
-    """What BertLayer returns (eval mode, no adapter) under each classic mistake, keyed by the hint's text.
-
-    (The check adds the fixture's own LN(h) + x, written from the reference code: layer_variant's norm="sublayer".)
-    """
+def layer_mistakes(f: dict[str, torch.Tensor], nh: int, eps: float) -> dict[str, torch.Tensor]:
+    """What BertLayer returns (eval mode, no adapter) under each classic mistake, keyed by its layer fixture key (the
+    check's LAYER_HINTS names each). (The fixture's own out_pre_ln, LN(h) + x, is written from the reference code:
+    layer_variant's norm="sublayer".)"""
     return {
-        "GELU's tanh approximation is used; BERT's GELU is the exact one, gelu() at the top of model.py":
-            layer_variant(f, nh, eps, act="tanh"),
-        "a ReLU is used instead of GELU (gelu())": layer_variant(f, nh, eps, act="relu"),
-        "the last add-and-norm adds x instead of h3: out = LN2(h5 + h3 + ts)":
-            layer_variant(f, nh, eps, second_residual="x"),
-        f"LayerNorm is applied before the residual add, to the residual: h2 + LN1(x), h5 + LN2(h3); {POST_LN}":
-            layer_variant(f, nh, eps, norm="residual"),
-        f"the layer is written pre-LN, as GPT-2 is: h3 = h2 + x, out = h3 + FFN(LN2(h3)); {POST_LN}":
-            layer_variant(f, nh, eps, norm="pre"),
-        f"the layer is written pre-LN, as GPT-2 is: h3 = h2 + x, out = h3 + FFN(LN1(h3)); {POST_LN}":
-            layer_variant(f, nh, eps, norm="pre-LN1"),
+        "out_gelu_tanh": layer_variant(f, nh, eps, act="tanh"),
+        "out_relu": layer_variant(f, nh, eps, act="relu"),
+        "out_second_residual_x": layer_variant(f, nh, eps, second_residual="x"),
+        "out_norm_residual": layer_variant(f, nh, eps, norm="residual"),
+        "out_gpt2_ln2": layer_variant(f, nh, eps, norm="pre"),
+        "out_gpt2_ln1": layer_variant(f, nh, eps, norm="pre-LN1"),
     }

@@ -428,3 +428,30 @@ def test_extension_checks_name_the_typical_mistakes(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(getattr(target, owner) if owner else target, attr, wrong)
     with pytest.raises(Fail, match=re.escape(says)):
         getattr(importlib.import_module(f"assignments.checks_{module}"), check)()
+
+
+CALLS_MISTAKES_ATTENTION = """
+from assignments.mistakes import attention_variant
+eye = torch.eye(T).expand(B, nh, T, T)           # the values as one-hot rows: the probabilities come back
+probs = torch.stack(attention_variant(q, k, eye, mask).split(T, dim=-1), 1)
+return (F.dropout(probs, dropout_p, training) @ v).transpose(1, 2).reshape(B, T, nh * hs)
+"""
+CALLS_MISTAKES_ADAMW = """
+from assignments.mistakes import AdamWSpec, _adamw_one
+P, M, V, S = [p.detach().clone()], [m.clone()], [v.clone()], [state["step"]]
+_adamw_one(P, M, V, S, 0, g, lr, wd, beta1, beta2, eps, AdamWSpec("course", correct_bias))
+state["step"] = S[0]
+m.copy_(M[0])
+v.copy_(V[0])
+p.copy_(P[0])
+"""
+
+
+def test_a_submission_that_calls_the_hints_equations_scores_0(tmp_path: Path) -> None:
+    # the checks' mistakes.py computed the right attention and AdamW step with its defaults; it stays in the reference
+    # now, so a submission written as calls to it finds nothing to import in the grader's tree
+    res = grade(submission_with(tmp_path, {"attention": CALLS_MISTAKES_ATTENTION, "AdamW.step": CALLS_MISTAKES_ADAMW}),
+                parts=["attention", "adamw"], as_user=grading_user())
+    parts = {r["part"]: r for r in res["parts"]}
+    assert {p: r["score"] for p, r in parts.items()} == {"attention": 0, "adamw": 0}, res["parts"]
+    assert all("assignments.mistakes" in r["message"] for r in parts.values()), res["parts"]

@@ -231,3 +231,47 @@ def test_a_part_without_a_record_never_passes(tmp_path: Path) -> None:
     said = {"status": "pass", "message": "", "score": 25}          # what a forged checker result claims
     r = judge_part("attention", tmp_path, said, {})
     assert (r["status"], r["score"]) == ("crash", 0) and "without returning its results" in r["message"]
+
+
+def _mistake(part: str, bug: str, style: str = "course"):
+    """(object, attribute, value): the patch that makes the reference's part carry one classic mistake."""
+    import test_kit_hints as kh
+
+    import minbert.model
+    import minbert.optim
+    if part == "attention":
+        return minbert.model, "attention", kh.ATTENTION_MISTAKES[bug][0]
+    if part == "layer":
+        return minbert.model.BertLayer, "after_attention", kh._student_after_attention(bug)
+    return minbert.optim.AdamW, "step", kh._student_step(bug, style)
+
+
+@pytest.mark.parametrize("part, bug, says", [
+    ("attention", "dropout-in-eval", "dropout is applied in eval mode"),
+    ("attention", "divided-by-sqrt-H", "the scores are divided by sqrt(nh * hs)"),
+    ("layer", "pre-ln1", "out = h3 + FFN(LN1(h3))"),
+    ("adamw", "eps-in-sqrt", "eps is added inside the square root"),
+    ("adamw", "t-plus-one", "the bias corrections use t + 1"),
+    ("adamw", "swap-corrections", "the bias corrections are swapped"),
+    ("adamw", "decay-step-size", "the weight decay is scaled by the step size"),
+])
+def test_the_replay_names_the_mistake_on_hidden_inputs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, part: str,
+                                                       bug: str, says: str) -> None:
+    # the student's process sees the hint keys as zeros; the grader's replay reads them from the hidden fixture
+    # (drawn by the same builders) and names the mistake on inputs the shipped fixture does not hold
+    torch.set_num_threads(1)
+    seed = 20261127
+    fixtures = {f: hidden.hidden_fixture(f, seed) for f in PARTS[part].fixtures}
+    hidden.write_inputs(tmp_path / "inputs", fixtures)
+    monkeypatch.setattr(*_mistake(part, bug))
+    recorder = Recorder(tmp_path / "inputs")
+    common.SESSION = recorder
+    try:
+        r = run_part(part)
+    finally:
+        common.SESSION = None
+    recorder.save(tmp_path / "r.safetensors", r["status"], r["message"])
+    status, message = hidden.replay(part, fixtures, hidden.read_record(tmp_path / "r.safetensors"))
+    assert status == "fail" and says in message, message
+    local = common.load_fixture(PARTS[part].fixtures[0])
+    assert not torch.equal(fixtures[part][next(iter(hidden.INPUTS[part]))], local[next(iter(hidden.INPUTS[part]))])

@@ -33,23 +33,31 @@ def _student_step(bug: str, style: str):
                 g, m, v = p.grad, state["exp_avg"], state["exp_avg_sq"]
                 if bug != "no-count":
                     state["step"] += 1
-                t = max(state["step"], 1)
+                t = max(state["step"], 1) + (1 if bug == "t-plus-one" else 0)
                 if bug == "l2":
                     g = g + wd * p
                 decay_first = (style == "torch") != (bug == "order")
+                c1, c2 = (1 - b1 ** t, 1 - b2 ** t) if bug != "no-bias-correction" else (1.0, 1.0)
+                if bug == "swap-corrections":
+                    c1, c2 = 1 - b2 ** t, 1 - b1 ** t
+                if not group.get("correct_bias", True):
+                    c1, c2 = 1.0, 1.0
+                step_size = lr * math.sqrt(c2) / c1 if style == "course" else lr / c1    # as each style names it
+                decay_lr = step_size if bug == "decay-step-size" else lr
                 if decay_first and bug not in ("l2", "no-decay", "no-lr"):
-                    p.mul_(1 - lr * wd)
+                    p.mul_(1 - decay_lr * wd)
                 if bug == "rebind-moments":
                     m = b1 * m + (1 - b1) * g
                     v = b2 * v + (1 - b2) * g * g
                 else:
                     m.mul_(b1).add_(g, alpha=1 - b1)
                     v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                c1, c2 = (1 - b1 ** t, 1 - b2 ** t) if bug != "no-bias-correction" else (1.0, 1.0)
-                if not group.get("correct_bias", True):
-                    c1, c2 = 1.0, 1.0
                 root = v.sqrt() if bug != "no-sqrt" else v
-                if style == "torch":
+                if bug == "eps-in-sqrt" and style == "torch":
+                    update = lr / c1 * m / (v / c2 + eps).sqrt()
+                elif bug == "eps-in-sqrt":
+                    update = lr * math.sqrt(c2) / c1 * m / (v + eps).sqrt()
+                elif style == "torch":
                     update = lr / c1 * m / (root / (math.sqrt(c2) if bug != "no-sqrt" else c2) + eps)
                 else:
                     update = lr * math.sqrt(c2) / c1 * m / (root + eps)
@@ -60,7 +68,7 @@ def _student_step(bug: str, style: str):
                 if not decay_first and bug == "mul-decay":
                     p.mul_(1 - lr * wd)                # 1 - lr * wd rounded to float32
                 elif not decay_first and bug not in ("l2", "no-decay", "no-lr"):
-                    p.add_(p, alpha=-lr * wd)          # the course's reference: exact for tiny lr * wd
+                    p.add_(p, alpha=-decay_lr * wd)    # the course's reference: exact for tiny lr * wd
                 if bug == "no-lr":
                     p.mul_(1 - wd)
     return step
@@ -77,6 +85,10 @@ ADAMW_MISTAKES = {
     "no-sqrt": "v is not square-rooted",
     "swap-betas": "beta1 and beta2 are swapped",
     "rebind-step": "only the weight decay reached p",
+    "swap-corrections": "the bias corrections are swapped",
+    "t-plus-one": "the bias corrections use t + 1",
+    "eps-in-sqrt": "eps is added inside the square root",
+    "decay-step-size": "the weight decay is scaled by the step size",
 }
 
 
@@ -147,14 +159,14 @@ def test_adamw_problem_first_step_by_hand() -> None:
 # ---------------------------------------------------------------- attention and embeddings
 
 def _attention(softmax_dim: int = -1, mask_sign: float = 1.0, div: str = "sqrt", mask: bool = True,
-               merge: bool = True):
+               merge: bool = True, always_dropout: bool = False):
     """attention() with one mistake (the defaults are the right answer), as a student might write it."""
     def attention(q, k, v, mask_, dropout_p=0.0, training=False):
         B, nh, T, hs = q.shape
         scale = {"sqrt": math.sqrt(hs), "hs": hs, "none": 1.0,
                  "H": math.sqrt(q.shape[1] * q.shape[-1])}[div]           # "H": the hidden size, nh * hs
         scores = q @ k.transpose(-2, -1) / scale + (mask_sign * mask_ if mask else 0.0)
-        probs = F.dropout(scores.softmax(dim=softmax_dim), dropout_p, training)
+        probs = F.dropout(scores.softmax(dim=softmax_dim), dropout_p, training or always_dropout)
         out = probs @ v                                                    # (B, nh, T, hs)
         return (out.transpose(1, 2) if merge else out).reshape(B, T, nh * hs)
     return attention
@@ -169,6 +181,7 @@ ATTENTION_MISTAKES = {   # id: (the student's attention(), what the hint says)
     "not-scaled": (_attention(div="none"), "the scores are not divided by sqrt(hs)"),
     "divided-by-sqrt-H": (_attention(div="H"), "the scores are divided by sqrt(nh * hs)"),
     "merge-without-transpose": (_attention(merge=False), "the heads are merged without moving nh next to hs"),
+    "dropout-in-eval": (_attention(always_dropout=True), "dropout is applied in eval mode"),
 }
 
 
@@ -298,3 +311,19 @@ def test_layer_hints_are_apart() -> None:
     from assignments.common import load_fixture
     f = load_fixture("layer")
     _hints_apart(layer_check_hints(f), f["out"])
+
+
+def test_every_mistake_in_the_fixtures_has_its_hint_text() -> None:
+    # mistakes.py (reference only) writes each mistake's output under a fixture key; the checks (shipped) hold the
+    # texts under the same keys, so a mistake added on one side alone is caught here
+    from assignments.checks import ATTENTION_HINTS, LAYER_HINTS, adamw_hint_texts
+    from assignments.common import load_fixture
+    from assignments.mistakes import adamw_mistakes
+    for style in ("course", "torch"):
+        assert list(adamw_mistakes(style)) == list(adamw_hint_texts(style))
+    adamw = load_fixture("adamw")
+    assert {k.split(".")[1] for k in adamw if "." in k} == {"right", *adamw_mistakes("course")}
+    for name, hints in (("attention", ATTENTION_HINTS), ("layer", LAYER_HINTS)):
+        f = load_fixture(name)
+        assert set(hints) <= set(f), name
+    assert "out_no_layernorm" in load_fixture("embeddings")

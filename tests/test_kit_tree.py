@@ -226,3 +226,29 @@ def test_the_student_tree_is_self_contained_and_carries_no_instructor_text(tmp_p
     requirements = (tree / "requirements.txt").read_text()
     assert "make install" not in requirements and "download.pytorch.org/whl/cpu" in requirements
     assert (ROOT / "assignments" / "INSTRUCTORS.md").read_text().count("assignments.grade") >= 2
+
+
+@pytest.mark.parametrize("profile", ["part1", "default-project", "full"])
+def test_the_student_tree_carries_no_module_that_computes_an_answer(tmp_path: Path, profile: str) -> None:
+    # mistakes.py's functions with their defaults are the right attention, layer, embeddings and AdamW step: a student
+    # could call them and score full marks. The checks read the mistakes' outputs from the fixtures instead.
+    from assignments.leaks import ANSWER_MODULES, answer_modules, public_assignment_files, unshipped_imports
+    tree = tmp_path / "st"
+    generate(tree, data=False, profile=profile)
+    assert not answer_modules(tree)
+    assert not [n for n in make.ASSIGNMENT_FILES if n not in public_assignment_files()], ANSWER_MODULES
+    # every import of the tree's checks (anywhere in them, lazy ones too) is of a file the tree carries, and of
+    # assignments/ only the public files
+    assert not unshipped_imports(tree)
+    assert (tree / "assignments" / "checks.py").is_file() and not (tree / "assignments" / "mistakes.py").exists()
+
+
+def test_the_answer_module_scan_sees_a_stray_import(tmp_path: Path) -> None:
+    from assignments.leaks import answer_modules, unshipped_imports
+    tree = tmp_path / "st"
+    generate(tree, data=False, profile="part1")
+    (tree / "assignments" / "common.py").write_text((tree / "assignments" / "common.py").read_text()
+                                                    + "\n\ndef f():\n    from .make_fixtures import adamw_fixture\n")
+    assert unshipped_imports(tree) == ["assignments/common.py: assignments.make_fixtures (no such file in the tree)"]
+    (tree / "assignments" / "grader_mistakes.py").write_text("x = 1\n")
+    assert answer_modules(tree) == ["assignments/grader_mistakes.py"]
