@@ -174,3 +174,29 @@ def test_make_fixtures_writes_nothing_when_given_arguments(argv: list[str], monk
     with pytest.raises(SystemExit) as stop:
         make_fixtures.main(argv)
     assert stop.value.code == (0 if argv == ["--help"] else 2)
+
+
+def test_make_fixtures_keeps_a_file_that_differs_by_float_rounding_only(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Run again on another CPU, the reference's sums round differently (5e-6): the committed file is kept, so that a
+    TA following the guide gets no git diff; a real change, another key or an integer's change is written."""
+    import torch
+    from safetensors.torch import load_file
+
+    from assignments import make_fixtures
+    monkeypatch.setattr(make_fixtures, "FIXTURES", tmp_path)
+    x, ids = torch.linspace(-3, 3, 12).reshape(3, 4), torch.tensor([1, 2, 3])
+    make_fixtures._save("f", {"x": x, "ids": ids})
+    first = (tmp_path / "f.safetensors").read_bytes()
+    make_fixtures._save("f", {"x": x + 5e-6, "ids": ids})
+    assert (tmp_path / "f.safetensors").read_bytes() == first
+    assert capsys.readouterr().out.splitlines()[-1] == (f"kept {tmp_path / 'f'}.safetensors: the same up to float "
+                                                        "rounding (5e-06 at most)")
+    make_fixtures._save("f", {"x": x, "ids": ids})
+    assert capsys.readouterr().out.endswith("f.safetensors: unchanged\n")
+    for changed in ({"x": x + 1e-3, "ids": ids}, {"x": x, "ids": ids + 1}, {"x": x, "ids": ids, "y": x},
+                    {"x": x.double(), "ids": ids}, {"x": x[:2], "ids": ids}):
+        make_fixtures._save("f", changed)
+        stored = load_file(str(tmp_path / "f.safetensors"))
+        assert set(stored) == set(changed) and all(torch.equal(stored[k], v) for k, v in changed.items())
+        assert capsys.readouterr().out.startswith("wrote ")
+        make_fixtures._save("f", {"x": x, "ids": ids})
