@@ -220,7 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.seed_file:
             args.seed = read_seed(Path(args.seed_file).read_text(), args.seed_file)
             student_account(args.as_user, (Path(args.seed_file),))   # may that user read it? before any grading
-    except (OSError, ValueError) as e:
+    except OSError as e:
+        print(f"error: {args.seed_file}: cannot read the grading seed ({e.strerror}); give the file that holds it "
+              f"(the one the bundle was made with)", file=sys.stderr)
+        return 2
+    except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.batch is not None:

@@ -96,7 +96,10 @@ def read_settings(path: str | Path) -> Settings:
             data = json.loads(Path(path).read_text())
     except KeyError:
         raise GoldError(f"{path}: a zip without {SETTINGS_MEMBER}, so not a leaderboard bundle") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
+    except OSError as e:
+        raise GoldError(f"{path}: cannot read the settings ({e.strerror}): give the leaderboard bundle's zip, or "
+                        f"the {SETTINGS_MEMBER} it holds") from None
+    except (ValueError, zipfile.BadZipFile) as e:
         raise GoldError(f"{path}: cannot read the settings as JSON ({e})") from None
     known = {f.name for f in fields(Settings)}
     if not isinstance(data, dict) or set(data) - known:

@@ -24,7 +24,7 @@ import torch
 
 from minbert.multitask import TASK_NAMES
 
-from .core.errors import ConfigurationError, run_cli
+from .core.errors import ConfigurationError, MissingFileError, run_cli
 from .core.evaluation import gold_records, prediction_path, raw_path, read_raw, write_predictions
 from .core.runs import RUN_FILE, read_run_json
 from .score import score_directory
@@ -76,6 +76,10 @@ def ensemble(run_dirs: list[str | Path], out: str | Path, data_dir: str | Path |
     """Write OUT/{task}-{split}-output.csv for every task and split whose raw file every run has; with data_dir,
     each averaged split's ids are first checked against that directory's file of the split (nothing is written if
     one differs)."""
+    absent = [str(d) for d in run_dirs if not Path(d).is_dir()]
+    if absent:
+        raise MissingFileError(f"{', '.join(absent)}: no such run directory (give the folders the runs wrote, or "
+                               "the folders tasks.predict --raw-outputs wrote)")
     given, run_dirs = run_dirs, [raw_dir(d) for d in run_dirs]
     averaged = []
     for task in TASK_NAMES:

@@ -72,3 +72,12 @@ def test_a_split_one_run_lacks_is_named_before_writing(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith(f"error: sst test: {b} has no raw outputs of the test split"), err
     assert f"which {a} has" in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_run_directories_that_do_not_exist_are_named_as_such(tmp_path, capsys):
+    data, ids = data_dir(tmp_path)
+    a = run_dir(tmp_path, "a", data, ids)
+    assert run_cli(lambda: ensemble.main([a, str(tmp_path / "nodir"), "--out", str(tmp_path / "out")])) == 1
+    assert errors(capsys) == [f"error: {tmp_path / 'nodir'}: no such run directory (give the folders the runs wrote, "
+                              "or the folders tasks.predict --raw-outputs wrote)"]
+    assert not (tmp_path / "out").exists()

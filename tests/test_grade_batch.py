@@ -370,3 +370,9 @@ def test_a_single_grade_says_the_seed_it_drew_and_that_seed_repeats_it(tmp_path:
     assert grade_main([*argv, "--seed", str(int(said[1]) + 1), "--out", str(tmp_path / "c.json")]) == 0
     first, again, other = (json.loads((tmp_path / n).read_text()) for n in ("a.json", "b.json", "c.json"))
     assert first["tests"] == again["tests"] and first["tests"] != other["tests"]    # the inputs are the seed's
+
+
+def test_a_missing_seed_file_is_named_with_what_to_give(tmp_path: Path, capsys) -> None:
+    assert grade_main([str(tmp_path), "--seed-file", str(tmp_path / "nosuch"), "--out", str(tmp_path / "r.json")]) == 2
+    assert capsys.readouterr().err == (f"error: {tmp_path / 'nosuch'}: cannot read the grading seed (No such file or "
+                                       "directory); give the file that holds it (the one the bundle was made with)\n")

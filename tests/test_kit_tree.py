@@ -83,7 +83,11 @@ def test_editable_reference_does_not_shadow_a_student_tree(two_parts_done: Path,
     # the grader is not in the student tree: the reference's must not grade from there silently
     graded = _run(["-m", "assignments.grade", "."], two_parts_done, env)
     assert graded.returncode != 0 and "score" not in graded.stdout
-    assert "student tree" in graded.stderr or "No module named assignments.grade" in graded.stderr, graded.stderr
+    installed = "is a student tree, which has no grader; this is the grader of" in graded.stderr
+    assert installed or "No module named assignments.grade" in graded.stderr, graded.stderr
+    assert ("refuses too, naming the reference to grade from when the reference is installed (`make install`); "
+            "without it, Python itself stops with `No module named assignments.grade`") in " ".join(
+        (ROOT / "assignments" / "INSTRUCTORS.md").read_text().split())
 
 
 def test_make_refuses_a_tree_with_work_and_force_keeps_a_backup(two_parts_done: Path, tmp_path: Path,

@@ -149,6 +149,11 @@ def test_the_scoreboard_takes_the_bundles_board_and_the_builder_checks_the_sst_g
     assert capsys.readouterr().err == (f"error: --profile full differs from part1 in {lb['bundle']}, the "
                                        "leaderboard's: leave --profile out to use the bundle's\n")
     assert not (tmp_path / "x.csv").exists()
+    nowhere = tmp_path / "nosuch.zip"
+    assert scoreboard.main([*common, "--settings", str(nowhere), "--csv", str(tmp_path / "x.csv"), "--md",
+                            str(tmp_path / "x.md")]) == 2
+    assert capsys.readouterr().err == (f"error: {nowhere}: cannot read the settings (No such file or directory): give "
+                                       "the leaderboard bundle's zip, or the leaderboard/settings.json it holds\n")
     other = tmp_path / "other-salt"
     other.write_text("f" * 64 + "\n")
     assert scoreboard.main([*common[:4], str(other), *common[-2:], "--settings", str(lb["bundle"]), "--csv",
