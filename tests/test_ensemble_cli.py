@@ -78,6 +78,7 @@ def test_run_directories_that_do_not_exist_are_named_as_such(tmp_path, capsys):
     data, ids = data_dir(tmp_path)
     a = run_dir(tmp_path, "a", data, ids)
     assert run_cli(lambda: ensemble.main([a, str(tmp_path / "nodir"), "--out", str(tmp_path / "out")])) == 1
-    assert errors(capsys) == [f"error: {tmp_path / 'nodir'}: no such run directory (give the folders the runs wrote, "
-                              "or the folders tasks.predict --raw-outputs wrote)"]
+    said = (f"error: {tmp_path / 'nodir'}: no such run directory (give the folders the runs wrote, or the folders "
+            "tasks.predict --raw-outputs wrote)")
+    assert errors(capsys) == [said]
     assert not (tmp_path / "out").exists()
