@@ -178,7 +178,7 @@ def print_table(res: dict) -> None:
     print(f"{'score':<16}{res['score']:>3}/{total:<3}  (results.json; graded in {res['execution_time']:.1f} s)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m assignments.grade", description=__doc__.split("\n")[0])
     ap.add_argument("submission", nargs="?", help="the submitted tree, a folder of submitted files, or a zip of either")
     ap.add_argument("--out", help="where to write Gradescope's results.json (default: results.json)")
@@ -207,7 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--as-user", default=STUDENT_USER, metavar="USER",
                     help="run as root, the submission's code runs as USER (default: auto, nobody; refused when USER "
                          "cannot run this Python and find torch; none: root; the Gradescope bundle's: student)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     from .batch import grade_options, run_batch, usage_error
     problem = grader_guard() or usage_error(args.submission, args.batch, out=args.out, csv_path=args.csv,
                                             regrade=args.regrade)

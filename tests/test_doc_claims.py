@@ -358,3 +358,39 @@ def test_the_tree_notebook_and_data_readme_state_the_sst_files_size() -> None:
         rows = sum(1 for _ in f) - 1                                       # the header
     assert f"(SST has {rows})" in (ROOT / "assignments" / "tree_files" / "minbert.ipynb").read_text()
     assert f"| ids-sst-train.csv | {rows} |" in (ROOT / "data" / "README.md").read_text()
+
+
+def test_the_readmes_first_use_snippet_runs_and_finds_the_two_sentences_alike() -> None:
+    """README's "First use" block, run as it is: it loads the offline MiniLM, and the printed cosine of the two
+    paraphrases is a number well above an unrelated pair's."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## First use\n\n```python\n(.*?)```", text, re.S)[1]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, "README.md (First use)", "exec"), {})
+    cosine = float(out.getvalue().strip())
+    assert 0.5 < cosine < 1.0, cosine
+    unrelated = block.replace("A kitten was sitting on a rug.", "Stock prices fell sharply on Monday.")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(unrelated, "README.md (First use, unrelated)", "exec"), {})
+    assert float(out.getvalue().strip()) < cosine - 0.3
+
+
+def test_docs_leaderboards_figures_are_its_benchmark_pages_and_the_codes() -> None:
+    """docs/leaderboard.md's measurements are copied from benchmarks/leaderboard.md: every number of its Measurements
+    paragraph is on that page; its stated defaults (CoSENT's lambda, MNRL's scale, predict's batch) are the code's."""
+    from minbert.sentence_losses import cosent_loss, mnrl_loss
+    from tasks import predict
+    page = (ROOT / "docs" / "leaderboard.md").read_text()
+    bench = (ROOT / "benchmarks" / "leaderboard.md").read_text()
+    para = page[page.index("**Measurements.**"):]
+    para = para[:para.find("\n\n")] if "\n\n" in para else para
+    numbers = re.findall(r"(?<![\d.])[-+]?\d+(?:\.\d+)?", re.sub(r"(\d)-(\d)", r"\1 \2", para))   # a-b: a range
+    assert len(numbers) > 20
+    assert [n for n in numbers if n.lstrip("+") not in bench] == []
+    lam = inspect.signature(cosent_loss).parameters["lam"].default
+    scale = inspect.signature(mnrl_loss).parameters["scale"].default
+    assert f"CoSENT (Su, 2022; lambda {lam:g})" in page and f"(Henderson et al., 2017; scale {scale:g})" in page
+    batch = {a.dest: a.default for a in predict.build_parser()._actions}["eval_batch_size"]
+    assert f"`--eval-batch-size` (default {batch})" in page

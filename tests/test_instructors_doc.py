@@ -185,3 +185,30 @@ def test_the_guides_memory_figures_are_grade_memory_json() -> None:
     rss = [rows[j]["peak_rss_mib"] for j in (1, 2, 4, 8)]
     assert f"{min(rss):.0f}-{max(rss):.0f} MiB)" in index
     assert f"| C | {data['commit']} | `python benchmarks/grade_memory.py` |" in index
+
+
+def test_the_guides_stated_defaults_are_the_tools() -> None:
+    """Each default the guide states in words is the tool's argparse default (or the Gradescope script's)."""
+    import argparse
+
+    from assignments import bundle, grade, untrusted
+    text = " ".join(GUIDE.read_text().split())
+
+    def defaults(add) -> dict:
+        parser = argparse.ArgumentParser()
+        add(parser)
+        return {a.dest: a.default for a in parser._actions}
+    graded = {a.dest: a.default for a in grade.build_parser()._actions}
+    checks, board = defaults(bundle.checks_arguments), defaults(bundle.leaderboard_arguments)
+    assert graded["groups"] == checks["groups"] == ["core"] and "`core` (part 1, the default)" in text
+    assert graded["profile"] == checks["profile"] == "full" and "(every group of `--profile`, default `full`;" in text
+    assert graded["timeout"] == checks["timeout"] and f"`--timeout` ({graded['timeout']:g} s)" in text
+    assert graded["as_user"] == untrusted.STUDENT_USER == "auto"             # auto: nobody (student_account)
+    assert "`--as-user USER`, by default `nobody`; the Gradescope bundle uses the user `student`" in text
+    scripts = ROOT / "assignments" / "gradescope" / "checks"
+    assert 'user="${AUTOGRADER_USER:-student}"' in (scripts / "run_autograder").read_text()
+    assert "--as-user student" in (scripts / "setup.sh").read_text()
+    assert board["profile"] == "full" and "(`--profile`, default `full`) decides the leaderboard's tasks" in text
+    assert f"`--private-fraction` (default {board['private_fraction']:g})" in text
+    assert f"(`--points`, default {board['points']:g})" in text
+    assert f"[--private-fraction {board['private_fraction']:g}] [--points {board['points']:g}]" in text
