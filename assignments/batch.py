@@ -12,7 +12,13 @@ is rewritten atomically after each submission, sorted by name, and each submissi
 (grades.csv -> grades/NAME.json), with the options the grades were made with (grades.options.json,
 assignments/batch_options.py). A second run with those options skips the rows already graded whose entry is unchanged
 (same hash); with other options it is refused, unless --regrade, which grades every one again; the grader's own
-errors are always retried.
+errors are always retried. The rows of entries no longer in DIR (a resubmission under a new name, an upload taken
+out) are dropped, said on the console with their names; their NAME.json stay. The summary's bad uploads count those
+skipped as unchanged too. The CSV (with its .options.json and results folder) may not lie inside DIR, where a later
+run would take them for submissions; nor is an entry holding a Gradescope export (its submission_metadata.yml at its
+top or one folder down) graded as one submission: it is a bad upload that names the folder to give --batch. A graded
+file found twice at the same depth with other bytes (draft/ and final/) is not guessed at: its parts score 0, naming
+both (assignments/staging.py).
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ TAIL = ("hash", "notes")
 NOTE_CHARS = 200
 GRADED, ERROR, BAD_UPLOAD = "graded", "error", "bad upload"
 SKIPPABLE = (GRADED, BAD_UPLOAD)  # a row in one of these states, with an unchanged hash, is not graded again
+EXPORT_DEPTH = 1                  # an entry holding an export's METADATA this deep is refused (its files lie deeper)
+SHOWN = 10                        # the names of the dropped rows said on the console
 
 
 class BadUpload(ValueError):
@@ -115,18 +123,27 @@ def safe_extract(zip_path: Path, dest: Path, max_bytes: int | None = None, max_m
     """Unpack the graded files of zip_path into dest (the others are skipped); returns the files written.
 
     Refuses with BadUpload: a corrupt or encrypted zip, a member path outside dest, a symlink, more than max_members
-    members, more than max_bytes of graded files (by default MAX_MEMBERS and MAX_UNPACKED).
+    members, more than max_bytes of graded files (by default MAX_MEMBERS and MAX_UNPACKED), a Gradescope export
+    (its METADATA at the top or up to EXPORT_DEPTH folders down: its submissions' files would be graded as one).
     """
     max_bytes = MAX_UNPACKED if max_bytes is None else max_bytes
     max_members = MAX_MEMBERS if max_members is None else max_members
     try:
         with zipfile.ZipFile(zip_path) as zf:
-            wanted = [(info, path) for info, path in checked_members(zf, max_members)
+            members = checked_members(zf, max_members)
+            export = next((path for info, path in members if path.name == METADATA and not info.is_dir()
+                           and not ignored(path.parts) and len(path.parts) <= EXPORT_DEPTH + 1), None)
+            if export is not None:
+                raise BadUpload(f"a zip of a Gradescope export, not one submission (it holds {export}): unzip it "
+                                f"and give --batch the folder that holds {METADATA}")
+            wanted = [(info, path) for info, path in members
                       if not info.is_dir() and not ignored(path.parts) and path.name in graded_names()]
             budget = [max_bytes]
             for info, path in wanted:
                 copy_member(zf, info, dest / path, budget)
             return len(wanted)
+    except BadUpload:
+        raise
     except TooLarge:
         raise BadUpload(f"the zip's graded files unpack to more than {size(max_bytes)}") from None
     except UnsafeZip as e:
@@ -145,10 +162,27 @@ def size(n: int) -> str:
 
 
 def check_folder(folder: Path) -> None:
-    """Refuse a submitted folder holding a symlink (as a zip would be refused), with BadUpload."""
+    """Refuse a submitted folder holding a symlink (as a zip would be refused), or a Gradescope export, with
+    BadUpload."""
+    check_not_export(folder)
     for rel in walk(folder):
         if (folder / rel).is_symlink():
             raise BadUpload(f"the folder holds a symlink: {rel}")
+
+
+def check_not_export(folder: Path, depth: int = EXPORT_DEPTH) -> None:
+    """Refuse a folder that is a Gradescope export, or holds one up to `depth` folders down (its METADATA there),
+    with BadUpload naming the folder to give --batch: graded as one submission, the first of its submissions' files
+    would be taken as one student's (the grader looks two folders down)."""
+    level = [folder]
+    for _ in range(depth + 1):
+        for base in level:
+            meta = base / METADATA
+            if meta.is_file() and not meta.is_symlink():
+                raise BadUpload(f"a Gradescope export, not one submission (it holds "
+                                f"{meta.relative_to(folder).as_posix()}): give --batch {base}")
+        level = sorted(d for base in level for d in base.iterdir()
+                       if d.is_dir() and not d.is_symlink() and not ignored((d.name,)))
 
 
 def one_line(e: BaseException | str) -> str:
@@ -254,8 +288,9 @@ def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = Fal
     """Grade every submission in folder with grade_fn (grade.grade) into csv_path; returns the CSV's rows, sorted.
 
     One submission's failure is its own row (error, bad upload); the CSV is rewritten after each submission. Rows
-    already graded whose entry is unchanged are skipped unless regrade. grade_kwargs go to each grade_fn call; a CSV
-    whose grades were made with other ones is refused (ValueError) unless regrade, which starts it again.
+    already graded whose entry is unchanged are skipped unless regrade; the rows of entries no longer in folder are
+    dropped (said on stderr; their NAME.json stay). grade_kwargs go to each grade_fn call; a CSV whose grades were
+    made with other ones is refused (ValueError) unless regrade, which starts it again.
     """
     from tqdm.auto import tqdm
     folder, csv_path, grade_fn = Path(folder), Path(csv_path), grade_fn or grade
@@ -274,7 +309,15 @@ def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = Fal
         row.update(cells_for(by_name, name))
     out_dir.mkdir(parents=True, exist_ok=True)
     entries = submissions(folder, exclude=(csv_path, out_dir, options_path(csv_path)))
-    counts = dict.fromkeys(("graded", "skipped", "errors", "bad uploads"), 0)
+    gone = sorted(set(rows) - {e.name for e in entries})
+    if gone:                                       # a resubmission under a new name, an upload taken out: not a grade
+        for name in gone:
+            del rows[name]
+        write_csv(csv_path, parts, rows, with_students)
+        more = f", ... ({len(gone) - SHOWN} more)" if len(gone) > SHOWN else ""
+        print(f"{len(gone)} row{'s' if len(gone) > 1 else ''} of entries no longer in {folder} dropped: "
+              f"{', '.join(gone[:SHOWN])}{more} (their results stay in {out_dir}/)", file=sys.stderr)
+    counts = dict.fromkeys(("graded", "skipped", "errors", "bad uploads", "bad uploads skipped"), 0)
     t0 = time.perf_counter()
     with tqdm(total=len(entries), unit="submission", desc="grading", file=sys.stderr, dynamic_ncols=True) as bar:
         for entry in entries:
@@ -283,6 +326,9 @@ def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = Fal
             done = visit(entry, rows.get(name), regrade, grade_fn, grade_kwargs)
             if done is None:
                 counts["skipped"] += 1
+                if rows[name]["state"] == BAD_UPLOAD:          # still one: counted with the new ones
+                    counts["bad uploads"] += 1
+                    counts["bad uploads skipped"] += 1
                 bar.update(1)
                 continue
             row, full = done
@@ -301,8 +347,9 @@ def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = Fal
     wall = time.perf_counter() - t0
     if not csv_path.exists() or by_name is not None:
         write_csv(csv_path, parts, rows, with_students)    # an export's: the students of the rows left as they were
+    unchanged = f" ({counts['bad uploads skipped']} unchanged, skipped)" if counts["bad uploads skipped"] else ""
     print(f"graded {counts['graded']}, skipped {counts['skipped']}, errors {counts['errors']}, bad uploads "
-          f"{counts['bad uploads']} in {wall:.1f} s; wrote {csv_path} and {out_dir}/")
+          f"{counts['bad uploads']}{unchanged} in {wall:.1f} s; wrote {csv_path} and {out_dir}/")
     return [rows[name] for name in sorted(rows)]
 
 
@@ -351,8 +398,13 @@ def usage_error(submission: str | None, batch: str | None, *, out: str | None = 
     if not Path(batch).is_dir():
         return f"--batch {batch}: " + ("a file, not a folder of submissions" if Path(batch).exists()
                                       else "no such folder")
-    if Path(csv_path or "grades.csv").is_dir():
-        return f"--csv {csv_path or 'grades.csv'}: a folder; give the CSV file to write"
+    csv_file = Path(csv_path or "grades.csv")
+    if csv_file.is_dir():
+        return f"--csv {csv_file}: a folder; give the CSV file to write"
+    if csv_file.resolve().is_relative_to(Path(batch).resolve()):
+        return (f"--csv {csv_file}: inside --batch {batch}, where a later run would take it (and "
+                f"{options_path(csv_file).name}, {results_dir(csv_file).name}/) for submissions; write it outside "
+                f"{batch}")
     return None
 
 

@@ -18,27 +18,47 @@ MAX_SOURCE = 256 * 1024    # bytes a graded file may have (the reference's large
                            # could take the grader's memory (about 400 MiB a MiB of source), and it is never real work
 
 
-def find_submitted(submission: Path, rel: Path, depth: int = 2) -> Path | None:
-    """The submitted copy of rel: at rel or by its bare name, in submission or up to `depth` folders down.
+def find_copies(submission: Path, rel: Path, depth: int = 2) -> list[Path]:
+    """The submitted copies of rel at the shallowest level that holds one: at rel or by its bare name, in submission
+    or up to `depth` folders down; [] when there is none.
 
     Zipping a folder puts every file one folder down (my-minbert/minbert/model.py), as Gradescope unpacks it.
-    The shallowest match wins; a full path beats a bare name at the same depth. A link is never followed (a link
-    to the reference's own file would be graded as the student's): a linked file or folder is as good as absent.
+    In each folder of a level, a full path beats a bare name; one copy from each folder of the level that holds one
+    (two are two uploads side by side, draft/ and final/: stage() takes neither unless they are the same bytes). A
+    link is never followed (a link to the reference's own file would be graded as the student's): a linked file or
+    folder is as good as absent.
     """
     level = [submission]
     for _ in range(depth + 1):
+        copies = []
         for base in level:
             for cand, inner in ((base / rel, rel.parts[:-1]), (base / rel.name, ())):
                 hops = [cand, *(base.joinpath(*inner[:i + 1]) for i in range(len(inner)))]   # rel's folders too
                 if cand.is_file() and not any(h.is_symlink() for h in hops):
-                    return cand
+                    copies.append(cand)
+                    break
+        if copies:
+            return copies
         level = sorted(d for base in level for d in base.iterdir()
                        if d.is_dir() and not d.is_symlink() and d.name not in SKIP_DIRS and not d.name.startswith("."))
-    return None
+    return []
+
+
+def find_submitted(submission: Path, rel: Path, depth: int = 2) -> Path | None:
+    """The first of find_copies(), or None: where rel is taken from when it is there once."""
+    copies = find_copies(submission, rel, depth)
+    return copies[0] if copies else None
+
+
+def same_bytes(paths: list[Path]) -> bool:
+    """Whether the files hold the same bytes (each at most MAX_SOURCE: a bigger one is never read)."""
+    sizes = {p.stat().st_size for p in paths}
+    return len(sizes) == 1 and max(sizes) <= MAX_SOURCE and len({p.read_bytes() for p in paths}) == 1
 
 
 class Staged(NamedTuple):
-    """What stage() laid: one note per file, the files absent, and those that do not parse (file -> why)."""
+    """What stage() laid: one note per file, the files absent, and those not laid (file -> why: it does not parse,
+    is too big to read, or is in the submission twice at the same depth): the parts that grade them score 0."""
 
     notes: list[str]
     missing: set[str]
@@ -64,7 +84,8 @@ def stage(submission: Path, staging: Path, files: list[str] | None = None, profi
 
     files (relative to the root) are the ones taken from the submission, by default every file students fill in;
     the others stay the unfilled stubs, which import. A submitted file that does not compile is not laid (its stub
-    stays, so that it costs only the parts that grade it). reference: files laid from this reference tree instead.
+    stays, so that it costs only the parts that grade it), nor is one found twice at the same depth with other bytes
+    (find_copies: which one is meant is not guessed). reference: files laid from this reference tree instead.
     """
     generate(staging, data=False, profile=profile)
     staged = Staged([], set(), {})
@@ -72,10 +93,19 @@ def stage(submission: Path, staging: Path, files: list[str] | None = None, profi
     for rel in stubbed_files(ROOT):
         if wanted is not None and rel.as_posix() not in wanted:
             continue
-        found = find_submitted(submission, rel)
-        if found is None:
+        copies = find_copies(submission, rel)
+        if not copies:
             staged.notes.append(f"{rel}: not in the submission; graded as the unfilled stub")
             staged.missing.add(rel.as_posix())
+            continue
+        found = copies[0]
+        if len(copies) > 1 and not same_bytes(copies):
+            where = ", ".join(c.relative_to(submission).as_posix() for c in copies)
+            times = "twice" if len(copies) == 2 else f"{len(copies)} times"
+            problem = f"{rel} is in the submission {times} at the same depth ({where}); upload one copy"
+            staged.unparsed[rel.as_posix()] = problem
+            staged.notes.append(f"{problem}: the parts that grade it score 0, the other parts ran with the unfilled "
+                                "stub in its place")
             continue
         size = found.stat().st_size
         source = found.read_bytes() if size <= MAX_SOURCE else b""   # read once: the bytes compiled are those laid
@@ -107,8 +137,9 @@ class Opened(NamedTuple):
 def open_submission(submission: Path, work: Path) -> Opened:
     """The folder to grade: submission, or its zip's graded files unpacked into work (a .zip, or one alone in it)."""
     # A path neither a folder nor a zip is refused (FileNotFoundError, ValueError), as is a zip given that cannot be
-    # unpacked (batch.BadUpload); a zip in a folder that cannot is said in the notes and the parts' messages.
-    from .batch import BadUpload, safe_extract
+    # unpacked, and a Gradescope export (batch.BadUpload); a zip in a folder that cannot be unpacked, or that is not
+    # read because the folder holds graded files, is said in the notes and in a missing file's parts' messages.
+    from .batch import BadUpload, check_not_export, safe_extract
     from .uploads import zips_in
     if submission.is_file():
         if submission.suffix.lower() != ".zip" and not zipfile.is_zipfile(submission):
@@ -122,12 +153,19 @@ def open_submission(submission: Path, work: Path) -> Opened:
                       f"looked in {submission.name}, at its top and up to two folders down")
     if not submission.is_dir():
         raise FileNotFoundError(f"{submission}: no such folder or .zip file")
-    if any(find_submitted(submission, rel) for rel in stubbed_files(ROOT)):
-        return Opened(submission, [], LOOKED)
+    try:
+        check_not_export(submission)
+    except BadUpload as e:
+        raise BadUpload(f"{submission}: {e}") from None
     zips = zips_in(submission, depth=2)
+    names = ", ".join(z.relative_to(submission).as_posix() for z in zips)
+    if any(find_submitted(submission, rel) for rel in stubbed_files(ROOT)):
+        if not zips:
+            return Opened(submission, [], LOOKED)
+        why = f"{names} {'was' if len(zips) == 1 else 'were'} not read: the folder also holds graded files"
+        return Opened(submission, [why], f"{LOOKED}; {why}")
     if not zips:
         return Opened(submission, [], LOOKED)
-    names = ", ".join(z.relative_to(submission).as_posix() for z in zips)
     if len(zips) > 1:
         why = f"it holds several zip files ({names}) and none of the graded files; upload one"
     else:

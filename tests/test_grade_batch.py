@@ -121,7 +121,7 @@ def test_a_second_run_skips_unchanged_rows_and_grades_changed_ones(tmp_path: Pat
     calls: list = []
     grade_batch(subs, out, grade_fn=fake_grade(calls))
     assert [c[0] for c in calls] == ["carol"]          # the grader's own error is retried; the rest stand
-    assert "graded 0, skipped 5, errors 1, bad uploads 0" in capsys.readouterr().out
+    assert "graded 0, skipped 5, errors 1, bad uploads 2 (2 unchanged, skipped) in " in capsys.readouterr().out
     assert read_rows(out) == first
     write_zip(subs / "alice.zip", {"model.py": "WRONG"})          # a new upload under the same name
     (subs / "carol" / "model.py").write_text("PASS")
@@ -248,13 +248,18 @@ def test_a_csv_this_command_did_not_write_is_left_alone(tmp_path: Path) -> None:
     (["sub", "--csv", "g.csv"], "--csv and --regrade go with --batch DIR"),
     (["sub", "--regrade"], "--csv and --regrade go with --batch DIR"),
     (["--batch", ".", "--out", "r.json"], "--out is for one submission"),
-    (["--batch", ".", "--groups", "smart", "--profile", "part1"], "not in the part1 profile: smart"),
+    (["--batch", "subs", "--groups", "smart", "--profile", "part1"], "not in the part1 profile: smart"),
+    (["--batch", "subs", "--csv", "subs/g.csv"], ("--csv subs/g.csv: inside --batch subs, where a later run would "
+                                                  "take it (and g.options.json, g/) for submissions; write it outside")),
+    (["--batch", "."], "--csv grades.csv: inside --batch ."),
 ])
 def test_cli_misuse_is_one_line_and_exit_2(tmp_path: Path, monkeypatch, capsys, argv: list, says: str) -> None:
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "subs").mkdir()
     assert grade_main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and says in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["subs"] and not any((tmp_path / "subs").iterdir())
 
 
 def test_cli_passes_every_grade_option_to_each_submission(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -376,3 +381,25 @@ def test_a_missing_seed_file_is_named_with_what_to_give(tmp_path: Path, capsys) 
     assert grade_main([str(tmp_path), "--seed-file", str(tmp_path / "nosuch"), "--out", str(tmp_path / "r.json")]) == 2
     assert capsys.readouterr().err == (f"error: {tmp_path / 'nosuch'}: cannot read the grading seed (No such file or "
                                        "directory); give the file that holds it (the one the bundle was made with)\n")
+
+
+def test_a_rerun_drops_the_rows_of_entries_no_longer_in_the_folder(tmp_path: Path, capsys) -> None:
+    """A resubmission replaces submission_102 by submission_202: the old row goes (said on the console), and the
+    summary counts the bad uploads it skipped as unchanged."""
+    subs, out = uploads(tmp_path), tmp_path / "grades.csv"
+    grade_batch(subs, out, grade_fn=fake_grade())
+    shutil.rmtree(subs / "bob")
+    (subs / "erin.zip").unlink()
+    (subs / "bob2").mkdir()
+    (subs / "bob2" / "model.py").write_text("PASS")
+    capsys.readouterr()
+    calls: list = []
+    rows = grade_batch(subs, out, grade_fn=fake_grade(calls))
+    assert [c[0] for c in calls] == ["bob2", "carol"]
+    names = ["alice.zip", "bob2", "carol", "dave.zip", "frank.rar"]
+    assert [r["submission"] for r in rows] == names == [r["submission"] for r in read_rows(out)]
+    said = capsys.readouterr()
+    assert f"2 rows of entries no longer in {subs} dropped: bob, erin.zip" in said.err
+    assert said.out.strip().splitlines()[-1].startswith(
+        "graded 1, skipped 3, errors 1, bad uploads 1 (1 unchanged, skipped) in ")
+    assert (tmp_path / "grades" / "bob.json").is_file()          # its full results stay beside the CSV

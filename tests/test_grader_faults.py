@@ -86,7 +86,7 @@ def test_as_root_a_user_who_cannot_run_this_python_is_refused_not_replaced_by_ro
             grade(sub, parts=["adamw"])                                      # --as-user auto, the default
         assert str(e.value) == says
         for argv in ([str(sub), "--parts", "adamw", "--out", str(tmp_path / "r.json")],
-                     ["--batch", str(tmp_path), "--csv", str(tmp_path / "g.csv")]):
+                     ["--batch", str(sub), "--csv", str(tmp_path / "g.csv")]):      # refused before any entry
             assert grade_main(argv) == 2
             assert capsys.readouterr().err == f"error: {says}\n"
         assert not (tmp_path / "r.json").exists() and not (tmp_path / "g.csv").exists()

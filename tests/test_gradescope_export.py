@@ -18,6 +18,7 @@ from test_grade_batch import fake_grade, read_rows, write_zip
 from assignments import bundle, scoreboard
 from assignments.batch import grade_batch
 from assignments.export import MetadataError, Submitter, read_metadata
+from assignments.grade import main as grade_main
 from assignments.leaderboard import SETTINGS_MEMBER
 
 METADATA = """---
@@ -145,6 +146,36 @@ def test_a_batch_over_an_export_names_each_submissions_students(tmp_path: Path, 
     assert "submission_metadata.yml:4: a quoted value that does not end on its line" in capsys.readouterr().err
     rows = {r["submission"]: r for r in read_rows(out)}       # graded all the same; the names it had are kept
     assert rows["submission_101"]["score"] == "25" and rows["submission_101"]["names"] == "Ada Lovelace"
+
+
+def test_an_export_given_one_folder_too_high_is_refused_not_graded_as_one_student(tmp_path: Path, capsys) -> None:
+    """--batch wrap/ where wrap/ holds the export (or its zip, as Gradescope downloads it): that entry is no
+    submission; grading it would take submission_101's files as one student's. Refused, naming the folder to give."""
+    wrap = tmp_path / "top" / "wrap"
+    folder = export(wrap)
+    write_zip(wrap / "assignment_77_export.zip", {"assignment_77_export/submission_metadata.yml": METADATA,
+                                                  "assignment_77_export/submission_101/model.py": "PASS"})
+    calls: list = []
+    rows = grade_batch(wrap, tmp_path / "g1.csv", grade_fn=fake_grade(calls))
+    assert not calls
+    assert [(r["submission"], r["state"]) for r in rows] == [("assignment_77_export.zip", "bad upload"),
+                                                            ("export", "bad upload")]
+    assert rows[1]["notes"] == f"a Gradescope export, not one submission (it holds submission_metadata.yml): " \
+                               f"give --batch {folder}"
+    assert rows[0]["notes"].startswith("a zip of a Gradescope export, not one submission (it holds "
+                                       "assignment_77_export/submission_metadata.yml): unzip it and give --batch")
+    assert "export: bad upload: a Gradescope export" in capsys.readouterr().out       # said as it goes
+    # one more folder up: the metadata one folder down is found too
+    rows = grade_batch(tmp_path / "top", tmp_path / "g2.csv", grade_fn=fake_grade(calls))
+    assert not calls and rows[0]["submission"] == "wrap" and rows[0]["state"] == "bad upload"
+    assert "(it holds export/submission_metadata.yml): give --batch" in rows[0]["notes"]
+    # given as one submission: refused in one line, exit 2
+    capsys.readouterr()
+    assert grade_main([str(folder), "--as-user", "none", "--out", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {folder}: a Gradescope export, not one submission (it holds submission_metadata.yml): " \
+                  f"give --batch {folder}\n", err
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_the_scoreboard_names_an_exports_students_and_takes_the_bundles_fraction(tmp_path: Path, capsys) -> None:

@@ -206,8 +206,33 @@ def test_what_is_neither_a_folder_nor_a_zip_is_refused_with_what_was_expected(tm
     assert opened.folder == two and "several zip files (a.zip, b.zip)" in opened.looked, opened
     _zip(tmp_path / "mixed" / "old.zip", {"model.py": "x = 1"})
     (tmp_path / "mixed" / "optim.py").write_text("x = 1\n")              # a graded file: the folder is graded
-    assert open_submission(tmp_path / "mixed", work) == (tmp_path / "mixed", [], LOOKED)
+    said = "old.zip was not read: the folder also holds graded files"    # said, and in a missing file's message
+    assert open_submission(tmp_path / "mixed", work) == (tmp_path / "mixed", [said], f"{LOOKED}; {said}")
     assert not work.exists() or not any(work.iterdir())
+
+
+def test_a_file_uploaded_twice_at_the_same_depth_is_not_guessed(tmp_path: Path) -> None:
+    """draft/ (the stubs) and final/ (the work) side by side: which model.py is meant is not ours to guess. Its parts
+    score 0 naming both copies; a file whose copies are the same bytes is graded; a zip beside graded files is said."""
+    part1 = ["minbert/model.py", "minbert/optim.py", "minbert/pooling.py", "tasks/classifier.py"]
+    up = tmp_path / "twice"
+    for name, src in (("draft", ROOT / "assignments" / "student"), ("final", ROOT)):
+        for rel in part1:
+            (up / name / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile((src if rel.startswith("minbert/model") else ROOT) / rel, up / name / rel)
+    _zip(up / "submission.zip", {rel: (ROOT / rel).read_text() for rel in part1})
+    twice = ("minbert/model.py is in the submission twice at the same depth (draft/minbert/model.py, "
+             "final/minbert/model.py); upload one copy")
+    staged = stage(up, tmp_path / "staged", part1)
+    assert staged.unparsed == {"minbert/model.py": twice} and not staged.missing, staged
+    assert (tmp_path / "staged" / "minbert/model.py").read_text() == \
+        (ROOT / "assignments" / "student" / "minbert/model.py").read_text()       # the stub stays
+    assert "minbert/optim.py: from draft/minbert/optim.py" in staged.notes         # the same bytes twice: graded
+    res = grade(up, parts=["attention", "adamw"], as_user=grading_user())
+    assert [(r["part"], r["status"], r["score"]) for r in res["parts"]] == [("attention", "error", 0),
+                                                                            ("adamw", "pass", 20)], res["parts"]
+    assert res["parts"][0]["message"] == twice
+    assert "submission.zip was not read: the folder also holds graded files" in res["output"]
 
 
 def test_hidden_hints_cut_only_the_matched_mistake() -> None:
