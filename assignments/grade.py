@@ -184,8 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", help="where to write Gradescope's results.json (default: results.json)")
     ap.add_argument("--batch", metavar="DIR", help="grade every submission in DIR (each a .zip or a folder) into "
                     "--csv, each with the options below (assignments/batch.py)")
-    ap.add_argument("--csv", help="with --batch: the CSV of grades, one row per submission (default: grades.csv); "
-                    "each one's full results go beside it (grades/NAME.json)")
+    ap.add_argument("--csv", help="with --batch: the CSV of grades, one row per submission (default: grades.csv), "
+                    "outside DIR; each one's full results go beside it (grades/NAME.json); a rerun drops the rows of "
+                    "entries no longer in DIR")
     ap.add_argument("--regrade", action="store_true",
                     help="with --batch: grade again the submissions already in the CSV whose entry is unchanged; "
                          "the CSV starts again when its grades were made with other options")
