@@ -53,6 +53,27 @@ def test_metrics():
         accuracy([1], [1, 2])
 
 
+def test_pearson_is_scale_free_and_never_leaves_minus_one_to_one():
+    """A leaderboard upload scaled to 1e-162 made the norms underflow (r = 7.85 on the board, above a perfect upload's
+    1) and one scaled to 1e307 overflowed (r = nan, ranked first): r is the same at any scale, within [-1, 1]; an
+    ordinary pair gives the same bits as the plain formula."""
+    gen = torch.Generator().manual_seed(0)
+    gold = (torch.rand(1500, generator=gen, dtype=torch.float64) * 5).tolist()
+    guess = [g + float(e) for g, e in zip(gold, torch.randn(1500, generator=gen, dtype=torch.float64) * 2)]
+    r = pearson(guess, gold)
+    x, y = torch.tensor(guess, dtype=torch.float64), torch.tensor(gold, dtype=torch.float64)
+    x, y = x - x.mean(), y - y.mean()
+    assert r == (x @ y).item() / (x.norm() * y.norm()).item()             # ordinary values: the plain formula's bits
+    for scale in (1.45e-162, 1e-300, 4e-320, 1e300, 1e307):
+        assert pearson([v * scale for v in guess], gold) == pytest.approx(r, abs=1e-6 if scale > 1e-310 else 1e-3)
+        assert -1.0 <= pearson([v * scale for v in gold], gold) <= 1.0
+    assert pearson([v * 1e-320 for v in gold], gold) == pytest.approx(1.0, abs=1e-3)   # subnormal: coarse, still <= 1
+    assert pearson([7.0] * 5, [1.0, 2.0, 3.0, 4.0, 5.0]) == 0.0
+    for bad in (math.nan, math.inf):
+        with pytest.raises(ValueError, match="not finite"):
+            pearson([1.0, bad, 3.0], [1.0, 2.0, 3.0])
+
+
 def test_a_perfect_prediction_set_scores_one_and_round_trips(tmp_path):
     for task in ("sst", "para", "sts"):
         path, gold = write_gold(tmp_path, task, "dev")

@@ -70,15 +70,26 @@ def accuracy(predictions: Sequence, labels: Sequence) -> float:
     return sum(int(p) == int(y) for p, y in zip(predictions, labels)) / len(labels)
 
 
+def _centred(values: Sequence[float]) -> torch.Tensor:
+    """values - their mean, in float64, first scaled by a power of two to a largest magnitude in [0.5, 1): exact for
+    ordinary values, so that no sum or norm underflows (1e-162: r above 1) or overflows (1e307: nan)."""
+    v = torch.tensor(values, dtype=torch.float64)
+    if not torch.isfinite(v).all():
+        raise ValueError("a value that is not finite (nan or inf)")
+    top = float(v.abs().max())
+    if top > 0:
+        shift = -math.frexp(top)[1]                 # in two halves: 2**shift alone overflows for subnormal values
+        v = v * 2.0 ** (shift // 2) * 2.0 ** (shift - shift // 2)
+    return v - v.mean()
+
+
 def pearson(predictions: Sequence[float], labels: Sequence[float]) -> float:
-    """Pearson's correlation r between predictions and gold similarities (0 if either is constant)."""
+    """Pearson's correlation r between predictions and gold similarities, in [-1, 1] (0 if either is constant)."""
     if len(predictions) != len(labels) or len(labels) < 2:
         raise ValueError(f"{len(predictions)} predictions for {len(labels)} labels; need at least 2")
-    x = torch.tensor(predictions, dtype=torch.float64)
-    y = torch.tensor(labels, dtype=torch.float64)
-    x, y = x - x.mean(), y - y.mean()
+    x, y = _centred(predictions), _centred(labels)
     denom = (x.norm() * y.norm()).item()
-    return 0.0 if denom == 0 else (x @ y).item() / denom
+    return 0.0 if denom == 0 else min(1.0, max(-1.0, (x @ y).item() / denom))
 
 
 @dataclass(frozen=True)
