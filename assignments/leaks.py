@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from .make import ROOT, find_regions, stubbed_files
+from .profiles import imports_in
 
 # Lines made only of these carry no solution: closing brackets, `else:`, a bare return / pass / continue / break.
 STRUCTURAL = re.compile(r"^([)\]},:]*|else:|try:|finally:|return|pass|continue|break|[)\]}]+[,:]?)$")
@@ -118,25 +119,6 @@ def public_assignment_files() -> set[str]:
             if not any(fnmatch.fnmatch(name.lower(), g) for g in ANSWER_MODULES)}
 
 
-def _imports(text: str, module: str, is_package: bool) -> tuple[set[str], set[str]]:
-    """(modules, names) a module's text imports, anywhere in it (inside functions too), relative ones resolved:
-    `import a.b` and `from a.b import c` give the module a.b, the latter also the name a.b.c (a submodule or not)."""
-    package = module if is_package else module.rpartition(".")[0]
-    modules, names = set(), set()
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Import):
-            modules |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parts = parts[: len(parts) - node.level + 1]
-                base = ".".join(parts + ([base] if base else []))
-            modules.add(base)
-            names |= {f"{base}.{a.name}" for a in node.names}
-    return modules, names
-
-
 def unshipped_imports(tree: Path) -> list[str]:
     """'file: module (why)' for each import, by the tree's assignments/ code, of a minbert, tasks or assignments
     module that is not a file of the tree, or of an assignments module off the public list (public_assignment_files).
@@ -157,7 +139,7 @@ def unshipped_imports(tree: Path) -> list[str]:
         rel = path.relative_to(tree)
         is_package = path.name == "__init__.py"
         module = ".".join(rel.parent.parts if is_package else rel.with_suffix("").parts)
-        modules, names = _imports(path.read_text(), module, is_package)
+        modules, names = imports_in(path.read_text(), module, is_package)
         for name in sorted(modules | {n for n in names if file_of(n) is not None}):
             if name.split(".")[0] not in ("assignments", "minbert", "tasks"):
                 continue

@@ -96,19 +96,26 @@ def skeleton_text(text: str, keep: tuple[str, ...] = (), name: str = "<text>") -
     return "".join(lines)
 
 
-def imported_modules(text: str, module: str, name: str = "<text>") -> set[str]:
-    """The dotted names of minbert/ and tasks/ modules (or packages) a module's text imports, anywhere in it."""
-    package = module if name.endswith("__init__.py") else module.rpartition(".")[0]
-    found = set()
+def imports_in(text: str, module: str, is_package: bool, name: str = "<text>") -> tuple[set[str], set[str]]:
+    """(modules, names) a module's text imports, anywhere in it (inside functions too), relative ones resolved:
+    `import a.b` and `from a.b import c` give the module a.b, the latter also the name a.b.c (a submodule or not)."""
+    package = module if is_package else module.rpartition(".")[0]
+    modules, names = set(), set()
     for node in ast.walk(ast.parse(text, name)):
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
+            modules |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 parts = package.split(".")
                 parts = parts[: len(parts) - node.level + 1]
                 base = ".".join(parts + ([base] if base else []))
-            found.add(base)
-            found |= {f"{base}.{a.name}" for a in node.names}      # from pkg import submodule
-    return {m for m in found if m.split(".")[0] in ("minbert", "tasks")}
+            modules.add(base)
+            names |= {f"{base}.{a.name}" for a in node.names}
+    return modules, names
+
+
+def imported_modules(text: str, module: str, name: str = "<text>") -> set[str]:
+    """The dotted names of minbert/ and tasks/ modules (or packages) a module's text imports, anywhere in it."""
+    modules, names = imports_in(text, module, name.endswith("__init__.py"), name)
+    return {m for m in modules | names if m.split(".")[0] in ("minbert", "tasks")}   # names: from pkg import submodule

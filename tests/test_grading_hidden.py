@@ -27,23 +27,26 @@ from assignments.untrusted import student_account
 FIXTURES = sorted({f for p in PARTS.values() for f in p.fixtures})
 
 
+def _replayed(name: str, fixtures: dict, tmp: Path) -> tuple[str, str, int]:
+    """One part run in record mode on the student's view written under tmp/inputs, then replayed on `fixtures`:
+    (status, message, how many comparisons it recorded)."""
+    recorder = Recorder(tmp / "inputs")
+    common.SESSION = recorder
+    try:
+        r = run_part(name)
+    finally:
+        common.SESSION = None
+    recorder.save(tmp / f"{name}.safetensors", r["status"], r["message"])
+    record = hidden.read_record(tmp / f"{name}.safetensors")
+    status, message = hidden.replay(name, {f: fixtures[f] for f in PARTS[name].fixtures}, record)
+    return status, message, len(record.entries)
+
+
 def _record_and_replay(seed: int, tmp: Path) -> dict[str, tuple[str, str, int]]:
     """Every part on the reference: recorded on the seed's student view, replayed on its hidden fixtures."""
     fixtures = {f: hidden.hidden_fixture(f, seed) for f in FIXTURES}
     hidden.write_inputs(tmp / "inputs", fixtures)
-    out = {}
-    for name, part in PARTS.items():
-        recorder = Recorder(tmp / "inputs")
-        common.SESSION = recorder
-        try:
-            r = run_part(name)
-        finally:
-            common.SESSION = None
-        recorder.save(tmp / f"{name}.safetensors", r["status"], r["message"])
-        record = hidden.read_record(tmp / f"{name}.safetensors")
-        status, message = hidden.replay(name, {f: fixtures[f] for f in part.fixtures}, record)
-        out[name] = (status, message, len(record.entries))
-    return out
+    return {name: _replayed(name, fixtures, tmp) for name in PARTS}
 
 
 @pytest.mark.parametrize("seed", [1, 20261126, 2**62 + 7])
@@ -264,14 +267,7 @@ def test_the_replay_names_the_mistake_on_hidden_inputs(monkeypatch: pytest.Monke
     fixtures = {f: hidden.hidden_fixture(f, seed) for f in PARTS[part].fixtures}
     hidden.write_inputs(tmp_path / "inputs", fixtures)
     monkeypatch.setattr(*_mistake(part, bug))
-    recorder = Recorder(tmp_path / "inputs")
-    common.SESSION = recorder
-    try:
-        r = run_part(part)
-    finally:
-        common.SESSION = None
-    recorder.save(tmp_path / "r.safetensors", r["status"], r["message"])
-    status, message = hidden.replay(part, fixtures, hidden.read_record(tmp_path / "r.safetensors"))
+    status, message, _ = _replayed(part, fixtures, tmp_path)
     assert status == "fail" and says in message, message
     local = common.load_fixture(PARTS[part].fixtures[0])
     assert not torch.equal(fixtures[part][next(iter(hidden.INPUTS[part]))], local[next(iter(hidden.INPUTS[part]))])
