@@ -169,11 +169,45 @@ def test_default_project_stops_an_extension_flag_with_the_not_written_line(tmp_p
     assert "it is part of SMART, an extension for you to build" in last and "Traceback" not in proc.stderr
 
 
-def test_part1_ships_sst_and_cfimdb_data_alone(tmp_path: Path) -> None:
-    generate(tmp_path / "p1", profile="part1")
-    names = sorted(p.name for p in (tmp_path / "p1" / "data").iterdir())
+@pytest.fixture(scope="module")
+def part1_with_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A part1 tree with the data it ships (the trees fixture's have none)."""
+    tree = tmp_path_factory.mktemp("part1data") / "p1"
+    generate(tree, profile="part1")
+    return tree
+
+
+def test_part1_ships_sst_and_cfimdb_data_alone(part1_with_data: Path) -> None:
+    names = sorted(p.name for p in (part1_with_data / "data").iterdir())
     assert names == ["README.md"] + sorted(f"ids-{t}-{s}.csv" for t in ("cfimdb", "sst")
                                            for s in ("dev", "test-student", "train"))
+
+
+def test_tasks_score_in_a_part1_tree_reports_sst_alone(part1_with_data: Path, tmp_path: Path) -> None:
+    """A part1 tree has SST's data alone and its leaderboard ranks SST alone (assignments/boards.py): tasks.score
+    shows the SST row, an overall that is the SST board's (SST accuracy), and asks for the SST file only, the set
+    tasks.submit zips there (both read the data directory's files)."""
+    from tasks.core.data import TASKS
+    from tasks.core.evaluation import write_predictions
+    tree = shutil.copytree(part1_with_data, tmp_path / "p1")
+    empty = _run(tree, "-m", "tasks.score", str(tmp_path), "--data-dir", "data")
+    assert empty.returncode == 1 and "no prediction files (sst-dev-output.csv)" in empty.stdout, empty.stdout
+    gold = TASKS["sst"].read(TASKS["sst"].path(tree / "data", "dev"))
+    ids = [e.id for e in gold]
+    labels = [int(e.label) for e in gold]
+    wrong = dict.fromkeys(ids[: len(ids) // 4], True)             # a quarter wrong: accuracy 1 - 1/4 (rounded)
+    write_predictions(tree / "predictions" / "sst-dev-output.csv", "sst", ids,
+                      [(y + 1) % 5 if i in wrong else y for i, y in zip(ids, labels)])
+    proc = _run(tree, "-m", "tasks.score", "predictions")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    accuracy = 1 - len(wrong) / len(ids)
+    rows = [line.split() for line in proc.stdout.splitlines()[2:]]
+    assert rows == [["SST", "accuracy", "sst-dev-output.csv", f"{len(ids)}/{len(ids)}", f"{accuracy:.4f}"],
+                    ["overall", "(dev)", f"{accuracy:.4f}"]], proc.stdout
+    assert "Quora" not in proc.stdout and "STS" not in proc.stdout and "absent" not in proc.stdout
+    submit = _run(tree, "-m", "tasks.submit")          # the same set: dev here, test missing
+    assert "predictions/sst-test-output.csv: missing" in submit.stdout + submit.stderr, submit.stdout + submit.stderr
+    assert "para" not in submit.stdout + submit.stderr and "sts-" not in submit.stdout + submit.stderr
 
 
 def test_the_handout_keeps_each_profile_s_sections() -> None:
