@@ -258,6 +258,26 @@ def test_the_training_defaults_the_handout_states_are_a_student_tree_s(trees: di
     assert proc.stdout.split() == ["eager", "course"], proc.stderr
 
 
+def test_students_md_says_which_adamw_the_main_job_trains_with(trees: dict[str, Path]) -> None:
+    """docs/students.md's Apple Silicon advice names the optimiser the main job's config trains with: torch's fused
+    AdamW in the reference, the course AdamW (the student's own) in a student tree, as --print-config shows."""
+    text = " ".join((ROOT / "docs" / "students.md").read_text().split())
+    reference = re.search(r"In the reference repository the main job trains with torch's fused AdamW "
+                          r"\(`--optimizer (\w+)`, its default\)", text)
+    student = re.search(r"In a student tree it trains with `--optimizer (\w+)`, your own AdamW", text)
+    assert reference and student, "docs/students.md no longer states the main job's optimiser"
+    assert "main-job.json` names no optimizer" in text
+    assert "optimizer" not in json.dumps(json.loads((ROOT / "tasks/multitask/main-job.json").read_text()))
+    shown = {}
+    for name, tree in (("reference", ROOT), ("student", trees["default-project"])):
+        proc = _run(tree, "-m", "tasks.multitask", "--config", "tasks/multitask/main-job.json", "--device", "cpu",
+                    "--print-config")
+        assert proc.returncode == 0, proc.stderr
+        shown[name] = json.loads(proc.stdout)["recipe"]["optimizer"]
+    assert shown == {"reference": reference.group(1), "student": student.group(1)} == {"reference": "fused",
+                                                                                     "student": "course"}
+
+
 def test_make_help_explains_the_profiles(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         make.main(["--help"])
