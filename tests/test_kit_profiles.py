@@ -328,6 +328,24 @@ def test_each_profiles_handout_names_only_what_its_tree_holds(trees: dict[str, P
                     assert "reference" in flat[max(0, m.start() - 60):m.start()], (name, path, flat[m.start() - 60:m.end()])
 
 
+def test_the_handout_names_the_starter_scripts_and_their_inputs_where_the_tree_holds_them(
+        trees: dict[str, Path]) -> None:
+    """The files the handout says are in the tree are at the path it gives: each script a `python X.py` command runs,
+    each stored input (.npy, .data, .safetensors) as written (with its folders), and each file the "at the tree's
+    root" sentence names, at the root."""
+    for name, tree in trees.items():
+        text = (tree / "assignments" / "README.md").read_text()
+        flat = " ".join(text.split())
+        scripts = set(re.findall(r"python ((?:[\w-]+/)*[\w-]+\.py)\b", text))
+        inputs = set(re.findall(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:npy|data|safetensors))\b", text))
+        root = re.search(r"((?:`[\w.-]+` (?:and )?)+)at the tree's root", flat)
+        at_root = set(re.findall(r"`([\w.-]+)`", root.group(1))) if root else set()
+        assert {"optimizer_test.py", "sanity_check.py"} <= scripts and at_root == {"optimizer_test.py",
+                                                                                  "sanity_check.py"}, name
+        assert inputs, name
+        assert [p for p in sorted(scripts | inputs | at_root) if not (tree / p).is_file()] == [], name
+
+
 def trees_groups(tree: Path) -> set[str]:
     """The check groups a tree's checker knows: core and one per checks_GROUP.py it holds."""
     return {"core"} | {p.stem.removeprefix("checks_") for p in (tree / "assignments").glob("checks_*.py")}
