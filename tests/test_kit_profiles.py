@@ -346,6 +346,36 @@ def test_the_handout_names_the_starter_scripts_and_their_inputs_where_the_tree_h
         assert [p for p in sorted(scripts | inputs | at_root) if not (tree / p).is_file()] == [], name
 
 
+def test_the_handout_s_sample_checker_output_is_what_its_mistake_prints(trees: dict[str, Path],
+                                                                        tmp_path: Path) -> None:
+    """The handout's example block under "Checking your work" is the checker's output, number for number, for the
+    mistake it shows: attention() written with its scores not divided by sqrt(hs), BertEmbeddings.forward not
+    started, the layer written (a part1 tree, the reference's code in the other regions)."""
+    text = (ROOT / "assignments" / "README.md").read_text()
+    section = text.split("## Checking your work", 1)[1]
+    block = re.search(r"```\n(attention .*?)```", section, re.S).group(1)
+    rows: list[str] = []                      # the block's rows: a line starting with a part's name opens one
+    for line in block.splitlines():
+        if re.match(r"\w", line):
+            rows.append(line)
+        else:
+            rows[-1] += " " + line.strip()
+    source = (ROOT / "minbert" / "model.py").read_text()
+    scaled = "q @ k.transpose(-2, -1) / math.sqrt(hs)"
+    assert source.count(scaled) == 1                     # the reference's line, the mistake written over it
+    mistaken = source.replace(scaled, "q @ k.transpose(-2, -1)")
+    tree = shutil.copytree(trees["part1"], tmp_path / "tree")
+    lines = mistaken.splitlines(keepends=True)
+    for name, r in sorted(make.regions_by_function(mistaken, "minbert/model.py").items(), key=lambda kv: -kv[1].begin):
+        if name != "BertEmbeddings.forward":
+            lines[r.begin - 1: r.end] = [s + "\n" for s in r.solution]
+    (tree / "minbert" / "model.py").write_text(make.stub_text("".join(lines), "minbert/model.py"))
+    proc = _run(tree, "-m", "assignments.check", *(row.split()[0] for row in rows), timeout=300)
+    printed = {line.split()[0]: " ".join(line.split()) for line in proc.stdout.splitlines()
+               if line.split() and line.split()[0] in {row.split()[0] for row in rows}}
+    assert [printed.get(row.split()[0]) for row in rows] == [" ".join(row.split()) for row in rows], proc.stdout
+
+
 def trees_groups(tree: Path) -> set[str]:
     """The check groups a tree's checker knows: core and one per checks_GROUP.py it holds."""
     return {"core"} | {p.stem.removeprefix("checks_") for p in (tree / "assignments").glob("checks_*.py")}
