@@ -1,11 +1,14 @@
-"""The instructor's scorer: check leaderboard prediction files against the gold files and score them.
+"""The leaderboard's scorer: check prediction files against the gold files and score them.
 
     python -m tasks.score predictions/ [--data-dir data] [--split dev] [--json]
 
-Reads whichever of sst-{split}-output.csv, para-{split}-output.csv and sts-{split}-output.csv are
-present, reports every missing, duplicate or unknown id and every unparsable or out-of-range
-value with file and line, and prints SST accuracy, Quora accuracy, STS Pearson r and the overall
-score (SST + Quora + (r + 1) / 2) / 3. Exit status 1 when a file has errors or none is found.
+The tasks are those whose {split} file is in the data directory (as for tasks.submit): SST, Quora
+and STS with the three tasks' data, SST alone in a part1 tree. Reads whichever of their
+{task}-{split}-output.csv files are present, reports every missing, duplicate or unknown id and
+every unparsable or out-of-range value with file and line, and prints each task's figure (SST
+accuracy, Quora accuracy, STS Pearson r) and the overall score: (SST + Quora + (r + 1) / 2) / 3
+for the three tasks, the mean of the tasks' figures (r as (r + 1) / 2) otherwise, so SST accuracy
+for SST alone (the part1 leaderboard's). Exit status 1 when a file has errors or none is found.
 """
 
 from __future__ import annotations
@@ -24,8 +27,18 @@ TASK_NAMES = ("sst", "para", "sts")   # minbert.multitask.TASK_NAMES (a test say
 NAMES = {"sst": "SST accuracy", "para": "Quora accuracy", "sts": "STS Pearson r"}
 
 
+def data_tasks(data_dir: str | Path, split: str) -> tuple[str, ...]:
+    """The leaderboard tasks whose {split} file is in data_dir (tasks.submit's source of truth too); all three when
+    none is, so that a prediction file is still reported as having no gold file."""
+    from .core.data import TASKS
+    found = tuple(t for t in TASK_NAMES if TASKS[t].path(data_dir, split).is_file())
+    return found or TASK_NAMES
+
+
 def score_directory(pred_dir: str | Path, data_dir: str | Path = "data", split: str = "dev") -> dict:
-    """{'reports': {task: Report}, 'overall': float | None, 'problems': [...]} for the files present."""
+    """{'tasks': (task, ...), 'reports': {task: Report}, 'overall': float | None, 'problems': [...]} for the files
+    present; tasks are those the data directory has (data_tasks)."""
+    tasks = data_tasks(data_dir, split)
     reports: dict[str, Report] = {}
     problems = []
     for task in TASK_NAMES:
@@ -38,21 +51,26 @@ def score_directory(pred_dir: str | Path, data_dir: str | Path = "data", split: 
             continue
         reports[task] = check_predictions(path, task, gold)
     if not reports and not problems:
-        problems.append(f"{pred_dir}: no prediction files ({', '.join(f'{t}-{split}-output.csv' for t in TASK_NAMES)})")
+        problems.append(f"{pred_dir}: no prediction files ({', '.join(f'{t}-{split}-output.csv' for t in tasks)})")
     scores = {t: r.score for t, r in reports.items()}
     overall = None
-    if all(scores.get(t) is not None for t in TASK_NAMES):
+    if tasks == TASK_NAMES and all(scores.get(t) is not None for t in TASK_NAMES):
         overall = overall_score(scores["sst"], scores["para"], scores["sts"])
-    return {"reports": reports, "overall": overall, "problems": problems}
+    elif all(scores.get(t) is not None for t in tasks):
+        parts = [(scores[t] + 1) / 2 if LEADERBOARD[t].metric == "pearson" else scores[t] for t in tasks]
+        overall = sum(parts) / len(parts)
+    return {"tasks": tasks, "reports": reports, "overall": overall, "problems": problems}
 
 
 def overall_cell(result: dict, split: str) -> str:
     """The overall score, or why there is none: files absent, files with errors, or files without gold labels."""
     if result["overall"] is not None:
         return f"{result['overall']:.4f}"
-    reports = result["reports"]
-    if any(t not in reports for t in TASK_NAMES):
-        return "n/a (needs all three files)"
+    reports, tasks = result["reports"], result.get("tasks", TASK_NAMES)
+    missing = [t for t in tasks if t not in reports]
+    if missing:
+        return ("n/a (needs all three files)" if len(tasks) == 3
+                else f"n/a (needs {', '.join(f'{t}-{split}-output.csv' for t in missing)})")
     if any(r.errors for r in reports.values()):
         return "n/a (a file has errors)"
     return f"n/a (the {split} files have no gold labels: ids and values checked only)"
@@ -69,7 +87,7 @@ def format_table(result: dict, split: str) -> str:
         for e in r.errors:
             out.append(f"error: {e}")
     rows = [("task", "file", "predictions", "score")]
-    for task in TASK_NAMES:
+    for task in result.get("tasks", TASK_NAMES):
         r = result["reports"].get(task)
         if r is None:
             rows.append((NAMES[task], "(absent)", "-", "-"))

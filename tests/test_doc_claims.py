@@ -2,7 +2,8 @@
 README.md and docs/*.md state, each read from the page and compared with the code or the
 file it comes from: the time limit per graded part, every part's points, the leaderboard's defaults and salt length,
 the batch grader's upload limits, the checker's tolerances, the MPS precision table, the leaderboard run's flags,
-the first model's epoch times, and the flags of the pages' commands."""
+the first model's epoch times, the flags of the pages' commands, the part 2 and extension defaults and the
+handout's not-written example (its line taken from a made part1 tree)."""
 
 from __future__ import annotations
 
@@ -392,3 +393,53 @@ def test_docs_leaderboards_figures_are_its_benchmark_pages_and_the_codes() -> No
     assert f"CoSENT (Su, 2022; lambda {lam:g})" in page and f"(Henderson et al., 2017; scale {scale:g})" in page
     batch = {a.dest: a.default for a in predict.build_parser()._actions}["eval_batch_size"]
     assert f"`--eval-batch-size` (default {batch})" in page
+
+
+# ---------------------------------------------------------------- 11. the handout's part 2 and extension defaults
+
+def test_the_handout_s_part_2_and_extension_defaults_are_the_codes() -> None:
+    """The head's width (Linear(d_in, 512)), PALs' d (204) and SimCSE's temperature (0.05), as the handout states
+    them, are the defaults of the code and of the commands' flags."""
+    from minbert.multitask import MultitaskConfig
+    from minbert.pals import PalsConfig
+    from minbert.simcse import SimCSEConfig, sup_simcse_loss, unsup_simcse_loss
+    from tasks.multitask.settings import Design, Pals
+    text = flat(HANDOUT)
+    width = int(re.search(r"is an MLP, dropout, Linear\(d_in, (\d+)\), GELU, Linear\((\d+), d_out\)", text)[1])
+    assert width == MultitaskConfig.head_hidden == Design().head_hidden
+    assert f"Linear({width}, d_out)" in text
+    d = int(re.search(r"\(d = (\d+) for bert-base\)", text)[1])
+    assert d == PalsConfig.size == Pals().pals_size
+    t = float(re.search(r"The temperature t \(([\d.]+) by default\)", text)[1])
+    assert t == SimCSEConfig.temperature
+    for loss in (unsup_simcse_loss, sup_simcse_loss):
+        assert inspect.signature(loss).parameters["temperature"].default == t
+
+
+def test_the_handout_s_not_written_example_is_the_message_a_part1_tree_prints(tmp_path: Path) -> None:
+    """The handout's example of a run stopped by a stub (`error: BertEmbeddings.forward in minbert/model.py:LINE is not
+    written yet ... check it with python -m assignments.check core`) is the start and the end of the message a part1
+    tree prints, LINE being the stub's raise line there (taken from the made tree, so the example cannot drift from
+    model.py's edits)."""
+    import subprocess
+    import sys
+    from assignments.make import generate
+    example = re.search(r"e\.g\. `(error: BertEmbeddings\.forward in minbert/model\.py:(\d+) is not written yet "
+                        r"\.\.\. [^`]*)`", flat(HANDOUT))
+    assert example, "the handout's not-written example is gone"
+    tree = tmp_path / "p1"
+    generate(tree, data=False, profile="part1")
+    stubbed = (tree / "minbert" / "model.py").read_text()
+    node = next(n for n in ast.walk(ast.parse(stubbed)) if isinstance(n, ast.ClassDef) and n.name == "BertEmbeddings")
+    forward = next(n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
+    raises = [n.lineno for n in ast.walk(forward) if isinstance(n, ast.Raise) and isinstance(n.exc, ast.Name)
+              and n.exc.id == "NotImplementedError"]
+    assert len(raises) == 1 and int(example[2]) == raises[0], (example[0], raises)
+    code = ("import sys, torch; from tasks.core.errors import run_cli; from minbert.model import BertEmbeddings; "
+            "from assignments.common import _tiny_config; "
+            "sys.exit(run_cli(lambda: BertEmbeddings(_tiny_config())(torch.zeros(1, 3, dtype=torch.long))))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tree, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree)},
+                          capture_output=True, text=True, timeout=120, check=False)
+    message = " ".join(proc.stderr.split())
+    start, end = example[1].split(" ... ")
+    assert proc.returncode == 1 and message.startswith(start) and end in message, (proc.stderr, example[1])

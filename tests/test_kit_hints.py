@@ -228,6 +228,41 @@ def test_embeddings_without_layernorm_is_named(monkeypatch: pytest.MonkeyPatch) 
         check_embeddings()
 
 
+def _embeddings_forward(leave_out: str):
+    """BertEmbeddings.forward as a student might write it, with one table's embeddings left out of the sum."""
+    from minbert.model import layer_norm
+
+    def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None):
+        B, T = input_ids.shape
+        if token_type_ids is None:
+            token_type_ids = torch.zeros(B, T, dtype=torch.long)
+        e = self.word(input_ids)
+        if leave_out != "position":
+            e = e + self.position(torch.arange(T))[None]
+        if leave_out != "token_type":
+            e = e + self.token_type(token_type_ids)
+        return F.dropout(layer_norm(e, self.gLN, self.bLN, self.eps), self.p, self.training)
+    return forward
+
+
+@pytest.mark.parametrize("leave_out, says", [("token_type", "the token-type embeddings are left out"),
+                                             ("position", "the position embeddings are left out"), ("", "")])
+def test_embeddings_without_a_table_is_named(monkeypatch: pytest.MonkeyPatch, leave_out: str, says: str) -> None:
+    """The handout's "the embeddings without their LayerNorm or a table": each table's hint fires on its mistake."""
+    import minbert.model
+    monkeypatch.setattr(minbert.model.BertEmbeddings, "forward", _embeddings_forward(leave_out))
+    if not leave_out:
+        check_embeddings()                             # the same code with both tables passes: no hint
+        return
+    with pytest.raises(Fail) as e:
+        check_embeddings()
+    msg = str(e.value)
+    assert f"It matches what you get when {says}" in msg, msg
+    others = ("the token-type embeddings are left out", "the position embeddings are left out",
+              "the LayerNorm is left out")
+    assert [t for t in others if t in msg] == [says], msg
+
+
 def test_the_layer_equations_reproduce_the_fixture() -> None:
     # the hints' layer is right where it should be: with no mistake it gives the reference's stored output
     from assignments.common import _tiny_config, load_fixture

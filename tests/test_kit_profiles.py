@@ -169,11 +169,45 @@ def test_default_project_stops_an_extension_flag_with_the_not_written_line(tmp_p
     assert "it is part of SMART, an extension for you to build" in last and "Traceback" not in proc.stderr
 
 
-def test_part1_ships_sst_and_cfimdb_data_alone(tmp_path: Path) -> None:
-    generate(tmp_path / "p1", profile="part1")
-    names = sorted(p.name for p in (tmp_path / "p1" / "data").iterdir())
+@pytest.fixture(scope="module")
+def part1_with_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A part1 tree with the data it ships (the trees fixture's have none)."""
+    tree = tmp_path_factory.mktemp("part1data") / "p1"
+    generate(tree, profile="part1")
+    return tree
+
+
+def test_part1_ships_sst_and_cfimdb_data_alone(part1_with_data: Path) -> None:
+    names = sorted(p.name for p in (part1_with_data / "data").iterdir())
     assert names == ["README.md"] + sorted(f"ids-{t}-{s}.csv" for t in ("cfimdb", "sst")
                                            for s in ("dev", "test-student", "train"))
+
+
+def test_tasks_score_in_a_part1_tree_reports_sst_alone(part1_with_data: Path, tmp_path: Path) -> None:
+    """A part1 tree has SST's data alone and its leaderboard ranks SST alone (assignments/boards.py): tasks.score
+    shows the SST row, an overall that is the SST board's (SST accuracy), and asks for the SST file only, the set
+    tasks.submit zips there (both read the data directory's files)."""
+    from tasks.core.data import TASKS
+    from tasks.core.evaluation import write_predictions
+    tree = shutil.copytree(part1_with_data, tmp_path / "p1")
+    empty = _run(tree, "-m", "tasks.score", str(tmp_path), "--data-dir", "data")
+    assert empty.returncode == 1 and "no prediction files (sst-dev-output.csv)" in empty.stdout, empty.stdout
+    gold = TASKS["sst"].read(TASKS["sst"].path(tree / "data", "dev"))
+    ids = [e.id for e in gold]
+    labels = [int(e.label) for e in gold]
+    wrong = dict.fromkeys(ids[: len(ids) // 4], True)             # a quarter wrong: accuracy 1 - 1/4 (rounded)
+    write_predictions(tree / "predictions" / "sst-dev-output.csv", "sst", ids,
+                      [(y + 1) % 5 if i in wrong else y for i, y in zip(ids, labels)])
+    proc = _run(tree, "-m", "tasks.score", "predictions")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    accuracy = 1 - len(wrong) / len(ids)
+    rows = [line.split() for line in proc.stdout.splitlines()[2:]]
+    assert rows == [["SST", "accuracy", "sst-dev-output.csv", f"{len(ids)}/{len(ids)}", f"{accuracy:.4f}"],
+                    ["overall", "(dev)", f"{accuracy:.4f}"]], proc.stdout
+    assert "Quora" not in proc.stdout and "STS" not in proc.stdout and "absent" not in proc.stdout
+    submit = _run(tree, "-m", "tasks.submit")          # the same set: dev here, test missing
+    assert "predictions/sst-test-output.csv: missing" in submit.stdout + submit.stderr, submit.stdout + submit.stderr
+    assert "para" not in submit.stdout + submit.stderr and "sts-" not in submit.stdout + submit.stderr
 
 
 def test_the_handout_keeps_each_profile_s_sections() -> None:
@@ -224,6 +258,26 @@ def test_the_training_defaults_the_handout_states_are_a_student_tree_s(trees: di
     assert proc.stdout.split() == ["eager", "course"], proc.stderr
 
 
+def test_students_md_says_which_adamw_the_main_job_trains_with(trees: dict[str, Path]) -> None:
+    """docs/students.md's Apple Silicon advice names the optimiser the main job's config trains with: torch's fused
+    AdamW in the reference, the course AdamW (the student's own) in a student tree, as --print-config shows."""
+    text = " ".join((ROOT / "docs" / "students.md").read_text().split())
+    reference = re.search(r"In the reference repository the main job trains with torch's fused AdamW "
+                          r"\(`--optimizer (\w+)`, its default\)", text)
+    student = re.search(r"In a student tree it trains with `--optimizer (\w+)`, your own AdamW", text)
+    assert reference and student, "docs/students.md no longer states the main job's optimiser"
+    assert "main-job.json` names no optimizer" in text
+    assert "optimizer" not in json.dumps(json.loads((ROOT / "tasks/multitask/main-job.json").read_text()))
+    shown = {}
+    for name, tree in (("reference", ROOT), ("student", trees["default-project"])):
+        proc = _run(tree, "-m", "tasks.multitask", "--config", "tasks/multitask/main-job.json", "--device", "cpu",
+                    "--print-config")
+        assert proc.returncode == 0, proc.stderr
+        shown[name] = json.loads(proc.stdout)["recipe"]["optimizer"]
+    assert shown == {"reference": reference.group(1), "student": student.group(1)} == {"reference": "fused",
+                                                                                     "student": "course"}
+
+
 def test_make_help_explains_the_profiles(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         make.main(["--help"])
@@ -272,6 +326,54 @@ def test_each_profiles_handout_names_only_what_its_tree_holds(trees: dict[str, P
             if not (tree / path).exists():          # the reference repository's: said so just before it
                 for m in re.finditer(rf"`{re.escape(path)}`", flat):
                     assert "reference" in flat[max(0, m.start() - 60):m.start()], (name, path, flat[m.start() - 60:m.end()])
+
+
+def test_the_handout_names_the_starter_scripts_and_their_inputs_where_the_tree_holds_them(
+        trees: dict[str, Path]) -> None:
+    """The files the handout says are in the tree are at the path it gives: each script a `python X.py` command runs,
+    each stored input (.npy, .data, .safetensors) as written (with its folders), and each file the "at the tree's
+    root" sentence names, at the root."""
+    for name, tree in trees.items():
+        text = (tree / "assignments" / "README.md").read_text()
+        flat = " ".join(text.split())
+        scripts = set(re.findall(r"python ((?:[\w-]+/)*[\w-]+\.py)\b", text))
+        inputs = set(re.findall(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:npy|data|safetensors))\b", text))
+        root = re.search(r"((?:`[\w.-]+` (?:and )?)+)at the tree's root", flat)
+        at_root = set(re.findall(r"`([\w.-]+)`", root.group(1))) if root else set()
+        assert {"optimizer_test.py", "sanity_check.py"} <= scripts and at_root == {"optimizer_test.py",
+                                                                                  "sanity_check.py"}, name
+        assert inputs, name
+        assert [p for p in sorted(scripts | inputs | at_root) if not (tree / p).is_file()] == [], name
+
+
+def test_the_handout_s_sample_checker_output_is_what_its_mistake_prints(trees: dict[str, Path],
+                                                                        tmp_path: Path) -> None:
+    """The handout's example block under "Checking your work" is the checker's output, number for number, for the
+    mistake it shows: attention() written with its scores not divided by sqrt(hs), BertEmbeddings.forward not
+    started, the layer written (a part1 tree, the reference's code in the other regions)."""
+    text = (ROOT / "assignments" / "README.md").read_text()
+    section = text.split("## Checking your work", 1)[1]
+    block = re.search(r"```\n(attention .*?)```", section, re.S).group(1)
+    rows: list[str] = []                      # the block's rows: a line starting with a part's name opens one
+    for line in block.splitlines():
+        if re.match(r"\w", line):
+            rows.append(line)
+        else:
+            rows[-1] += " " + line.strip()
+    source = (ROOT / "minbert" / "model.py").read_text()
+    scaled = "q @ k.transpose(-2, -1) / math.sqrt(hs)"
+    assert source.count(scaled) == 1                     # the reference's line, the mistake written over it
+    mistaken = source.replace(scaled, "q @ k.transpose(-2, -1)")
+    tree = shutil.copytree(trees["part1"], tmp_path / "tree")
+    lines = mistaken.splitlines(keepends=True)
+    for name, r in sorted(make.regions_by_function(mistaken, "minbert/model.py").items(), key=lambda kv: -kv[1].begin):
+        if name != "BertEmbeddings.forward":
+            lines[r.begin - 1: r.end] = [s + "\n" for s in r.solution]
+    (tree / "minbert" / "model.py").write_text(make.stub_text("".join(lines), "minbert/model.py"))
+    proc = _run(tree, "-m", "assignments.check", *(row.split()[0] for row in rows), timeout=300)
+    printed = {line.split()[0]: " ".join(line.split()) for line in proc.stdout.splitlines()
+               if line.split() and line.split()[0] in {row.split()[0] for row in rows}}
+    assert [printed.get(row.split()[0]) for row in rows] == [" ".join(row.split()) for row in rows], proc.stdout
 
 
 def trees_groups(tree: Path) -> set[str]:

@@ -139,8 +139,13 @@ def test_score_cli_prints_a_table_and_json(tmp_path, capsys):
     (tmp_path / "sts-dev-output.csv").unlink()
     assert score.main([str(tmp_path), "--data-dir", str(DATA), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["overall"] is None
+    assert score.main([str(tmp_path), "--data-dir", str(DATA)]) == 0      # the three tasks' data: every row shown
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert rows[2] == ["STS", "Pearson", "r", "(absent)", "-", "-"]
+    assert rows[3] == ["overall", "(dev)", "n/a", "(needs", "all", "three", "files)"]
     (tmp_path / "empty").mkdir()
     assert score.main([str(tmp_path / "empty"), "--data-dir", str(DATA)]) == 1
+    assert "no prediction files (sst-dev-output.csv, para-dev-output.csv, sts-dev-output.csv)" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="2"):           # a directory that does not exist: refused by argparse
         score.main([str(tmp_path / "absent"), "--data-dir", str(DATA)])
 
