@@ -44,7 +44,7 @@ from tasks.core.evaluation import write_text
 
 from .batch_options import check_record, options_path, record_of, write_record
 from .export import COLUMNS as STUDENTS
-from .export import METADATA, cells_for, students
+from .export import METADATA, cells_for, read_cell, safe_cell, students
 from .grade import grade
 from .zips import TooLarge, UnsafeZip, checked_members, copy_member
 
@@ -249,17 +249,18 @@ def read_csv(path: Path) -> tuple[list[str], dict[str, dict], bool]:
             raise ValueError(f"{path}: not a grades CSV written by --batch (its columns are {', '.join(header)}); "
                              "give another --csv")
         parts = header[len(head): -len(TAIL)]
-        rows = {r["submission"]: {k: _value(v) if k in ("score", "max", *parts) else v for k, v in r.items()}
-                for r in reader}
+        rows = {read_cell(r["submission"]): {k: _value(read_cell(v)) if k in ("score", "max", *parts)
+                                             else read_cell(v) for k, v in r.items()} for r in reader}
     return parts, rows, head != FIXED
 
 
 def write_csv(path: Path, parts: list[str], rows: dict[str, dict], with_students: bool = False) -> None:
-    """The CSV, sorted by submission, atomically (tasks.core.evaluation.write_text)."""
+    """The CSV, sorted by submission, atomically (tasks.core.evaluation.write_text); a text a spreadsheet would read
+    as a formula gets a quote before it (export.safe_cell; read_csv takes it off)."""
     text = io.StringIO(newline="")
     w = csv.DictWriter(text, fieldnames=[*fixed(with_students), *parts, *TAIL], restval="")
     w.writeheader()
-    w.writerows(rows[name] for name in sorted(rows))
+    w.writerows({k: safe_cell(v) for k, v in rows[name].items()} for name in sorted(rows))
     write_text(path, text.getvalue())
 
 

@@ -12,7 +12,8 @@ commit "-dirty"), with REFERENCE_COMMIT naming the commit. setup.sh installs the
 assignments/gradescope/requirements-grader.txt. A kind adds its own files: the checks' are grading/seed and
 grading/flags (the grader's options); the leaderboard's are leaderboard/gold/
 (the labelled test files of the profile's board, checked here against data/'s test ids), leaderboard/salt and
-leaderboard/settings.json (with the profile: part1's board ranks SST alone, the others' SST, Quora and STS).
+leaderboard/settings.json (with the profile: part1's board ranks SST alone, the others' SST, Quora and STS; and the
+sha256 of the salt and of each gold file, which the scoreboard checks).
 Another kind is one more entry in KINDS: a function that adds its flags, one that returns its files, and its
 folder of scripts. The zip is written atomically, with fixed timestamps: the same inputs give the same bytes.
 """
@@ -32,7 +33,7 @@ from pathlib import Path
 from tasks.core.errors import nonnegative_float, nonnegative_int, positive_float, positive_int
 from tasks.core.evaluation import replacing
 
-from .leaderboard import SALT_MEMBER, SETTINGS_MEMBER, Settings, gold_member
+from .leaderboard import SALT_MEMBER, SETTINGS_MEMBER, Settings, fingerprints, gold_member
 from .provenance import COMMIT_FILE
 from .standing import GoldError, gold_path, load_gold, read_salt, split_gold
 
@@ -120,7 +121,8 @@ def leaderboard_files(gold: str, salt_file: str, daily_limit: int, private_fract
     split_gold(load_gold(gold_dir, ROOT / "data", board), salt, settings.private_fraction, board)
     files: dict[str, Path | bytes] = {gold_member(task): gold_path(gold_dir, task) for task in board.tasks}
     files[SALT_MEMBER] = (salt + "\n").encode()
-    files[SETTINGS_MEMBER] = (json.dumps(asdict(settings), indent=2) + "\n").encode()
+    recorded = {**asdict(settings), **fingerprints(salt, gold_dir, board)}     # the scoreboard checks them
+    files[SETTINGS_MEMBER] = (json.dumps(recorded, indent=2) + "\n").encode()
     return files
 
 

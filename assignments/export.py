@@ -33,6 +33,8 @@ _ESCAPES = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "
             "e": "\x1b", " ": " ", '"': '"', "/": "/", "\\": "\\", "N": "\x85", "_": "\xa0", "L": "\u2028",
             "P": "\u2029"}
 _HEX = {"x": 2, "u": 4, "U": 8}
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")     # a CSV cell starting so is a formula in a spreadsheet
+NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 class MetadataError(ValueError):
@@ -215,3 +217,17 @@ def cells_for(by_name: dict[str, dict[str, str]], entry: str) -> dict[str, str]:
     """The cells of an export's entry (submission_123 or submission_123.zip); blank when the metadata lacks it."""
     found = by_name.get(entry) or by_name.get(entry.removesuffix(".zip"))
     return found or dict.fromkeys(COLUMNS, "")
+
+
+def safe_cell(value: object) -> object:
+    """A CSV cell a spreadsheet reads as text, not as a formula (OWASP's CSV injection advice): a text starting with
+    = + - @ a tab or a carriage return, or with a quote, gets a quote before it (read_cell takes it off); numbers,
+    and texts that are plain numbers (-0.25), stay as they are."""
+    if not isinstance(value, str) or NUMBER.fullmatch(value) or not value.startswith((*FORMULA_START, "'")):
+        return value
+    return "'" + value
+
+
+def read_cell(text: object) -> object:
+    """A cell as it was before safe_cell."""
+    return text[1:] if isinstance(text, str) and text.startswith("'") else text

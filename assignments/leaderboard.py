@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import sys
 import time
@@ -42,6 +43,7 @@ from .standing import (
     GoldError,
     GoldSplit,
     Standing,
+    gold_path,
     load_dev,
     load_gold,
     read_salt,
@@ -52,6 +54,7 @@ from .standing import (
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS_MEMBER = "leaderboard/settings.json"         # where a leaderboard bundle holds its settings
 SALT_MEMBER = "leaderboard/salt"                      # and its salt
+FINGERPRINTS = ("salt_sha256", "gold_sha256")         # what settings.json records of the salt and gold it was built with
 DAY = timedelta(hours=24)
 MAX_SHOWN = 40                     # problems listed in the top-level output; the upload test lists them all
 
@@ -102,12 +105,38 @@ def read_settings(path: str | Path) -> Settings:
     except (ValueError, zipfile.BadZipFile) as e:
         raise GoldError(f"{path}: cannot read the settings as JSON ({e})") from None
     known = {f.name for f in fields(Settings)}
-    if not isinstance(data, dict) or set(data) - known:
+    if not isinstance(data, dict) or set(data) - known - set(FINGERPRINTS):
         raise GoldError(f"{path}: expected a JSON object with keys among {', '.join(sorted(known))}")
     try:
-        return Settings(**data)
+        return Settings(**{k: v for k, v in data.items() if k in known})
     except GoldError as e:
         raise GoldError(f"{path}: {e}") from None
+
+
+def fingerprints(salt: str, gold_dir: str | Path, board: Board) -> dict:
+    """What a bundle's settings.json records of its salt and gold: the sha256 of the salt (as read_salt gives it) and
+    of each gold file's bytes, by the name the bundle packs it under (settings.json lies beside the salt and gold in
+    the bundle: they tell no one more than the bundle does)."""
+    gold = {GOLD_NAMES[task][0]: hashlib.sha256(gold_path(gold_dir, task).read_bytes()).hexdigest()
+            for task in board.tasks}
+    return {"salt_sha256": hashlib.sha256(salt.encode()).hexdigest(), "gold_sha256": gold}
+
+
+def read_fingerprints(path: str | Path) -> dict | None:
+    """The fingerprints a bundle's settings.json (or its zip) records; None when it records none (a bundle built
+    before they were recorded)."""
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            data = json.loads(z.read(SETTINGS_MEMBER))
+    else:
+        data = json.loads(Path(path).read_text())
+    found = {k: data[k] for k in FINGERPRINTS if k in data}
+    if not found:
+        return None
+    if set(found) != set(FINGERPRINTS) or not isinstance(found["salt_sha256"], str) or \
+            not isinstance(found["gold_sha256"], dict):
+        raise GoldError(f"{path}: expected salt_sha256 (a text) and gold_sha256 (an object), as the bundle writes them")
+    return found
 
 
 def chosen_settings(path: str | Path | None, **given: object) -> Settings:

@@ -7,13 +7,16 @@ Each entry of SUBMISSIONS_DIR is one upload, named by the entry: a zip (tasks.su
 files) or a folder holding the files (flat, under predictions/, or a folder or two down). Uploads are checked and
 scored as the Gradescope autograder does (assignments.leaderboard), on the same board and salted split: --settings
 reads the bundle's profile and private fraction (the bundle's zip or its settings.json; --profile and
---private-fraction, given beside it, must agree with it), or they are given (part1's board ranks SST alone; the
+--private-fraction, given beside it, must agree with it; the salt and gold must be those whose sha256 it records, and
+the zip's own), or they are given (part1's board ranks SST alone; the
 default, SST, Quora and STS). The table ranks
 the valid ones by the private part's overall score (the final standing) and shows the public part beside it; an
 invalid upload is listed, unranked, with its first problems. With --data-dir the dev files are required and checked
 too, as on Gradescope; without it only the test files are. One upload that cannot be read never stops the board.
 A Gradescope export (SUBMISSIONS_DIR holding submission_metadata.yml) adds each row's students' names, emails and
-ids (assignments/export.py). Both files are written atomically. Exit status 2 on an unusable gold, salt or settings.
+ids (assignments/export.py), and a warning names the entries of a student (sid or email) in two: each entry is
+ranked as it is. A CSV cell a spreadsheet would read as a formula gets a quote before it; the Markdown escapes links,
+HTML and code. Both files are written atomically. Exit status 2 on an unusable gold, salt or settings.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import re
 import sys
 import zipfile
 from dataclasses import dataclass
@@ -32,9 +36,18 @@ from tasks.core.evaluation import write_text
 
 from .boards import BOARDS, NAMES, Board
 from .export import COLUMNS as STUDENTS
-from .export import cells_for, students
-from .leaderboard import SALT_MEMBER, Settings, chosen_settings, gold_member, read_settings
+from .export import SEPARATOR, cells_for, safe_cell, students
+from .leaderboard import (
+    SALT_MEMBER,
+    Settings,
+    chosen_settings,
+    fingerprints,
+    gold_member,
+    read_fingerprints,
+    read_settings,
+)
 from .standing import (
+    GOLD_NAMES,
     GoldError,
     GoldSplit,
     Standing,
@@ -117,12 +130,16 @@ def board_csv(rows: list[Entry], board: Board) -> str:
     writer = csv.writer(out, lineterminator="\n")
     who = from_export(rows)
     writer.writerow(columns(board, who))
-    writer.writerows(cells(e, board, who) for e in rows)
+    writer.writerows([safe_cell(c) for c in cells(e, board, who)] for e in rows)
     return out.getvalue()
 
 
+MARKDOWN = re.compile(r"([\\|\[\]<>`])")
+
+
 def _md(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    """A cell as Markdown text: a backslash before \\ | [ ] < > ` (no link, HTML or code from a name), on one line."""
+    return MARKDOWN.sub(r"\\\1", " ".join(text.splitlines()))
 
 
 def board_md(rows: list[Entry], board: Board) -> str:
@@ -148,6 +165,28 @@ def scoreboard(folder: str | Path, tests: GoldSplit, dev: dict | None = None, pr
     for path, entry in zip(paths, rows, strict=True):
         entry.students = None if by_name is None else cells_for(by_name, path.name)
     return rank(rows)
+
+
+def shared_students(rows: list[Entry]) -> list[str]:
+    """Warnings for each student (an export's sid, or email in any case) in more than one entry, naming the entries,
+    then one saying the policy: every entry is ranked as it is; none when no student is in two entries."""
+    found: dict[tuple[str, str], dict[str, str]] = {}             # (sid|email, value) -> entry -> the name given
+    for entry in rows:
+        who = entry.students or {}
+        columns_of = [who.get(c, "").split(SEPARATOR) for c in ("names", "sids", "emails")]
+        if len({len(c) for c in columns_of}) != 1:                # a separator inside a name: not split reliably
+            continue
+        for name, sid, email in zip(*columns_of, strict=True):
+            for key in (("sid", sid.strip()), ("email", email.strip().lower())):
+                if key[1]:
+                    found.setdefault(key, {}).setdefault(entry.name, name.strip())
+    said = [f"{kind} {value} ({next(iter(named.values()))}) is in {len(named)} entries: {', '.join(sorted(named))}"
+            for (kind, value), named in sorted(found.items(), key=lambda kv: (sorted(kv[1]), kv[0][0] != "sid"))
+            if len(named) > 1]
+    if said:
+        said.append("each entry is ranked as it is, one row each: on Gradescope only a student's active submission "
+                    "counts; drop the others from the folder to rank that one alone")
+    return said
 
 
 def board_settings(path: str | None, profile: str | None, private_fraction: float | None) -> Settings:
@@ -178,6 +217,25 @@ def same_as_bundle(bundle: str, salt_file: str, gold_dir: str, board: Board) -> 
                                 "bundle's gold folder")
 
 
+def same_fingerprints(settings: str, salt_file: str, gold_dir: str, board: Board) -> str | None:
+    """GoldError unless the salt and the gold files have the sha256 that the bundle's settings (its zip or its
+    settings.json) record; a note when they record none (a bundle built before they were recorded), else None."""
+    recorded = read_fingerprints(settings)
+    if recorded is None:
+        return (f"{settings} records no fingerprint of the salt or the gold (a bundle built before they were), so the "
+                "salt and gold given cannot be checked against the leaderboard's: give the bundle's zip, or rebuild it")
+    given = fingerprints(read_salt(salt_file), gold_dir, board)
+    if given["salt_sha256"] != recorded["salt_sha256"]:
+        raise GoldError(f"--salt-file {salt_file} is not the salt of {settings}: another salt splits the test set "
+                        "otherwise than the leaderboard; give the bundle's")
+    for task in board.tasks:
+        name = GOLD_NAMES[task][0]
+        if recorded["gold_sha256"].get(name) not in (None, given["gold_sha256"][name]):
+            raise GoldError(f"{gold_path(gold_dir, task)} is not the gold of {settings} (its sha256 is not the one "
+                            f"recorded for {name}); give the bundle's gold folder")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m assignments.scoreboard", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -203,8 +261,12 @@ def main(argv: list[str] | None = None) -> int:
         settings = board_settings(args.settings, args.profile, args.private_fraction)
         board = settings.board
         if args.settings and zipfile.is_zipfile(args.settings):
-            same_as_bundle(args.settings, args.salt_file, args.gold, board)
-        elif not args.settings:
+            same_as_bundle(args.settings, args.salt_file, args.gold, board)      # the zip's own salt and gold
+        if args.settings:
+            note = same_fingerprints(args.settings, args.salt_file, args.gold, board)
+            if note and not zipfile.is_zipfile(args.settings):
+                print(f"note: {note}", file=sys.stderr)
+        else:
             print(f"note: no --settings: the board is {settings.profile}'s with private fraction "
                   f"{settings.private_fraction:g}; give the leaderboard bundle to be sure they are the leaderboard's",
                   file=sys.stderr)
@@ -215,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     rows = scoreboard(args.submissions, tests, dev)
+    for warning in shared_students(rows):
+        print(f"warning: {warning}", file=sys.stderr)
     write_text(args.csv, board_csv(rows, board))
     write_text(args.md, board_md(rows, board))
     n_valid = sum(e.standing.valid for e in rows)

@@ -22,11 +22,18 @@ from .zips import TooLarge, UnsafeZip, checked_members, copy_member
 SKIP_DIRS = ("__MACOSX", "__pycache__", ".git")
 MAX_DEPTH = 3                      # the files may lie up to this many folders below the upload (a/b/predictions/x.csv)
 MAX_MEMBERS = 10_000
-MAX_BYTES = 256 * 2**20            # 256 MiB uncompressed in all; the six files of the course are about 0.5 MiB
+MAX_BYTES = 16 * 2**20             # 16 MiB uncompressed in all; the six files of the course are about 0.5 MiB (a
+                                   # file of bad or blank lines costs the grader time and memory by the line)
 
 
 class UploadError(ValueError):
     """An upload that cannot be read as a set of prediction files (a bad zip, an ambiguous set); says why."""
+
+
+def _too_large(what: str, board: Board) -> UploadError:
+    """The error of an upload whose prediction files hold more than MAX_BYTES: what they hold, then the cap."""
+    return UploadError(f"{what} (the cap on an upload's prediction files); the {board.count} files of the course "
+                       "hold less than 1 MiB")
 
 
 @dataclass
@@ -71,12 +78,13 @@ def _find_files(top: Path, label: str, board: Board) -> Upload:
                 where = ", ".join(f"{label}/{h.relative_to(top).as_posix()}" for h in hits)
                 raise UploadError(f"{name} is in the upload twice at the same depth ({where}); upload one copy")
             if hits:
-                if hits[0].stat().st_size > MAX_BYTES:
-                    raise UploadError(f"{name}: {hits[0].stat().st_size // 2**20} MiB, more than {MAX_BYTES // 2**20} "
-                                      f"MiB; the {board.count} files of the course hold less than 1 MiB")
                 upload.files[name] = hits[0]
                 upload.shown[hits[0]] = f"{label}/{hits[0].relative_to(top).as_posix()}".removeprefix("./")
                 break
+    total = sum(path.stat().st_size for path in upload.files.values())
+    if total > MAX_BYTES:
+        raise _too_large(f"the prediction files hold {total / 2**20:.1f} MiB in all, more than {MAX_BYTES // 2**20} MiB",
+                         board)
     return upload
 
 
@@ -118,8 +126,8 @@ def extract_predictions(archive: Path, out: Path, label: str, board: Board) -> U
                                   f"{_wanted(board)}")
             return upload
     except TooLarge:
-        raise UploadError(f"{label}: the prediction files hold more than {MAX_BYTES // 2**20} MiB uncompressed; the "
-                          f"{board.count} files of the course hold less than 1 MiB") from None
+        raise _too_large(f"{label}: the prediction files hold more than {MAX_BYTES // 2**20} MiB uncompressed",
+                         board) from None
     except UnsafeZip as e:
         raise UploadError(f"{label}: {e}; zip the {board.count} files themselves") from None
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as e:

@@ -59,7 +59,9 @@ def test_the_bundle_grades_end_to_end_in_a_folder_laid_out_as_autograder(lb, tmp
     assert {i.date_time for i in infos.values()} == {bundle.STAMP}          # fixed stamps: same inputs, same bytes
     assert commit.removesuffix("-dirty") == subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
                                                            capture_output=True, check=True).stdout.strip()
-    assert settings == {"daily_limit": 3, "private_fraction": 0.5, "points": 2.0, "profile": "full"}
+    assert {k: v for k, v in settings.items() if not k.endswith("_sha256")} == {
+        "daily_limit": 3, "private_fraction": 0.5, "points": 2.0, "profile": "full"}
+    assert set(settings["gold_sha256"]) == {"ids-sst-test.csv", "quora-test.csv", "sts-test.csv"}
 
     perfect = write_upload(tmp_path / "perfect", lb["labels"], lb["dev"])
     status, results, stdout = run_autograder(autograder_layout(tmp_path, out, perfect, "ok"))

@@ -64,7 +64,9 @@ def test_the_part1_bundle_ranks_sst_alone_public_then_private(lb, tmp_path):
         gold = [n for n in z.namelist() if n.startswith("leaderboard/gold/")]
         settings = json.loads(z.read("leaderboard/settings.json"))
     assert gold == ["leaderboard/gold/ids-sst-test.csv"]
-    assert settings == {"daily_limit": 3, "private_fraction": 0.5, "points": 1.0, "profile": "part1"}
+    assert {k: v for k, v in settings.items() if not k.endswith("_sha256")} == {
+        "daily_limit": 3, "private_fraction": 0.5, "points": 1.0, "profile": "part1"}
+    assert set(settings["gold_sha256"]) == {"ids-sst-test.csv"}
     test = partial(lb["labels"])                                       # SST drawn at random: the parts differ
     upload = write_upload(tmp_path / "up", test, lb["dev_labels"])
     public, private = split_ids(list(lb["labels"]["sst"]), SALT, 0.5)

@@ -204,10 +204,18 @@ class Report:
 SPLIT = re.compile(r"\s*[,\t]\s*")
 NOT_TEXT = re.compile("[\udc80-\udcff\x00]")
 MAX_LISTED = 10
+MAX_LINE_ERRORS = 20        # bad lines listed per file; the rest are counted in one line
+MAX_QUOTED = 80             # characters of a line, an id or a value quoted in a message
+
+
+def _short(text: str) -> str:
+    """text cut to MAX_QUOTED characters, with "..." when cut: a file's text quoted in a message stays short."""
+    return text if len(text) <= MAX_QUOTED else text[:MAX_QUOTED] + "..."
 
 
 def read_predictions(path: str | Path, task: str, report: Report) -> dict[str, float | int]:
-    """id -> value from a prediction file; every bad line goes into report.errors as path:line: reason."""
+    """id -> value from a prediction file; the first MAX_LINE_ERRORS bad lines go into report.errors as
+    path:line: reason (a quoted text cut to MAX_QUOTED characters), and one more line counts the others."""
     board = LEADERBOARD[task]
     try:  # a BOM is dropped; bytes that are not UTF-8 stay as surrogates and make their line an error
         lines = Path(path).read_bytes().decode("utf-8-sig", errors="surrogateescape").splitlines()
@@ -216,13 +224,20 @@ def read_predictions(path: str | Path, task: str, report: Report) -> dict[str, f
         return {}
     values: dict[str, float | int] = {}
     first_line: dict[str, int] = {}
+    bad = 0
+
+    def listed() -> bool:          # counts a bad line; its message is made only when listed (a file may hold millions)
+        nonlocal bad
+        bad += 1
+        return bad <= MAX_LINE_ERRORS
+
     start = 0
     if lines and lines[0].strip():
         head = SPLIT.split(lines[0].strip())
         if head[0].lower() == "id":
             start = 1
             if len(head) != 2 or head[1] != board.column:
-                report.warnings.append(f"{path}:1: header {lines[0].strip()!r}; the grader expects "
+                report.warnings.append(f"{path}:1: header {_short(lines[0].strip())!r}; the grader expects "
                                        f"'id \\t {board.column}' (spelled exactly so)")
         else:
             report.warnings.append(f"{path}:1: no header line; expected 'id \\t {board.column}'")
@@ -230,26 +245,35 @@ def read_predictions(path: str | Path, task: str, report: Report) -> dict[str, f
         if not line.strip():
             continue
         if NOT_TEXT.search(line):
-            report.errors.append(f"{path}:{n}: bytes that are not UTF-8 text, or a NUL byte; save the file as UTF-8")
+            if listed():
+                report.errors.append(f"{path}:{n}: bytes that are not UTF-8 text, or a NUL byte; save the file as UTF-8")
             continue
         cells = SPLIT.split(line.strip())
         if len(cells) != 2 or not cells[0]:
-            report.errors.append(f"{path}:{n}: expected 'id , value', got {line.strip()!r}")
+            if listed():
+                report.errors.append(f"{path}:{n}: expected 'id , value', got {_short(line.strip())!r}")
             continue
         ident, text = cells
         value, problem = board.parse(text)
         if problem:
-            report.errors.append(f"{path}:{n}: id {ident}: {problem}")
+            if listed():
+                shown = problem.replace(repr(text), repr(_short(text)))
+                report.errors.append(f"{path}:{n}: id {_short(ident)}: {shown}")
             continue
         if ident in values:
-            report.errors.append(f"{path}:{n}: duplicate id {ident} (first on line {first_line[ident]})")
+            if listed():
+                report.errors.append(f"{path}:{n}: duplicate id {_short(ident)} (first on line {first_line[ident]})")
             continue
         values[ident], first_line[ident] = value, n
+    if bad > MAX_LINE_ERRORS:
+        report.errors.append(f"{path}: {bad} lines with errors; {bad - MAX_LINE_ERRORS} more lines with errors not "
+                             "listed")
     return values
 
 
 def _listed(kind: str, ids: list[str], where: str) -> str:
-    shown = ", ".join(ids[:MAX_LISTED]) + (f", ... ({len(ids) - MAX_LISTED} more)" if len(ids) > MAX_LISTED else "")
+    shown = ", ".join(_short(i) for i in ids[:MAX_LISTED])
+    shown += f", ... ({len(ids) - MAX_LISTED} more)" if len(ids) > MAX_LISTED else ""
     return f"{len(ids)} {kind} ids {where}: {shown}"
 
 
