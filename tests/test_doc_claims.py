@@ -423,6 +423,7 @@ def test_the_handout_s_not_written_example_is_the_message_a_part1_tree_prints(tm
     model.py's edits)."""
     import subprocess
     import sys
+
     from assignments.make import generate
     example = re.search(r"e\.g\. `(error: BertEmbeddings\.forward in minbert/model\.py:(\d+) is not written yet "
                         r"\.\.\. [^`]*)`", flat(HANDOUT))

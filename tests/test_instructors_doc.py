@@ -212,3 +212,16 @@ def test_the_guides_stated_defaults_are_the_tools() -> None:
     assert f"`--private-fraction` (default {board['private_fraction']:g})" in text
     assert f"(`--points`, default {board['points']:g})" in text
     assert f"[--private-fraction {board['private_fraction']:g}] [--points {board['points']:g}]" in text
+
+
+def test_the_guides_upload_caps_are_the_codes() -> None:
+    from assignments.uploads import MAX_BYTES
+    from tasks.core.evaluation import MAX_LINE_ERRORS, MAX_QUOTED
+    text = " ".join(GUIDE.read_text().split())
+    page = " ".join((ROOT / "docs" / "leaderboard.md").read_text().split())
+    assert MAX_BYTES % 2**20 == 0
+    assert (f"more than {MAX_BYTES >> 20} MiB (uncompressed, in all; the course's six files hold about 0.5 MiB) is "
+            f"refused, naming the cap; each file's first {MAX_LINE_ERRORS} bad lines are listed (a line quoted to "
+            f"{MAX_QUOTED} characters), then one line counting the rest") in text
+    assert (f"more than {MAX_BYTES >> 20} MiB uncompressed, and lists each file's first {MAX_LINE_ERRORS} bad lines"
+            in page)

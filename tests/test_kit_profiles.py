@@ -353,7 +353,7 @@ def test_the_handout_s_sample_checker_output_is_what_its_mistake_prints(trees: d
     started, the layer written (a part1 tree, the reference's code in the other regions)."""
     text = (ROOT / "assignments" / "README.md").read_text()
     section = text.split("## Checking your work", 1)[1]
-    block = re.search(r"```\n(attention .*?)```", section, re.S).group(1)
+    block = re.search(r"```\n(attention .*?)```", section, re.DOTALL).group(1)
     rows: list[str] = []                      # the block's rows: a line starting with a part's name opens one
     for line in block.splitlines():
         if re.match(r"\w", line):
