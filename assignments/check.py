@@ -96,6 +96,8 @@ def tree_guard(cwd: Path | None = None) -> str | None:
         return f"not inside a minbert tree (no minbert/ and assignments/ at or above {cwd or Path.cwd()}); {fix}"
     if here != ROOT:
         return f"you are in the tree {here}, but this checker is the one of {ROOT}; {fix}"
+    if spec is None:                # run as a file (python check.py, python assignments/check.py): no tree on the path
+        return f"run it as python -m assignments.check from the tree's root (cd {ROOT}), not as a file"
     if origin != ROOT:
         return f"minbert would be imported from {origin}, not from this tree {ROOT}; {fix}"
     return None
@@ -223,6 +225,10 @@ def check_next_group(args: argparse.Namespace) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if not __package__:        # run as a file (python check.py): `-m` from the root puts this tree first on the path
+        print(f"error: run it as python -m assignments.check from the tree's root (cd {ROOT}), not as a file",
+              file=sys.stderr)
+        return 2
     problem = tree_guard()     # before anything heavy is imported: a refusal is quick
     if problem:
         print(f"error: {problem}", file=sys.stderr)
@@ -272,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if not __package__:        # run as a file: main() says how to run it, before another tree's code is imported
+        sys.exit(main())
     try:
         from tasks.core.errors import run_cli
     except Exception:  # noqa: BLE001 - the student's minbert does not import: check anyway, each part says where

@@ -14,6 +14,12 @@ attention() in minbert/model.py, so a mistake in it shows in the maps.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file (python tasks/attention.py): this tree is not on the path
+    import sys
+    print("error: run it as python -m tasks.attention from the tree's root (the folder holding minbert/ and tasks/), "
+          "not as a file", file=sys.stderr)
+    sys.exit(2)
+
 import math
 import sys
 from dataclasses import dataclass

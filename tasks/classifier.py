@@ -11,6 +11,12 @@ run to the same result. `--print-config` prints the settings as JSON, `--config 
 
 from __future__ import annotations
 
+if not __package__:  # run as a file (python tasks/classifier.py): this tree is not on the path
+    import sys
+    print("error: run it as python -m tasks.classifier from the tree's root (the folder holding minbert/ and tasks/), "
+          "not as a file", file=sys.stderr)
+    sys.exit(2)
+
 import argparse
 import sys
 from dataclasses import dataclass, replace
@@ -20,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import minbert
+from minbert.model import expect_shape
 from minbert.pooling import POOLINGS, pool
 
 from .core.batching import Split, batches, model_inputs, train_batches
@@ -65,6 +72,8 @@ class SentimentClassifier(nn.Module):
         """Token ids and mask (B, T) -> unnormalised class scores (B, num_labels)."""
         out = self.bert(input_ids, attention_mask, token_type_ids)
         h = pool(out.last_hidden_state, attention_mask, out.pooler_output, self.pooling)   # (B, H): yours, pooling.py
+        B, _, H = out.last_hidden_state.shape
+        expect_shape(h, (B, H), "pool()", "(B, H)", "classifier_head", ": one vector per sentence")
         ### BEGIN SOLUTION
         ### STUB: The head on the sentence vector h (B, H): dropout (self.dropout), then the linear layer (self.head).
         ### STUB: Return the logits, (B, num_labels).

@@ -15,6 +15,12 @@ BertModel.from_pretrained(OUT) read it.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file (python tasks/export.py): this tree is not on the path
+    import sys
+    print("error: run it as python -m tasks.export from the tree's root (the folder holding minbert/ and tasks/), "
+          "not as a file", file=sys.stderr)
+    sys.exit(2)
+
 import argparse
 import json
 import shutil

@@ -16,6 +16,12 @@ Without --out they go to predictions/, unless it holds prediction files already 
 
 from __future__ import annotations
 
+if not __package__:  # run as a file (python tasks/predict.py): this tree is not on the path
+    import sys
+    print("error: run it as python -m tasks.predict from the tree's root (the folder holding minbert/ and tasks/), "
+          "not as a file", file=sys.stderr)
+    sys.exit(2)
+
 import argparse
 import importlib
 import json

@@ -13,6 +13,12 @@ for SST alone (the part1 leaderboard's). Exit status 1 when a file has errors or
 
 from __future__ import annotations
 
+if not __package__:  # run as a file (python tasks/score.py): this tree is not on the path
+    import sys
+    print("error: run it as python -m tasks.score from the tree's root (the folder holding minbert/ and tasks/), "
+          "not as a file", file=sys.stderr)
+    sys.exit(2)
+
 import argparse
 import json
 import sys

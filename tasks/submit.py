@@ -11,6 +11,12 @@ any error refuses the upload with the report.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file (python tasks/submit.py): this tree is not on the path
+    import sys
+    print("error: run it as python -m tasks.submit from the tree's root (the folder holding minbert/ and tasks/), "
+          "not as a file", file=sys.stderr)
+    sys.exit(2)
+
 import argparse
 import os
 import sys

@@ -232,3 +232,39 @@ def test_unsupported_activation_is_refused() -> None:
     for name in ("prelu", "xielu", "GELU", "gelu_tanh"):  # weights of their own, or not a Hugging Face name
         with pytest.raises(ValueError, match=rf"hidden_act '{name}' is not supported; minbert computes .*gelu_new"):
             minbert.BertConfig(hidden_act=name)
+
+
+def test_a_wrong_shaped_attention_or_pool_stops_where_the_given_code_calls_it(
+        tiny_config: minbert.BertConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A student's attention() that leaves the heads unmerged, or a pool() that keeps a dimension, is named where
+    the given code calls it (a one-line error in a run, run_cli's USER_ERRORS), not deep in code that uses its result;
+    the checker's `model` part says so too."""
+    import re
+
+    import tasks.classifier
+    from assignments import check
+    from minbert.model import ShapeError
+    from tasks.core.errors import USER_ERRORS
+    assert issubclass(ShapeError, USER_ERRORS)
+    batch = tiny_batch(tiny_config)                                   # B 3, T 10, H 32 (4 heads of 8)
+    monkeypatch.setattr(minbert.model, "attention", lambda q, k, v, mask, p=0.0, training=False: v)
+    tiny_config.attn_implementation = "eager"                        # attention() itself, as students' runs
+    model = minbert.BertModel(tiny_config)
+    with pytest.raises(ShapeError, match=re.escape(
+            "attention() returned shape (3, 4, 10, 8), expected (B, T, H) = (3, 10, 32): merge the heads, "
+            "(B, nh, T, hs) -> (B, T, nh*hs); python -m assignments.check attention")):
+        model(**batch)
+    result = check.run_part("model")
+    assert result["status"] == "error" and "attention() returned shape" in result["message"], result
+    monkeypatch.undo()
+
+    monkeypatch.setattr(tasks.classifier, "pool", lambda hidden, mask, pooled, how: hidden[:, :1])
+    classifier = tasks.classifier.SentimentClassifier(minbert.BertModel(tiny_config), 5)
+    with pytest.raises(ShapeError, match=re.escape(
+            "pool() returned shape (3, 1, 32), expected (B, H) = (3, 32): one vector per sentence; "
+            "python -m assignments.check classifier_head")):
+        classifier(batch["input_ids"], batch["attention_mask"])
+    from minbert import multitask
+    monkeypatch.setattr(multitask, "pool", lambda hidden, mask, pooled, how: hidden[:, :1])
+    with pytest.raises(ShapeError, match=re.escape("pool() returned shape (3, 1, 32), expected (B, H) = (3, 32)")):
+        multitask.MultitaskBert(minbert.BertModel(tiny_config)).encode(batch["input_ids"], batch["attention_mask"])

@@ -4,6 +4,7 @@ resumes that directory; a run directory of another command names that command.""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from test_typed_runs import classifier_argv
 
 from tasks import classifier, export, multitask, predict
 from tasks.core.checkpoints import load_checkpoint
-from tasks.core.errors import ConfigurationError, ResumeError
+from tasks.core.errors import ConfigurationError, MissingFileError, ResumeError
 from tasks.core.runs import read_run_json, run_paths, write_run_json
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -114,3 +115,40 @@ def test_resuming_with_other_epochs_says_the_schedule_is_laid_out_again(tiny_dir
             "2-epoch run's") in err
     classifier.run(classifier.parse_settings(["--resume", str(run)]))                 # the same epochs: no note
     assert "note: the run was started for" not in "".join(capsys.readouterr())
+
+
+def test_ctrl_c_names_the_command_that_continues_the_run(tiny_dir, tmp_path, monkeypatch, capsys):
+    """Ctrl-C prints the command that continues the interrupted run: --resume RUN_DIR once a checkpoint is written,
+    before it the restart in its directory that a --resume without a checkpoint advises (a rerun of the same command
+    would start a new run in a new timestamped directory); and that command works."""
+    from tasks.core.errors import run_cli
+    from tasks.core.loop import watching
+    from tasks.core.runs import runs_root
+
+    def ctrl_c(epoch, *_):
+        if epoch == 1:
+            raise KeyboardInterrupt
+    run = tmp_path / "run"
+    with watching(ctrl_c):
+        assert run_cli(lambda: classifier.main(classifier_argv(tiny_dir, tmp_path) + ["--run-dir", str(run)])) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == (f"interrupted (Ctrl-C); continue it with: python -m "
+                                                        f"tasks.classifier --resume {run}")
+    assert run_cli(lambda: classifier.main(["--resume", str(run)])) == 0
+    capsys.readouterr()
+
+    def before_training(*_, **__):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(classifier, "train_batches", before_training)    # after run.json, before any checkpoint
+    assert run_cli(lambda: classifier.main(classifier_argv(tiny_dir, tmp_path))) == 130   # a default run directory
+    [new] = runs_root().glob("classifier-*")
+    restart = f"python -m tasks.classifier --config {new / 'run.json'} --run-dir {new}"
+    assert capsys.readouterr().err.splitlines()[-1] == (f"interrupted (Ctrl-C) before the run's first checkpoint; "
+                                                        f"start it again in its directory: {restart}")
+    with pytest.raises(MissingFileError, match=re.escape(restart)):         # what --resume of it says, too
+        run_paths(classifier.parse_settings(["--resume", str(new)]).run, "classifier")
+    assert run_cli(lambda: 0) == 0 and run_cli(_interrupted) == 130                        # no run: the bare line
+    assert capsys.readouterr().err.splitlines()[-1] == "interrupted (Ctrl-C)"
+
+
+def _interrupted() -> int:
+    raise KeyboardInterrupt

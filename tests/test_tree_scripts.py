@@ -66,6 +66,38 @@ def _copy(tree: Path, dest: Path) -> Path:
     return dest
 
 
+# ---------------------------------------------------------------- a command run as a file
+
+AS_FILES = {"tasks/classifier.py": "tasks.classifier", "tasks/score.py": "tasks.score", "tasks/submit.py": "tasks.submit",
+            "tasks/curves.py": "tasks.curves", "tasks/attention.py": "tasks.attention",
+            "tasks/ensemble.py": "tasks.ensemble", "tasks/export.py": "tasks.export", "tasks/predict.py": "tasks.predict",
+            "tasks/multitask/__main__.py": "tasks.multitask", "tasks/multitask": "tasks.multitask",
+            "tasks/deebert": "tasks.deebert", "tasks/search": "tasks.search", "tasks/simcse": "tasks.simcse",
+            "assignments/check.py": "assignments.check"}
+
+
+def test_a_command_run_as_a_file_says_to_run_it_with_dash_m(stub_tree: Path) -> None:
+    """python tasks/classifier.py (or cd tasks && python classifier.py) would end in `No module named 'minbert'`, and
+    python assignments/check.py in `minbert would be imported from None ... pip uninstall minbert`: each says instead,
+    in one line and before importing anything of a tree, to run it with -m from the tree's root (exit 2)."""
+    for path, module in AS_FILES.items():
+        for cwd, arg in ((stub_tree, path), (stub_tree / Path(path).parent, Path(path).name)):
+            proc = subprocess.run([sys.executable, arg, "--help"], cwd=cwd, env={"PATH": "/usr/bin:/bin"},
+                                  capture_output=True, text=True, check=False, timeout=60)   # a real interpreter
+            assert proc.returncode == 2 and proc.stdout == "", (path, cwd, proc.stderr[-2000:])
+            assert proc.stderr.splitlines() == [f"error: run it as python -m {module} from the tree's root " + (
+                f"(cd {stub_tree.resolve()}), not as a file" if module == "assignments.check" else
+                "(the folder holding minbert/ and tasks/), not as a file")], (path, cwd, proc.stderr[-2000:])
+    assert "tasks/classifier.py" in {f.relative_to(stub_tree).as_posix() for f in stub_tree.glob("tasks/*.py")}
+
+
+def test_the_checker_s_guard_without_a_minbert_on_the_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert check.tree_guard(ROOT) == (f"run it as python -m assignments.check from the tree's root (cd {ROOT}), "
+                                      "not as a file")
+
+
 # ---------------------------------------------------------------- optimizer_test.py
 
 def test_optimizer_test_passes_on_the_reference_and_fails_on_a_broken_adamw(laid_tree: Path, stub_tree: Path,

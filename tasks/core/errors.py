@@ -4,8 +4,10 @@ A user error (a bad file, a bad flag value, a checkpoint that cannot be read or 
 USER_ERRORS with a message that reads `PATH:LINE: what is wrong; what to do`; run_cli prints it as
 `error: ...` on stderr and exits 1, without a traceback. So does a student tree's unwritten stub, whatever command
 reaches it: its bare NotImplementedError becomes the line naming the function, its file:line and the check to run
-(tasks/core/unfinished.py). Anything else is a bug in minbert and keeps its traceback. Argument values are checked
-at parse time by the type helpers below (argparse exits 2).
+(tasks/core/unfinished.py); so does a student's function that returns the wrong shape (minbert.model.ShapeError,
+raised where the given code calls it). Anything else is a bug in minbert and keeps its traceback. Argument values
+are checked at parse time by the type helpers below (argparse exits 2). Ctrl-C prints the command that continues
+the run (tasks.core.runs.run_paths notes it).
 
     if __name__ == "__main__":
         sys.exit(run_cli(main))
@@ -17,11 +19,13 @@ import argparse
 import errno
 import math
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from minbert.checkpoint import CheckpointError
+from minbert.model import ShapeError
 
 from .unfinished import unfinished_message
 
@@ -46,7 +50,7 @@ class TrainingError(UserError, RuntimeError):
     """A run that cannot go on (a NaN or infinite loss); the last good checkpoint is kept."""
 
 
-USER_ERRORS: tuple[type[BaseException], ...] = (UserError, CheckpointError)
+USER_ERRORS: tuple[type[BaseException], ...] = (UserError, CheckpointError, ShapeError)
 EXIT_USER_ERROR = 1
 
 
@@ -60,9 +64,33 @@ def diverged(value: float, epoch: int, step: int, task: str | None, unit: str, c
                         "--max-grad-norm, or check the data for extreme labels")
 
 
+_RUN: dict[str, Path | str] = {}    # the run this process trains (run_paths notes it): what Ctrl-C's line names
+
+
+def running(command: str, directory: Path, checkpoint: Path, run_json: Path) -> None:
+    """Note the run the command trains (tasks.core.runs.run_paths), for the line Ctrl-C prints (run_cli)."""
+    _RUN.update(command=command, dir=directory, checkpoint=checkpoint, run_json=run_json)
+
+
+def interrupted_message() -> str:
+    """The line for Ctrl-C: with a run noted, the command that continues it (--resume RUN_DIR once its checkpoint is
+    written, else the restart in its directory that runs.no_checkpoint gives), since a rerun of the same command
+    starts a new run in a new timestamped directory."""
+    if not _RUN:
+        return "interrupted (Ctrl-C)"
+    command, directory = _RUN["command"], shlex.quote(str(_RUN["dir"]))
+    if Path(_RUN["checkpoint"]).is_file():
+        return f"interrupted (Ctrl-C); continue it with: python -m tasks.{command} --resume {directory}"
+    if Path(_RUN["run_json"]).is_file():
+        return (f"interrupted (Ctrl-C) before the run's first checkpoint; start it again in its directory: "
+                f"python -m tasks.{command} --config {shlex.quote(str(_RUN['run_json']))} --run-dir {directory}")
+    return f"interrupted (Ctrl-C) before the run {_RUN['dir']} had saved anything; run the command again"
+
+
 def run_cli(main: Callable[[], int | None]) -> int:
     """Call a CLI's main(); a user error, or a stub not written yet, becomes `error: MESSAGE` on stderr and exit
-    status 1, a bug keeps its traceback, Ctrl-C exits 130 with one line."""
+    status 1, a bug keeps its traceback, Ctrl-C exits 130 with one line (the command that continues the run)."""
+    _RUN.clear()
     try:
         return main() or 0
     except USER_ERRORS as e:
@@ -78,7 +106,7 @@ def run_cli(main: Callable[[], int | None]) -> int:
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         sys.stdout.flush()
-        print("interrupted (Ctrl-C); a run with a checkpoint continues with --resume", file=sys.stderr)
+        print(interrupted_message(), file=sys.stderr)
         return 130
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT):

@@ -22,7 +22,15 @@ from typing import Any
 
 import torch
 
-from .errors import ConfigurationError, MissingFileError, ResumeError, existing_path, nonnegative_int, positive_int
+from .errors import (
+    ConfigurationError,
+    MissingFileError,
+    ResumeError,
+    existing_path,
+    nonnegative_int,
+    positive_int,
+    running,
+)
 from .evaluation import write_text
 from .resume import before_values
 from .settings import build, dump, flatten, parse, read_config, setting
@@ -205,6 +213,7 @@ def run_paths(run: RunOptions, *name: str, checkpoint_name: str = CHECKPOINT) ->
     else:
         start = None
     predictions = Path(run.predictions_dir) if run.predictions_dir else directory / "predictions"
+    running(name[0] if name else "COMMAND", directory, checkpoint, directory / RUN_FILE)   # Ctrl-C's line names it
     return RunPaths(directory, checkpoint, predictions, start)
 
 

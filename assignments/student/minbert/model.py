@@ -51,6 +51,20 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+class ShapeError(ValueError):
+    """A function students write returned a tensor of the wrong shape; raised where the given code calls it."""
+
+
+def expect_shape(out: torch.Tensor, expected: tuple[int, ...], what: str, dims: str, part: str,
+                 hint: str = "") -> torch.Tensor:
+    """out, once its shape is expected: a wrong one stops here, naming the function and its check, rather than
+    deep in the given code that uses it. A comparison of shapes alone (no value is read: free under torch.compile)."""
+    if tuple(out.shape) != tuple(expected):
+        raise ShapeError(f"{what} returned shape {tuple(out.shape)}, expected {dims} = {tuple(expected)}{hint}; "
+                         f"python -m assignments.check {part}")
+    return out
+
+
 def layer_norm(x: torch.Tensor, gain: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
     """gain * (x - mean) / sqrt(var + eps) + bias over the last dimension (Ba et al., 2016, sec. 3)."""
     return F.layer_norm(x, x.shape[-1:], gain, bias, eps)
@@ -190,7 +204,8 @@ class BertLayer(nn.Module):
         Q = self.split_heads(F.linear(x, self.Wq, self.bq))  # eq. 1: (B, nh, T, hs)
         K = self.split_heads(F.linear(x, self.Wk, self.bk))
         V = self.split_heads(F.linear(x, self.Wv, self.bv))
-        h1 = self.attend(Q, K, V, mask, self.p_attn, self.training)  # (B, T, H)
+        h1 = expect_shape(self.attend(Q, K, V, mask, self.p_attn, self.training), x.shape,  # (B, T, H)
+                          "attention()", "(B, T, H)", "attention", ": merge the heads, (B, nh, T, hs) -> (B, T, nh*hs)")
         ts: torch.Tensor | float = 0.0
         if self.adapter is not None:
             h1, ts = self.adapter(h1, x, mask)

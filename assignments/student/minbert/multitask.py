@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import BertModel
+from .model import BertModel, expect_shape
 from .pals import PALs, PalsConfig
 from .pooling import POOLINGS, pool
 from .smart import Smart, SmartConfig
@@ -178,7 +178,9 @@ class MultitaskBert(nn.Module):
                token_type_ids: torch.Tensor | None = None, embeddings: torch.Tensor | None = None) -> torch.Tensor:
         """The sentence vector of each input, (B, H); `embeddings` (from bert.embed) replaces the embedding step."""
         out = self.bert(input_ids, attention_mask, token_type_ids, embeddings=embeddings)
-        return pool(out.last_hidden_state, attention_mask, out.pooler_output, self.config.pooling)
+        B, _, H = out.last_hidden_state.shape
+        return expect_shape(pool(out.last_hidden_state, attention_mask, out.pooler_output, self.config.pooling),
+                            (B, H), "pool()", "(B, H)", "classifier_head", ": one vector per sentence")
 
     def pair_inputs(self, input_ids_1: torch.Tensor, attention_mask_1: torch.Tensor,
                     input_ids_2: torch.Tensor, attention_mask_2: torch.Tensor) -> list[EncoderInput]:
