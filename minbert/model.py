@@ -213,8 +213,9 @@ class BertLayer(nn.Module):
         Q = self.split_heads(F.linear(x, self.Wq, self.bq))  # eq. 1: (B, nh, T, hs)
         K = self.split_heads(F.linear(x, self.Wk, self.bk))
         V = self.split_heads(F.linear(x, self.Wv, self.bv))
-        h1 = expect_shape(self.attend(Q, K, V, mask, self.p_attn, self.training), x.shape,  # (B, T, H)
-                          "attention()", "(B, T, H)", "attention", ": merge the heads, (B, nh, T, hs) -> (B, T, nh*hs)")
+        h1 = self.attend(Q, K, V, mask, self.p_attn, self.training)  # (B, T, H)
+        expect_shape(h1, x.shape, "attention()", "(B, T, H)", "attention", ": merge the heads, (B, nh, T, hs) -> "
+                     "(B, T, nh*hs)")
         ts: torch.Tensor | float = 0.0
         if self.adapter is not None:
             h1, ts = self.adapter(h1, x, mask)

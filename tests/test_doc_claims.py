@@ -444,3 +444,15 @@ def test_the_handout_s_not_written_example_is_the_message_a_part1_tree_prints(tm
     message = " ".join(proc.stderr.split())
     start, end = example[1].split(" ... ")
     assert proc.returncode == 1 and message.startswith(start) and end in message, (proc.stderr, example[1])
+
+
+def test_the_handouts_wrong_shape_example_is_the_message_the_model_raises() -> None:
+    """The handout's example of a wrong-shaped attention() is BertLayer's own message for that shape."""
+    from minbert.model import BertConfig, BertLayer, ShapeError
+    layer = BertLayer(BertConfig(vocab_size=10, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                 intermediate_size=8, max_position_embeddings=16)).eval()
+    layer.attend = lambda q, k, v, mask, p, training: q                   # the heads never merged: (B, nh, T, hs)
+    with pytest.raises(ShapeError) as e:
+        layer(torch.zeros(8, 11, 32), torch.zeros(8, 1, 1, 11))
+    shown = re.search(r"e\.g\. `error: (attention\(\) returned shape .*?), \.\.\.`", flat(HANDOUT))[1]
+    assert str(e.value).startswith(shown), (str(e.value), shown)
