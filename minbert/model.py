@@ -48,6 +48,8 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu, "relu2": lambda x: F.relu(x).square(), "relu6": F.relu6, "leaky_relu": F.leaky_relu,
     "silu": F.silu, "swish": F.silu, "mish": F.mish, "hardswish": F.hardswish,
     "tanh": torch.tanh, "sigmoid": torch.sigmoid, "linear": lambda x: x,
+    "laplace": lambda x: 0.5 * (1.0 + torch.erf((x - 0.707107) / (0.282095 * math.sqrt(2.0)))),   # MEGA's
+    "sqrtsoftplus": lambda x: F.softplus(x).sqrt(),
 }
 
 

@@ -89,7 +89,9 @@ class Tokenizer:
             except Exception as e:  # noqa: BLE001 - the Rust library raises a bare Exception for a damaged file
                 raise CheckpointError(f"{path}: cannot read the tokenizer ({type(e).__name__}: {str(e)[:200]}); "
                                       "the file is damaged: fetch the checkpoint again") from None
-        raise CheckpointError(f"{directory}: no vocab.txt or tokenizer.json")
+        raise CheckpointError(f"{directory}: no vocab.txt or tokenizer.json (model.save_pretrained writes the weights "
+                              "and config alone): write it with tok.save_pretrained(DIR), or copy the vocab.txt of "
+                              "the checkpoint the model came from")
 
     @property
     def vocab_size(self) -> int:

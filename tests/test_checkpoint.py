@@ -276,3 +276,11 @@ def test_transformers_reads_our_save(minilm: minbert.BertModel, tmp_path: Path) 
     keep = batch.attention_mask.bool()
     assert (a.last_hidden_state[keep] - b.last_hidden_state[keep]).abs().max() <= 1e-5
     assert (a.pooler_output - b.pooler_output).abs().max() <= 1e-5
+    with pytest.raises(minbert.CheckpointError, match=r"no vocab.txt or tokenizer.json \(model.save_pretrained "
+                                                      r"writes the weights and config alone\): write it with "
+                                                      r"tok.save_pretrained\(DIR\)"):
+        minbert.Tokenizer.from_pretrained(str(tmp_path))                 # the weights alone: the message says what to do
+    tok.save_pretrained(str(tmp_path))
+    again = minbert.Tokenizer.from_pretrained(str(tmp_path))(["A cat sat on the mat.", "Hello"],
+                                                              ["A dog.", "A longer second sentence here."])
+    assert all(torch.equal(again[k], batch[k]) for k in ("input_ids", "attention_mask", "token_type_ids"))

@@ -40,6 +40,7 @@ def test_matches_hugging_face(reference: dict[str, torch.Tensor], impl: str) -> 
         assert diff <= TOL, f"{impl}: hidden state {layer} differs from Hugging Face by {diff:.2e}"
     diff = (out.last_hidden_state[keep] - reference["hidden_states"][-1]).abs().max().item()
     assert diff <= TOL, f"{impl}: last_hidden_state differs by {diff:.2e}"
+    assert not out.last_hidden_state[~keep].any(), "padding positions: zeros (README says so)"
     diff = (out.pooler_output - reference["pooler_output"]).abs().max().item()
     assert diff <= TOL, f"{impl}: pooler_output differs by {diff:.2e}"
 
@@ -196,6 +197,7 @@ def test_every_activation_matches_hugging_face() -> None:
     x = torch.linspace(-12, 12, 2001, dtype=torch.float64)
     for name, ours in ACTIVATIONS.items():
         torch.testing.assert_close(ours(x), activations.ACT2FN[name](x), atol=1e-12, rtol=1e-12, msg=name)
+    assert set(activations.ACT2FN) - set(ACTIVATIONS) <= {"prelu", "xielu"}   # those have weights of their own
     tanh_gelu = ACTIVATIONS["gelu_new"](x)
     assert (tanh_gelu - ACTIVATIONS["gelu"](x)).abs().max() > 1e-4, "the tanh approximation is not the erf GELU"
 
