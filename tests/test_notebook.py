@@ -1,20 +1,30 @@
 """notebooks/minbert.ipynb runs top to bottom (nbclient, the venv's own kernel): on the tiny random BERT, a few rows
-of each data file and the CPU, with everything it writes under tmp_path. Any failing cell fails the test."""
+of each data file and the CPU, with everything it writes under tmp_path. Any failing cell fails the test. Then, in a
+fresh kernel as after a Colab disconnect, the cells and the line section 5 says to run continue the same run. The
+commands both notebooks print are ones a shell splits back into the arguments run (assignments/tree_files' too)."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
+import shlex
 import sys
+from pathlib import Path
 
 import nbformat  # test dependencies (requirements-test.txt, installed by make test): never skipped
+import pytest
 from conftest import ROOT
 from nbclient import NotebookClient
 
 NOTEBOOK = ROOT / "notebooks" / "minbert.ipynb"
+TREE_NOTEBOOK = ROOT / "assignments" / "tree_files" / "minbert.ipynb"
 
 
 def cell(nb: nbformat.NotebookNode, cell_id: str) -> nbformat.NotebookNode:
-    return next(c for c in nb.cells if c.get("id") == cell_id)
+    found = [c for c in nb.cells if c.get("id") == cell_id]
+    assert found, f"no cell with id {cell_id!r}"
+    return found[0]
 
 
 def text(c: nbformat.NotebookNode) -> str:
@@ -24,6 +34,36 @@ def text(c: nbformat.NotebookNode) -> str:
     return "".join(parts)
 
 
+def execute(nb: nbformat.NotebookNode, tmp_path: Path, monkeypatch) -> None:
+    """Run nb in a new kernel of this interpreter (the venv's), whatever kernels the user has installed: a spec of
+    our own, found first through JUPYTER_PATH; the notebook's directory is its working directory, as Jupyter starts
+    it. Raises CellExecutionError, naming the cell, if any cell fails."""
+    spec = tmp_path / "jupyter" / "kernels" / "minbert-test"
+    if not spec.is_dir():
+        spec.mkdir(parents=True)
+        (spec / "kernel.json").write_text(json.dumps({
+            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "minbert (tests)", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    NotebookClient(nb, kernel_name="minbert-test", timeout=120, startup_timeout=60,
+                   resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+
+
+def resume_code(nb: nbformat.NotebookNode) -> str:
+    """The code section 5's text says to run after a disconnect: its fenced python block (or inline code) with
+    --resume."""
+    md = cell(nb, "train-md").source
+    blocks = re.findall(r"```python\n(.*?)```", md, re.DOTALL) or re.findall(r"`([^`\n]*run\([^`\n]*)`", md)
+    code = [b for b in blocks if "--resume" in b]
+    assert len(code) == 1, f"section 5 should give one resume instruction: {code}"
+    return code[0]
+
+
+def printed_commands(nb: nbformat.NotebookNode) -> list[str]:
+    return [line for c in nb.cells if c.cell_type == "code" for line in text(c).splitlines()
+            if line.startswith("$ python")]
+
+
 def test_notebook_is_committed_without_outputs():
     """Outputs would make every diff unreadable and carry one machine's paths; Colab and the test start clean."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -31,7 +71,14 @@ def test_notebook_is_committed_without_outputs():
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in nb.cells if c.cell_type == "code")
 
 
-def test_notebook_runs_top_to_bottom(tmp_path, tiny_dir, monkeypatch):
+def test_settings_say_what_the_checker_checks():
+    """With no argument assignments.check checks the first group not complete yet; `all` checks every group."""
+    settings = cell(nbformat.read(NOTEBOOK, as_version=4), "settings").source
+    assert "checks every part" not in settings
+    assert '["all"] checks every group' in settings and "[] the first group not complete yet" in settings
+
+
+def test_notebook_runs_top_to_bottom_and_resumes_in_a_fresh_kernel(tmp_path, tiny_dir, monkeypatch):
     out = tmp_path / "notebook"
     monkeypatch.setenv("MINBERT_NOTEBOOK_MODEL", str(tiny_dir))
     monkeypatch.setenv("MINBERT_NOTEBOOK_TRAIN", "24")
@@ -41,21 +88,12 @@ def test_notebook_runs_top_to_bottom(tmp_path, tiny_dir, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")           # the kernel and its commands: tiny tensors, a busy machine
 
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    # the kernel is this interpreter (the venv's), whatever kernels the user has installed: a spec of our own, found
-    # first through JUPYTER_PATH; the notebook's directory is its working directory, as Jupyter starts it
-    spec = tmp_path / "jupyter" / "kernels" / "minbert-test"
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "minbert (tests)", "language": "python"}))
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    client = NotebookClient(nb, kernel_name="minbert-test", timeout=120, startup_timeout=60,
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
-    client.execute()          # raises CellExecutionError, naming the cell, if any cell fails
+    execute(nb, tmp_path, monkeypatch)
 
     assert f"Python {sys.executable}\n" in text(cell(nb, "common-setup"))
     assert "part 1 (minBERT): 6/6 parts pass; 100/100 points" in text(cell(nb, "check"))
     assert "cosine" in text(cell(nb, "first-use"))
+    assert "out  = gLN2 * norm(h5 + h3) + bLN2" in text(cell(nb, "one-layer"))   # the cell asserts its own sum
     runs = list(out.glob("run-*"))
     assert len(runs) == 1
     run = runs[0]
@@ -66,3 +104,46 @@ def test_notebook_runs_top_to_bottom(tmp_path, tiny_dir, monkeypatch):
     assert any(o.output_type == "display_data" and "image/png" in o.data for o in cell(nb, "curves").outputs)
     assert (out / "attention.png").is_file()
     assert any(o.output_type == "display_data" and "image/png" in o.data for o in cell(nb, "attention").outputs)
+
+    # every printed command is one line a shell splits back into the arguments given (the sentence is one)
+    commands = printed_commands(nb)
+    assert len(commands) == 5, commands
+    attention = next(shlex.split(c) for c in commands if "tasks.attention" in c)
+    assert attention[attention.index("--text") + 1] == "The cat sat on the mat because it was tired."
+
+    # after a disconnect: a fresh kernel, the cells section 5 names, then its resume line as written
+    again = nbformat.v4.new_notebook(metadata=nb.metadata)
+    for cell_id in ("settings", "colab-setup", "local-setup", "common-setup", "data"):
+        again.cells.append(nbformat.v4.new_code_cell(cell(nb, cell_id).source))
+    again.cells.append(nbformat.v4.new_code_cell(resume_code(nb) + "\nprint('RUN_DIR =', RUN_DIR)"))
+    execute(again, tmp_path, monkeypatch)
+    resumed = text(again.cells[-1])
+    assert f"--resume {run}" in resumed and f"RUN_DIR = {run}\n" in resumed, resumed
+    assert re.search(r"resumed .* 1 epochs? done", resumed), resumed
+    assert list(out.glob("run-*")) == [run]
+
+
+def run_function(notebook: Path, cell_id: str):
+    """The notebook's run() alone, defined with the imports of its cell (the cell's other lines are not run)."""
+    source = cell(nbformat.read(notebook, as_version=4), cell_id).source
+    tree = ast.parse(source)
+    keep = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)
+            or (isinstance(n, ast.FunctionDef) and n.name == "run")]
+    namespace: dict = {}
+    exec("import subprocess, sys\n" + ast.unparse(ast.Module(keep, type_ignores=[])), namespace)  # noqa: S102 (the notebook's own)
+    return namespace["run"]
+
+
+@pytest.mark.parametrize(("notebook", "cell_id", "prefix"), [(NOTEBOOK, "common-setup", ()),
+                                                             (TREE_NOTEBOOK, "run", ("-m",))])
+def test_printed_command_is_the_one_run(notebook, cell_id, prefix, tmp_path, monkeypatch, capfd):
+    """run() prints `$ python ...` quoted as a shell reads it: pasted in a terminal, the line gives the command the
+    same arguments (spaces, quotes, a path with a space) as the notebook did."""
+    (tmp_path / "echo_args.py").write_text("import json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    args = ("The cat sat on the mat.", "it's", "--out", tmp_path / "a dir" / "x.png", 3, "$HOME", "a;b")
+    run_function(notebook, cell_id)(*prefix, "echo_args", *args)
+    printed, got = capfd.readouterr().out.splitlines()[:2]
+    assert printed.startswith("$ python -m echo_args ")
+    assert shlex.split(printed)[1:] == ["python", "-m", "echo_args", *json.loads(got)]
+    assert json.loads(got) == [str(a) for a in args]
