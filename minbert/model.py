@@ -25,6 +25,7 @@ from torch import nn
 from torch.utils import checkpoint as activation_checkpoint
 
 from .config import BertConfig
+from .shapes import expect_shape
 
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
@@ -51,20 +52,6 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "laplace": lambda x: 0.5 * (1.0 + torch.erf((x - 0.707107) / (0.282095 * math.sqrt(2.0)))),   # MEGA's
     "sqrtsoftplus": lambda x: F.softplus(x).sqrt(),
 }
-
-
-class ShapeError(ValueError):
-    """A function students write returned a tensor of the wrong shape; raised where the given code calls it."""
-
-
-def expect_shape(out: torch.Tensor, expected: tuple[int, ...], what: str, dims: str, part: str,
-                 hint: str = "") -> torch.Tensor:
-    """out, once its shape is expected: a wrong one stops here, naming the function and its check, rather than
-    deep in the given code that uses it. A comparison of shapes alone (no value is read: free under torch.compile)."""
-    if tuple(out.shape) != tuple(expected):
-        raise ShapeError(f"{what} returned shape {tuple(out.shape)}, expected {dims} = {tuple(expected)}{hint}; "
-                         f"python -m assignments.check {part}")
-    return out
 
 
 def layer_norm(x: torch.Tensor, gain: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:

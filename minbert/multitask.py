@@ -27,9 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import BertModel, expect_shape
+from .model import BertModel
 from .pals import PALs, PalsConfig
 from .pooling import POOLINGS, pool
+from .shapes import expect_shape
 from .smart import Smart, SmartConfig
 
 DESIGNS = ("bi-encoder", "cross-encoder")

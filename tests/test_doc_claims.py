@@ -448,7 +448,8 @@ def test_the_handout_s_not_written_example_is_the_message_a_part1_tree_prints(tm
 
 def test_the_handouts_wrong_shape_example_is_the_message_the_model_raises() -> None:
     """The handout's example of a wrong-shaped attention() is BertLayer's own message for that shape."""
-    from minbert.model import BertConfig, BertLayer, ShapeError
+    from minbert.model import BertConfig, BertLayer
+    from minbert.shapes import ShapeError
     layer = BertLayer(BertConfig(vocab_size=10, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                                  intermediate_size=8, max_position_embeddings=16)).eval()
     layer.attend = lambda q, k, v, mask, p, training: q                   # the heads never merged: (B, nh, T, hs)

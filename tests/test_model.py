@@ -245,7 +245,7 @@ def test_a_wrong_shaped_attention_or_pool_stops_where_the_given_code_calls_it(
 
     import tasks.classifier
     from assignments import check
-    from minbert.model import ShapeError
+    from minbert.shapes import ShapeError
     from tasks.core.errors import USER_ERRORS
     assert issubclass(ShapeError, USER_ERRORS)
     batch = tiny_batch(tiny_config)                                   # B 3, T 10, H 32 (4 heads of 8)

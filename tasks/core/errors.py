@@ -4,7 +4,7 @@ A user error (a bad file, a bad flag value, a checkpoint that cannot be read or 
 USER_ERRORS with a message that reads `PATH:LINE: what is wrong; what to do`; run_cli prints it as
 `error: ...` on stderr and exits 1, without a traceback. So does a student tree's unwritten stub, whatever command
 reaches it: its bare NotImplementedError becomes the line naming the function, its file:line and the check to run
-(tasks/core/unfinished.py); so does a student's function that returns the wrong shape (minbert.model.ShapeError,
+(tasks/core/unfinished.py); so does a student's function that returns the wrong shape (minbert.shapes.ShapeError,
 raised where the given code calls it). Anything else is a bug in minbert and keeps its traceback. Argument values
 are checked at parse time by the type helpers below (argparse exits 2). Ctrl-C prints the command that continues
 the run (tasks.core.runs.run_paths notes it).
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from minbert.checkpoint import CheckpointError
-from minbert.model import ShapeError
+from minbert.shapes import ShapeError
 
 from .unfinished import unfinished_message
 

@@ -26,8 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import minbert
-from minbert.model import expect_shape
 from minbert.pooling import POOLINGS, pool
+from minbert.shapes import expect_shape
 
 from .core.batching import Split, batches, model_inputs, train_batches
 from .core.data import TASKS
