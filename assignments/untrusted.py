@@ -27,20 +27,29 @@ STUDENT_USER = "auto"    # run as root: "nobody", refused when that user cannot 
 
 
 REFERENCE_ROOT = Path(__file__).resolve().parents[1]
+CODE_SUFFIXES = (".py", ".pyc", ".ipynb")
+
+
 def solution_paths() -> list[Path]:
-    """The reference's files a submission must not read: every graded file's reference version (and its compiled
-    copies), and the repository's history, which holds them too."""
-    files = sorted({f for part in PARTS.values() for f in part.files})
-    paths = [REFERENCE_ROOT / f for f in files]
-    paths += [p for f in paths for p in sorted((f.parent / "__pycache__").glob(f"{f.stem}.*.pyc"))]
-    return [p for p in paths + [REFERENCE_ROOT / ".git" / "HEAD"] if p.exists()]
+    """The reference's files a submission must not read: all of its code (the graded files, and others that compute
+    graded answers: assignments/mistakes.py, the tests), their compiled copies and notebooks, and the repository's
+    history (.git/HEAD, .git/objects); not a virtual environment (a folder with pyvenv.cfg: the Python the
+    submission runs) nor any other hidden folder."""
+    paths = []
+    for folder, dirs, files in os.walk(REFERENCE_ROOT):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (Path(folder, d) / "pyvenv.cfg").exists())
+        paths += [Path(folder, f) for f in sorted(files) if f.endswith(CODE_SUFFIXES)]
+    git = REFERENCE_ROOT / ".git"
+    return paths + [p for p in (git / "HEAD", git / "objects") if p.exists()]
 
 
 def readable_to(account: tuple[int, int], paths: list[Path]) -> list[Path]:
-    """Those of `paths` the user `account` (its own group, no other) can read, asked of the system as that user."""
+    """Those of `paths` the user `account` (its own group, no other) can read (a folder: enter), asked of the system
+    as that user."""
     if not paths:
         return []
-    probe = 'for p do [ -r "$p" ] && printf "%s\\n" "$p"; done; exit 0'
+    probe = ('for p do if [ -d "$p" ]; then [ -x "$p" ] && printf "%s\\n" "$p"; '   # a folder: can it be entered
+             'else [ -r "$p" ] && printf "%s\\n" "$p"; fi; done; exit 0')
     try:
         out = subprocess.run(["/bin/sh", "-c", probe, "sh", *map(str, paths)], check=True, capture_output=True,
                              text=True, user=account[0], group=account[1], extra_groups=[], cwd="/", timeout=60,
@@ -48,6 +57,10 @@ def readable_to(account: tuple[int, int], paths: list[Path]) -> list[Path]:
     except (OSError, subprocess.SubprocessError) as e:
         raise ValueError(f"could not ask whether user {account[0]} can read the reference's files: {e}") from None
     return [Path(line) for line in out.splitlines() if line]
+
+
+class CannotRun(ValueError):
+    """The user named to run the submission's code cannot run this Python (or does not exist)."""
 
 
 def student_account(user: str | None, secrets: tuple[Path, ...] = ()) -> tuple[int, int] | None:
@@ -61,18 +74,18 @@ def student_account(user: str | None, secrets: tuple[Path, ...] = ()) -> tuple[i
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
-        raise ValueError(f"no user {name!r} to run the submission's code as: name another with --as-user USER, "
+        raise CannotRun(f"no user {name!r} to run the submission's code as: name another with --as-user USER, "
                          f"{as_root}") from None
     account = entry.pw_uid, entry.pw_gid
     if not _can_run(account):
-        raise ValueError(f"{name} cannot run {sys.executable} and find torch: make the interpreter and its packages "
+        raise CannotRun(f"{name} cannot run {sys.executable} and find torch: make the interpreter and its packages "
                          f"readable to {name}, name a user who can with --as-user USER, {as_root}")
     private = [Path(p).resolve() for p in secrets]
     seen = readable_to(account, solution_paths() + private)
     if seen:
         shown = ", ".join(map(str, seen[:3])) + (f" and {len(seen) - 3} more" if len(seen) > 3 else "")
-        closed = sorted({str(p if p in private else p.parent.parent if p.parent.name == "__pycache__" else p.parent)
-                         for p in seen})
+        closed = sorted({str(p if p in private or REFERENCE_ROOT not in p.parents
+                             else REFERENCE_ROOT / p.relative_to(REFERENCE_ROOT).parts[0]) for p in seen})
         raise ValueError(f"{name} can read {shown}: a submission run as {name} could run the reference's solutions "
                          f"or read the grading seed. Close them to {name} (chmod -R o= {' '.join(closed)}; it still "
                          f"needs to read the Python it runs), name a user who cannot read them with --as-user USER, "

@@ -175,6 +175,17 @@ def _nobody() -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
+def test_the_reference_code_a_submission_must_not_read_is_all_of_it_but_the_venv() -> None:
+    """Not only the graded files: assignments/mistakes.py computes the right AdamW and attention (a submission that
+    loaded it by path scored 20/20), the tests compute right answers too; the venv the submission runs stays open."""
+    paths = set(untrusted.solution_paths())
+    assert {ROOT / "assignments" / "mistakes.py", ROOT / "minbert" / "optim.py", ROOT / "tasks" / "classifier.py",
+            ROOT / "tests" / "test_kit_hints_ext.py", ROOT / "notebooks" / "minbert.ipynb"} <= paths
+    assert (ROOT / ".git").exists() <= ({ROOT / ".git" / "HEAD", ROOT / ".git" / "objects"} <= paths)
+    venv = Path(untrusted.sys.prefix)
+    assert not any(venv in p.parents for p in paths) and all(".venv" not in p.parts for p in paths)
+
+
 def test_a_user_who_can_read_the_reference_or_the_seed_is_refused(tmp_path: Path, monkeypatch, capsys) -> None:
     """Run as a user who can read the reference's solutions (or the seed file), a submission could exec them: the
     grader refuses that user before grading, naming what it can read and the chmod that closes it."""
@@ -192,6 +203,7 @@ def test_a_user_who_can_read_the_reference_or_the_seed_is_refused(tmp_path: Path
         closed.chmod(0o600)
         inside.chmod(0o644)
         assert untrusted.readable_to(account, [solution, closed, inside]) == [solution]   # the system's answer
+        assert untrusted.readable_to(account, [shared / "ref", shared / "closed"]) == [shared / "ref"]   # enter
 
         monkeypatch.setattr(untrusted, "_can_run", lambda account: True)
         monkeypatch.setattr(untrusted, "solution_paths", lambda: [solution, closed])
@@ -199,7 +211,7 @@ def test_a_user_who_can_read_the_reference_or_the_seed_is_refused(tmp_path: Path
             untrusted.student_account("auto")
         assert str(e.value) == (f"nobody can read {solution}: a submission run as nobody could run the reference's "
                                 f"solutions or read the grading seed. Close them to nobody (chmod -R o= "
-                                f"{shared / 'ref'}; it still needs to read the Python it runs), name a user who "
+                                f"{solution}; it still needs to read the Python it runs), name a user who "
                                 "cannot read them with --as-user USER, or accept running the submission's code as "
                                 "root with --as-user none")
         solution.chmod(0o600)
