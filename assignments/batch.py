@@ -42,7 +42,7 @@ from pathlib import Path
 
 from tasks.core.evaluation import write_text
 
-from .batch_options import check_record, options_path, record_of, write_record
+from .batch_options import check_record, options_path, read_record, record_of, write_record
 from .export import COLUMNS as STUDENTS
 from .export import METADATA, cells_for, read_cell, safe_cell, students
 from .grade import grade
@@ -303,7 +303,9 @@ def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = Fal
     if not check_record(csv_path, bool(rows), record, regrade):
         parts, rows = [], {}
         write_csv(csv_path, parts, rows, with_students)     # the grades made with other options go before any new one
-    write_record(options_path(csv_path), record)
+    here = str(folder.resolve())
+    before = (read_record(options_path(csv_path)) or {}).get("folders") if rows else []   # None: not recorded
+    write_record(options_path(csv_path), {**record, "folders": sorted({*(before or []), here})})
     by_name = students(folder)                     # a Gradescope export's students, by submission; else None
     with_students = with_students or by_name is not None
     for name, row in rows.items() if by_name is not None else ():
@@ -311,7 +313,11 @@ def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = Fal
     out_dir.mkdir(parents=True, exist_ok=True)
     entries = submissions(folder, exclude=(csv_path, out_dir, options_path(csv_path)))
     gone = sorted(set(rows) - {e.name for e in entries})
-    if gone:                                       # a resubmission under a new name, an upload taken out: not a grade
+    if gone and before != [here]:                  # the CSV holds other folders' grades too (or says not): kept
+        whose = ", ".join(f for f in before if f != here) if before else "folders the CSV's record does not name"
+        print(f"note: {len(gone)} row{'s' if len(gone) > 1 else ''} of entries not in {folder} kept: the CSV also "
+              f"holds grades from {whose}", file=sys.stderr)
+    elif gone:                                     # a resubmission under a new name, an upload taken out: not a grade
         for name in gone:
             del rows[name]
         write_csv(csv_path, parts, rows, with_students)

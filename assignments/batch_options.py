@@ -6,6 +6,9 @@ time limit per part, --hide-hints, a hash of the grading seed (never the seed it
 (assignments/provenance.py) and a hash of the code it grades with (its minbert/, tasks/ and assignments/ files as they
 are on disk: an uncommitted change to a check or to the reference changes it); not --jobs nor --as-user. A run with the options of the record grades only what is new
 or changed; a run with other options is refused, naming what changed, unless --regrade (then the CSV starts again).
+Beside them, not compared, "folders": the batch folders whose grades the CSV holds (a row of an entry gone from the
+folder is dropped only when the CSV holds one folder's grades: a late folder graded into the same CSV keeps the
+on-time folder's rows).
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ def read_record(path: Path) -> dict | None:
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: cannot read the record of the options the grades were made with ({e}); "
                          "--regrade grades every submission again, or give another --csv") from None
-    if not isinstance(data, dict) or set(data) != set(RECORDED):
+    if not isinstance(data, dict) or not set(RECORDED) <= set(data) <= {*RECORDED, "folders"}:
         raise ValueError(f"{path}: not a record of a batch's options (its keys should be {', '.join(RECORDED)}); "
                          "--regrade grades every submission again, or give another --csv")
     return data
@@ -120,7 +123,7 @@ def check_record(csv_path: Path, has_rows: bool, record: dict, regrade: bool) ->
         if regrade:
             return False
         raise
-    if old == record:
+    if old is not None and {k: old[k] for k in RECORDED} == {k: record[k] for k in RECORDED}:
         return True
     if regrade:
         return False
