@@ -25,7 +25,8 @@ def _tail(path: Path, limit: int = 2000) -> str:
 MEMORY_LIMIT = 4 << 30  # bytes of address space a part may add to what the checker had mapped when it forked
 MEMORY_ENV = "MINBERT_PART_MEMORY"  # overrides MEMORY_LIMIT: bytes, or 6G, 512M; 0 turns it off (CUDA maps far more)
 MEMORY_FLOOR = 256 << 20            # less and a part fails to import torch: the student would be blamed for the setting
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+MEMORY_CEILING = 1 << 50            # 1 PiB: more is no limit (0 says so), and setrlimit cannot take 1e30
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
 
 
 def part_memory(environ: dict[str, str] | os._Environ = os.environ) -> int:
@@ -39,13 +40,14 @@ def part_memory(environ: dict[str, str] | os._Environ = os.environ) -> int:
         number, unit = number[:-1], number[-1]
     try:
         value = int(float(number) * _UNITS[unit])
-    except ValueError:
+    except (ValueError, OverflowError):               # not a number; inf, 1e400
         value = -1
     if value == 0:
         return 0
-    if value < MEMORY_FLOOR:
+    if not MEMORY_FLOOR <= value <= MEMORY_CEILING:
         raise ValueError(f"{MEMORY_ENV}={text!r}: the address space each graded part may add, in bytes or with K, M, G "
-                         f"(e.g. 6G), at least {MEMORY_FLOOR >> 20}M (a part imports torch); 0 turns the limit off")
+                         f"(e.g. 6G), at least {MEMORY_FLOOR >> 20}M (a part imports torch) and at most "
+                         f"{MEMORY_CEILING >> 50}P; 0 turns the limit off")
     return value
 
 

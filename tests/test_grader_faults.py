@@ -239,10 +239,11 @@ def test_a_bad_part_memory_setting_stops_the_grader_not_every_part(tmp_path: Pat
     assert part_memory({"MINBERT_PART_MEMORY": "6G"}) == 6 << 30 == part_memory({"MINBERT_PART_MEMORY": str(6 << 30)})
     assert part_memory({"MINBERT_PART_MEMORY": "512M"}) == 512 << 20
     sub = submission_with(tmp_path, {})
-    for bad in ("8", "lots"):
+    assert part_memory({"MINBERT_PART_MEMORY": "1P"}) == 1 << 50
+    for bad in ("8", "lots", "inf", "1e400", "1e30", "2P"):     # inf and 1e30 passed: setrlimit then crashed each part
         monkeypatch.setenv("MINBERT_PART_MEMORY", bad)
         assert grade_main([str(sub), "--parts", "adamw", "--as-user", "none", "--out", str(tmp_path / "r.json")]) == 2
         assert capsys.readouterr().err == (f"error: MINBERT_PART_MEMORY={bad!r}: the address space each graded part "
                                            "may add, in bytes or with K, M, G (e.g. 6G), at least 256M (a part "
-                                           "imports torch); 0 turns the limit off\n")
+                                           "imports torch) and at most 1P; 0 turns the limit off\n")
         assert not (tmp_path / "r.json").exists()
