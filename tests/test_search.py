@@ -103,6 +103,26 @@ def test_a_second_call_adds_trials_to_the_same_study(tiny_dir, tmp_path):
     assert sorted(p.name for p in (tmp_path / "s").glob("trial-*")) == ["trial-0000", "trial-0001", "trial-0002"]
 
 
+def test_ctrl_c_in_a_search_says_to_run_the_same_search_again(tiny_dir, tmp_path, capsys):
+    """Ctrl-C in a trial's run: the line names the search command (the trial is queued again and resumes from its
+    checkpoint), not tasks.classifier --resume of the trial's directory, which would finish it outside the study."""
+    from tasks.core.loop import watching
+    argv = ["--space", str(space_file(tmp_path, tiny_dir, epochs=2)), "--study-dir", str(tmp_path / "s"), "--trials",
+            "1", "--pruner", "none", "--seed", "0"]
+
+    def ctrl_c(epoch, *_):
+        if epoch == 1:
+            raise KeyboardInterrupt
+    with watching(ctrl_c):
+        assert run_cli(lambda: search.main(argv)) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "interrupted (Ctrl-C); the trial in flight is queued again (it resumes from its checkpoint): go on with the "
+        f"same command, python -m tasks.search {' '.join(argv)}")
+    assert run_cli(lambda: search.main(argv)) == 0                      # as said: the queued trial ends
+    first, retry = study_of(tmp_path / "s").trials                       # the interrupted trial, then its retry
+    assert (first.state.name, retry.state.name) == ("FAIL", "COMPLETE") and retry.params == first.params
+
+
 def worker(argv: list[str], tmp_path: Path, **env: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "tasks.search", *argv], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,

@@ -68,8 +68,16 @@ _RUN: dict[str, Path | str] = {}    # the run this process trains (run_paths not
 
 
 def running(command: str, directory: Path, checkpoint: Path, run_json: Path) -> None:
-    """Note the run the command trains (tasks.core.runs.run_paths), for the line Ctrl-C prints (run_cli)."""
-    _RUN.update(command=command, dir=directory, checkpoint=checkpoint, run_json=run_json)
+    """Note the run the command trains (tasks.core.runs.run_paths), for the line Ctrl-C prints (run_cli); a command
+    that trains runs of its own (tasks.search) has said its own line with on_interrupt, which stays."""
+    if "line" not in _RUN:
+        _RUN.update(command=command, dir=directory, checkpoint=checkpoint, run_json=run_json)
+
+
+def on_interrupt(line: str) -> None:
+    """The line Ctrl-C prints for this command, whatever runs it trains (a search: run the same command again)."""
+    _RUN.clear()
+    _RUN["line"] = line
 
 
 def interrupted_message() -> str:
@@ -78,6 +86,8 @@ def interrupted_message() -> str:
     starts a new run in a new timestamped directory."""
     if not _RUN:
         return "interrupted (Ctrl-C)"
+    if "line" in _RUN:
+        return str(_RUN["line"])
     command, directory = _RUN["command"], shlex.quote(str(_RUN["dir"]))
     if Path(_RUN["checkpoint"]).is_file():
         return f"interrupted (Ctrl-C); continue it with: python -m tasks.{command} --resume {directory}"

@@ -19,6 +19,7 @@ is noticed by its missing heartbeat; its trial is queued again and goes on from 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import warnings
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from ..core.errors import (
     TrainingError,
     existing_file,
     nonnegative_int,
+    on_interrupt,
     positive_float,
     positive_int,
 )
@@ -161,5 +163,8 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    on_interrupt("interrupted (Ctrl-C); the trial in flight is queued again (it resumes from its checkpoint): go on "
+                 f"with the same command, python -m tasks.search {shlex.join(argv)}")
     run(parse_settings(argv))
     return 0
