@@ -137,9 +137,9 @@ class Opened(NamedTuple):
 def open_submission(submission: Path, work: Path) -> Opened:
     """The folder to grade: submission, or its zip's graded files unpacked into work (a .zip, or one alone in it)."""
     # A path neither a folder nor a zip is refused (FileNotFoundError, ValueError), as is a zip given that cannot be
-    # unpacked, and a Gradescope export (batch.BadUpload); a zip in a folder that cannot be unpacked, or that is not
+    # unpacked, and a Gradescope export (entries.BadUpload); a zip in a folder that cannot be unpacked, or that is not
     # read because the folder holds graded files, is said in the notes and in a missing file's parts' messages.
-    from .batch import BadUpload, check_not_export, safe_extract
+    from .entries import BadUpload, check_not_export, safe_extract
     from .uploads import zips_in
     if submission.is_file():
         if submission.suffix.lower() != ".zip" and not zipfile.is_zipfile(submission):

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from assignments import batch, grade
+from assignments import entries, grade
 from assignments.bundle import checks_arguments, leaderboard_arguments
 from assignments.checks import PARTS
 from assignments.common import ALL_GROUPS, ATOL, MODEL_ATOL, RTOL, compare
@@ -136,9 +136,10 @@ def test_the_leaderboard_defaults_and_salt_length_are_the_codes(tmp_path: Path) 
 # ---------------------------------------------------------------- 4. the batch grader's upload limits
 
 def test_the_upload_limits_are_the_batch_graders() -> None:
-    assert batch.size(batch.MAX_UNPACKED).endswith(" MiB")
-    assert (f"more than {batch.MAX_MEMBERS:,} entries or more than {batch.size(batch.MAX_UNPACKED)} of graded files "
-            "makes the row `bad upload`") in flat(GUIDE)
+    assert entries.size(entries.MAX_UNPACKED).endswith(" MiB")
+    cap = entries.size(entries.MAX_UNPACKED)
+    assert (f"more than {entries.MAX_MEMBERS:,} entries or more than {cap} of graded files makes the row "
+            "`bad upload`") in flat(GUIDE)
 
 
 # ---------------------------------------------------------------- 5. the checker's tolerances

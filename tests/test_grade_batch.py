@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import grading_user
 
-from assignments import batch
-from assignments.batch import BadUpload, grade_batch, safe_extract
+from assignments import batch, entries
+from assignments.batch import grade_batch
+from assignments.entries import BadUpload, safe_extract
 from assignments.grade import grade
 from assignments.grade import main as grade_main
 from assignments.make import ROOT
@@ -182,8 +183,8 @@ def test_a_kill_while_the_csv_is_written_leaves_the_previous_one(tmp_path: Path,
     ({"model.py": "x" * 600, "a/model.py": "x" * 600}, "unpack to more than 1000 bytes"),
 ], ids=["dotdot", "dotdot-inside", "absolute", "backslash", "drive", "too-large", "too-many", "too-large-in-all"])
 def test_unsafe_zips_are_refused(tmp_path: Path, monkeypatch, members: dict, says: str) -> None:
-    monkeypatch.setattr(batch, "MAX_UNPACKED", 1000)
-    monkeypatch.setattr(batch, "MAX_MEMBERS", 10)
+    monkeypatch.setattr(entries, "MAX_UNPACKED", 1000)
+    monkeypatch.setattr(entries, "MAX_MEMBERS", 10)
     (tmp_path / "subs").mkdir()
     write_zip(tmp_path / "subs" / "x.zip", members)
     calls: list = []
@@ -211,16 +212,16 @@ def test_a_folder_hash_follows_its_files_not_its_hidden_ones(tmp_path: Path) -> 
     sub = tmp_path / "sub"
     (sub / "minbert").mkdir(parents=True)
     (sub / "minbert" / "model.py").write_text("a")
-    first = batch.content_hash(sub)
+    first = entries.content_hash(sub)
     (sub / ".DS_Store").write_text("finder")
     (sub / "minbert" / "__pycache__").mkdir()
     (sub / "minbert" / "__pycache__" / "model.pyc").write_bytes(b"\0")
-    assert batch.content_hash(sub) == first
+    assert entries.content_hash(sub) == first
     (sub / "minbert" / "model.py").write_text("b")
-    assert batch.content_hash(sub) != first
+    assert entries.content_hash(sub) != first
     (sub / "minbert" / "model.py").write_text("a")
     (sub / "minbert" / "model.py").rename(sub / "model.py")      # the same bytes elsewhere: another upload
-    assert batch.content_hash(sub) != first
+    assert entries.content_hash(sub) != first
 
 
 def test_only_the_graded_files_are_unpacked(tmp_path: Path) -> None:

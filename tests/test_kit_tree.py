@@ -15,7 +15,7 @@ import warm
 from conftest import grading_user
 
 from assignments import make
-from assignments.batch import BadUpload
+from assignments.entries import BadUpload
 from assignments.grade import grade, without_hint
 from assignments.grade import main as grade_main
 from assignments.make import ROOT, find_regions, generate, regions_by_function, stub_text
