@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-import torch
 import warm
 from conftest import grading_user
 
@@ -365,129 +363,3 @@ def test_checker_cli_prints_a_line_per_part(student_tree: Path) -> None:
     assert "entropy() in minbert/deebert.py" in lines[3] and "not started" in lines[4]
     assert lines[5] == f"part 1 (minBERT): 0/3 parts pass; 0/{a + b + c} points"
     assert lines[6] == f"extension DeeBERT: 0/2 parts pass; 0/{GROUP_TOTAL['deebert']} points"
-
-
-# ---------------------------------------------------------------- the extensions' hints, checked in this process
-
-def _kl_one_sided(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    lp, lq = p.float().log_softmax(-1), q.float().log_softmax(-1)
-    return (lp.exp() * (lp - lq)).sum(-1).mean()
-
-
-def _kl_from_softmax(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    P, Q = p.float().softmax(-1), q.float().softmax(-1)
-    return ((P - Q) * (P.log() - Q.log())).sum(-1).mean()
-
-
-def _ascent(delta: list, grad: list, eta: float, eps: float, l2: bool = False, project: bool = True) -> list:
-    B = delta[0].shape[0]
-    flat = torch.cat([g.reshape(B, -1) for g in grad], 1)                               # (B, N)
-    n = flat.norm(dim=1) if l2 else flat.abs().amax(1)
-    n = torch.where(n > 0, n, torch.ones_like(n))
-    out = [d + eta * g / n.view(B, *[1] * (g.dim() - 1)) for d, g in zip(delta, grad)]
-    return [x.clamp(-eps, eps) for x in out] if project else out
-
-
-def _unsup_without_temperature(z1: torch.Tensor, z2: torch.Tensor, temperature: float = 0.05) -> torch.Tensor:
-    from minbert.simcse import cosine_matrix
-    return torch.nn.functional.cross_entropy(cosine_matrix(z1, z2), torch.arange(z1.shape[0]))
-
-
-def _margin_swapped(e1: torch.Tensor, e2: torch.Tensor, y: torch.Tensor, margin: float = 0.5,
-                    distance: str = "cosine") -> torch.Tensor:
-    d = 1 - torch.nn.functional.cosine_similarity(e1, e2, dim=-1) if distance == "cosine" else (e1 - e2).norm(dim=-1)
-    y = y.float()
-    return (0.5 * ((1 - y) * d ** 2 + y * (margin - d).clamp(min=0) ** 2)).mean()
-
-
-def _one_head(self: torch.nn.Module, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    B, T, d = z.shape
-    q, k, v = (torch.nn.functional.linear(z, W, b).view(B, T, 1, d).transpose(1, 2)
-               for W, b in ((self.Wq, self.bq), (self.Wk, self.bk), (self.Wv, self.bv)))
-    return self.attend(q, k, v, mask, self.p, self.training)
-
-
-@pytest.mark.usefixtures("one_thread")
-@pytest.mark.parametrize("module, name, wrong, check, says", [
-    ("smart", "symmetric_kl", _kl_one_sided, "check_kl", "only KL(P || Q) is computed"),
-    ("smart", "symmetric_kl", _kl_from_softmax, "check_kl", "take log P and log Q from F.log_softmax"),
-    ("smart", "ascent_step", lambda *a: _ascent(*a, l2=True), "check_ascent", "divided by its L2 norm"),
-    ("smart", "ascent_step", lambda *a: _ascent(*a, project=False), "check_ascent", "not projected onto the epsilon"),
-    ("pals", "ProjectedAttention.forward", _one_head, "check_attention", "one head of size d is used"),
-    ("simcse", "unsup_simcse_loss", _unsup_without_temperature, "check_unsup", "the temperature is not applied"),
-    ("simcse", "margin_loss", _margin_swapped, "check_margin", "the branches are swapped"),
-], ids=["kl-one-sided", "kl-from-softmax", "ascent-l2", "ascent-unprojected", "pals-one-head", "simcse-no-temperature",
-        "margin-swapped"])
-def test_extension_checks_name_the_typical_mistakes(monkeypatch: pytest.MonkeyPatch, module: str, name: str,
-                                                    wrong: object, check: str, says: str) -> None:
-    import importlib
-
-    from assignments.common import Fail
-    target = importlib.import_module(f"minbert.{module}")
-    owner, _, attr = name.rpartition(".")
-    monkeypatch.setattr(getattr(target, owner) if owner else target, attr, wrong)
-    with pytest.raises(Fail, match=re.escape(says)):
-        getattr(importlib.import_module(f"assignments.checks_{module}"), check)()
-
-
-CALLS_MISTAKES_ATTENTION = """
-from assignments.mistakes import attention_variant
-eye = torch.eye(T).expand(B, nh, T, T)           # the values as one-hot rows: the probabilities come back
-probs = torch.stack(attention_variant(q, k, eye, mask).split(T, dim=-1), 1)
-return (F.dropout(probs, dropout_p, training) @ v).transpose(1, 2).reshape(B, T, nh * hs)
-"""
-CALLS_MISTAKES_ADAMW = """
-from assignments.mistakes import AdamWSpec, _adamw_one
-P, M, V, S = [p.detach().clone()], [m.clone()], [v.clone()], [state["step"]]
-_adamw_one(P, M, V, S, 0, g, lr, wd, beta1, beta2, eps, AdamWSpec("course", correct_bias))
-state["step"] = S[0]
-m.copy_(M[0])
-v.copy_(V[0])
-p.copy_(P[0])
-"""
-
-
-def test_a_submission_that_calls_the_hints_equations_scores_0(tmp_path: Path) -> None:
-    # the checks' mistakes.py computed the right attention and AdamW step with its defaults; it stays in the reference
-    # now, so a submission written as calls to it finds nothing to import in the grader's tree
-    res = grade(submission_with(tmp_path, {"attention": CALLS_MISTAKES_ATTENTION, "AdamW.step": CALLS_MISTAKES_ADAMW}),
-                parts=["attention", "adamw"], as_user=grading_user())
-    parts = {r["part"]: r for r in res["parts"]}
-    assert {p: r["score"] for p, r in parts.items()} == {"attention": 0, "adamw": 0}, res["parts"]
-    assert all("assignments.mistakes" in r["message"] for r in parts.values()), res["parts"]
-
-
-def _without_shape_checks(text: str) -> str:
-    """A file as a tree handed out before the shape checks had it: no import of minbert/shapes.py, no expect_shape."""
-    out, depth = [], 0
-    for line in text.splitlines(keepends=True):
-        if depth == 0 and line.lstrip().startswith(("from .shapes", "from minbert.shapes")):
-            continue
-        if depth == 0 and line.lstrip().startswith(("expect_shape(", "return expect_shape(")):
-            depth = line.count("(") - line.count(")")
-            if line.lstrip().startswith("return"):        # `return expect_shape(x, ...)`: return x
-                out.append(line.split("expect_shape(")[0] + line.split("expect_shape(")[1].split(",")[0] + "\n")
-            continue
-        if depth > 0:
-            depth += line.count("(") - line.count(")")
-            continue
-        out.append(line)
-    return "".join(out)
-
-
-def test_a_correct_submission_from_a_tree_handed_out_before_the_shape_checks_scores_full_marks(tmp_path: Path) -> None:
-    """The given code imports ShapeError from minbert/shapes.py, a file students never submit: a correct model.py of
-    an older tree (no such import) still scores every part of part 1 (it lost classifier_head to an ImportError when
-    ShapeError lived in model.py)."""
-    sub = tmp_path / "submission"
-    for rel in stubbed_files():
-        text = (ROOT / rel).read_text()
-        if rel.name in ("model.py", "classifier.py"):
-            old = _without_shape_checks(text)
-            assert "expect_shape" not in old and "shapes" not in old, rel
-            text = old
-        (sub / rel).parent.mkdir(parents=True, exist_ok=True)
-        (sub / rel).write_text(text)
-    res = grade(sub, groups=["core"], as_user=grading_user())
-    assert res["score"] == sum(p.points for p in PARTS.values() if p.group == "core"), [
-        (r["part"], r["status"], r["message"][:200]) for r in res["parts"] if r["status"] != "pass"]

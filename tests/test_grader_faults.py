@@ -16,7 +16,7 @@ from assignments.check import _describe_error
 from assignments.checks import PARTS, parts_of
 from assignments.grade import grade
 from assignments.grade import main as grade_main
-from assignments.make import ROOT
+from assignments.make import ROOT, stubbed_files
 from assignments.staging import parse_error
 
 
@@ -247,3 +247,68 @@ def test_a_bad_part_memory_setting_stops_the_grader_not_every_part(tmp_path: Pat
                                            "may add, in bytes or with K, M, G (e.g. 6G), at least 256M (a part "
                                            "imports torch) and at most 1P; 0 turns the limit off\n")
         assert not (tmp_path / "r.json").exists()
+
+
+# ---------------------------------------------------------------- what a submission of another kind scores
+
+CALLS_MISTAKES_ATTENTION = """
+from assignments.mistakes import attention_variant
+eye = torch.eye(T).expand(B, nh, T, T)           # the values as one-hot rows: the probabilities come back
+probs = torch.stack(attention_variant(q, k, eye, mask).split(T, dim=-1), 1)
+return (F.dropout(probs, dropout_p, training) @ v).transpose(1, 2).reshape(B, T, nh * hs)
+"""
+CALLS_MISTAKES_ADAMW = """
+from assignments.mistakes import AdamWSpec, _adamw_one
+P, M, V, S = [p.detach().clone()], [m.clone()], [v.clone()], [state["step"]]
+_adamw_one(P, M, V, S, 0, g, lr, wd, beta1, beta2, eps, AdamWSpec("course", correct_bias))
+state["step"] = S[0]
+m.copy_(M[0])
+v.copy_(V[0])
+p.copy_(P[0])
+"""
+
+
+def test_a_submission_that_calls_the_hints_equations_scores_0(tmp_path: Path) -> None:
+    # the checks' mistakes.py computed the right attention and AdamW step with its defaults; it stays in the reference
+    # now, so a submission written as calls to it finds nothing to import in the grader's tree
+    res = grade(submission_with(tmp_path, {"attention": CALLS_MISTAKES_ATTENTION, "AdamW.step": CALLS_MISTAKES_ADAMW}),
+                parts=["attention", "adamw"], as_user=grading_user())
+    parts = {r["part"]: r for r in res["parts"]}
+    assert {p: r["score"] for p, r in parts.items()} == {"attention": 0, "adamw": 0}, res["parts"]
+    assert all("assignments.mistakes" in r["message"] for r in parts.values()), res["parts"]
+
+
+def _without_shape_checks(text: str) -> str:
+    """A file as a tree handed out before the shape checks had it: no import of minbert/shapes.py, no expect_shape."""
+    out, depth = [], 0
+    for line in text.splitlines(keepends=True):
+        if depth == 0 and line.lstrip().startswith(("from .shapes", "from minbert.shapes")):
+            continue
+        if depth == 0 and line.lstrip().startswith(("expect_shape(", "return expect_shape(")):
+            depth = line.count("(") - line.count(")")
+            if line.lstrip().startswith("return"):        # `return expect_shape(x, ...)`: return x
+                out.append(line.split("expect_shape(")[0] + line.split("expect_shape(")[1].split(",")[0] + "\n")
+            continue
+        if depth > 0:
+            depth += line.count("(") - line.count(")")
+            continue
+        out.append(line)
+    return "".join(out)
+
+
+def test_a_correct_submission_from_a_tree_handed_out_before_the_shape_checks_scores_full_marks(tmp_path: Path) -> None:
+    """The given code imports ShapeError from minbert/shapes.py, a file students never submit: a correct model.py of
+    an older tree (no such import) still scores every part of part 1 (it lost classifier_head to an ImportError when
+    ShapeError lived in model.py)."""
+    sub = tmp_path / "submission"
+    for rel in stubbed_files():
+        text = (ROOT / rel).read_text()
+        if rel.name in ("model.py", "classifier.py"):
+            old = _without_shape_checks(text)
+            assert "expect_shape" not in old and "shapes" not in old, rel
+            text = old
+        (sub / rel).parent.mkdir(parents=True, exist_ok=True)
+        (sub / rel).write_text(text)
+    res = grade(sub, groups=["core"], as_user=grading_user())
+    assert res["score"] == sum(p.points for p in PARTS.values() if p.group == "core"), [
+        (r["part"], r["status"], r["message"][:200]) for r in res["parts"] if r["status"] != "pass"]

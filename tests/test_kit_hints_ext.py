@@ -75,14 +75,16 @@ def _pal_previous_layer(self, layer: int, x: torch.Tensor, mask: torch.Tensor) -
 
 # ---------------------------------------------------------------- SMART
 
-def _ascent(delta: list, grad: list, eta: float, epsilon: float, *, descent: bool = False,
-            detach: bool = True) -> list:
+def _ascent(delta: list, grad: list, eta: float, epsilon: float, *, descent: bool = False, detach: bool = True,
+            l2: bool = False, project: bool = True) -> list:
+    """SMART's step, right by default, or with one mistake: descent, an undetached norm, the L2 norm, no projection."""
     B = delta[0].shape[0]
-    norm = torch.stack([(g.detach() if detach else g).abs().reshape(B, -1).amax(1) for g in grad]).amax(0)
+    flat = torch.cat([(g.detach() if detach else g).reshape(B, -1) for g in grad], 1)    # (B, N)
+    norm = flat.norm(dim=1) if l2 else flat.abs().amax(1)
     norm = torch.where(norm > 0, norm, torch.ones_like(norm))
     sign = -1.0 if descent else 1.0
-    return [(d + sign * eta * g / norm.view(B, *[1] * (g.dim() - 1))).clamp(-epsilon, epsilon)
-            for d, g in zip(delta, grad)]
+    out = [d + sign * eta * g / norm.view(B, *[1] * (g.dim() - 1)) for d, g in zip(delta, grad)]
+    return [x.clamp(-epsilon, epsilon) for x in out] if project else out
 
 
 # (module, the function replaced, the wrong one, the check, what the message must say, what it must not say)
@@ -271,3 +273,57 @@ def test_the_extension_hints_are_apart(monkeypatch: pytest.MonkeyPatch, seed: in
         torch.manual_seed(common.SEED)
         PARTS[name].check()
     assert spy.collisions == []
+
+
+# ---------------------------------------------------------------- the extensions' hints, checked in this process
+
+def _kl_one_sided(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    lp, lq = p.float().log_softmax(-1), q.float().log_softmax(-1)
+    return (lp.exp() * (lp - lq)).sum(-1).mean()
+
+
+def _kl_from_softmax(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    P, Q = p.float().softmax(-1), q.float().softmax(-1)
+    return ((P - Q) * (P.log() - Q.log())).sum(-1).mean()
+
+
+def _unsup_without_temperature(z1: torch.Tensor, z2: torch.Tensor, temperature: float = 0.05) -> torch.Tensor:
+    from minbert.simcse import cosine_matrix
+    return torch.nn.functional.cross_entropy(cosine_matrix(z1, z2), torch.arange(z1.shape[0]))
+
+
+def _margin_swapped(e1: torch.Tensor, e2: torch.Tensor, y: torch.Tensor, margin: float = 0.5,
+                    distance: str = "cosine") -> torch.Tensor:
+    d = 1 - torch.nn.functional.cosine_similarity(e1, e2, dim=-1) if distance == "cosine" else (e1 - e2).norm(dim=-1)
+    y = y.float()
+    return (0.5 * ((1 - y) * d ** 2 + y * (margin - d).clamp(min=0) ** 2)).mean()
+
+
+def _one_head(self: torch.nn.Module, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    B, T, d = z.shape
+    q, k, v = (torch.nn.functional.linear(z, W, b).view(B, T, 1, d).transpose(1, 2)
+               for W, b in ((self.Wq, self.bq), (self.Wk, self.bk), (self.Wv, self.bv)))
+    return self.attend(q, k, v, mask, self.p, self.training)
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("module, name, wrong, check, says", [
+    ("smart", "symmetric_kl", _kl_one_sided, "check_kl", "only KL(P || Q) is computed"),
+    ("smart", "symmetric_kl", _kl_from_softmax, "check_kl", "take log P and log Q from F.log_softmax"),
+    ("smart", "ascent_step", lambda *a: _ascent(*a, l2=True), "check_ascent", "divided by its L2 norm"),
+    ("smart", "ascent_step", lambda *a: _ascent(*a, project=False), "check_ascent", "not projected onto the epsilon"),
+    ("pals", "ProjectedAttention.forward", _one_head, "check_attention", "one head of size d is used"),
+    ("simcse", "unsup_simcse_loss", _unsup_without_temperature, "check_unsup", "the temperature is not applied"),
+    ("simcse", "margin_loss", _margin_swapped, "check_margin", "the branches are swapped"),
+], ids=["kl-one-sided", "kl-from-softmax", "ascent-l2", "ascent-unprojected", "pals-one-head", "simcse-no-temperature",
+        "margin-swapped"])
+def test_extension_checks_name_the_typical_mistakes(monkeypatch: pytest.MonkeyPatch, module: str, name: str,
+                                                    wrong: object, check: str, says: str) -> None:
+    import importlib
+
+    from assignments.common import Fail
+    target = importlib.import_module(f"minbert.{module}")
+    owner, _, attr = name.rpartition(".")
+    monkeypatch.setattr(getattr(target, owner) if owner else target, attr, wrong)
+    with pytest.raises(Fail, match=re.escape(says)):
+        getattr(importlib.import_module(f"assignments.checks_{module}"), check)()
