@@ -152,12 +152,11 @@ def grading_worst_case(groups: list[str], profile: str, timeout: float, jobs: in
     """The longest a grading may take under these flags: for each set of parts (part 1's, then the other groups'),
     --timeout times ceil(parts / jobs) plus SET_OVERHEAD; without --jobs, one part at a time (a container may give
     one CPU)."""
-    from .checks import PARTS, parts_of
+    from .checks import part_sets, parts_of
     from .profiles import PROFILES
     from .untrusted import SET_OVERHEAD
     names = parts_of(list(PROFILES[profile].groups) if "all" in groups else groups)
-    sets = [[n for n in names if PARTS[n].group == "core"], [n for n in names if PARTS[n].group != "core"]]
-    return sum(timeout * math.ceil(len(s) / (jobs or 1)) + SET_OVERHEAD for s in sets if s)
+    return sum(timeout * math.ceil(len(s) / (jobs or 1)) + SET_OVERHEAD for s in part_sets(names))
 
 
 def checks_files(seed_file: str, groups: list[str], profile: str, timeout: float, hide_hints: bool,

@@ -376,3 +376,10 @@ PARTS: dict[str, Part] = {p.name: p for p in [*CORE_PARTS, *(p for g in GROUPS i
 def parts_of(groups: list[str] | tuple[str, ...]) -> list[str]:
     """The names of the parts of these groups, in PARTS order."""
     return [name for name, p in PARTS.items() if p.group in groups]
+
+
+def part_sets(names: list[str]) -> list[list[str]]:
+    """The sets of parts the grader runs one after the other, each in a tree of its own: part 1's, then the other
+    groups' (on the reference's part 1 helpers); empty sets left out."""
+    sets = [[n for n in names if PARTS[n].group == "core"], [n for n in names if PARTS[n].group != "core"]]
+    return [s for s in sets if s]

@@ -33,7 +33,7 @@ from pathlib import Path
 from tasks.core.errors import positive_float, positive_int
 
 from .check import describe, format_result, format_total, group_totals
-from .checks import PARTS, parts_of
+from .checks import PARTS, part_sets, parts_of
 from .common import GROUPS
 from .hidden import grading_seed, read_seed
 from .isolation import become_subreaper, children, part_memory, usable_cpus
@@ -103,11 +103,11 @@ def _grade(opened: Opened, timeout: float, parts: list[str] | None, jobs: int | 
     become_subreaper()
     spare = frozenset(children())              # the caller's own processes: never the submission's
     spare -= {helper.proc.pid} if helper else set()   # spared by run_parts while it lives, not after
-    by_tree = [[n for n in names if PARTS[n].group == "core"], [n for n in names if PARTS[n].group != "core"]]
+    by_tree = part_sets(names)
     notes, missing, results, unrun = list(opened.notes), set(), {}, set()
     with tempfile.TemporaryDirectory(prefix="minbert-grade-") as tmp:
         os.chmod(tmp, 0o755)              # the student's user reads the staged tree (and nothing of this process)
-        for i, batch in enumerate(b for b in by_tree if b):     # part 1, then the others on the reference's pool()
+        for i, batch in enumerate(by_tree):                     # part 1, then the others on the reference's pool()
             files = sorted({f for n in batch for f in PARTS[n].files})
             reference = REFERENCE_FOR_OTHERS if PARTS[batch[0]].group != "core" else ()
             staging = Path(tmp) / f"tree{i}"

@@ -6,6 +6,7 @@ import json
 import math
 import zipfile
 
+import numpy as np
 import pytest
 import torch
 from conftest import DATA
@@ -64,6 +65,7 @@ def test_pearson_is_scale_free_and_never_leaves_minus_one_to_one():
     x, y = torch.tensor(guess, dtype=torch.float64), torch.tensor(gold, dtype=torch.float64)
     x, y = x - x.mean(), y - y.mean()
     assert r == (x @ y).item() / (x.norm() * y.norm()).item()             # ordinary values: the plain formula's bits
+    assert r == pytest.approx(float(np.corrcoef(guess, gold)[0, 1]), abs=1e-12)   # and numpy's, computed apart
     for scale in (1.45e-162, 1e-300, 4e-320, 1e300, 1e307):
         assert pearson([v * scale for v in guess], gold) == pytest.approx(r, abs=1e-6 if scale > 1e-310 else 1e-3)
         assert -1.0 <= pearson([v * scale for v in gold], gold) <= 1.0
