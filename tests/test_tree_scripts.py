@@ -91,6 +91,31 @@ def test_a_command_run_as_a_file_says_to_run_it_with_dash_m(stub_tree: Path) -> 
     assert "tasks/classifier.py" in {f.relative_to(stub_tree).as_posix() for f in stub_tree.glob("tasks/*.py")}
 
 
+UNMERGED_HEADS = """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(hs) + mask
+    return F.dropout(scores.softmax(dim=-1), dropout_p, training) @ v
+"""
+
+
+def test_a_wrong_shaped_attention_stops_a_students_training_run_in_one_line(laid_tree: Path, tiny_dir: Path,
+                                                                            tmp_path: Path) -> None:
+    """In a tree, where students run it: attention() returning (B, nh, T, hs) (the heads never merged) stops the
+    handout's training command at its first batch with one line naming attention() and its check, not a traceback
+    from the given code."""
+    tree = _copy(laid_tree, tmp_path / "tree")
+    with_function(tree, "minbert/model.py", "attention", UNMERGED_HEADS)
+    lines = (ROOT / "data" / "ids-sst-dev.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "few.csv").write_text("".join(lines[:17]), encoding="utf-8")
+    few = str(tmp_path / "few.csv")
+    proc = _run(tree, "-m", "tasks.classifier", "--task", "sst", "--model", str(tiny_dir), "--train-file", few,
+                "--dev-file", few, "--test-file", few, "--epochs", "1", "--batch-size", "8", "--no-progress",
+                "--run-dir", str(tmp_path / "run"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    said = proc.stderr.strip().splitlines()[-1]
+    assert said.startswith("error: attention() returned shape (8, ") and said.endswith(
+        ": merge the heads, (B, nh, T, hs) -> (B, T, nh*hs); python -m assignments.check attention"), said
+
+
 def test_the_checker_s_guard_without_a_minbert_on_the_path(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
