@@ -126,6 +126,29 @@ def round_ratios(impl: str, precision: str, call: dict = H100) -> list[str]:
     return [f"{a / b:.2f}" for a, b in zip(rounds[(impl, precision)], rounds[("hf", precision)], strict=True)]
 
 
+def speed_page_rows(call: dict, impls: tuple[str, str]) -> list[list[str]]:
+    """A call's speed table as the page writes it: a row per precision, each implementation's median seq/s with its
+    lowest and highest round (bf16's in whole seq/s), then impls' ratios to transformers with each round's."""
+    table, rounds = speed_table(call), speed_rounds(call)
+
+    def cell(impl: str, precision: str, spec: str) -> str:
+        seqs = rounds[(impl, precision)]
+        return f"{table[f'{IMPL[impl]} {precision} seq/s']} ({min(seqs):{spec}}-{max(seqs):{spec}})"
+
+    return [[precision, *(cell(impl, precision, spec) for impl in (*impls, "hf")),
+             *(f"{table[f'{IMPL[impl]} {precision} / HF {precision}']} "
+               f"({', '.join(round_ratios(impl, precision, call))})" for impl in impls)]
+            for precision, spec in (("fp32", ".1f"), ("bf16", ".0f"))]
+
+
+def main_job_cells(run: dict) -> tuple[str, str]:
+    """A main-job run's training cell (epoch 1 + 2 = total) and dev cell (overall, then SST / Quora / STS r)."""
+    best = run["best"]
+    scores = (f"{four(best['dev_overall'])} ({four(best['dev_sst_accuracy'])} / {four(best['dev_para_accuracy'])}"
+              f" / {four(best['dev_sts_pearson'])})")
+    return " + ".join(f"{s:.1f}" for s in run["train_seconds"]) + f" = {trained(run):.1f} s", scores
+
+
 def test_training_md_the_main_job_on_an_h100_before_and_after_the_host_waits() -> None:
     page = flat(TRAINING)
     fp32, bf16 = BEFORE["runs"]
@@ -257,17 +280,8 @@ def test_gpu_md_calls_3_and_4() -> None:
     assert f"speed.py's protocol, {len(rounds[('hf', 'bf16')])} rounds of 10 warm-up and 30 timed steps" in page
     assert "--speed-rounds 3" in CALL3["run"]["command"] and len(rounds[("hf", "bf16")]) == 3
 
-    def cell(impl: str, precision: str, spec: str) -> str:
-        seqs = rounds[(impl, precision)]
-        return f"{table[f'{IMPL[impl]} {precision} seq/s']} ({min(seqs):{spec}}-{max(seqs):{spec}})"
-
-    expected = []
-    for precision, spec in (("fp32", ".1f"), ("bf16", ".0f")):        # the page writes bf16's ranges in whole seq/s
-        expected.append([precision, *(cell(impl, precision, spec) for impl in ("minbert-packed", "minbert-graphed", "hf")),
-                         *(f"{table[f'{IMPL[impl]} {precision} / HF {precision}']} "
-                           f"({', '.join(round_ratios(impl, precision, CALL3))})"
-                           for impl in ("minbert-packed", "minbert-graphed"))])
-    assert page_table(GPU, "| precision | minbert-packed | minbert-graphed | transformers |") == expected
+    assert (page_table(GPU, "| precision | minbert-packed | minbert-graphed | transformers |")
+            == speed_page_rows(CALL3, ("minbert-packed", "minbert-graphed")))
     own = float(table["graphed bf16 seq/s"]) / float(table["graphed fp32 seq/s"])
     assert f"the graphed step runs {float(table['graphed bf16 seq/s']):.0f} seq/s, {own:.1f}x its own fp32" in page
     assert (f"graphs gain {(float(table['graphed fp32 / HF fp32']) - 1) * 100:.0f}%") in page
@@ -277,12 +291,6 @@ def test_gpu_md_calls_3_and_4() -> None:
 
     c4, eager = CALL4["main"], trained(CALL4["main"]["fp32-off"])
 
-    def row(run: dict) -> tuple[str, str]:
-        best = run["best"]
-        scores = (f"{four(best['dev_overall'])} ({four(best['dev_sst_accuracy'])} / {four(best['dev_para_accuracy'])}"
-                  f" / {four(best['dev_sts_pearson'])})")
-        return " + ".join(f"{s:.1f}" for s in run["train_seconds"]) + f" = {trained(run):.1f} s", scores
-
     rows = page_table(GPU, "| run | training, epoch 1 + 2 | against eager fp32 | dev overall (SST / Quora / STS r) |",
                       whole=True)
     names = {"fp32-cuda-graphs": "fp32, `--cuda-graphs`", "bf16-cuda-graphs": "bf16, `--cuda-graphs`",
@@ -291,7 +299,7 @@ def test_gpu_md_calls_3_and_4() -> None:
     for key, name in names.items():
         ratio = eager / trained(c4[key])
         versus = "1" if key == "fp32-off" else (f"{ratio:.2f}x" if ratio < 1 else f"{ratio:.1f}x faster")
-        expected.append([name, *row(c4[key])[:1], versus, row(c4[key])[1]])
+        expected.append([name, *main_job_cells(c4[key])[:1], versus, main_job_cells(c4[key])[1]])
     assert rows == expected
     f1, f2 = c4["fp32-cuda-graphs"]["train_seconds"]
     b1, b2 = c4["bf16-cuda-graphs"]["train_seconds"]
@@ -312,7 +320,7 @@ def test_gpu_md_calls_3_and_4() -> None:
 
 
 def test_gpu_md_call_1_the_main_job_and_the_speed_table() -> None:
-    page, table, rounds = flat(GPU), speed_table(), speed_rounds()
+    page, rounds = flat(GPU), speed_rounds()
     fp32, bf16 = H100["main"]["fp32-off"], H100["main"]["bf16-off"]
     assert (f"fp32 {fp32['train_seconds'][0]:.1f} + {fp32['train_seconds'][1]:.1f} s training (dev overall "
             f"{four(fp32['best']['dev_overall'])}), bf16 {bf16['train_seconds'][0]:.1f} + "
@@ -323,29 +331,15 @@ def test_gpu_md_call_1_the_main_job_and_the_speed_table() -> None:
             f"{bf16['command_seconds']:.1f} s, fp32 {fp32['command_seconds']:.1f} s)") in page
     assert f"(speed.py's protocol, {len(rounds[('hf', 'fp32')])} rounds of " in page
 
-    def cell(impl: str, precision: str, spec: str) -> str:
-        seqs = rounds[(impl, precision)]
-        return f"{table[f'{IMPL[impl]} {precision} seq/s']} ({min(seqs):{spec}}-{max(seqs):{spec}})"
-
-    expected = []
-    for precision, spec in (("fp32", ".1f"), ("bf16", ".0f")):        # the page writes bf16's ranges in whole seq/s
-        expected.append([precision, *(cell(impl, precision, spec) for impl in ("minbert", "minbert-packed", "hf")),
-                         *(f"{table[f'{IMPL[impl]} {precision} / HF {precision}']} "
-                           f"({', '.join(round_ratios(impl, precision))})" for impl in ("minbert", "minbert-packed"))])
-    assert page_table(GPU, "| precision | minbert | minbert-packed | transformers |") == expected
+    assert (page_table(GPU, "| precision | minbert | minbert-packed | transformers |")
+            == speed_page_rows(H100, ("minbert", "minbert-packed")))
 
 
 def test_gpu_md_call_2_the_main_job_with_and_without_graphs() -> None:
     page, steps = flat(GPU), graph_steps(GRAPHS_FP32)
     eager = trained(EAGER_FP32)
 
-    def row(run: dict) -> tuple[str, str]:
-        best = run["best"]
-        scores = (f"{four(best['dev_overall'])} ({four(best['dev_sst_accuracy'])} / {four(best['dev_para_accuracy'])}"
-                  f" / {four(best['dev_sts_pearson'])})")
-        return " + ".join(f"{s:.1f}" for s in run["train_seconds"]) + f" = {trained(run):.1f} s", scores
-
-    fp32, bf16, off = row(GRAPHS_FP32), row(GRAPHS_BF16), row(EAGER_FP32)
+    fp32, bf16, off = main_job_cells(GRAPHS_FP32), main_job_cells(GRAPHS_BF16), main_job_cells(EAGER_FP32)
     log = H200["main"]["bf16-off"]
     assert log["exit"] == 124 and len(log["log"]) == 1       # stopped at the call's budget, one epoch logged
     epoch = re.search(r"epoch 1/2: .* dev overall ([\d.]+) .*, (\d+)s training", log["log"][0])
