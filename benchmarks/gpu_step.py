@@ -26,6 +26,10 @@ The parts, in this order (ORDER), each skipped when less of the budget is left t
           one round (speed.py --impl minbert-compiled hf; its compilation in the warm-up)
   compiled-resume  the exact resume of a run with --compile reduce-overhead (tests/test_cuda_step.py -k cuda_graphs:
           three compiled runs, the minutes the tests part leaves out), if the budget still has them
+  graphs-ab  the main job with --cuda-graphs in fp32 and in bf16, --main-rounds rounds (3 by default), each round's
+          two runs in a shuffled order (seeded): each round's training seconds, fp32/bf16 over both epochs and over
+          the second, and their medians; a round starts only when the budget holds two runs (not in the default
+          --parts: name it)
 The targets (issue 48, on an H100-class GPU): bert-base 32x128 training minbert/transformers >= 1.5 in bf16 (stretch
 2) and >= 1.2 in fp32; the main job's bf16 >= 1.2x faster than its fp32, its training >= 2x faster than 43 s (fp32
 before this change), its dev score within the seed noise of 0.7509.
@@ -38,7 +42,9 @@ import importlib.util
 import json
 import os
 import platform
+import random
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -48,10 +54,11 @@ ROOT = Path(__file__).resolve().parents[1]
 MINILM_FILES = ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 # the parts in the order they run: what matters most first, since a run may stop at its limit
 ORDER = ("tests", "main:fp32:cuda-graphs", "main:bf16:cuda-graphs", "main:fp32:off", "main:bf16:off", "speed",
-         "main:bf16:reduce-overhead", "compiled", "compiled-resume")
+         "main:bf16:reduce-overhead", "compiled", "compiled-resume", "graphs-ab")
 SEND_LIMIT_MIB = 64     # what a call to the GPU machine may send: the tracked tree and the carried folder together
 # seconds left that a part (the main job: one run) needs to start
-NEEDS = {"tests": 120, "speed": 150, "main": 70, "compiled": 150, "compiled-resume": 120}
+NEEDS = {"tests": 120, "speed": 150, "main": 70, "compiled": 150, "compiled-resume": 120, "graphs-ab": 100}
+DEFAULT_PARTS = [p for p in NEEDS if p != "graphs-ab"]
 SPEED_IMPLS = ("minbert", "minbert-packed", "minbert-graphed", "hf")
 
 
@@ -171,6 +178,34 @@ def main_job(precision: str, compile_mode: str, env: dict, out: Path, timeout: f
     return row
 
 
+def graphs_ab(env: dict, out: Path, report: Report, rounds: int, smoke: bool = False) -> None:
+    """The main job with --cuda-graphs in fp32 and bf16, `rounds` rounds, each round's order shuffled (seeded), into
+    report['graphs-ab'] as each run ends: whether bf16 trains faster than fp32 is decided by paired rounds, not by
+    one run of each."""
+    rows: list[dict] = []
+    for r in range(rounds):
+        if report.left() < NEEDS["graphs-ab"]:
+            break
+        order = ["fp32", "bf16"]
+        random.Random(48 + r).shuffle(order)
+        row: dict = {"order": order}
+        rows.append(row)
+        for precision in order:
+            row[precision] = main_job(precision, "cuda-graphs", env, out, report.left() - 5, smoke)
+            report.put("graphs-ab", {"rounds": rows, **graphs_ab_summary(rows)})
+
+
+def graphs_ab_summary(rows: list[dict]) -> dict:
+    """fp32/bf16 training seconds in each finished round, over both epochs and over the second, and their medians."""
+    done = [r for r in rows
+            if all(r.get(p, {}).get("exit") == 0 and r[p].get("train_seconds") for p in ("fp32", "bf16"))]
+    whole = [sum(r["fp32"]["train_seconds"]) / sum(r["bf16"]["train_seconds"]) for r in done]
+    second = [r["fp32"]["train_seconds"][-1] / r["bf16"]["train_seconds"][-1] for r in done]
+    return {"fp32_over_bf16": [round(x, 3) for x in whole], "second_epoch": [round(x, 3) for x in second],
+            "median": round(statistics.median(whole), 3) if whole else None,
+            "median_second_epoch": round(statistics.median(second), 3) if second else None}
+
+
 def reserve(part: str, parts: list[str]) -> float:
     """Seconds to leave, when `part` runs, for the next selected part to start (5 where none follows)."""
     later = [p.split(":")[0] for p in ORDER[ORDER.index(part) + 1:] if p.split(":")[0] in parts]
@@ -178,7 +213,7 @@ def reserve(part: str, parts: list[str]) -> float:
 
 
 def run(weights: Path, out: Path, budget: float, parts: list[str], smoke: bool = False,
-        speed_impls: tuple[str, ...] = SPEED_IMPLS, speed_rounds: int = 2) -> None:
+        speed_impls: tuple[str, ...] = SPEED_IMPLS, speed_rounds: int = 2, main_rounds: int = 3) -> None:
     """The parts in ORDER (those named in `parts`), each started only when the budget has what it needs."""
     out.mkdir(parents=True, exist_ok=True)
     report = Report(out, budget)
@@ -194,7 +229,9 @@ def run(weights: Path, out: Path, budget: float, parts: list[str], smoke: bool =
         if report.left() < NEEDS[kind]:
             report.put(part, "skipped: out of time")
             continue
-        if kind in ("tests", "compiled-resume"):
+        if kind == "graphs-ab":
+            graphs_ab(env, out, report, main_rounds, smoke)
+        elif kind in ("tests", "compiled-resume"):
             which = (["-k", "not cuda_graphs", "tests/test_cuda_step.py", "tests/test_packed.py", "tests/test_cuda.py"]
                      if kind == "tests" else ["-k", "cuda_graphs", "tests/test_cuda_step.py"])
             limit = min(150, report.left() - 60) if kind == "tests" else report.left() - 5
@@ -240,17 +277,20 @@ def main() -> None:
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--budget", type=float, default=540, help="seconds for the whole run (parts that would not fit "
                                                             "are skipped)")
-    r.add_argument("--parts", nargs="+", choices=tuple(NEEDS), default=list(NEEDS))
+    r.add_argument("--parts", nargs="+", choices=tuple(NEEDS), default=DEFAULT_PARTS,
+                   help="the parts to run, in ORDER whatever the order given (default: all but graphs-ab)")
     r.add_argument("--speed-impls", nargs="+", default=list(SPEED_IMPLS), choices=SPEED_IMPLS,
                    help="the speed part's implementations (default: all four)")
     r.add_argument("--speed-rounds", type=int, default=2, help="the speed part's rounds (default 2)")
+    r.add_argument("--main-rounds", type=int, default=3, help="graphs-ab's rounds (default 3)")
     r.add_argument("--smoke", action="store_true", help="the same parts on the CPU at tiny sizes, to check the "
                                                        "script itself before spending a GPU's minutes on it")
     args = parser.parse_args()
     if args.what == "pack":
         pack(args.out)
     else:
-        run(args.weights, args.out, args.budget, args.parts, args.smoke, tuple(args.speed_impls), args.speed_rounds)
+        run(args.weights, args.out, args.budget, args.parts, args.smoke, tuple(args.speed_impls), args.speed_rounds,
+            args.main_rounds)
 
 
 if __name__ == "__main__":

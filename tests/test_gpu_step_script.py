@@ -5,6 +5,7 @@ it loads differs from the packaged one by fp16 rounding only. The GPU parts them
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -54,7 +55,8 @@ def test_the_speed_part_leaves_the_next_selected_part_its_start():
     assert gpu_step.reserve("speed", ["tests", "speed", "main"]) == gpu_step.NEEDS["main"]   # reduce-overhead main
     assert gpu_step.reserve("speed", ["tests", "speed", "compiled-resume"]) == gpu_step.NEEDS["compiled-resume"]
     assert gpu_step.reserve("speed", ["speed"]) == 5
-    assert gpu_step.reserve("compiled-resume", list(gpu_step.NEEDS)) == 5
+    assert gpu_step.reserve("compiled-resume", gpu_step.DEFAULT_PARTS) == 5
+    assert gpu_step.reserve("compiled-resume", list(gpu_step.NEEDS)) == gpu_step.NEEDS["graphs-ab"]
 
 
 def test_speed_goes_on_past_a_failing_implementation_and_exits_1(monkeypatch, capsys):
@@ -79,3 +81,38 @@ def test_speed_goes_on_past_a_failing_implementation_and_exits_1(monkeypatch, ca
     row = next(line for line in out.out.splitlines() if line.startswith("| 2 x 8"))
     assert row.split(" | ")[2:5] == ["20.0", "nan", "10.0"] and " 2.00 " in row     # minbert/HF still computed
     assert "capture error" in out.err
+
+
+def test_graphs_ab_pairs_shuffled_rounds_and_stops_at_the_budget(tmp_path, monkeypatch):
+    """graphs-ab: each round runs fp32 and bf16 with --cuda-graphs in a seeded shuffled order, the report holds each
+    round's ratios (both epochs, the second) and their medians as each run ends, and no round starts without the
+    budget for two runs."""
+    seconds = {"fp32": [12.0, 7.0], "bf16": [10.0, 5.0]}
+    calls = []
+
+    def fake(precision, compile_mode, env, out, timeout, smoke=False):
+        calls.append((precision, compile_mode))
+        return {"exit": 0, "train_seconds": seconds[precision]}
+    monkeypatch.setattr(gpu_step, "main_job", fake)
+    report = gpu_step.Report(tmp_path, budget=10 ** 6)
+    gpu_step.graphs_ab({}, tmp_path, report, rounds=4)
+    rows = report.data["graphs-ab"]["rounds"]
+    assert len(rows) == 4 and all(sorted(r["order"]) == ["bf16", "fp32"] for r in rows)
+    assert {tuple(r["order"]) for r in rows} == {("fp32", "bf16"), ("bf16", "fp32")}      # shuffled, not fixed
+    assert calls == [(p, "cuda-graphs") for r in rows for p in r["order"]]
+    summary = report.data["graphs-ab"]
+    assert summary["fp32_over_bf16"] == [round(19 / 15, 3)] * 4 and summary["second_epoch"] == [1.4] * 4
+    assert summary["median"] == round(19 / 15, 3) and summary["median_second_epoch"] == 1.4
+    assert json.loads((tmp_path / "gpu-step.json").read_text())["graphs-ab"] == summary
+    # a round whose runs failed is listed but not counted; no round starts with less than NEEDS left
+    assert gpu_step.graphs_ab_summary([{"order": ["fp32", "bf16"], "fp32": {"exit": 124}, "bf16": {"exit": 0}}]) == {
+        "fp32_over_bf16": [], "second_epoch": [], "median": None, "median_second_epoch": None}
+    calls.clear()
+    short = gpu_step.Report(tmp_path, budget=gpu_step.NEEDS["graphs-ab"] - 1)
+    gpu_step.graphs_ab({}, tmp_path, short, rounds=3)
+    assert calls == [] and "graphs-ab" not in short.data
+
+
+def test_graphs_ab_is_named_not_default():
+    assert "graphs-ab" in gpu_step.ORDER and "graphs-ab" not in gpu_step.DEFAULT_PARTS
+    assert set(gpu_step.DEFAULT_PARTS) | {"graphs-ab"} == set(gpu_step.NEEDS)
