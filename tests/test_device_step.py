@@ -7,6 +7,7 @@ tests/test_cuda.py runs the same step on a GPU under torch.cuda.set_sync_debug_m
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ import minbert.model
 from minbert.multitask import EncoderInput, MultitaskBert, MultitaskConfig
 from tasks import multitask
 from tasks.core import step
-from tasks.core.batching import pad_lengths, to_device
+from tasks.core.batching import pad_lengths, position_limit, to_device
 from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint
 from tasks.core.step import LossReads, Taken, attention_kernels, read_every
 from tasks.multitask.model import prepare_inputs
@@ -143,6 +144,24 @@ def test_padding_to_a_few_lengths_leaves_the_loss_as_it_is(tiny_multitask):
     with torch.no_grad():
         torch.testing.assert_close(model.loss("para", padded), model.loss("para", batch), rtol=1e-6, atol=1e-6)
     assert pad_lengths(batch, 1) is batch
+
+
+def test_padding_stops_at_the_models_positions(tiny_config):
+    """A model with 40 positions takes a (2, 40) batch; padded to 64 it would refuse it: the padding stops at 40."""
+    model = minbert.BertModel(replace(tiny_config, max_position_embeddings=40)).eval()
+    batch = {"input_ids": torch.ones(2, 40, dtype=torch.long), "attention_mask": torch.ones(2, 40, dtype=torch.long),
+             "token_type_ids": torch.zeros(2, 40, dtype=torch.long)}
+    limit = position_limit(torch.nn.ModuleDict({"bert": model}))
+    assert limit == 40 and position_limit(torch.nn.Linear(2, 2)) is None
+    padded = pad_lengths(batch, 32, limit)
+    assert padded["input_ids"].shape == (2, 40)
+    with torch.no_grad():
+        model(**padded)
+    assert pad_lengths(batch, 32)["input_ids"].shape == (2, 64)                     # without the limit: past it
+    short = {k: v[:, :20] for k, v in batch.items()}
+    assert pad_lengths(short, 32, limit)["input_ids"].shape == (2, 32)              # below it: rounded up as before
+    long = {k: torch.ones(2, 50, dtype=torch.long) for k in batch}
+    assert pad_lengths(long, 32, limit)["input_ids"].shape == (2, 64)               # already past: the model says so
 
 
 def test_to_device_keeps_the_structure_of_a_batch():

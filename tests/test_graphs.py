@@ -43,6 +43,66 @@ def test_the_settings_a_graph_cannot_hold_are_refused_by_name():
         check_graphs(torch.device("cpu"), main_job, fused, parallel=True, terms=True, post_step=True)
 
 
+def test_gradient_checkpointing_is_refused_by_name(tiny_config):
+    """A checkpointed layer's recomputation saves the CUDA generator's state, which a capture refuses: fit names it
+    among the needs before any step, instead of a capture failing with another step's advice."""
+    fused = torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))], fused=True)
+    with pytest.raises(ValueError, match="--cuda-graphs needs no --gradient-checkpointing"):
+        check_graphs(CUDA, Recipe(cuda_graphs=True), fused, checkpointing=True)
+    model = minbert.BertModel(tiny_config)
+    model.gradient_checkpointing = True
+    work = Work(model, torch.optim.AdamW(model.parameters(), fused=True), lambda epoch: pytest.fail("a step ran"),
+                lambda m, b: pytest.fail("a step ran"), lambda m: {"m": 0.0}, "m")
+    with pytest.raises(ValueError, match="a CUDA device .this run's is cpu.; no --gradient-checkpointing"):
+        fit(work, Recipe(cuda_graphs=True), FitOptions(epochs=1, device=torch.device("cpu"), seed=0, progress=False))
+
+
+class FakeCapture:
+    """torch.cuda.graph's shape on a CPU: its exit ends the capture, which raises after an invalidated one."""
+    invalidated = False
+
+    def __init__(self, graph, pool=None, stream=None):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if FakeCapture.invalidated:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+
+@pytest.mark.parametrize("raised, invalidates, expected", [
+    (RuntimeError("operation not permitted when stream is capturing"), True,
+     (RuntimeError, "could not be captured as a CUDA graph .operation not permitted when stream is capturing.")),
+    (None, True, (RuntimeError, "could not be captured as a CUDA graph .CUDA error: operation failed due to")),
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), True,
+     (torch.OutOfMemoryError, "^CUDA out of memory")),
+    (KeyError("labels"), True, (KeyError, "labels"))])
+def test_a_failed_capture_reports_the_steps_own_error(raised, invalidates, expected, monkeypatch):
+    """The step's error, not the one ending an invalidated capture raises after it; out of memory and errors that
+    are not CUDA's pass as they are, not relabelled as a read back to the host."""
+    monkeypatch.setattr(torch.cuda, "graph", FakeCapture)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
+    monkeypatch.setattr(FakeCapture, "invalidated", invalidates)
+    graphs = StepGraphs.__new__(StepGraphs)
+    graphs.device, graphs.pool, graphs.stream = torch.device("cpu"), None, None
+    graphs.optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))])
+    graphs.graphs, graphs.counts = {}, {"eager": 0, "captured": 0, "replayed": 0}
+    batch = {"task": "sst", "input_ids": torch.ones(2, 32, dtype=torch.long)}
+    graphs.seen = {shape_key(batch)}                                   # its eager step ran: this one is captured
+    monkeypatch.setattr("tasks.core.graphs._copy_into", lambda static, b: None)
+
+    def body(on_device):
+        if raised is not None:
+            raise raised
+        return torch.zeros(())
+    kind, message = expected
+    with pytest.raises(kind, match=message):
+        graphs.step(batch, body)
+    assert graphs.graphs == {} and graphs.counts["captured"] == 0
+
+
 def test_fit_refuses_graphs_before_any_step_naming_each_need():
     """fit() hands check_graphs what the run has: the device, the optimiser, a post-step hook (and torchrun and
     the extension terms, which a CPU test cannot start)."""

@@ -206,15 +206,26 @@ def to_device(batch: dict, device: torch.device | str) -> dict:
     return map_tensors(batch, move)
 
 
-def pad_lengths(batch: dict, multiple: int) -> dict:
+def pad_lengths(batch: dict, multiple: int, limit: int | None = None) -> dict:
     """The batch with every token sequence, each (B, T) integer tensor (ids, masks, segments; map_tensors),
-    right-padded with 0 to T rounded up to a multiple of `multiple`: a few shapes instead of one per length, so that
-    a compiled or captured step is reused (the model masks the padding: the same outputs)."""
+    right-padded with 0 to T rounded up to a multiple of `multiple`, but never past `limit` (the model's positions):
+    a few shapes instead of one per length, so that a compiled or captured step is reused (the model masks the
+    padding: the same outputs)."""
     def grow(t: torch.Tensor) -> torch.Tensor:
         if t.dim() != 2 or t.is_floating_point() or t.dtype == torch.bool or t.shape[1] % multiple == 0:
             return t
-        return F.pad(t, (0, -t.shape[1] % multiple))                  # (B, T) -> (B, T rounded up)
+        target = t.shape[1] + -t.shape[1] % multiple
+        if limit is not None and t.shape[1] <= limit:
+            target = min(target, limit)
+        return F.pad(t, (0, target - t.shape[1]))                     # (B, T) -> (B, T rounded up)
     return map_tensors(batch, grow) if multiple > 1 else batch
+
+
+def position_limit(model: torch.nn.Module) -> int | None:
+    """The most tokens the model's position tables hold (the smallest over its encoders; None: none inside)."""
+    limits = [m.config.max_position_embeddings for m in model.modules()
+              if isinstance(getattr(getattr(m, "config", None), "max_position_embeddings", None), int)]
+    return min(limits) if limits else None
 
 
 def model_inputs(batch: dict) -> Batch:

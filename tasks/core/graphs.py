@@ -55,7 +55,7 @@ def optimizer_kind(optimizer: torch.optim.Optimizer) -> str:
 
 
 def check_graphs(device: torch.device, recipe, optimizer: torch.optim.Optimizer, parallel: bool = False,
-                 terms: bool = False, post_step: bool = False) -> None:
+                 terms: bool = False, post_step: bool = False, checkpointing: bool = False) -> None:
     """Refuse --cuda-graphs where a step does work a graph cannot replay, naming every setting it needs."""
     problems = []
     if device.type != "cuda":
@@ -70,6 +70,9 @@ def check_graphs(device: torch.device, recipe, optimizer: torch.optim.Optimizer,
         problems.append("--gradual-unfreezing 0 (it drops gradients on the host each step)")
     if recipe.compile != "off":
         problems.append("--compile off (reduce-overhead is torch.compile's own CUDA graphs)")
+    if checkpointing:
+        problems.append("no --gradient-checkpointing (its recomputation reads the CUDA generator's state, which a "
+                        "capture cannot)")
     if parallel:
         problems.append("one process (no torchrun)")
     if terms:
@@ -138,12 +141,17 @@ class StepGraphs:
         static = map_tensors(batch, lambda t: torch.empty_like(t, device=self.device))
         _copy_into(static, batch)
         graph, states = torch.cuda.CUDAGraph(), len(self.optimizer.state)
+        failure: BaseException | None = None
         try:
             with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
-                loss = body(static)
-        except RuntimeError as e:
-            raise RuntimeError(f"--cuda-graphs: this step could not be captured as a CUDA graph ({e}); a step that "
-                               "reads values back to the host cannot be: run without --cuda-graphs") from e
+                try:
+                    loss = body(static)
+                except Exception as e:  # noqa: BLE001 -- the step's own error: ending the capture may raise another
+                    failure = e
+        except RuntimeError as e:                    # capture_end's, after an invalidated capture
+            failure = failure or e
+        if failure is not None:
+            _capture_failed(failure)
         if len(self.optimizer.state) != states:          # it would live in the shared pool, which other graphs reuse
             raise RuntimeError("--cuda-graphs: the optimiser made new state while a step was captured (a parameter "
                                "that had no gradient in this shape's eager step); run without --cuda-graphs")
@@ -157,6 +165,15 @@ class StepGraphs:
         c = self.counts
         return (f"CUDA graphs: {c['captured']} shapes captured, {c['replayed']} steps replayed, {c['eager']} eager "
                 "(each shape's first)")
+
+
+def _capture_failed(failure: BaseException) -> None:
+    """Raise what stopped a capture: the step's own error, or (a RuntimeError but out of memory) one that says which
+    steps a graph cannot hold."""
+    if not isinstance(failure, RuntimeError) or isinstance(failure, torch.OutOfMemoryError):
+        raise failure
+    raise RuntimeError(f"--cuda-graphs: this step could not be captured as a CUDA graph ({failure}); a step that "
+                       "reads values back to the host cannot be: run without --cuda-graphs") from failure
 
 
 def _copy_into(static: dict, batch: dict) -> None:

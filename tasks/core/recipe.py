@@ -113,8 +113,8 @@ class Recipe:
              "host. Sequences are padded to a multiple of "
              f"{PAD_MULTIPLE} tokens, and a replay computes what an eager step does on the padded batch (a resume "
              "may turn it on or off: the padding changes rounding only); needs --optimizer fused, fp32 or bf16, "
-             "--grad-accum 1, --compile off, no gradual unfreezing, one process, and no extension term or post-step "
-             "hook (tasks/core/graphs.py)")
+             "--grad-accum 1, --compile off, no gradual unfreezing or gradient checkpointing, one process, and no "
+             "extension term or post-step hook (tasks/core/graphs.py)")
 
     def loop(self) -> dict:
         """The fields fit() reads (LOOP_FIELDS), by name."""

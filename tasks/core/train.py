@@ -49,7 +49,7 @@ from torch import nn
 from tqdm import tqdm
 
 from . import distributed as dp
-from .batching import pad_lengths, step_groups, to_device
+from .batching import pad_lengths, position_limit, step_groups, to_device
 from .checkpoints import (
     CHECKPOINT_KEYS,
     KILL_AT_STEP,
@@ -150,8 +150,10 @@ class _Loop:
             lambda batch: work.loss(model, batch)), recipe.compile)
         self.reads = LossReads(read_every(device, options.read_every))  # the losses still on the device
         if recipe.cuda_graphs:
-            check_graphs(device, recipe, optimizer, self.parallel, bool(terms.active), work.post_step is not None)
+            check_graphs(device, recipe, optimizer, self.parallel, bool(terms.active), work.post_step is not None,
+                         any(getattr(m, "checkpointing", False) for m in model.modules()))
         self.graphs = StepGraphs(device, optimizer) if recipe.cuda_graphs else None
+        self.max_tokens = position_limit(model)      # padding to PAD_MULTIPLE stops at the model's positions
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.schedule: LinearSchedule | None = None
         self.total: int | None = None                # optimiser steps of the whole run, once known
@@ -283,7 +285,7 @@ class _Loop:
             if self.work.prepare is not None:          # on the CPU, before the copy: what shapes the batch
                 part = self.work.prepare(part)
             if self.recipe.compile != "off":           # a few lengths, so that compiled steps are reused
-                part = pad_lengths(part, PAD_MULTIPLE)
+                part = pad_lengths(part, PAD_MULTIPLE, self.max_tokens)
             part = to_device(part, self.device)
             if self.recipe.compile == "reduce-overhead":
                 torch.compiler.cudagraph_mark_step_begin()  # each forward a new replay of the captured graphs
@@ -350,7 +352,7 @@ class _Loop:
         """One optimiser step as StepGraphs takes it (tasks/core/graphs.py): prepared and padded on the CPU, the
         learning rate set outside the graph, then zero_grad, the loss, backward and the update as one graph."""
         part = self.work.prepare(batch) if self.work.prepare is not None else batch
-        part = pad_lengths(part, PAD_MULTIPLE)
+        part = pad_lengths(part, PAD_MULTIPLE, self.max_tokens)
         self._set_lr()
 
         def body(on_device: dict) -> torch.Tensor:
