@@ -62,8 +62,9 @@ def test_rdrop_loss_by_hand():
     assert symmetric_kl(p, p).item() == 0.0
 
 
-def test_rdrop_is_one_module_one_section_one_registration():
+def test_rdrop_is_one_module_one_section_one_registration(monkeypatch):
     """docs/extensions.md's three places hold every line that names R-Drop; the command and the loop hold none."""
+    monkeypatch.setitem(TERMS, "multitask", [*TERMS["multitask"], Term("mine", "rdrop", lambda s, c: None)])  # yours
     named = sorted(str(p.relative_to(ROOT)) for folder in ("minbert", "tasks") for p in (ROOT / folder).rglob("*.py")
                    if "rdrop" in p.read_text(encoding="utf-8").lower())
     assert named == ["minbert/rdrop.py", "tasks/multitask/settings.py", "tasks/multitask/terms.py"]
@@ -72,7 +73,7 @@ def test_rdrop_is_one_module_one_section_one_registration():
     outside = [line for i, line in enumerate(settings) if "rdrop" in line.lower() and not start <= i < start + 12]
     assert [" ".join(line.split()) for line in outside] == ["rdrop R-Drop's regulariser -> minbert.rdrop",
                                                              "rdrop: RDrop = section(RDrop)"]
-    assert [t.name for t in TERMS["multitask"]][-1] == "rdrop"                           # its one registration
+    assert [t.name for t in TERMS["multitask"]].count("rdrop") == 1      # its one registration, wherever yours go
     for code in (multitask.run, train.fit, train._Loop):                      # nor any other extension's
         assert not {"smart", "pcgrad", "surgery", "embedding"} & set(inspect.getsource(code).lower().split()), code
 

@@ -91,6 +91,13 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", requir
     try:
         state = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises RuntimeError, OSError, EOFError, UnpicklingError, ...
+        refused = next((line.strip() for line in str(e).splitlines() if "WeightsUnpickler error" in line), None)
+        if refused is not None:              # whole, but a value that weights_only refuses: torch's reason, kept
+            raise ResumeError(f"{path}: cannot read the training checkpoint: it holds a value that loading with "
+                              f"weights_only refuses ({refused.split('. ')[0][:300]}); it was written with something "
+                              "other than tensors and plain python values in it (a numpy scalar in an extension "
+                              "term's state() or log?): keep those as float(x), int(x) and start again without "
+                              "--resume") from None
         detail = next((line for line in str(e).splitlines() if line.strip()), "no details").split(". ")[0][:200]
         raise ResumeError(f"{path}: cannot read the training checkpoint ({type(e).__name__}: {detail}); it is "
                           "truncated or damaged: resume from another copy, or start again without --resume") from None
