@@ -13,6 +13,7 @@ import inspect
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -29,6 +30,7 @@ from test_faults import assert_same_run, killed
 from test_typed_multitask import SIX, argv
 from torch import nn
 
+from assignments.profiles import PROFILES
 from minbert.rdrop import output_divergence, rdrop_loss, symmetric_kl
 from tasks import multitask, predict
 from tasks.core import train
@@ -349,3 +351,32 @@ def test_atomic_writes_honour_the_umask(umask, tmp_path):
         os.umask(old)
     for name in ("checkpoint.pt", "out.txt"):
         assert oct((tmp_path / name).stat().st_mode & 0o777) == oct(0o666 & ~umask), name
+
+
+def test_the_readme_leads_to_the_extension_path():
+    """From the reading path and from the extensions table (R-Drop's row, the worked example)."""
+    readme = (ROOT / "README.md").read_text()
+    assert "(docs/extensions.md)" in readme[readme.index("## Reading path"):readme.index("## Handing it out")]
+    row = next(line for line in readme[readme.index("## Extensions"):].splitlines() if "R-Drop" in line)
+    assert "`minbert/rdrop.py`" in row and "--rdrop-alpha" in row and "[extensions](docs/extensions.md)" in row
+
+
+def test_the_page_names_setting_arguments_that_exist_and_shows_a_field_as_the_code_has_it():
+    page = (ROOT / "docs" / "extensions.md").read_text()
+    named = {k for call in re.findall(r"`setting\(([^`]*)\)`", page) for k in re.findall(r"(\w+)=", call)}
+    assert named and named <= set(inspect.signature(setting).parameters), named
+    code = " ".join((ROOT / "tasks" / "multitask" / "settings.py").read_text().split())
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
+    assert any("rdrop_alpha: float = setting(" in b and " ".join(b.split()) in code for b in blocks)
+
+
+def test_the_pages_a_tree_ships_name_only_commands_that_tree_has():
+    """A `python -m tasks.X` on a page a profile ships is one of its commands, or its sentence says whose it is."""
+    for profile in PROFILES.values():
+        for page in profile.docs:
+            text = " ".join((ROOT / page).read_text().split())
+            for m in re.finditer(r"python -m (tasks(?:\.\w+)+)", text):
+                if profile.commands is None or m.group(1) in profile.commands:
+                    continue
+                sentence = text[text.rfind(". ", 0, m.start()) + 1:text.find(". ", m.end())]
+                assert "reference repository" in sentence, (profile.name, page, sentence)
