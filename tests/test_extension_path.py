@@ -34,7 +34,7 @@ from assignments.profiles import PROFILES
 from minbert.rdrop import output_divergence, rdrop_loss, symmetric_kl
 from tasks import multitask, predict
 from tasks.core import train
-from tasks.core.checkpoints import KILL_AT_STEP, check_config, load_checkpoint, save_checkpoint
+from tasks.core.checkpoints import KILL_AT_STEP, check_config, load_checkpoint, run_differences, save_checkpoint
 from tasks.core.errors import ConfigurationError, ResumeError
 from tasks.core.evaluation import write_text
 from tasks.core.resume import resume_config
@@ -279,10 +279,29 @@ def test_a_term_that_keeps_state_across_epochs_resumes_to_the_uninterrupted_run(
         flags = argv(tiny_dir, multitask_files, split, "--epochs", "2", "--save-every", str(per_epoch + 2))
         resumed = interrupted_then_resumed(flags, split, monkeypatch, step)
         assert_same(whole, split)
+        assert run_differences(whole, split) == []                            # the students' check agrees
         assert resumed["rdrop"] == out["rdrop"], name
         for file in ("run.json", "predictions/multitask-summary.json"):
             was, now = (json.loads((d / file).read_text()) for d in (whole, split))
             assert now.get("result", now)["rdrop"] == was.get("result", was)["rdrop"], (name, file)
+
+
+class Forgetful(Balance):
+    """Balance with state() and load_state() left out: its weights of the last epoch are lost on a resume."""
+
+    state, load_state = Extension.state, Extension.load_state
+
+
+def test_the_students_resume_check_finds_a_term_whose_state_is_not_saved(tiny_dir, multitask_files, tmp_path,
+                                                                         monkeypatch):
+    """docs/extensions.md's "Check a term's resume": run_differences names what the forgotten state changed."""
+    with_term(monkeypatch, "balance", lambda context: Forgetful())
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    multitask.run(multitask.parse_settings(argv(tiny_dir, multitask_files, whole, "--epochs", "2")))
+    interrupted_then_resumed(argv(tiny_dir, multitask_files, split, "--epochs", "2"), split, monkeypatch)
+    found = run_differences(whole, split)
+    assert any(k.startswith("model.") for k in found), found
+    assert any(k.startswith("history epoch 2 train_loss") for k in found), found
 
 
 @pytest.mark.parametrize("term", [Shuffle, Pool], ids=["global-rng-when-called", "its-generator-as-read"])

@@ -146,3 +146,19 @@ def trained_encoder(checkpoint: str | Path, base: str, attn_implementation: str 
         raise ConfigurationError(f"{checkpoint}: its encoder does not fit {base}'s (missing {missing[:3]}, "
                                  f"unexpected {unexpected[:3]})")
     return bert, full
+
+
+def run_differences(whole: str | Path, resumed: str | Path) -> list[str]:
+    """What differs between the final checkpoints of two runs of the same settings (run directories or files), one
+    never interrupted and one killed and resumed: model and best-state tensors, the history less its seconds; [] when
+    the resume was exact (docs/extensions.md, "Check a term's resume")."""
+    a, b = (load_checkpoint(Path(p) / "checkpoint.pt" if Path(p).is_dir() else p) for p in (whole, resumed))
+    out = [f"{part}.{k}" for part in ("model", "best_state") for k in sorted(set(a[part]) | set(b[part]))
+           if k not in a[part] or k not in b[part] or not torch.equal(a[part][k], b[part][k])]
+    history = [[{k: v for k, v in h.items() if not k.endswith("seconds")} for h in c["history"]] for c in (a, b)]
+    if len(history[0]) != len(history[1]):
+        out.append(f"history: {len(history[0])} epochs, resumed {len(history[1])}")
+    for epoch, (x, y) in enumerate(zip(*history), 1):
+        out += [f"history epoch {epoch} {k}: {x.get(k)} resumed {y.get(k)}" for k in sorted(set(x) | set(y))
+                if x.get(k) != y.get(k)]
+    return out
