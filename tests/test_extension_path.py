@@ -13,6 +13,7 @@ import inspect
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -29,10 +30,11 @@ from test_faults import assert_same_run, killed
 from test_typed_multitask import SIX, argv
 from torch import nn
 
+from assignments.profiles import PROFILES
 from minbert.rdrop import output_divergence, rdrop_loss, symmetric_kl
 from tasks import multitask, predict
 from tasks.core import train
-from tasks.core.checkpoints import KILL_AT_STEP, check_config, load_checkpoint, save_checkpoint
+from tasks.core.checkpoints import KILL_AT_STEP, check_config, load_checkpoint, run_differences, save_checkpoint
 from tasks.core.errors import ConfigurationError, ResumeError
 from tasks.core.evaluation import write_text
 from tasks.core.resume import resume_config
@@ -62,8 +64,9 @@ def test_rdrop_loss_by_hand():
     assert symmetric_kl(p, p).item() == 0.0
 
 
-def test_rdrop_is_one_module_one_section_one_registration():
+def test_rdrop_is_one_module_one_section_one_registration(monkeypatch):
     """docs/extensions.md's three places hold every line that names R-Drop; the command and the loop hold none."""
+    monkeypatch.setitem(TERMS, "multitask", [*TERMS["multitask"], Term("mine", "rdrop", lambda s, c: None)])  # yours
     named = sorted(str(p.relative_to(ROOT)) for folder in ("minbert", "tasks") for p in (ROOT / folder).rglob("*.py")
                    if "rdrop" in p.read_text(encoding="utf-8").lower())
     assert named == ["minbert/rdrop.py", "tasks/multitask/settings.py", "tasks/multitask/terms.py"]
@@ -72,7 +75,7 @@ def test_rdrop_is_one_module_one_section_one_registration():
     outside = [line for i, line in enumerate(settings) if "rdrop" in line.lower() and not start <= i < start + 12]
     assert [" ".join(line.split()) for line in outside] == ["rdrop R-Drop's regulariser -> minbert.rdrop",
                                                              "rdrop: RDrop = section(RDrop)"]
-    assert [t.name for t in TERMS["multitask"]][-1] == "rdrop"                           # its one registration
+    assert [t.name for t in TERMS["multitask"]].count("rdrop") == 1      # its one registration, wherever yours go
     for code in (multitask.run, train.fit, train._Loop):                      # nor any other extension's
         assert not {"smart", "pcgrad", "surgery", "embedding"} & set(inspect.getsource(code).lower().split()), code
 
@@ -276,10 +279,29 @@ def test_a_term_that_keeps_state_across_epochs_resumes_to_the_uninterrupted_run(
         flags = argv(tiny_dir, multitask_files, split, "--epochs", "2", "--save-every", str(per_epoch + 2))
         resumed = interrupted_then_resumed(flags, split, monkeypatch, step)
         assert_same(whole, split)
+        assert run_differences(whole, split) == []                            # the students' check agrees
         assert resumed["rdrop"] == out["rdrop"], name
         for file in ("run.json", "predictions/multitask-summary.json"):
             was, now = (json.loads((d / file).read_text()) for d in (whole, split))
             assert now.get("result", now)["rdrop"] == was.get("result", was)["rdrop"], (name, file)
+
+
+class Forgetful(Balance):
+    """Balance with state() and load_state() left out: its weights of the last epoch are lost on a resume."""
+
+    state, load_state = Extension.state, Extension.load_state
+
+
+def test_the_students_resume_check_finds_a_term_whose_state_is_not_saved(tiny_dir, multitask_files, tmp_path,
+                                                                         monkeypatch):
+    """docs/extensions.md's "Check a term's resume": run_differences names what the forgotten state changed."""
+    with_term(monkeypatch, "balance", lambda context: Forgetful())
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    multitask.run(multitask.parse_settings(argv(tiny_dir, multitask_files, whole, "--epochs", "2")))
+    interrupted_then_resumed(argv(tiny_dir, multitask_files, split, "--epochs", "2"), split, monkeypatch)
+    found = run_differences(whole, split)
+    assert any(k.startswith("model.") for k in found), found
+    assert any(k.startswith("history epoch 2 train_loss") for k in found), found
 
 
 @pytest.mark.parametrize("term", [Shuffle, Pool], ids=["global-rng-when-called", "its-generator-as-read"])
@@ -348,3 +370,32 @@ def test_atomic_writes_honour_the_umask(umask, tmp_path):
         os.umask(old)
     for name in ("checkpoint.pt", "out.txt"):
         assert oct((tmp_path / name).stat().st_mode & 0o777) == oct(0o666 & ~umask), name
+
+
+def test_the_readme_leads_to_the_extension_path():
+    """From the reading path and from the extensions table (R-Drop's row, the worked example)."""
+    readme = (ROOT / "README.md").read_text()
+    assert "(docs/extensions.md)" in readme[readme.index("## Reading path"):readme.index("## Handing it out")]
+    row = next(line for line in readme[readme.index("## Extensions"):].splitlines() if "R-Drop" in line)
+    assert "`minbert/rdrop.py`" in row and "--rdrop-alpha" in row and "[extensions](docs/extensions.md)" in row
+
+
+def test_the_page_names_setting_arguments_that_exist_and_shows_a_field_as_the_code_has_it():
+    page = (ROOT / "docs" / "extensions.md").read_text()
+    named = {k for call in re.findall(r"`setting\(([^`]*)\)`", page) for k in re.findall(r"(\w+)=", call)}
+    assert named and named <= set(inspect.signature(setting).parameters), named
+    code = " ".join((ROOT / "tasks" / "multitask" / "settings.py").read_text().split())
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
+    assert any("rdrop_alpha: float = setting(" in b and " ".join(b.split()) in code for b in blocks)
+
+
+def test_the_pages_a_tree_ships_name_only_commands_that_tree_has():
+    """A `python -m tasks.X` on a page a profile ships is one of its commands, or its sentence says whose it is."""
+    for profile in PROFILES.values():
+        for page in profile.docs:
+            text = " ".join((ROOT / page).read_text().split())
+            for m in re.finditer(r"python -m (tasks(?:\.\w+)+)", text):
+                if profile.commands is None or m.group(1) in profile.commands:
+                    continue
+                sentence = text[text.rfind(". ", 0, m.start()) + 1:text.find(". ", m.end())]
+                assert "reference repository" in sentence, (profile.name, page, sentence)

@@ -91,6 +91,13 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", requir
     try:
         state = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises RuntimeError, OSError, EOFError, UnpicklingError, ...
+        refused = next((line.strip() for line in str(e).splitlines() if "WeightsUnpickler error" in line), None)
+        if refused is not None:              # whole, but a value that weights_only refuses: torch's reason, kept
+            raise ResumeError(f"{path}: cannot read the training checkpoint: it holds a value that loading with "
+                              f"weights_only refuses ({refused.split('. ')[0][:300]}); it was written with something "
+                              "other than tensors and plain python values in it (a numpy scalar in an extension "
+                              "term's state() or log?): keep those as float(x), int(x) and start again without "
+                              "--resume") from None
         detail = next((line for line in str(e).splitlines() if line.strip()), "no details").split(". ")[0][:200]
         raise ResumeError(f"{path}: cannot read the training checkpoint ({type(e).__name__}: {detail}); it is "
                           "truncated or damaged: resume from another copy, or start again without --resume") from None
@@ -139,3 +146,19 @@ def trained_encoder(checkpoint: str | Path, base: str, attn_implementation: str 
         raise ConfigurationError(f"{checkpoint}: its encoder does not fit {base}'s (missing {missing[:3]}, "
                                  f"unexpected {unexpected[:3]})")
     return bert, full
+
+
+def run_differences(whole: str | Path, resumed: str | Path) -> list[str]:
+    """What differs between the final checkpoints of two runs of the same settings (run directories or files), one
+    never interrupted and one killed and resumed: model and best-state tensors, the history less its seconds; [] when
+    the resume was exact (docs/extensions.md, "Check a term's resume")."""
+    a, b = (load_checkpoint(Path(p) / "checkpoint.pt" if Path(p).is_dir() else p) for p in (whole, resumed))
+    out = [f"{part}.{k}" for part in ("model", "best_state") for k in sorted(set(a[part]) | set(b[part]))
+           if k not in a[part] or k not in b[part] or not torch.equal(a[part][k], b[part][k])]
+    history = [[{k: v for k, v in h.items() if not k.endswith("seconds")} for h in c["history"]] for c in (a, b)]
+    if len(history[0]) != len(history[1]):
+        out.append(f"history: {len(history[0])} epochs, resumed {len(history[1])}")
+    for epoch, (x, y) in enumerate(zip(*history), 1):
+        out += [f"history epoch {epoch} {k}: {x.get(k)} resumed {y.get(k)}" for k in sorted(set(x) | set(y))
+                if x.get(k) != y.get(k)]
+    return out

@@ -50,6 +50,11 @@ class TrainingError(UserError, RuntimeError):
     """A run that cannot go on (a NaN or infinite loss); the last good checkpoint is kept."""
 
 
+class TermError(UserError, TypeError):
+    """An extension term (tasks/core/terms.py) that breaks the terms' contract: its build(), loss() or state() gives
+    what the loop cannot use; the message names the term and the file:line of its function."""
+
+
 USER_ERRORS: tuple[type[BaseException], ...] = (UserError, CheckpointError, ShapeError)
 EXIT_USER_ERROR = 1
 

@@ -35,16 +35,19 @@ in Context.params too.
 
 from __future__ import annotations
 
+import inspect
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, fields, is_dataclass
+from io import BytesIO
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from .distributed import is_main_process
-from .errors import ConfigurationError
+from .errors import ConfigurationError, TermError
 
 
 @dataclass
@@ -66,7 +69,7 @@ class TermLog:
         self.counts: dict[str, int] = {}
 
     def add(self, key: str, value: torch.Tensor | float) -> None:
-        value = value.detach().float() if isinstance(value, torch.Tensor) else value
+        value = value.detach().float() if isinstance(value, torch.Tensor) else float(value)   # numpy's as python's
         self.sums[key], self.counts[key] = self.sums.get(key, 0.0) + value, self.counts.get(key, 0) + 1
 
     def means(self) -> dict[str, float]:
@@ -117,12 +120,14 @@ class Extension:
 
 @dataclass(frozen=True)
 class Term:
-    """A registered term: its name, the Settings section it reads, how it is built and checked."""
+    """A registered term: its name, the Settings section it reads, how it is built and checked; `slot`: the model
+    declares an empty part of this name (None) that the term's build fills (SMART's model.smart), not a clash."""
 
     name: str
     section: str
     build: Callable[[Any, Context], Extension | None]
     check: Callable[[Any, Any], None] | None = None
+    slot: bool = False
 
 
 TERMS: dict[str, list[Term]] = {}
@@ -137,11 +142,33 @@ def register_term(command: str, term: Term) -> Term:
     return term
 
 
-def check_terms(command: str, settings: Any) -> None:
-    """Every registered term's check of the settings, before any work."""
-    for term in TERMS.get(command, []):
+def check_terms(command: str, settings: Any, own: Collection[str]) -> None:
+    """Before any work: every registered term's section is one of the settings', every section of the settings is
+    read by the command itself (`own`) or by a registered term, and each term's check passes."""
+    terms = TERMS.get(command, [])
+    for term in terms:
+        chosen = section_of(term, settings)
         if term.check is not None:
-            term.check(getattr(settings, term.section), settings)
+            term.check(chosen, settings)
+    read = set(own) | {t.section for t in terms}
+    for name in (f.name for f in fields(settings) if f.name not in read):
+        where = f" ({_source(terms[0].build).rsplit(':', 1)[0]}, beside the command's other terms)" if terms else ""
+        raise ConfigurationError(
+            f"Settings.{name} ({_source(type(settings)).rsplit(':', 1)[0]}) is read by no registered term of "
+            f"{command}, so its flags would be accepted and do nothing: register its term with "
+            f"register_term({command!r}, Term(NAME, section={name!r}, build=...)){where}")
+
+
+def section_of(term: Term, settings: Any) -> Any:
+    """The settings' section that `term` reads; a ConfigurationError naming both when the settings have none."""
+    names = {f.name for f in fields(settings)} if is_dataclass(settings) else set(vars(settings))
+    if term.section not in names:
+        raise ConfigurationError(
+            f"the term {term.name!r} reads Settings.{term.section}, which {type(settings).__name__} "
+            f"({_source(type(settings)).rsplit(':', 1)[0]}) has no section of: add `{term.section}: YourSection = "
+            f"section(YourSection)` to it, or correct Term(section=...) where the term is registered (its build: "
+            f"{_source(term.build)})")
+    return getattr(settings, term.section)
 
 
 class TermSet:
@@ -156,8 +183,8 @@ class TermSet:
     def loss(self, fwd: Any, base: Callable[[Any], torch.Tensor]) -> torch.Tensor:
         """The batch's loss: base(fwd) (the task's loss) wrapped by every term in turn."""
         inner = base
-        for _, ext in self.active:
-            inner = _wrapped(ext, inner)
+        for term, ext in self.active:
+            inner = _wrapped(term, ext, inner)
         return inner(fwd)
 
     def combiner(self) -> Callable[[nn.Module, list[torch.Tensor]], torch.Tensor] | None:
@@ -180,6 +207,12 @@ class TermSet:
         by_section: dict[str, tuple[dict, list[str]]] = {}
         for term, ext in self.active:
             stats = ext.epoch_stats(ext.log.means())
+            taken = [k for k in stats if k in LOOP_KEYS or k.startswith(("train_loss_", "dev_")) or k.endswith("_seconds")]
+            if taken:
+                raise ConfigurationError(
+                    f"the term {term.name!r} ({type(ext).__name__}) logs {', '.join(map(repr, taken))}: the loop's own "
+                    "record has that key (epoch, kind, train_loss, train_loss_TASK, dev_*, *_seconds) and its value "
+                    f"would be overwritten; name the term's stats after it ({term.section}_...)")
             if stats:
                 merged, lines = by_section.setdefault(term.section, ({}, []))
                 merged.update(stats)
@@ -200,7 +233,12 @@ class TermSet:
         return out
 
     def state(self) -> dict:
-        return {term.name: ext.state() for term, ext in self.active}
+        """Each term's state(), checked to be what a checkpoint read with weights_only holds (a TermError if not)."""
+        out = {}
+        for term, ext in self.active:
+            out[term.name] = ext.state()
+            _check_state(term, ext, out[term.name], "state()")
+        return out
 
     def load_state(self, state: dict, keys: dict[str, list[str]]) -> None:
         """The terms' state() and the sections' keys of a checkpoint."""
@@ -212,8 +250,67 @@ class TermSet:
             mine += [k for k in known if k not in mine]
 
 
-def _wrapped(ext: Extension, inner: Callable[[Any], torch.Tensor]) -> Callable[[Any], torch.Tensor]:
-    return lambda fwd: ext.loss(fwd, inner)
+LOOP_KEYS = ("epoch", "kind", "train_loss")     # with train_loss_*, dev_*, *_seconds: the loop's record's own keys
+PLAIN = (bool, int, float, str, bytes, type(None), torch.Size, torch.dtype, torch.device)
+
+
+def _wrapped(term: Term, ext: Extension, inner: Callable[[Any], torch.Tensor]) -> Callable[[Any], torch.Tensor]:
+    def loss(fwd: Any) -> torch.Tensor:
+        out = ext.loss(fwd, inner)
+        training = torch.is_grad_enabled() and getattr(getattr(fwd, "model", None), "training", True)
+        if not isinstance(out, torch.Tensor) or out.numel() != 1 or (training and not out.requires_grad):
+            raise TermError(_bad_loss(term, ext, out))
+        return out
+    return loss
+
+
+def _bad_loss(term: Term, ext: Extension, out: Any) -> str:
+    """What is wrong with a term's loss() result, naming the term and the line of its loss()."""
+    if not isinstance(out, torch.Tensor):
+        what = f"returned {type(out).__name__}" + {
+            "tuple": " (a pair such as (loss, a stat)? return the loss alone; log the stat with self.log.add)",
+            "NoneType": " (a missing return?)"}.get(type(out).__name__, "")
+    elif out.numel() != 1:
+        what = f"returned a tensor of shape {tuple(out.shape)} (per example?): reduce it to the batch's loss, .mean()"
+    else:
+        what = ("returned a tensor that does not require grad (detached, rebuilt from .item(), or computed under "
+                "torch.no_grad()): backward() could not train through it")
+    return (f"term {term.name!r} ({type(ext).__name__}.loss, {_source(type(ext).loss)}) {what}; loss() returns one "
+            "scalar tensor, the batch's loss, computed from inner(fwd) or from the model's outputs")
+
+
+def _check_state(term: Term, ext: Extension, value: Any, path: str) -> None:
+    """Refuse, naming the term and the key, a value of its state() that a checkpoint read with weights_only cannot
+    hold (a numpy scalar or array, an object of the term's own)."""
+    if type(value) in (dict, list, tuple, set):
+        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+            _check_state(term, ext, item, f"{path}[{key!r}]")
+        return
+    if type(value) in PLAIN or type(value) in (torch.Tensor, nn.Parameter):
+        return
+    buffer = BytesIO()
+    try:
+        torch.save(value, buffer)
+        buffer.seek(0)
+        torch.load(buffer, weights_only=True)
+    except Exception:  # noqa: BLE001 - pickling errors of any kind: what torch.load would refuse on resume
+        raise TermError(f"term {term.name!r} ({type(ext).__name__}.state, {_source(type(ext).state)}): {path} is a "
+                        f"{type(value).__module__}.{type(value).__qualname__}, which a checkpoint (read with "
+                        "weights_only) cannot hold: keep tensors and plain python values (float(x), int(x), "
+                        "x.tolist() of a numpy value)") from None
+
+
+def _source(f: Any) -> str:
+    """file:line of a function or class (relative to the working directory when under it), for a message."""
+    try:
+        path, line = Path(inspect.getsourcefile(f) or "?"), inspect.getsourcelines(f)[1]
+    except (TypeError, OSError):
+        return getattr(f, "__qualname__", repr(f))
+    try:
+        path = path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        pass
+    return f"{path.as_posix()}:{line}"
 
 
 def without_term_weights(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
@@ -227,10 +324,16 @@ def build_terms(command: str, settings: Any, context: Context) -> TermSet:
     """The command's registered terms that the settings switch on, built for this run."""
     active = []
     for term in TERMS.get(command, []):
-        if getattr(context.model, term.name, None) is not None:   # its weights go there (SMART fills its slot, None)
+        model = context.model                                       # its weights go there (SMART fills its slot)
+        if hasattr(model, term.name) and not (term.slot and getattr(model, term.name) is None):
             raise ConfigurationError(f"the term {term.name!r} has the name of the model's own {term.name!r}: register "
                                      "it under another name (a term's weights are kept in the model under its name)")
-        ext = term.build(getattr(settings, term.section), context)
+        ext = term.build(section_of(term, settings), context)
+        if ext is not None and not isinstance(ext, Extension):
+            what = (f"the class {ext.__name__}, not an instance: return {ext.__name__}(...)" if isinstance(ext, type)
+                    else f"{type(ext).__name__}: return an instance of an Extension subclass")
+            raise TermError(f"term {term.name!r}: its build ({_source(term.build)}) returned {what}, or None when its "
+                            "settings switch it off")
         if ext is not None:
             active.append((term, ext))
     return TermSet(active)

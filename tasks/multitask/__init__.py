@@ -140,12 +140,16 @@ def build_model(settings: Settings, encoder: str | None = None) -> MultitaskBert
     return model
 
 
+# The sections of Settings that run() reads itself; every other one is read by a registered term (check_terms).
+OWN_SECTIONS = ("design", "fine_tune", "training", "recipe", "pals", "toolkit", "files", "run")
+
+
 def run(settings: Settings) -> dict:
     """Train the multitask model, select on dev, write the prediction files; returns the scores and history."""
     settings = after_simcse(settings)
     tasks, metric = settings.design.chosen()
     tr, ft, rs = settings.training, settings.fine_tune, settings.run
-    check_terms("multitask", settings)
+    check_terms("multitask", settings, own=OWN_SECTIONS)       # each other section is a registered term's
     settings.pals.config()                                                    # the checks, before any work
     mode = ft.mode
     lr = tr.lr if tr.lr is not None else mode.default_lr

@@ -172,7 +172,8 @@ def check_rdrop(section: RDrop, settings) -> None:
 RDROP_KINDS = {"sst": "classification", "para": "binary", "sts": "regression"}
 
 
-register_term("multitask", Term("smart", "smart", smart_term, check=lambda s, settings: s.config()))
+register_term("multitask", Term("smart", "smart", smart_term, check=lambda s, settings: s.config(),
+                                slot=True))                     # it fills the model's own slot, model.smart
 register_term("multitask", Term("embedding", "toolkit", embedding_term))
 register_term("multitask", Term("surgery", "toolkit", surgery_term,
                                 check=lambda s, settings: s.check(settings.recipe.grad_accum, world_size())))
