@@ -12,8 +12,10 @@ is rewritten atomically after each submission, sorted by name, and each submissi
 (grades.csv -> grades/NAME.json), with the options the grades were made with (grades.options.json,
 assignments/batch_options.py). A second run with those options skips the rows already graded whose entry is unchanged
 (same hash); with other options it is refused, unless --regrade, which grades every one again; the grader's own
-errors are always retried. The rows of entries no longer in DIR (a resubmission under a new name, an upload taken
-out) are dropped, said on the console with their names; their NAME.json stay. The summary's bad uploads count those
+errors are always retried. An entry whose name has a row graded from another folder (a late upload graded into the
+same CSV) is refused, naming both folders, unless --regrade (the record keeps each row's folder). The rows of entries
+no longer in DIR (a resubmission under a new name, an upload taken out) are dropped, said on the console with their
+names; their NAME.json stay. The summary's bad uploads count those
 skipped as unchanged too. The CSV (with its .options.json and results folder) may not lie inside DIR, where a later
 run would take them for submissions; nor is an entry holding a Gradescope export (its submission_metadata.yml at its
 top or one folder down) graded as one submission: it is a bad upload that names the folder to give --batch. A graded
@@ -37,7 +39,16 @@ from pathlib import Path
 
 from tasks.core.evaluation import write_text
 
-from .batch_options import check_record, options_path, read_record, record_of, write_record
+from .batch_options import (
+    check_record,
+    options_path,
+    other_folders,
+    read_record,
+    record_of,
+    refuse_other_folders,
+    row_sources,
+    write_record,
+)
 from .entries import BadUpload, check_folder, content_hash, one_line, safe_extract, submissions
 from .export import COLUMNS as STUDENTS
 from .export import cells_for, read_cell, safe_cell, students
@@ -147,9 +158,10 @@ def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = Fal
     """Grade every submission in folder with grade_fn (grade.grade) into csv_path; returns the CSV's rows, sorted.
 
     One submission's failure is its own row (error, bad upload); the CSV is rewritten after each submission. Rows
-    already graded whose entry is unchanged are skipped unless regrade; the rows of entries no longer in folder are
-    dropped (said on stderr; their NAME.json stay). grade_kwargs go to each grade_fn call; a CSV whose grades were
-    made with other ones is refused (ValueError) unless regrade, which starts it again.
+    already graded whose entry is unchanged are skipped unless regrade; a row graded from another folder with the name
+    of an entry of this one is refused (ValueError) unless regrade, which grades the entry over it; the rows of entries
+    no longer in folder are dropped (said on stderr; their NAME.json stay). grade_kwargs go to each grade_fn call; a
+    CSV whose grades were made with other ones is refused (ValueError) unless regrade, which starts it again.
     """
     from tqdm.auto import tqdm
     folder, csv_path, grade_fn = Path(folder), Path(csv_path), grade_fn or grade
@@ -162,15 +174,26 @@ def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = Fal
         parts, rows = [], {}
         write_csv(csv_path, parts, rows, with_students)     # the grades made with other options go before any new one
     here = str(folder.resolve())
-    before = (read_record(options_path(csv_path)) or {}).get("folders") if rows else []   # None: not recorded
-    write_record(options_path(csv_path), {**record, "folders": sorted({*(before or []), here})})
+    old = (read_record(options_path(csv_path)) or {}) if rows else {}
+    before = old.get("folders") if rows else []    # None: not recorded
+    entries = submissions(folder, exclude=(csv_path, out_dir, options_path(csv_path)))
+    names = {e.name for e in entries}
+    sources = row_sources(old, rows)
+    taken = {name: sources[name] for name in sorted(names & set(rows)) if sources[name] != here}
+    if taken and not regrade:                      # never put one folder's upload over another's grade unasked
+        raise refuse_other_folders(csv_path, here, taken, SHOWN)
+    if taken:
+        print(f"note: --regrade: {other_folders(taken, SHOWN)} graded again from {here}", file=sys.stderr)
+    gone = sorted(set(rows) - names)
+    dropped = set(gone) if before == [here] else set()
+    write_record(options_path(csv_path), {**record, "folders": sorted({*(before or []), here}), "sources": dict(sorted({
+        **{name: src for name, src in sources.items() if src is not None and name not in dropped},
+        **dict.fromkeys(names, here)}.items()))})
     by_name = students(folder)                     # a Gradescope export's students, by submission; else None
     with_students = with_students or by_name is not None
     for name, row in rows.items() if by_name is not None else ():
         row.update(cells_for(by_name, name))
     out_dir.mkdir(parents=True, exist_ok=True)
-    entries = submissions(folder, exclude=(csv_path, out_dir, options_path(csv_path)))
-    gone = sorted(set(rows) - {e.name for e in entries})
     if gone and before != [here]:                  # the CSV holds other folders' grades too (or says not): kept
         whose = ", ".join(f for f in before if f != here) if before else "folders the CSV's record does not name"
         print(f"note: {len(gone)} row{'s' if len(gone) > 1 else ''} of entries not in {folder} kept: the CSV also "

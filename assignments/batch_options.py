@@ -8,7 +8,8 @@ are on disk: an uncommitted change to a check or to the reference changes it); n
 or changed; a run with other options is refused, naming what changed, unless --regrade (then the CSV starts again).
 Beside them, not compared, "folders": the batch folders whose grades the CSV holds (a row of an entry gone from the
 folder is dropped only when the CSV holds one folder's grades: a late folder graded into the same CSV keeps the
-on-time folder's rows).
+on-time folder's rows), and "sources": the folder each row's entry was graded from, so that an entry of another
+folder with a row's name is refused rather than put over that row (unless --regrade).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tasks.core.evaluation import write_text
 
 RECORDED = ("groups", "parts", "profile", "timeout", "hide_hints", "seed_sha256", "reference_commit", "code_sha256")
 CODE_DIRS = ("minbert", "tasks", "assignments")
+BESIDE = ("folders", "sources")   # recorded, never compared
 
 
 def code_digest(root: Path) -> str:
@@ -71,7 +73,7 @@ def read_record(path: Path) -> dict | None:
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: cannot read the record of the options the grades were made with ({e}); "
                          "--regrade grades every submission again, or give another --csv") from None
-    if not isinstance(data, dict) or not set(RECORDED) <= set(data) <= {*RECORDED, "folders"}:
+    if not isinstance(data, dict) or not set(RECORDED) <= set(data) <= {*RECORDED, *BESIDE}:
         raise ValueError(f"{path}: not a record of a batch's options (its keys should be {', '.join(RECORDED)}); "
                          "--regrade grades every submission again, or give another --csv")
     return data
@@ -132,3 +134,25 @@ def check_record(csv_path: Path, has_rows: bool, record: dict, regrade: bool) ->
     raise ValueError(f"{csv_path}: not adding to its grades, {why}; rerun with the options they were made with "
                      f"({path.name} records them, the seed as a hash), --regrade to grade every submission again "
                      "with these, or give another --csv")
+
+
+def row_sources(record: dict, names: object) -> dict[str, str | None]:
+    """The folder each named row was graded from: as the record says, else its one folder (a record older than its
+    "sources"), else None (not known)."""
+    recorded, folders = record.get("sources") or {}, record.get("folders") or []
+    only = folders[0] if len(folders) == 1 else None
+    return {name: recorded.get(name, only) for name in names}
+
+
+def other_folders(taken: dict[str, str | None], shown: int) -> str:
+    """Rows and the other folders they came from, in words: 'alice (graded from /x/batch), ...'."""
+    said = [f"{name} (graded from {folder or 'a folder the record does not name'})"
+            for name, folder in list(taken.items())[:shown]]
+    return ", ".join(said) + (f", ... ({len(taken) - shown} more)" if len(taken) > shown else "")
+
+
+def refuse_other_folders(csv_path: Path, folder: str, taken: dict[str, str | None], shown: int) -> ValueError:
+    """The one-line refusal to put folder's entries over the rows of the same names another folder's gave."""
+    return ValueError(f"{csv_path}: not replacing grades from another folder with {folder}'s entries of the same name: "
+                      f"{other_folders(taken, shown)}; --regrade grades {folder}'s entries over them, or give "
+                      "another --csv for this folder")
