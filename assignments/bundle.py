@@ -7,8 +7,9 @@
 
 Every bundle holds, at the zip's root as Gradescope's specification asks, setup.sh and run_autograder (from
 assignments/gradescope/KIND/), and minbert-reference/: the reference's files under minbert/, tasks/, assignments/,
-data/, docs/ (a profile ships its pages) and requirements.txt that git tracks (or would: untracked files that are not ignored come too, and mark the
-commit "-dirty"), with REFERENCE_COMMIT naming the commit. setup.sh installs the exact versions of
+data/, docs/ (a profile ships its pages) and requirements.txt that git tracks, as they are on disk (an uncommitted
+edit marks the commit "-dirty"), with REFERENCE_COMMIT naming the commit; an untracked file is left out (a stray
+seed or salt never ships), and the console names it. setup.sh installs the exact versions of
 assignments/gradescope/requirements-grader.txt. A kind adds its own files: the checks' are grading/seed and
 grading/flags (the grader's options); the leaderboard's are leaderboard/gold/
 (the labelled test files of the profile's board, checked here against data/'s test ids), leaderboard/salt and
@@ -44,6 +45,7 @@ REFERENCE = "minbert-reference"
 TRACKED = ("minbert", "tasks", "assignments", "data", "docs", "requirements.txt")
 EXECUTABLE = ("setup.sh", "run_autograder")
 STAMP = (1980, 1, 1, 0, 0, 0)
+SHOWN = 10              # the untracked files left out, named on the console
 
 
 class BundleError(ValueError):
@@ -58,16 +60,19 @@ def _git(*args: str) -> str:
     return proc.stdout
 
 
-def reference_files() -> tuple[dict[str, Path], str]:
-    """minbert-reference/PATH -> the file, for every tracked or untracked-but-not-ignored file of TRACKED; the
-    commit, with "-dirty" when any of them differs from it."""
-    listed = _git("ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *TRACKED).split("\0")
+def reference_files() -> tuple[dict[str, Path], str, list[str]]:
+    """minbert-reference/PATH -> the file, for every tracked file of TRACKED; the commit, with "-dirty" when any of
+    them differs from it; the untracked files of TRACKED that are not ignored, left out."""
+    listed = _git("ls-files", "-z", "--cached", "--", *TRACKED).split("\0")
     files = {f"{REFERENCE}/{rel}": ROOT / rel for rel in sorted(set(listed)) if rel and (ROOT / rel).is_file()}
     if f"{REFERENCE}/{LOCK}" not in files:
-        raise BundleError(f"{ROOT / LOCK}: missing; write it with python -m assignments.lockfile write")
+        raise BundleError(f"{ROOT / LOCK}: missing, or not tracked by git; write it with python -m assignments.lockfile "
+                          "write, and commit it")
+    left_out = sorted(rel for rel in _git("ls-files", "-z", "--others", "--exclude-standard", "--", *TRACKED)
+                      .split("\0") if rel)
     commit = _git("rev-parse", "HEAD").strip()
-    dirty = _git("status", "--porcelain", "--", *TRACKED).strip()
-    return files, commit + ("-dirty" if dirty else "")
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", *TRACKED).strip()
+    return files, commit + ("-dirty" if dirty else ""), left_out
 
 
 def write_zip(out: Path, entries: dict[str, Path | bytes]) -> Path:
@@ -207,18 +212,19 @@ KINDS = {
 }
 
 
-def build(kind: str, out: str | Path, options: dict[str, object]) -> tuple[Path, str]:
-    """Write the bundle of a kind, its own files from its options (its flags, by name); (the zip, the commit)."""
+def build(kind: str, out: str | Path, options: dict[str, object]) -> tuple[Path, str, list[str]]:
+    """Write the bundle of a kind, its own files from its options (its flags, by name); (the zip, the commit, the
+    untracked files left out)."""
     spec = KINDS[kind]
     entries: dict[str, Path | bytes] = {name: spec.scripts / name for name in EXECUTABLE}
     missing = [str(p) for p in entries.values() if isinstance(p, Path) and not p.is_file()]
     if missing:
         raise BundleError(f"{', '.join(missing)}: missing")
-    files, commit = reference_files()
+    files, commit, left_out = reference_files()
     entries.update(files)
     entries[f"{REFERENCE}/{COMMIT_FILE}"] = (commit + "\n").encode()
     entries.update(spec.files(**options))
-    return write_zip(Path(out), entries), commit
+    return write_zip(Path(out), entries), commit, left_out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         spec.arguments(sub)
     args = parser.parse_args(argv)
     try:
-        out, commit = build(args.kind, args.out, {k: v for k, v in vars(args).items() if k not in ("kind", "out")})
+        out, commit, left_out = build(args.kind, args.out, {k: v for k, v in vars(args).items() if k not in ("kind", "out")})
     except (BundleError, GoldError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -239,8 +245,13 @@ def main(argv: list[str] | None = None) -> int:
         count = len(z.namelist())
     print(f"wrote {out}: {args.kind} bundle, {count} files, reference {commit}")
     if commit.endswith("-dirty"):
-        print("note: the reference has uncommitted changes, which the bundle includes; commit them to name them",
-              file=sys.stderr)
+        print("note: the reference has uncommitted changes to tracked files, which the bundle includes; commit them "
+              "to name them", file=sys.stderr)
+    if left_out:
+        more = f", ... ({len(left_out) - SHOWN} more)" if len(left_out) > SHOWN else ""
+        print(f"note: {len(left_out)} untracked file{'s' if len(left_out) > 1 else ''} of the reference left out of "
+              "the bundle (it ships tracked files only; git add and commit one to ship it): "
+              f"{', '.join(left_out[:SHOWN])}{more}", file=sys.stderr)
     return 0
 
 
