@@ -55,6 +55,16 @@ def editable_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
 
 
+@pytest.fixture(scope="module")
+def make_install_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """An environment in which the reference is installed as make install does: a plain .pth line naming its root."""
+    site = tmp_path_factory.mktemp("pth-site")
+    (site / "packages").mkdir()
+    (site / "packages" / "minbert-reference.pth").write_text(f"{ROOT}\n")
+    (site / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site / 'packages')!r})\n")
+    return {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+
+
 def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return warm.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, check=False,
                     timeout=300)
@@ -80,14 +90,26 @@ def test_editable_reference_does_not_shadow_a_student_tree(two_parts_done: Path,
     assert bare.returncode == 1 and "No module named 'assignments'" in bare.stderr, bare.stderr
     assert "Python itself stops with `No module named 'assignments'`" in " ".join(
         (ROOT / "assignments" / "README.md").read_text().split())
-    # the grader is not in the student tree: the reference's must not grade from there silently
+    # the grader is not in the student tree: the reference's must not grade from there silently; an editable
+    # install's finder reaches it, and it refuses, naming the reference
     graded = _run(["-m", "assignments.grade", "."], two_parts_done, env)
-    assert graded.returncode != 0 and "score" not in graded.stdout
-    installed = "is a student tree, which has no grader; this is the grader of" in graded.stderr
-    assert installed or "No module named assignments.grade" in graded.stderr, graded.stderr
-    assert ("refuses too, naming the reference to grade from when the reference is installed (`make install`); "
-            "without it, Python itself stops with `No module named assignments.grade`") in " ".join(
-        (ROOT / "assignments" / "INSTRUCTORS.md").read_text().split())
+    assert graded.returncode == 2 and "score" not in graded.stdout
+    assert f"{two_parts_done} is a student tree, which has no grader; this is the grader of {ROOT}" in graded.stderr
+
+
+def test_the_grader_run_in_a_student_tree_stops_as_the_guide_says(two_parts_done: Path,
+                                                                   make_install_env: dict[str, str]) -> None:
+    """With the reference installed as make install does (a .pth line), the tree's own assignments package comes first:
+    Python stops with 'No module named assignments.grade', and INSTRUCTORS.md says that, not the grader's refusal."""
+    probe = _run(["-c", "import assignments.make; print(assignments.make.__file__)"], ROOT.parent, make_install_env)
+    assert (Path(probe.stdout.strip()).parent / "grade.py").is_file(), probe.stderr    # a reference's, installed
+    graded = _run(["-m", "assignments.grade", "."], two_parts_done, make_install_env)
+    assert graded.returncode == 1 and "score" not in graded.stdout
+    assert graded.stderr.strip().endswith("No module named assignments.grade"), graded.stderr
+    guide = " ".join((ROOT / "assignments" / "INSTRUCTORS.md").read_text().split())
+    assert ("with the reference installed by `make install` (or not installed), the tree's own `assignments` package "
+            "comes first on the path, and Python itself stops with `No module named assignments.grade`") in guide
+    assert "refuses too, naming the reference to grade from when the reference is installed (`make install`)" not in guide
 
 
 def test_make_refuses_a_tree_with_work_and_force_keeps_a_backup(two_parts_done: Path, tmp_path: Path,
