@@ -51,6 +51,7 @@ from ..core.starter_flags import translate
 from ..core.terms import Context, build_terms, check_terms
 from ..core.train import FitOptions, FitResult, Work, fit
 from ..core.training_setup import start, write_split
+from ..core.tree import command, holds
 from . import terms as _registered  # noqa: F401  (importing it registers the command's terms)
 from .data import Encoded, EpochBatches, collate, load
 from .model import model_class, multitask_loss, prepare_inputs
@@ -105,8 +106,9 @@ def after_simcse(settings: Settings) -> Settings:
     d = Path(settings.files.after_simcse)
     missing = [name for name in ("config.json", SIMCSE_QUORA_REST) if not (d / name).is_file()]
     if missing:
+        lacks = "" if holds("simcse") else " (this tree holds no tasks/simcse: your SimCSE stage writes the same)"
         raise ConfigurationError(f"--after-simcse {d}: no {' or '.join(missing)} there; write the directory with "
-                                 f"python -m tasks.simcse --out {d}")
+                                 f"{command('simcse')} --out {d}{lacks}")
     if settings.training.model not in ("minilm", str(d)) or settings.files.para_train not in (None, str(d / SIMCSE_QUORA_REST)):
         raise ConfigurationError("--after-simcse sets --model and --para-train itself: give neither with it")
     return replace(settings, training=replace(settings.training, model=str(d)),

@@ -40,6 +40,7 @@ from ..core.recipe import Recipe
 from ..core.runs import RunOptions
 from ..core.settings import section, setting
 from ..core.training_setup import Training
+from ..core.tree import command
 from .toolkit import ToolkitSettings
 
 METRICS = {"sst": "sst_accuracy", "para": "para_accuracy", "sts": "sts_pearson"}
@@ -102,8 +103,8 @@ class MultitaskTraining(Training):
     """The model, the training sample and the loop's size."""
 
     model: str = setting(Training.model, help="checkpoint: 'minilm' (the offline default), a Hub name such as "
-                                        "bert-base-uncased, or a local directory (e.g. one written by python -m "
-                                        "tasks.simcse)")
+                                        f"bert-base-uncased, or a local directory (e.g. one written by "
+                                        f"{command('simcse')})")
     batch_size: int = setting(Training.batch_size, parse=positive_int, help="training batch size, every task")
     dropout: float | None = setting(None, parse=probability,
                                     help="dropout before each head (none: the model's hidden dropout)")
@@ -211,8 +212,8 @@ class Files:
     data_dir: str = setting("data", help="where the default task files live")
     after_simcse: str | None = setting(
         None, metavar="DIR",
-        help=f"start from the encoder python -m tasks.simcse wrote to DIR and train Quora on the pairs it left "
-             f"unused (DIR/{SIMCSE_QUORA_REST}): sets --model and --para-train")
+        help=f"start from the encoder a SimCSE stage ({command('simcse')}) wrote to DIR and train Quora on the "
+             f"pairs it left unused (DIR/{SIMCSE_QUORA_REST}): sets --model and --para-train")
     sst_train: str | None = _file_setting("sst", "train")
     sst_dev: str | None = _file_setting("sst", "dev")
     sst_test: str | None = _file_setting("sst", "test")
@@ -237,8 +238,8 @@ class MultitaskRun(RunOptions):
                                      "dev scores (ablation runs)")
     raw_outputs: bool = setting(False, on_resume="free",
                                 help="also write each prediction's raw output beside the course files, "
-                                     "{task}-{split}-raw.csv (SST logits, Quora logit, STS score), for python -m "
-                                     "tasks.ensemble")
+                                     "{task}-{split}-raw.csv (SST logits, Quora logit, STS score), for "
+                                     f"{command('ensemble')}")
 
 
 @dataclass
