@@ -104,7 +104,7 @@ def _grade(opened: Opened, timeout: float, parts: list[str] | None, jobs: int | 
     spare = frozenset(children())              # the caller's own processes: never the submission's
     spare -= {helper.proc.pid} if helper else set()   # spared by run_parts while it lives, not after
     by_tree = part_sets(names)
-    notes, missing, results, unrun = list(opened.notes), set(), {}, set()
+    notes, missing, linked, results, unrun = list(opened.notes), set(), {}, {}, set()
     with tempfile.TemporaryDirectory(prefix="minbert-grade-") as tmp:
         os.chmod(tmp, 0o755)              # the student's user reads the staged tree (and nothing of this process)
         for i, batch in enumerate(by_tree):                     # part 1, then the others on the reference's pool()
@@ -114,6 +114,7 @@ def _grade(opened: Opened, timeout: float, parts: list[str] | None, jobs: int | 
             staged = stage(opened.folder, staging, files, profile, reference)
             notes += [n for n in staged.notes if n not in notes]
             missing |= staged.missing
+            linked.update(staged.linked)
             for n in batch:               # a file that does not parse: its parts score 0 unrun, the others run
                 unparsed = [staged.unparsed[f] for f in PARTS[n].files if f in staged.unparsed]
                 if unparsed:
@@ -130,8 +131,7 @@ def _grade(opened: Opened, timeout: float, parts: list[str] | None, jobs: int | 
     for r in results:                # a part whose file was not submitted says so in its own output
         absent = [f for f in PARTS[r["part"]].files if f in missing]
         if absent and r["status"] != "pass" and r["part"] not in unrun:
-            r["message"] = (f"{', '.join(absent)} {'is' if len(absent) == 1 else 'are'} not in the submission "
-                            f"({opened.looked}), so this part ran the unfilled stub: {r['message']}")
+            r["message"] = f"{absent_files(absent, linked, opened.looked)} {r['message']}"
     elapsed = round(time.perf_counter() - t0, 2)
     tests = [{"name": f"{r['part']}: {PARTS[r['part']].functions}", "score": r["score"],
               "max_score": r["max_score"], "status": "passed" if r["status"] == "pass" else "failed",
@@ -150,6 +150,18 @@ def _grade(opened: Opened, timeout: float, parts: list[str] | None, jobs: int | 
             "output": "\n".join(notes + [format_total(t) for t in totals]),
             "stdout_visibility": "after_due_date" if hide_hints else "visible",
             "tests": tests, "parts": results, "groups": totals}
+
+
+def absent_files(absent: list[str], linked: dict[str, str], looked: str) -> str:
+    """Why a part ran the unfilled stub of these files: each is a symbolic link (never followed), or not there."""
+    gone = [f for f in absent if f not in linked]
+    said = [f"{f} is a symbolic link in the submission ({linked[f]}), which the grader does not follow; upload the "
+            "file itself" for f in absent if f in linked]
+    if gone:
+        said.append(f"{', '.join(gone)} {'is' if len(gone) == 1 else 'are'} not in the submission ({looked})")
+    if len(said) == 1 and gone:
+        return f"{said[0]}, so this part ran the unfilled stub:"
+    return ". ".join(said) + ". This part ran the unfilled stub:"
 
 
 def grader_guard(cwd: Path | None = None) -> str | None:

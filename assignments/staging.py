@@ -44,6 +44,27 @@ def find_copies(submission: Path, rel: Path, depth: int = 2) -> list[Path]:
     return []
 
 
+def find_links(submission: Path, rel: Path, depth: int = 2) -> list[Path]:
+    """The symbolic links that stood where find_copies() looks for rel, at the shallowest level that holds one: the
+    link itself, or a linked folder on rel's path; [] when there is none. Only named, never followed further (a linked
+    folder of the level is not entered)."""
+    level = [submission]
+    for _ in range(depth + 1):
+        links = []
+        for base in level:
+            for cand, inner in ((base / rel, rel.parts[:-1]), (base / rel.name, ())):
+                hops = [*(base.joinpath(*inner[:i + 1]) for i in range(len(inner))), cand]
+                link = next((h for h in hops if h.is_symlink()), None)
+                if link is not None and (cand.is_symlink() or cand.is_file()):
+                    links.append(link)
+                    break
+        if links:
+            return links
+        level = sorted(d for base in level for d in base.iterdir()
+                       if d.is_dir() and not d.is_symlink() and d.name not in SKIP_DIRS and not d.name.startswith("."))
+    return []
+
+
 def find_submitted(submission: Path, rel: Path, depth: int = 2) -> Path | None:
     """The first of find_copies(), or None: where rel is taken from when it is there once."""
     copies = find_copies(submission, rel, depth)
@@ -58,11 +79,13 @@ def same_bytes(paths: list[Path]) -> bool:
 
 class Staged(NamedTuple):
     """What stage() laid: one note per file, the files absent, and those not laid (file -> why: it does not parse,
-    is too big to read, or is in the submission twice at the same depth): the parts that grade them score 0."""
+    is too big to read, or is in the submission twice at the same depth): the parts that grade them score 0; and of
+    the absent, those submitted as a symbolic link (file -> the link, relative to the submission)."""
 
     notes: list[str]
     missing: set[str]
     unparsed: dict[str, str]
+    linked: dict[str, str]
 
 
 def parse_error(source: bytes, rel: str) -> str | None:
@@ -88,14 +111,21 @@ def stage(submission: Path, staging: Path, files: list[str] | None = None, profi
     (find_copies: which one is meant is not guessed). reference: files laid from this reference tree instead.
     """
     generate(staging, data=False, profile=profile)
-    staged = Staged([], set(), {})
+    staged = Staged([], set(), {}, {})
     wanted = None if files is None else set(files)
     for rel in stubbed_files(ROOT):
         if wanted is not None and rel.as_posix() not in wanted:
             continue
         copies = find_copies(submission, rel)
         if not copies:
-            staged.notes.append(f"{rel}: not in the submission; graded as the unfilled stub")
+            links = find_links(submission, rel)
+            if links:
+                link = links[0].relative_to(submission).as_posix()
+                staged.linked[rel.as_posix()] = link
+                staged.notes.append(f"{rel}: {link} is a symbolic link, which the grader does not follow; upload the "
+                                    "file itself (graded as the unfilled stub)")
+            else:
+                staged.notes.append(f"{rel}: not in the submission; graded as the unfilled stub")
             staged.missing.add(rel.as_posix())
             continue
         found = copies[0]
