@@ -156,7 +156,7 @@ def test_an_upload_one_or_two_folders_down_grades_as_a_flat_one(two_parts_done: 
     (tmp_path / "zip2" / "__MACOSX" / "hw").mkdir(parents=True)    # what macOS adds to a zip
     (tmp_path / "zip2" / "__MACOSX" / "hw" / "model.py").write_text("garbage")
     for name, (upload, _) in layouts.items():
-        notes, missing, _ = stage(upload, tmp_path / f"staged-{name}", files)
+        notes, missing, *_ = stage(upload, tmp_path / f"staged-{name}", files)
         assert not missing, (name, notes)
         for rel in files:
             assert (tmp_path / f"staged-{name}" / rel).read_text() == (two_parts_done / rel).read_text(), (name, rel)
