@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .common import (
     GROUPS,
@@ -30,18 +32,33 @@ from .common import (
 
 # ---------------------------------------------------------------- the parts
 
-def _no_fused_kernel(*args: object, **kwargs: object) -> None:
-    raise Fail("attention() in minbert/model.py calls torch's fused scaled_dot_product_attention; "
-               "write the computation out instead")
+FUSED_KERNEL = ("attention() in minbert/model.py calls torch's fused scaled_dot_product_attention; "
+                "write the computation out instead")
+
+
+class _RefuseTheFusedKernel(TorchFunctionMode):
+    """While on, any call of torch's fused attention raises Fail(FUSED_KERNEL): F.scaled_dot_product_attention however
+    it was imported (the mode sees the call, not the name the function was bound to), and the aten ops
+    (aten.scaled_dot_product_attention, its _scaled_dot_product_* kernels) called through torch.ops."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if "scaled_dot_product" in getattr(func, "__name__", ""):
+            raise Fail(FUSED_KERNEL)
+        return func(*args, **(kwargs or {}))
+
+
+class _RefuseTheFusedOps(TorchDispatchMode):
+    """The same refusal at the dispatcher, for a route to the kernel that no torch function call shows."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if "scaled_dot_product" in func.name():
+            raise Fail(FUSED_KERNEL)
+        return func(*args, **(kwargs or {}))
 
 
 def check_attention() -> None:
-    import torch.nn.functional as F
-    fused, F.scaled_dot_product_attention = F.scaled_dot_product_attention, _no_fused_kernel
-    try:
+    with _RefuseTheFusedKernel(), _RefuseTheFusedOps():
         _check_attention()
-    finally:
-        F.scaled_dot_product_attention = fused
 
 
 # The attention check's hints (eval mode), in the order they are tried: fixture key -> the hint's text. The

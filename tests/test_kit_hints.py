@@ -362,3 +362,33 @@ def test_every_mistake_in_the_fixtures_has_its_hint_text() -> None:
         f = load_fixture(name)
         assert set(hints) <= set(f), name
     assert "out_no_layernorm" in load_fixture("embeddings")
+
+
+def _fused_by(route: str):
+    """attention() through torch's fused kernel, reached by `route`, with the heads merged as the stub asks."""
+    from torch.nn.functional import scaled_dot_product_attention  # bound by name, before the check runs
+    kernel = {"F": lambda *a, **kw: F.scaled_dot_product_attention(*a, **kw),
+              "by-name": scaled_dot_product_attention,
+              "aten": lambda q, k, v, attn_mask, dropout_p: torch.ops.aten.scaled_dot_product_attention(
+                  q, k, v, attn_mask, dropout_p)}.get(route)
+    if route == "given":                                           # the model's own fused path, merged heads and all
+        from minbert.model import fused_attention
+        return fused_attention
+
+    def attention(q, k, v, mask, dropout_p=0.0, training=False):
+        B, nh, T, hs = q.shape
+        out = kernel(q, k, v, attn_mask=mask, dropout_p=dropout_p if training else 0.0)   # (B, nh, T, hs)
+        return out.transpose(1, 2).reshape(B, T, nh * hs)
+    return attention
+
+
+@pytest.mark.parametrize("route", ["F", "by-name", "aten", "given"])
+def test_attention_through_the_fused_kernel_is_refused_by_any_route(monkeypatch: pytest.MonkeyPatch,
+                                                                    route: str) -> None:
+    """The handout's "calling torch's fused scaled_dot_product_attention does not count", however it is imported:
+    `from torch.nn.functional import scaled_dot_product_attention` binds the function before the check runs."""
+    import minbert.model
+    monkeypatch.setattr(minbert.model, "attention", _fused_by(route))
+    with pytest.raises(Fail, match=re.escape("calls torch's fused scaled_dot_product_attention")):
+        check_attention()
+    F.scaled_dot_product_attention(*(torch.randn(1, 1, 2, 4) for _ in range(3)))  # usable again after the check
