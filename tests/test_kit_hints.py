@@ -57,7 +57,7 @@ def _student_step(bug: str, style: str):
                     update = lr / c1 * m / (v / c2 + eps).sqrt()
                 elif bug == "eps-in-sqrt":
                     update = lr * math.sqrt(c2) / c1 * m / (v + eps).sqrt()
-                elif style == "torch":
+                elif (style == "torch") != (bug == "eps-placement"):   # eps-placement: the other style's eps
                     update = lr / c1 * m / (root / (math.sqrt(c2) if bug != "no-sqrt" else c2) + eps)
                 else:
                     update = lr * math.sqrt(c2) / c1 * m / (root + eps)
@@ -89,6 +89,7 @@ ADAMW_MISTAKES = {
     "t-plus-one": "the bias corrections use t + 1",
     "eps-in-sqrt": "eps is added inside the square root",
     "decay-step-size": "the weight decay is scaled by the step size",
+    "eps-placement": "the bias corrections, to sqrt(v",   # after them to sqrt(v_hat) (course), before to sqrt(v)
 }
 
 
@@ -121,6 +122,32 @@ def test_adamw_hint_fires_on_its_mistake_only(monkeypatch: pytest.MonkeyPatch, b
     assert says in msg, msg
     others = [text for b, text in ADAMW_MISTAKES.items() if text != says and text in msg]
     assert not others, msg                             # one hint, the right one
+
+
+def test_adamw_as_kingma_and_ba_write_it_is_named_for_its_eps_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kingma & Ba's update (torch.optim.AdamW's: eps added to sqrt(v_hat) after the bias corrections) against the
+    course's: at step 1 one value of parameter 1 happens to match the betas swapped; the hint names where eps goes
+    and nothing else, as it holds at every step and parameter and the betas' does not."""
+    import minbert.optim
+    assert adamw_style(minbert.optim.AdamW) == "course"
+    monkeypatch.setattr(minbert.optim.AdamW, "step", _student_step("eps-placement", "course"))
+    with pytest.raises(Fail) as e:
+        check_adamw()
+    msg = str(e.value)
+    assert "beta1 and beta2 are swapped" not in msg, msg
+    assert "It matches what you get when eps is added after the bias corrections, to sqrt(v_hat)" in msg, msg
+
+
+def test_adamw_hint_needs_the_whole_trajectory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mistake whose value matches at the first failing step and parameter but not at the others is not named:
+    torch's whole AdamW (decay before the step and its eps) against the course's matches neither mistake alone."""
+    import minbert.optim
+    assert adamw_style(minbert.optim.AdamW) == "course"
+    monkeypatch.setattr(minbert.optim.AdamW, "step", _student_step("", "torch"))
+    with pytest.raises(Fail) as e:
+        check_adamw()
+    msg = str(e.value)
+    assert "It matches what you get when" not in msg, msg
 
 
 def test_adamw_float32_decay_hint(monkeypatch: pytest.MonkeyPatch) -> None:
