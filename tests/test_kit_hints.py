@@ -419,3 +419,32 @@ def test_attention_through_the_fused_kernel_is_refused_by_any_route(monkeypatch:
     with pytest.raises(Fail, match=re.escape("calls torch's fused scaled_dot_product_attention")):
         check_attention()
     F.scaled_dot_product_attention(*(torch.randn(1, 1, 2, 4) for _ in range(3)))  # usable again after the check
+
+
+# ---------------------------------------------------------------- a wrong shape, as the checker reports it
+
+@pytest.mark.parametrize("part, says", [
+    ("classifier_head", "pool() returned shape (3, 5), expected (B, H) = (3, 32): one vector per sentence"),
+    ("model", "attention() returned shape"),
+])
+def test_a_wrong_shape_is_reported_as_the_students_function_alone(monkeypatch: pytest.MonkeyPatch, part: str,
+                                                                  says: str) -> None:
+    """A ShapeError, raised where the given code calls the student's function, reads like a failed comparison: its
+    message naming the function, not the given minbert/shapes.py it is raised in, and no command to run the part
+    that is being checked already (another part's, as model's for attention(), is kept)."""
+    import minbert.model
+    import tasks.classifier
+    from assignments.check import run_part
+    if part == "classifier_head":
+        monkeypatch.setattr(tasks.classifier, "pool",
+                            lambda hidden, mask, pooled, how: (hidden * mask[..., None]).mean(-1))   # over H
+    else:
+        real = _attention()
+        monkeypatch.setattr(minbert.model, "attention", lambda q, k, v, *a: real(q, k, v, *a).reshape(
+            q.shape[0], q.shape[2], q.shape[1], q.shape[3]))      # the heads left apart: (B, T, nh, hs)
+    r = run_part(part)
+    assert r["status"] == "fail" and r["message"].startswith(says), r
+    assert "shapes.py" not in r["message"] and "expect_shape" not in r["message"], r
+    assert f"python -m assignments.check {part}" not in r["message"], r
+    if part == "model":
+        assert r["message"].endswith("python -m assignments.check attention"), r
