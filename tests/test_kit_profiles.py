@@ -128,6 +128,22 @@ def test_the_tree_files_go_to_the_root_with_the_course_url(trees: dict[str, Path
     assert make.NO_COURSE_URL in (tmp_path / "t" / "minbert.ipynb").read_text()
 
 
+def test_each_trees_notebook_names_its_own_leaderboard(trees: dict[str, Path]) -> None:
+    """The notebook's section 4 says what the overall score is in that tree: SST alone in part 1 (its leaderboard),
+    part 2's three tasks where part 2 is shipped; its markdown keeps no profile marker."""
+    import nbformat
+    for name, tree in trees.items():
+        nb = nbformat.read(tree / "minbert.ipynb", as_version=4)
+        nbformat.validate(nb)
+        md = "".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        assert make.HANDOUT_MARK not in md and make.HANDOUT_END not in md, name
+        score = next(c.source for c in nb.cells if c.get("id") == "score-md")
+        if "multitask" in PROFILES[name].groups:
+            assert "part 2's three tasks" in score, (name, score)
+        else:
+            assert "part 2" not in md and "SST" in score, (name, score)
+
+
 @pytest.mark.parametrize("profile", list(GROUPS))
 def test_the_reference_laid_over_the_tree_scores_full_marks(trees: dict[str, Path], tmp_path: Path,
                                                             profile: str) -> None:
