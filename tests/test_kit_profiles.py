@@ -226,6 +226,21 @@ def test_tasks_score_in_a_part1_tree_reports_sst_alone(part1_with_data: Path, tm
     assert "para" not in submit.stdout + submit.stderr and "sts-" not in submit.stdout + submit.stderr
 
 
+def test_a_part1_tree_says_bitfit_s_modes_are_not_part_of_its_assignment(part1_with_data: Path,
+                                                                         tmp_path: Path) -> None:
+    """A part1 tree carries BitFit's modules skeletonised so that the classifier's flags parse, but its handout sets
+    no BitFit: a BitFit mode stops with that said and the modes to use, not "an extension for you to build"."""
+    proc = _run(part1_with_data, "-m", "tasks.classifier", "--task", "sst", "--fine-tune-mode", "bitfit", "--epochs",
+                "1", "--max-train-examples", "8", "--run-dir", str(tmp_path / "run"), "--threads", "1",
+                "--no-progress", timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: freeze() in minbert/bitfit.py:") and "is not written yet" in last, last
+    assert "an extension for you to build" not in last, last
+    assert "BitFit, which is not part of this assignment" in last, last
+    assert "--fine-tune-mode full-model or last-linear-layer" in last, last
+
+
 def test_the_handout_keeps_each_profile_s_sections() -> None:
     text = "a\n<!-- profile: part1 full -->\nb\n<!-- end profile -->\n<!-- profile: default-project -->\nc\n" \
            "<!-- end profile -->\nd\n"
