@@ -36,11 +36,24 @@ def _student_frame(tb: TracebackType | None) -> tuple[str, str, int] | None:
     return found
 
 
-def _describe_error(e: BaseException) -> tuple[str, str]:
-    """(status, message) for an exception raised by a check."""
+def _shape_error(e: BaseException) -> bool:
+    """Whether e is minbert/shapes.py's ShapeError: the given code's word that a function students write returned
+    the wrong shape."""
+    shapes = sys.modules.get("minbert.shapes")
+    return shapes is not None and isinstance(e, getattr(shapes, "ShapeError", ()))
+
+
+def _describe_error(e: BaseException, part: str = "") -> tuple[str, str]:
+    """(status, message) for an exception raised by a check (of `part`, when given)."""
     from .common import Fail
     if isinstance(e, Fail):
         return "fail", str(e)
+    if _shape_error(e):     # raised in the given shapes.py, about the student's function, which its message names
+        message = str(e)
+        rerun = f"; python -m assignments.check {part}"
+        if part and message.endswith(rerun):     # the command that is running: no news
+            message = message[:-len(rerun)]
+        return "fail", message
     where = _student_frame(e.__traceback__)
     if isinstance(e, NotImplementedError):
         if where is not None:
@@ -122,7 +135,7 @@ def run_part(name: str) -> dict:
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - every failure of the student's code becomes this part's message
-        status, message = _describe_error(e)
+        status, message = _describe_error(e, name)
     return {"part": name, "status": status, "message": message, "score": part.points if status == "pass" else 0,
             "max_score": part.points, "seconds": round(time.perf_counter() - t0, 3)}
 

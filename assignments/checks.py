@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .common import (
     GROUPS,
@@ -25,23 +27,40 @@ from .common import (
     _tiny_config,
     compare,
     load_fixture,
+    matches_throughout,
     needs_pool,
+    seen,
 )
 
 # ---------------------------------------------------------------- the parts
 
-def _no_fused_kernel(*args: object, **kwargs: object) -> None:
-    raise Fail("attention() in minbert/model.py calls torch's fused scaled_dot_product_attention; "
-               "write the computation out instead")
+FUSED_KERNEL = ("attention() in minbert/model.py calls torch's fused scaled_dot_product_attention; "
+                "write the computation out instead")
+
+
+class _RefuseTheFusedKernel(TorchFunctionMode):
+    """While on, any call of torch's fused attention raises Fail(FUSED_KERNEL): F.scaled_dot_product_attention however
+    it was imported (the mode sees the call, not the name the function was bound to), and the aten ops
+    (aten.scaled_dot_product_attention, its _scaled_dot_product_* kernels) called through torch.ops."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if "scaled_dot_product" in getattr(func, "__name__", ""):
+            raise Fail(FUSED_KERNEL)
+        return func(*args, **(kwargs or {}))
+
+
+class _RefuseTheFusedOps(TorchDispatchMode):
+    """The same refusal at the dispatcher, for a route to the kernel that no torch function call shows."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if "scaled_dot_product" in func.name():
+            raise Fail(FUSED_KERNEL)
+        return func(*args, **(kwargs or {}))
 
 
 def check_attention() -> None:
-    import torch.nn.functional as F
-    fused, F.scaled_dot_product_attention = F.scaled_dot_product_attention, _no_fused_kernel
-    try:
+    with _RefuseTheFusedKernel(), _RefuseTheFusedOps():
         _check_attention()
-    finally:
-        F.scaled_dot_product_attention = fused
 
 
 # The attention check's hints (eval mode), in the order they are tried: fixture key -> the hint's text. The
@@ -251,6 +270,12 @@ def adamw_hint_texts(style: str) -> dict[str, str]:
         "eps_in_sqrt": f"eps is added inside the square root; it is added after it ({root})",
         "decay_by_step_size": "the weight decay is scaled by the step size (with its bias corrections) instead of by "
                               "lr alone (p <- p - lr * wd * p)",
+        "eps_other_style": (
+            "eps is added after the bias corrections, to sqrt(v_hat), as torch.optim.AdamW and Kingma & Ba's Adam do; "
+            "the course's AdamW adds it before them, to sqrt(v) itself, and folds the corrections into the step size: "
+            "p <- p - step_size * m / (sqrt(v) + eps)" if style == "course" else
+            "eps is added before the bias corrections, to sqrt(v), as the course's AdamW does; torch.optim.AdamW adds "
+            "it after them, to sqrt(v_hat): p <- p - lr * m_hat / (sqrt(v_hat) + eps)"),
     }
 
 
@@ -275,19 +300,34 @@ def check_adamw() -> None:
     against = "torch.optim.AdamW's update" if style == "torch" else "the course's update"
     stuck = ("the parameter did not change: update p in place (p.mul_, p.addcdiv_, ...) instead of assigning a new "
              "tensor to the name p")
-    for t in range(1, ADAMW_STEPS + 1):
+    history, error = [], None          # the parameters after each step, until the student's step raises, if it does
+    for t in range(ADAMW_STEPS):
         for i, p in enumerate(ps):
-            p.grad = None if grads[t - 1][i] is None else grads[t - 1][i].clone()
+            p.grad = None if grads[t][i] is None else grads[t][i].clone()
+        try:
+            opt.step()
+        except Exception as e:  # noqa: BLE001 - raised again below, after the steps before it are compared
+            error = e
+            break
+        history.append([p.detach().clone() for p in ps])
+    # a mistake is named only when the whole run matches its trajectory (every step taken, every parameter), not
+    # because one value at the first difference happens to agree with it
+    run = seen("AdamW.step in minbert/optim.py: every parameter after each step it took",
+               torch.cat([p.flatten() for step in history for p in step]) if history else None)
+    wrong = {text: traj for text, traj in wrong.items()
+             if matches_throughout(run, torch.cat([p.flatten() for step in traj for p in step]), 1e-5, 1e-6)}
+    for t in range(1, len(history) + 1):
         before = [expected[t - 2][i] if t > 1 else init[i] for i in range(len(ps))]
-        opt.step()
-        for i, p in enumerate(ps):
+        for i, p in enumerate(history[t - 1]):
             group = 0 if i < 2 else 1
             hints = {text: traj[t - 1][i] for text, traj in wrong.items()}
             if grads[t - 1][i] is not None:
                 hints[stuck] = before[i]
             compare(f"AdamW.step in minbert/optim.py, at step {t}, param group {group}, parameter {i} "
-                    f"(compared with {against})", p.detach(), expected[t - 1][i], rtol=1e-5, atol=1e-6,
+                    f"(compared with {against})", p, expected[t - 1][i], rtol=1e-5, atol=1e-6,
                     hints=hints)
+    if error is not None:
+        raise error
     if style == "course":   # correct_bias=False: the step size is lr itself
         ps = [p.clone().requires_grad_() for p in init]
         opt = AdamW([{**grp, "params": [ps[i] for i in grp["params"]]} for grp in ADAMW_GROUPS], eps=1e-6,

@@ -101,6 +101,9 @@ class Session:
     def differentiable(self, what: str, loss: object) -> None:
         raise NotImplementedError
 
+    def seen(self, what: str, got: object) -> torch.Tensor | None:
+        raise NotImplementedError
+
 
 SESSION: Session | None = None   # set by the grader alone; None when students check their work
 
@@ -162,6 +165,23 @@ def judge(what: str, got: object, expected: torch.Tensor, *, rtol: float = RTOL,
         if hint:
             msg += f". {hint}"
     raise Fail(msg)
+
+
+def seen(what: str, got: object) -> torch.Tensor | None:
+    """got as the judge sees it, for a hint that takes more than one compare() to name: got itself (detached), or,
+    while the grader runs the part, what the student's process recorded (None in that process, which names nothing,
+    and for what is not a tensor)."""
+    if SESSION is not None:
+        return SESSION.seen(what, got)
+    return got.detach().cpu() if isinstance(got, torch.Tensor) else None
+
+
+def matches_throughout(got: torch.Tensor | None, wrong: torch.Tensor, rtol: float, atol: float) -> bool:
+    """Whether got (a run's results flattened in order, maybe cut short by an error) is within tolerance of wrong's
+    (a mistake's, complete) everywhere it reaches."""
+    if got is None or got.dim() != 1 or got.numel() > wrong.numel() or got.numel() == 0:
+        return False
+    return not _close(got.to(wrong.dtype), wrong[:got.numel()], rtol, atol).any()
 
 
 def not_a_tensor(what: str, type_name: str, expected: torch.Tensor) -> str:

@@ -177,6 +177,10 @@ class Replayer(Session):
             raise Fail(not_a_tensor(what, entry["type"], expected))
         judge(what, self.record.tensors[f"t{i}"], expected, **options)
 
+    def seen(self, what: str, got: object) -> torch.Tensor | None:
+        i, entry = self._take(what, "compare")
+        return self.record.tensors.get(f"t{i}") if entry["kind"] == "tensor" else None
+
     def differentiable(self, what: str, loss: object) -> None:
         _, entry = self._take(what, "grad")
         if not entry["value"]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import json
 import re
 import shutil
 import sys
@@ -246,6 +247,19 @@ def handout_text(text: str, profile: str, name: str = "assignments/README.md") -
     return re.sub(r"\n{3,}", "\n\n", "".join(out))
 
 
+def notebook_text(text: str, profile: str, name: str) -> str:
+    """A notebook (.ipynb text) for one profile: its markdown cells' profile sections kept or left out as the
+    handout's are (handout_text), the markers dropped; a notebook without one is returned as it is."""
+    if HANDOUT_MARK not in text:
+        return text
+    nb = json.loads(text)
+    for cell in nb["cells"]:
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell["cell_type"] == "markdown" and HANDOUT_MARK in source:
+            cell["source"] = handout_text(source, profile, name).splitlines(keepends=True)
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"     # as Jupyter writes it
+
+
 def tree_readme(profile: Profile) -> str:
     """The README.md at the student tree's root: which profile it is, where the handout is."""
     about = profile.help.removesuffix(" (the default)")          # the generator's default, not the student's concern
@@ -300,7 +314,8 @@ def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True, force: b
         for path in sorted(p for p in extra.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
             dest = out / path.relative_to(extra)
             if path.suffix == ".ipynb":
-                _write(dest, path.read_text().replace(COURSE_URL, course_url or NO_COURSE_URL))
+                text = notebook_text(path.read_text(), prof.name, path.relative_to(root).as_posix())
+                _write(dest, text.replace(COURSE_URL, course_url or NO_COURSE_URL))
             else:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, dest)

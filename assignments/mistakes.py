@@ -81,6 +81,8 @@ class AdamWSpec:
     swap_corrections: bool = False   # m corrected by 1 - beta2^t and v by 1 - beta1^t
     t_offset: int = 0            # 1: the bias corrections use t + 1
     eps_in_sqrt: bool = False    # sqrt(v + eps) (course) or sqrt(v_hat + eps) (torch) instead of sqrt(...) + eps
+    eps_other_style: bool = False    # eps where the other style adds it: sqrt(v_hat) + eps, after the corrections
+    #                                  (torch's, in the course's update) or sqrt(v) + eps, before them (the course's)
 
 
 def adamw_trajectory(init: list[torch.Tensor], grads: list[list[torch.Tensor | None]], groups: list[dict],
@@ -133,7 +135,7 @@ def _adamw_one(p: list, m: list, v: list, steps: list, i: int, g: torch.Tensor, 
         update = lr / c1 * m_new / (v_new / c2 + eps).sqrt()
     elif spec.eps_in_sqrt:
         update = lr * math.sqrt(c2) / c1 * m_new / (v_new + eps).sqrt()
-    elif spec.style == "torch":
+    elif (spec.style == "torch") != spec.eps_other_style:
         update = lr / c1 * m_new / (root / (math.sqrt(c2) if spec.sqrt_v else c2) + eps)
     else:
         update = lr * math.sqrt(c2) / c1 * m_new / (root + eps)
@@ -162,6 +164,7 @@ def adamw_mistakes(style: str) -> dict[str, AdamWSpec]:
         "t_plus_one": AdamWSpec(style, t_offset=1),
         "eps_in_sqrt": AdamWSpec(style, eps_in_sqrt=True),
         "decay_by_step_size": AdamWSpec(style, decay="step-size"),
+        "eps_other_style": AdamWSpec(style, eps_other_style=True),
     }
 
 

@@ -54,6 +54,9 @@ class Recorder(Session):
         grad = not isinstance(loss, torch.Tensor) or bool(loss.requires_grad)
         self.records.append({"kind": "grad", "what": str(what)[:MAX_TEXT], "value": grad})
 
+    def seen(self, what: str, got: object) -> None:
+        self.compare(what, got, None)       # recorded as a compare() is, for the replay's seen(); nothing named here
+
     def save(self, path: Path, status: str, message: str) -> None:
         """Write the records, the part's own status and its message (safetensors: data only, nothing executable)."""
         from safetensors.torch import save_file

@@ -57,7 +57,7 @@ def _student_step(bug: str, style: str):
                     update = lr / c1 * m / (v / c2 + eps).sqrt()
                 elif bug == "eps-in-sqrt":
                     update = lr * math.sqrt(c2) / c1 * m / (v + eps).sqrt()
-                elif style == "torch":
+                elif (style == "torch") != (bug == "eps-placement"):   # eps-placement: the other style's eps
                     update = lr / c1 * m / (root / (math.sqrt(c2) if bug != "no-sqrt" else c2) + eps)
                 else:
                     update = lr * math.sqrt(c2) / c1 * m / (root + eps)
@@ -89,6 +89,7 @@ ADAMW_MISTAKES = {
     "t-plus-one": "the bias corrections use t + 1",
     "eps-in-sqrt": "eps is added inside the square root",
     "decay-step-size": "the weight decay is scaled by the step size",
+    "eps-placement": "the bias corrections, to sqrt(v",   # after them to sqrt(v_hat) (course), before to sqrt(v)
 }
 
 
@@ -121,6 +122,32 @@ def test_adamw_hint_fires_on_its_mistake_only(monkeypatch: pytest.MonkeyPatch, b
     assert says in msg, msg
     others = [text for b, text in ADAMW_MISTAKES.items() if text != says and text in msg]
     assert not others, msg                             # one hint, the right one
+
+
+def test_adamw_as_kingma_and_ba_write_it_is_named_for_its_eps_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kingma & Ba's update (torch.optim.AdamW's: eps added to sqrt(v_hat) after the bias corrections) against the
+    course's: at step 1 one value of parameter 1 happens to match the betas swapped; the hint names where eps goes
+    and nothing else, as it holds at every step and parameter and the betas' does not."""
+    import minbert.optim
+    assert adamw_style(minbert.optim.AdamW) == "course"
+    monkeypatch.setattr(minbert.optim.AdamW, "step", _student_step("eps-placement", "course"))
+    with pytest.raises(Fail) as e:
+        check_adamw()
+    msg = str(e.value)
+    assert "beta1 and beta2 are swapped" not in msg, msg
+    assert "It matches what you get when eps is added after the bias corrections, to sqrt(v_hat)" in msg, msg
+
+
+def test_adamw_hint_needs_the_whole_trajectory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mistake whose value matches at the first failing step and parameter but not at the others is not named:
+    torch's whole AdamW (decay before the step and its eps) against the course's matches neither mistake alone."""
+    import minbert.optim
+    assert adamw_style(minbert.optim.AdamW) == "course"
+    monkeypatch.setattr(minbert.optim.AdamW, "step", _student_step("", "torch"))
+    with pytest.raises(Fail) as e:
+        check_adamw()
+    msg = str(e.value)
+    assert "It matches what you get when" not in msg, msg
 
 
 def test_adamw_float32_decay_hint(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -362,3 +389,62 @@ def test_every_mistake_in_the_fixtures_has_its_hint_text() -> None:
         f = load_fixture(name)
         assert set(hints) <= set(f), name
     assert "out_no_layernorm" in load_fixture("embeddings")
+
+
+def _fused_by(route: str):
+    """attention() through torch's fused kernel, reached by `route`, with the heads merged as the stub asks."""
+    from torch.nn.functional import scaled_dot_product_attention  # bound by name, before the check runs
+    kernel = {"F": lambda *a, **kw: F.scaled_dot_product_attention(*a, **kw),
+              "by-name": scaled_dot_product_attention,
+              "aten": lambda q, k, v, attn_mask, dropout_p: torch.ops.aten.scaled_dot_product_attention(
+                  q, k, v, attn_mask, dropout_p)}.get(route)
+    if route == "given":                                           # the model's own fused path, merged heads and all
+        from minbert.model import fused_attention
+        return fused_attention
+
+    def attention(q, k, v, mask, dropout_p=0.0, training=False):
+        B, nh, T, hs = q.shape
+        out = kernel(q, k, v, attn_mask=mask, dropout_p=dropout_p if training else 0.0)   # (B, nh, T, hs)
+        return out.transpose(1, 2).reshape(B, T, nh * hs)
+    return attention
+
+
+@pytest.mark.parametrize("route", ["F", "by-name", "aten", "given"])
+def test_attention_through_the_fused_kernel_is_refused_by_any_route(monkeypatch: pytest.MonkeyPatch,
+                                                                    route: str) -> None:
+    """The handout's "calling torch's fused scaled_dot_product_attention does not count", however it is imported:
+    `from torch.nn.functional import scaled_dot_product_attention` binds the function before the check runs."""
+    import minbert.model
+    monkeypatch.setattr(minbert.model, "attention", _fused_by(route))
+    with pytest.raises(Fail, match=re.escape("calls torch's fused scaled_dot_product_attention")):
+        check_attention()
+    F.scaled_dot_product_attention(*(torch.randn(1, 1, 2, 4) for _ in range(3)))  # usable again after the check
+
+
+# ---------------------------------------------------------------- a wrong shape, as the checker reports it
+
+@pytest.mark.parametrize("part, says", [
+    ("classifier_head", "pool() returned shape (3, 5), expected (B, H) = (3, 32): one vector per sentence"),
+    ("model", "attention() returned shape"),
+])
+def test_a_wrong_shape_is_reported_as_the_students_function_alone(monkeypatch: pytest.MonkeyPatch, part: str,
+                                                                  says: str) -> None:
+    """A ShapeError, raised where the given code calls the student's function, reads like a failed comparison: its
+    message naming the function, not the given minbert/shapes.py it is raised in, and no command to run the part
+    that is being checked already (another part's, as model's for attention(), is kept)."""
+    import minbert.model
+    import tasks.classifier
+    from assignments.check import run_part
+    if part == "classifier_head":
+        monkeypatch.setattr(tasks.classifier, "pool",
+                            lambda hidden, mask, pooled, how: (hidden * mask[..., None]).mean(-1))   # over H
+    else:
+        real = _attention()
+        monkeypatch.setattr(minbert.model, "attention", lambda q, k, v, *a: real(q, k, v, *a).reshape(
+            q.shape[0], q.shape[2], q.shape[1], q.shape[3]))      # the heads left apart: (B, T, nh, hs)
+    r = run_part(part)
+    assert r["status"] == "fail" and r["message"].startswith(says), r
+    assert "shapes.py" not in r["message"] and "expect_shape" not in r["message"], r
+    assert f"python -m assignments.check {part}" not in r["message"], r
+    if part == "model":
+        assert r["message"].endswith("python -m assignments.check attention"), r

@@ -128,6 +128,22 @@ def test_the_tree_files_go_to_the_root_with_the_course_url(trees: dict[str, Path
     assert make.NO_COURSE_URL in (tmp_path / "t" / "minbert.ipynb").read_text()
 
 
+def test_each_trees_notebook_names_its_own_leaderboard(trees: dict[str, Path]) -> None:
+    """The notebook's section 4 says what the overall score is in that tree: SST alone in part 1 (its leaderboard),
+    part 2's three tasks where part 2 is shipped; its markdown keeps no profile marker."""
+    import nbformat
+    for name, tree in trees.items():
+        nb = nbformat.read(tree / "minbert.ipynb", as_version=4)
+        nbformat.validate(nb)
+        md = "".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        assert make.HANDOUT_MARK not in md and make.HANDOUT_END not in md, name
+        score = next(c.source for c in nb.cells if c.get("id") == "score-md")
+        if "multitask" in PROFILES[name].groups:
+            assert "part 2's three tasks" in score, (name, score)
+        else:
+            assert "part 2" not in md and "SST" in score, (name, score)
+
+
 @pytest.mark.parametrize("profile", list(GROUPS))
 def test_the_reference_laid_over_the_tree_scores_full_marks(trees: dict[str, Path], tmp_path: Path,
                                                             profile: str) -> None:
@@ -208,6 +224,21 @@ def test_tasks_score_in_a_part1_tree_reports_sst_alone(part1_with_data: Path, tm
     submit = _run(tree, "-m", "tasks.submit")          # the same set: dev here, test missing
     assert "predictions/sst-test-output.csv: missing" in submit.stdout + submit.stderr, submit.stdout + submit.stderr
     assert "para" not in submit.stdout + submit.stderr and "sts-" not in submit.stdout + submit.stderr
+
+
+def test_a_part1_tree_says_bitfit_s_modes_are_not_part_of_its_assignment(part1_with_data: Path,
+                                                                         tmp_path: Path) -> None:
+    """A part1 tree carries BitFit's modules skeletonised so that the classifier's flags parse, but its handout sets
+    no BitFit: a BitFit mode stops with that said and the modes to use, not "an extension for you to build"."""
+    proc = _run(part1_with_data, "-m", "tasks.classifier", "--task", "sst", "--fine-tune-mode", "bitfit", "--epochs",
+                "1", "--max-train-examples", "8", "--run-dir", str(tmp_path / "run"), "--threads", "1",
+                "--no-progress", timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: freeze() in minbert/bitfit.py:") and "is not written yet" in last, last
+    assert "an extension for you to build" not in last, last
+    assert "BitFit, which is not part of this assignment" in last, last
+    assert "--fine-tune-mode full-model or last-linear-layer" in last, last
 
 
 def test_the_handout_keeps_each_profile_s_sections() -> None:
