@@ -155,14 +155,17 @@ SMOKE_MAIN = ["--max-train-examples", "32", "--epochs", "1"]
 SMOKE_SPEED = ["--model", "minilm", "--shapes", "2x16", "--warmup", "1", "--iters", "1"]
 
 
-def main_job(precision: str, compile_mode: str, env: dict, out: Path, timeout: float, smoke: bool = False) -> dict:
-    run_dir = out / f"main-{precision}-{compile_mode}"
+def main_job(precision: str, compile_mode: str, env: dict, out: Path, timeout: float, smoke: bool = False,
+             name: str | None = None) -> dict:
+    """One main-job run in out/NAME (main-PRECISION-COMPILE by default), its log out/NAME.log: its row."""
+    name = name or f"main-{precision}-{compile_mode}"
+    run_dir = out / name
     graphed = compile_mode == "cuda-graphs"          # --cuda-graphs (tasks/core/graphs.py); refused on a CPU (smoke)
     cmd = [sys.executable, "-m", "tasks.multitask", "--config", "tasks/multitask/main-job.json", "--device",
            "cpu" if smoke else "cuda", "--precision", precision, "--compile", "off" if graphed else compile_mode,
            *(["--cuda-graphs"] if graphed and not smoke else []), "--run-dir", str(run_dir),
            "--no-progress", "--no-predictions", *(SMOKE_MAIN if smoke else [])]
-    code, seconds = run_part(cmd, env, timeout, out / f"main-{precision}-{compile_mode}.log")
+    code, seconds = run_part(cmd, env, timeout, out / f"{name}.log")
     row: dict = {"exit": code, "command_seconds": round(seconds, 1)}
     if (run_dir / "run.json").is_file() and code == 0:
         import torch
@@ -172,7 +175,7 @@ def main_job(precision: str, compile_mode: str, env: dict, out: Path, timeout: f
                 "eval_seconds": [round(h["eval_seconds"], 1) for h in history],
                 "dev_overall": [h.get("dev_overall") for h in history],
                 "best": {k: v for k, v in history[state["best_epoch"] - 1].items() if k.startswith("dev_")},
-                "graphs": [line for line in (out / f"main-{precision}-{compile_mode}.log").read_text().splitlines()
+                "graphs": [line for line in (out / f"{name}.log").read_text().splitlines()
                            if line.startswith("CUDA graphs:")]}
         shutil.rmtree(run_dir, ignore_errors=True)          # the checkpoint is over what comes back
     return row
@@ -191,7 +194,14 @@ def graphs_ab(env: dict, out: Path, report: Report, rounds: int, smoke: bool = F
         row: dict = {"order": order}
         rows.append(row)
         for precision in order:
-            row[precision] = main_job(precision, "cuda-graphs", env, out, report.left() - 5, smoke)
+            name = f"ab-{precision}-r{r + 1}"             # a run of its own: a failed round cannot block the next
+            row[precision] = main_job(precision, "cuda-graphs", env, out, report.left() - 5, smoke, name)
+            log = out / f"{name}.log"                    # one log for the part: what comes back is 8 files at most
+            if log.is_file():
+                with (out / "graphs-ab.log").open("a") as joined:
+                    joined.write(f"==== round {r + 1}, {precision} ====\n{log.read_text()}\n")
+                log.unlink()
+            shutil.rmtree(out / name, ignore_errors=True)
             report.put("graphs-ab", {"rounds": rows, **graphs_ab_summary(rows)})
 
 

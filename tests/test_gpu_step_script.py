@@ -88,10 +88,14 @@ def test_graphs_ab_pairs_shuffled_rounds_and_stops_at_the_budget(tmp_path, monke
     round's ratios (both epochs, the second) and their medians as each run ends, and no round starts without the
     budget for two runs."""
     seconds = {"fp32": [12.0, 7.0], "bf16": [10.0, 5.0]}
-    calls = []
+    calls, names = [], []
 
-    def fake(precision, compile_mode, env, out, timeout, smoke=False):
+    def fake(precision, compile_mode, env, out, timeout, smoke=False, name=None):
         calls.append((precision, compile_mode))
+        names.append(name)
+        (out / name).mkdir()                                       # the run's folder, with its checkpoint
+        (out / name / "checkpoint.pt").write_text("x")
+        (out / f"{name}.log").write_text(f"log of {name}\n")
         return {"exit": 0, "train_seconds": seconds[precision]}
     monkeypatch.setattr(gpu_step, "main_job", fake)
     report = gpu_step.Report(tmp_path, budget=10 ** 6)
@@ -104,6 +108,9 @@ def test_graphs_ab_pairs_shuffled_rounds_and_stops_at_the_budget(tmp_path, monke
     assert summary["fp32_over_bf16"] == [round(19 / 15, 3)] * 4 and summary["second_epoch"] == [1.4] * 4
     assert summary["median"] == round(19 / 15, 3) and summary["median_second_epoch"] == 1.4
     assert json.loads((tmp_path / "gpu-step.json").read_text())["graphs-ab"] == summary
+    # each run its own folder and log, the folders removed and the logs joined into one (8 files come back at most)
+    assert len(set(names)) == 8 and sorted(p.name for p in tmp_path.iterdir()) == ["gpu-step.json", "graphs-ab.log"]
+    assert all(f"log of {n}" in (tmp_path / "graphs-ab.log").read_text() for n in names)
     # a round whose runs failed is listed but not counted; no round starts with less than NEEDS left
     assert gpu_step.graphs_ab_summary([{"order": ["fp32", "bf16"], "fp32": {"exit": 124}, "bf16": {"exit": 0}}]) == {
         "fp32_over_bf16": [], "second_epoch": [], "median": None, "median_second_epoch": None}

@@ -85,6 +85,18 @@ def test_a_state_that_a_checkpoint_cannot_hold_is_refused_when_saved_naming_the_
     assert "int(" in message
 
 
+def test_a_numpy_key_is_refused_and_a_state_dict_is_walked_not_pickled(monkeypatch):
+    """A key a checkpoint cannot hold is refused like a value; an OrderedDict (a state_dict()) is walked, not saved
+    whole to memory and read back at every checkpoint."""
+    bad = TermSet([(Term("ema", "mine", None), Counting({np.int64(3): 1.0}))])
+    with pytest.raises(TermError, match=r"the key np.int64\(3\) of state\(\)\['warmup'\]\['steps'\] is a numpy"):
+        bad.state()
+    monkeypatch.setattr(torch, "save", lambda *a, **k: pytest.fail("a state_dict was pickled"))
+    teacher = nn.Linear(4, 4).state_dict()
+    state = TermSet([(Term("ema", "mine", None), Counting(teacher))]).state()
+    assert state["ema"]["warmup"]["steps"] is teacher
+
+
 def test_an_unreadable_checkpoint_keeps_torchs_reason_and_is_not_called_damaged(tmp_path):
     save_checkpoint(tmp_path / "c.pt", {"model": {}, "terms": {"confpen": {"steps": np.int64(3)}}})
     with pytest.raises(ResumeError) as refused:
@@ -108,7 +120,8 @@ def test_a_section_no_registered_term_reads_is_refused(monkeypatch):
         check_terms("cmd", Settings(), own=("other",))
     message = str(refused.value)
     assert f"Settings.mine ({HERE})" in message and "register_term('cmd', Term(" in message
-    assert "section='mine'" in message
+    assert "section='mine'" in message and "add 'mine' to the command's OWN_SECTIONS (tasks/cmd/__init__.py)" in message
+    check_terms("cmd", Settings(), own=("other", "mine"))                          # read by the command itself
     monkeypatch.setitem(TERMS, "cmd", [Term("mine", "mine", mine_term)])
     check_terms("cmd", Settings(), own=("other",))                                  # registered: accepted
 

@@ -54,3 +54,18 @@ def test_the_reference_names_its_own_commands_plainly() -> None:
     from tasks.multitask import after_simcse, parse_settings
     with pytest.raises(ConfigurationError, match=r"write the directory with python -m tasks\.simcse --out"):
         after_simcse(parse_settings(["--after-simcse", "/nonexist"]))
+
+
+def test_a_diverged_run_names_predict_as_the_tree_has_it(tree: Path, tmp_path: Path) -> None:
+    """The NaN-loss stop (common with a buggy stub) names tasks.predict, which a default-project tree lacks."""
+    (tmp_path / "checkpoint.pt").write_bytes(b"x")
+    code = ("from tasks.core.errors import diverged\ntry:\n    diverged(float('nan'), 0, 3, 'sst', 'epoch', "
+            f"{str(tmp_path / 'checkpoint.pt')!r})\nexcept Exception as e:\n    print(e)")
+    said = {}
+    for where in (tree, ROOT):
+        proc = warm.run([sys.executable, "-c", code], cwd=where, env={**ENV, "PYTHONPATH": str(where)},
+                        capture_output=True, text=True, check=True, timeout=120)
+        said[where] = " ".join(proc.stdout.split())
+    assert "the reference repository's python -m tasks.predict can use it" in said[tree], said[tree]
+    assert unheld(tree, said[tree]) == []
+    assert "(python -m tasks.predict can use it" in said[ROOT]

@@ -27,6 +27,7 @@ from pathlib import Path
 from minbert.checkpoint import CheckpointError
 from minbert.shapes import ShapeError
 
+from .tree import command
 from .unfinished import unfinished_message
 
 
@@ -61,8 +62,8 @@ EXIT_USER_ERROR = 1
 
 def diverged(value: float, epoch: int, step: int, task: str | None, unit: str, checkpoint: str | Path | None) -> None:
     """Stop a run whose loss became NaN or infinite, naming where; the last checkpoint on disk is left as it is."""
-    kept = (f"{checkpoint} still holds the last finished {unit} (tasks.predict can use it; resumed, the run would "
-            "diverge again: a resume repeats it exactly)"
+    kept = (f"{checkpoint} still holds the last finished {unit} ({command('predict')} can use it; resumed, the run "
+            "would diverge again: a resume repeats it exactly)"
             if checkpoint is not None and Path(checkpoint).is_file() else "no checkpoint had been written yet")
     raise TrainingError(f"the training loss is {value} in {unit} {epoch + 1}, optimiser step {step + 1}"
                         f"{f', task {task}' if task else ''}; {kept}. Start a new run with a lower --lr or "

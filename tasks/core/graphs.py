@@ -170,7 +170,7 @@ class StepGraphs:
 def _capture_failed(failure: BaseException) -> None:
     """Raise what stopped a capture: the step's own error, or (a RuntimeError but out of memory) one that says which
     steps a graph cannot hold."""
-    if not isinstance(failure, RuntimeError) or isinstance(failure, torch.OutOfMemoryError):
+    if not isinstance(failure, RuntimeError) or isinstance(failure, torch.cuda.OutOfMemoryError):   # torch>=2.1
         raise failure
     raise RuntimeError(f"--cuda-graphs: this step could not be captured as a CUDA graph ({failure}); a step that "
                        "reads values back to the host cannot be: run without --cuda-graphs") from failure

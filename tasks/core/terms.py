@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from io import BytesIO
@@ -155,8 +156,10 @@ def check_terms(command: str, settings: Any, own: Collection[str]) -> None:
         where = f" ({_source(terms[0].build).rsplit(':', 1)[0]}, beside the command's other terms)" if terms else ""
         raise ConfigurationError(
             f"Settings.{name} ({_source(type(settings)).rsplit(':', 1)[0]}) is read by no registered term of "
-            f"{command}, so its flags would be accepted and do nothing: register its term with "
-            f"register_term({command!r}, Term(NAME, section={name!r}, build=...)){where}")
+            f"{command} and is not one of the sections the command reads itself, so its flags could be accepted and "
+            f"do nothing: register its term with register_term({command!r}, Term(NAME, section={name!r}, "
+            f"build=...)){where}, or, where the command's own code reads it (build_model, as PALs' section), add "
+            f"{name!r} to the command's OWN_SECTIONS (tasks/{command}/__init__.py)")
 
 
 def section_of(term: Term, settings: Any) -> Any:
@@ -282,8 +285,13 @@ def _bad_loss(term: Term, ext: Extension, out: Any) -> str:
 def _check_state(term: Term, ext: Extension, value: Any, path: str) -> None:
     """Refuse, naming the term and the key, a value of its state() that a checkpoint read with weights_only cannot
     hold (a numpy scalar or array, an object of the term's own)."""
-    if type(value) in (dict, list, tuple, set):
-        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+    if type(value) in (dict, OrderedDict):                # a state_dict() is an OrderedDict: walked, not pickled
+        for key, item in value.items():
+            _check_state(term, ext, key, f"the key {key!r} of {path}")
+            _check_state(term, ext, item, f"{path}[{key!r}]")
+        return
+    if type(value) in (list, tuple, set):
+        for key, item in enumerate(value):
             _check_state(term, ext, item, f"{path}[{key!r}]")
         return
     if type(value) in PLAIN or type(value) in (torch.Tensor, nn.Parameter):
