@@ -257,7 +257,8 @@ def test_a_wrong_shaped_attention_or_pool_stops_where_the_given_code_calls_it(
             "(B, nh, T, hs) -> (B, T, nh*hs); python -m assignments.check attention")):
         model(**batch)
     result = check.run_part("model")
-    assert result["status"] == "error" and "attention() returned shape" in result["message"], result
+    assert result["status"] == "fail" and result["message"].startswith("attention() returned shape"), result
+    assert "shapes.py" not in result["message"]            # the student's function, not the given check's file
     monkeypatch.undo()
 
     monkeypatch.setattr(tasks.classifier, "pool", lambda hidden, mask, pooled, how: hidden[:, :1])

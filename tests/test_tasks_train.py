@@ -141,7 +141,9 @@ def test_checkpoints_are_atomic_and_loaded_weights_only(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]      # no temporary file left behind
     assert load_checkpoint(path)["epoch"] == 3
     torch.save({"evil": Interrupted("not a tensor")}, tmp_path / "bad.pt")
-    with pytest.raises(ResumeError, match="bad.pt: cannot read the training checkpoint .UnpicklingError"):
+    with pytest.raises(ResumeError, match="bad.pt: cannot read the training checkpoint: it holds a value that loading "
+                                          "with weights_only refuses .WeightsUnpickler error: Unsupported global: "
+                                          "GLOBAL tasks.core.loop.Interrupted"):
         load_checkpoint(tmp_path / "bad.pt")
     with pytest.raises(FileNotFoundError, match="no such checkpoint"):
         load_checkpoint(tmp_path / "absent.pt")
