@@ -209,13 +209,21 @@ def adamw_style(opt_class: type) -> str:
     return "course" if variant is not None and variant.default == "course" else "torch"
 
 
+ADAMW_EPS = 1e-6
+ADAMW_TINY = 1       # the parameter whose gradients are about eps in size (randn * ADAMW_EPS)
+
+
 def adamw_problem(g: torch.Generator | None = None) -> tuple[list[torch.Tensor], list[list[torch.Tensor | None]]]:
     """The check's initial parameters and per-step gradients (from g, by default seeded 0: the shipped fixture's);
-    the last parameter never gets a gradient."""
+    the last parameter never gets a gradient. Parameter ADAMW_TINY's gradients are randn * eps, so that sqrt(v) is
+    about eps and where eps is added shows: the course's sqrt(v) + eps and torch's sqrt(v_hat) + eps then differ
+    by far more than the tolerance (with randn gradients alone, sqrt(v) ~ 1 >> eps hides it)."""
     g = torch.Generator().manual_seed(0) if g is None else g
     shapes = [(4, 3), (5,), (2, 2, 2), (3,)]
     init = [torch.randn(s, generator=g) for s in shapes]
     grads = [[torch.randn(s, generator=g) for s in shapes[:-1]] + [None] for _ in range(ADAMW_STEPS)]
+    for step in grads:
+        step[ADAMW_TINY] = step[ADAMW_TINY] * ADAMW_EPS
     return init, grads
 
 
@@ -292,7 +300,7 @@ def check_adamw() -> None:
     init, grads = adamw_inputs(f)
     style = adamw_style(AdamW)
     ps = [p.clone().requires_grad_() for p in init]
-    opt = AdamW([{**grp, "params": [ps[i] for i in grp["params"]]} for grp in ADAMW_GROUPS], eps=1e-6)
+    opt = AdamW([{**grp, "params": [ps[i] for i in grp["params"]]} for grp in ADAMW_GROUPS], eps=ADAMW_EPS)
     # expected: the update by the equations in float64, stored in float32 (tests/test_kit_hints.py checks them against
     # torch.optim.AdamW), and each mistake's trajectory for the hints
     expected = adamw_trajectory_of(f, style, "right")
@@ -330,7 +338,7 @@ def check_adamw() -> None:
         raise error
     if style == "course":   # correct_bias=False: the step size is lr itself
         ps = [p.clone().requires_grad_() for p in init]
-        opt = AdamW([{**grp, "params": [ps[i] for i in grp["params"]]} for grp in ADAMW_GROUPS], eps=1e-6,
+        opt = AdamW([{**grp, "params": [ps[i] for i in grp["params"]]} for grp in ADAMW_GROUPS], eps=ADAMW_EPS,
                     correct_bias=False)
         expected = adamw_trajectory_of(f, style, "no_bias_correction")   # AdamWSpec(style, correct_bias=False)
         for t in range(ADAMW_STEPS):

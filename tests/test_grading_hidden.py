@@ -271,3 +271,26 @@ def test_the_replay_names_the_mistake_on_hidden_inputs(monkeypatch: pytest.Monke
     assert status == "fail" and says in message, message
     local = common.load_fixture(PARTS[part].fixtures[0])
     assert not torch.equal(fixtures[part][next(iter(hidden.INPUTS[part]))], local[next(iter(hidden.INPUTS[part]))])
+
+
+@pytest.mark.parametrize("seed", [20261127, 1, 2**62 + 7])
+@pytest.mark.parametrize("style", ["course", "torch"])
+@pytest.mark.parametrize("bug", ["eps-placement", ""])
+def test_eps_in_the_other_styles_place_fails_on_every_hidden_draw(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                  bug: str, style: str, seed: int) -> None:
+    # the grader fails what the students' check fails: eps added where the other style adds it (torch's sqrt(v_hat)
+    # + eps in the course's update, or the course's sqrt(v) + eps in torch's) fails the replay and is named, whatever
+    # the seed (the AdamW problem has a parameter whose gradients are about eps, so eps's place shows); the right
+    # update of either style, written out the same way, passes
+    import minbert.optim
+    torch.set_num_threads(1)
+    fixtures = {f: hidden.hidden_fixture(f, seed) for f in PARTS["adamw"].fixtures}
+    hidden.write_inputs(tmp_path / "inputs", fixtures)
+    if style == "torch":                               # the check expects torch's update from torch's signature
+        monkeypatch.setattr(minbert.optim, "AdamW", torch.optim.AdamW)
+    monkeypatch.setattr(*_mistake("adamw", bug, style))
+    status, message, _ = _replayed("adamw", fixtures, tmp_path)
+    if not bug:
+        assert (status, message) == ("pass", ""), message
+        return
+    assert status == "fail" and "It matches what you get when eps is added" in message, message

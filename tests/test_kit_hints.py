@@ -126,8 +126,9 @@ def test_adamw_hint_fires_on_its_mistake_only(monkeypatch: pytest.MonkeyPatch, b
 
 def test_adamw_as_kingma_and_ba_write_it_is_named_for_its_eps_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """Kingma & Ba's update (torch.optim.AdamW's: eps added to sqrt(v_hat) after the bias corrections) against the
-    course's: at step 1 one value of parameter 1 happens to match the betas swapped; the hint names where eps goes
-    and nothing else, as it holds at every step and parameter and the betas' does not."""
+    course's: at step 1 the betas swapped change the update by eps's share alone (the bias corrections undo them), so
+    a wrong run's first values can agree with that mistake too; the hint names where eps goes and nothing else, as it
+    holds at every step and parameter and the betas' does not."""
     import minbert.optim
     assert adamw_style(minbert.optim.AdamW) == "course"
     monkeypatch.setattr(minbert.optim.AdamW, "step", _student_step("eps-placement", "course"))
