@@ -28,8 +28,7 @@ def find_copies(submission: Path, rel: Path, depth: int = 2) -> list[Path]:
     link is never followed (a link to the reference's own file would be graded as the student's): a linked file or
     folder is as good as absent.
     """
-    level = [submission]
-    for _ in range(depth + 1):
+    for level in _levels(submission, depth):
         copies = []
         for base in level:
             for cand, inner in ((base / rel, rel.parts[:-1]), (base / rel.name, ())):
@@ -39,17 +38,23 @@ def find_copies(submission: Path, rel: Path, depth: int = 2) -> list[Path]:
                     break
         if copies:
             return copies
+    return []
+
+
+def _levels(submission: Path, depth: int):
+    """The folders of each level, the submission's first, then its subfolders (no link, hidden or skipped one)."""
+    level = [submission]
+    for _ in range(depth + 1):
+        yield level
         level = sorted(d for base in level for d in base.iterdir()
                        if d.is_dir() and not d.is_symlink() and d.name not in SKIP_DIRS and not d.name.startswith("."))
-    return []
 
 
 def find_links(submission: Path, rel: Path, depth: int = 2) -> list[Path]:
     """The symbolic links that stood where find_copies() looks for rel, at the shallowest level that holds one: the
     link itself, or a linked folder on rel's path; [] when there is none. Only named, never followed further (a linked
     folder of the level is not entered)."""
-    level = [submission]
-    for _ in range(depth + 1):
+    for level in _levels(submission, depth):
         links = []
         for base in level:
             for cand, inner in ((base / rel, rel.parts[:-1]), (base / rel.name, ())):
@@ -60,8 +65,6 @@ def find_links(submission: Path, rel: Path, depth: int = 2) -> list[Path]:
                     break
         if links:
             return links
-        level = sorted(d for base in level for d in base.iterdir()
-                       if d.is_dir() and not d.is_symlink() and d.name not in SKIP_DIRS and not d.name.startswith("."))
     return []
 
 

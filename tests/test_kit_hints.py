@@ -129,12 +129,7 @@ def test_adamw_as_kingma_and_ba_write_it_is_named_for_its_eps_alone(monkeypatch:
     course's: at step 1 the betas swapped change the update by eps's share alone (the bias corrections undo them), so
     a wrong run's first values can agree with that mistake too; the hint names where eps goes and nothing else, as it
     holds at every step and parameter and the betas' does not."""
-    import minbert.optim
-    assert adamw_style(minbert.optim.AdamW) == "course"
-    monkeypatch.setattr(minbert.optim.AdamW, "step", _student_step("eps-placement", "course"))
-    with pytest.raises(Fail) as e:
-        check_adamw()
-    msg = str(e.value)
+    msg = _course_check_of(monkeypatch, "eps-placement", "course")
     assert "beta1 and beta2 are swapped" not in msg, msg
     assert "It matches what you get when eps is added after the bias corrections, to sqrt(v_hat)" in msg, msg
 
@@ -142,13 +137,18 @@ def test_adamw_as_kingma_and_ba_write_it_is_named_for_its_eps_alone(monkeypatch:
 def test_adamw_hint_needs_the_whole_trajectory(monkeypatch: pytest.MonkeyPatch) -> None:
     """A mistake whose value matches at the first failing step and parameter but not at the others is not named:
     torch's whole AdamW (decay before the step and its eps) against the course's matches neither mistake alone."""
+    msg = _course_check_of(monkeypatch, "", "torch")
+    assert "It matches what you get when" not in msg, msg
+
+
+def _course_check_of(monkeypatch: pytest.MonkeyPatch, mistake: str, style: str) -> str:
+    """The course-style check's failure message for a student's step written in `style` with `mistake`."""
     import minbert.optim
     assert adamw_style(minbert.optim.AdamW) == "course"
-    monkeypatch.setattr(minbert.optim.AdamW, "step", _student_step("", "torch"))
+    monkeypatch.setattr(minbert.optim.AdamW, "step", _student_step(mistake, style))
     with pytest.raises(Fail) as e:
         check_adamw()
-    msg = str(e.value)
-    assert "It matches what you get when" not in msg, msg
+    return str(e.value)
 
 
 def test_adamw_float32_decay_hint(monkeypatch: pytest.MonkeyPatch) -> None:
