@@ -119,7 +119,7 @@ def test_a_section_no_registered_term_reads_is_refused(monkeypatch):
     with pytest.raises(ConfigurationError) as refused:
         check_terms("cmd", Settings(), own=("other",))
     message = str(refused.value)
-    assert f"Settings.mine ({HERE})" in message and "register_term('cmd', Term(" in message
+    assert f"Settings.mine ({line_of(Mine)})" in message and "register_term('cmd', Term(" in message
     assert "section='mine'" in message and "add 'mine' to the command's OWN_SECTIONS (tasks/cmd/__init__.py)" in message
     check_terms("cmd", Settings(), own=("other", "mine"))                          # read by the command itself
     monkeypatch.setitem(TERMS, "cmd", [Term("mine", "mine", mine_term)])
@@ -196,6 +196,7 @@ def test_a_stat_named_as_the_loops_own_record_keys_is_refused(key):
     with pytest.raises(ConfigurationError) as refused:
         terms.epoch_end()
     assert "term 'confpen'" in str(refused.value) and repr(key) in str(refused.value)
+    assert f"after it (confpen_...) in its epoch_stats ({line_of(Logs.epoch_stats)})" in str(refused.value)
     assert TermSet([(Term("confpen", "mine", None), Logs("confpen_beta"))]).epoch_end() == {"confpen_beta": 1.0}
 
 
@@ -218,8 +219,9 @@ class Fills(Extension):
 @pytest.mark.parametrize("name", ["pals", "head", "forward"])
 def test_a_term_named_as_a_part_of_the_model_is_refused_whatever_the_flags(monkeypatch, name, flag):
     monkeypatch.setitem(TERMS, "cmd", [Term(name, "mine", lambda s, c: Fills(c, name))])
-    with pytest.raises(ConfigurationError, match=f"the term {name!r} has the name of the model's own {name!r}"):
+    with pytest.raises(ConfigurationError, match=f"the term {name!r} has the name of the model's own {name!r}") as e:
         build_terms("cmd", Settings(), Context(Model(flag), [], torch.device("cpu"), Settings()))
+    assert f"its build: {HERE}:" in str(e.value)
 
 
 def test_the_term_that_fills_its_slot_of_the_model_is_accepted(monkeypatch):
@@ -238,5 +240,7 @@ def test_the_multitask_command_refuses_a_section_whose_term_is_not_registered_be
     with pytest.raises(ConfigurationError) as refused:
         multitask.run(multitask.parse_settings(["--rdrop-alpha", "0.5", "--device", "cpu"]))
     message = str(refused.value)
-    assert "Settings.rdrop (tasks/multitask/settings.py) is read by no registered term of multitask" in message
+    from tasks.multitask.settings import RDrop
+    where = f"tasks/multitask/settings.py:{inspect.getsourcelines(RDrop)[1]}"
+    assert f"Settings.rdrop ({where}) is read by no registered term of multitask" in message
     assert "section='rdrop'" in message and "(tasks/multitask/terms.py, beside the command's other terms)" in message

@@ -155,7 +155,7 @@ def check_terms(command: str, settings: Any, own: Collection[str]) -> None:
     for name in (f.name for f in fields(settings) if f.name not in read):
         where = f" ({_source(terms[0].build).rsplit(':', 1)[0]}, beside the command's other terms)" if terms else ""
         raise ConfigurationError(
-            f"Settings.{name} ({_source(type(settings)).rsplit(':', 1)[0]}) is read by no registered term of "
+            f"Settings.{name} ({_source(type(getattr(settings, name)))}) is read by no registered term of "
             f"{command} and is not one of the sections the command reads itself, so its flags could be accepted and "
             f"do nothing: register its term with register_term({command!r}, Term(NAME, section={name!r}, "
             f"build=...)){where}, or, where the command's own code reads it (build_model, as PALs' section), add "
@@ -215,7 +215,8 @@ class TermSet:
                 raise ConfigurationError(
                     f"the term {term.name!r} ({type(ext).__name__}) logs {', '.join(map(repr, taken))}: the loop's own "
                     "record has that key (epoch, kind, train_loss, train_loss_TASK, dev_*, *_seconds) and its value "
-                    f"would be overwritten; name the term's stats after it ({term.section}_...)")
+                    f"would be overwritten; name the term's stats after it ({term.name}_...) in its epoch_stats "
+                    f"({_source(type(ext).epoch_stats)})")
             if stats:
                 merged, lines = by_section.setdefault(term.section, ({}, []))
                 merged.update(stats)
@@ -335,7 +336,8 @@ def build_terms(command: str, settings: Any, context: Context) -> TermSet:
         model = context.model                                       # its weights go there (SMART fills its slot)
         if hasattr(model, term.name) and not (term.slot and getattr(model, term.name) is None):
             raise ConfigurationError(f"the term {term.name!r} has the name of the model's own {term.name!r}: register "
-                                     "it under another name (a term's weights are kept in the model under its name)")
+                                     "it under another name (a term's weights are kept in the model under its name; "
+                                     f"its build: {_source(term.build)})")
         ext = term.build(section_of(term, settings), context)
         if ext is not None and not isinstance(ext, Extension):
             what = (f"the class {ext.__name__}, not an instance: return {ext.__name__}(...)" if isinstance(ext, type)
