@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-import test_kit_hints as kh
+import test_kit_hints_adamw as kh
 import torch
 
 import minbert.optim

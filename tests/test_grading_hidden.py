@@ -239,6 +239,7 @@ def test_a_part_without_a_record_never_passes(tmp_path: Path) -> None:
 def _mistake(part: str, bug: str, style: str = "course"):
     """(object, attribute, value): the patch that makes the reference's part carry one classic mistake."""
     import test_kit_hints as kh
+    import test_kit_hints_adamw as kha
 
     import minbert.model
     import minbert.optim
@@ -246,7 +247,7 @@ def _mistake(part: str, bug: str, style: str = "course"):
         return minbert.model, "attention", kh.ATTENTION_MISTAKES[bug][0]
     if part == "layer":
         return minbert.model.BertLayer, "after_attention", kh._student_after_attention(bug)
-    return minbert.optim.AdamW, "step", kh._student_step(bug, style)
+    return minbert.optim.AdamW, "step", kha._student_step(bug, style)
 
 
 @pytest.mark.parametrize("part, bug, says", [
