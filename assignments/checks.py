@@ -298,8 +298,8 @@ def check_adamw() -> None:
     style = adamw_style(AdamW)
     ps = [p.clone().requires_grad_() for p in init]
     opt = AdamW([{**grp, "params": [ps[i] for i in grp["params"]]} for grp in ADAMW_GROUPS], eps=ADAMW_EPS)
-    # expected: the update by the equations in float64, stored in float32 (tests/test_kit_hints.py checks them against
-    # torch.optim.AdamW), and each mistake's trajectory for the hints
+    # expected: the update by the equations in float64, stored in float32 (tests/test_kit_hints_adamw.py checks them
+    # against torch.optim.AdamW), and each mistake's trajectory for the hints
     expected = adamw_trajectory_of(f, style, "right")
     wrong = {text: adamw_trajectory_of(f, style, name) for name, text in adamw_hint_texts(style).items()}
     against = "torch.optim.AdamW's update" if style == "torch" else "the course's update"
