@@ -170,13 +170,13 @@ def main_job(precision: str, compile_mode: str, env: dict, out: Path, timeout: f
     if (run_dir / "run.json").is_file() and code == 0:
         import torch
         state = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=False)
-        history = state["history"]
+        history, log_lines = state["history"], (out / f"{name}.log").read_text().splitlines()
         row |= {"train_seconds": [round(h["train_seconds"], 1) for h in history],
                 "eval_seconds": [round(h["eval_seconds"], 1) for h in history],
                 "dev_overall": [h.get("dev_overall") for h in history],
                 "best": {k: v for k, v in history[state["best_epoch"] - 1].items() if k.startswith("dev_")},
-                "graphs": [line for line in (out / f"{name}.log").read_text().splitlines()
-                           if line.startswith("CUDA graphs:")]}
+                "graphs": [line for line in log_lines if line.startswith("CUDA graphs:")],
+                "one_time": [line for line in log_lines if line.startswith("CUDA graphs' one-time work:")]}
         shutil.rmtree(run_dir, ignore_errors=True)          # the checkpoint is over what comes back
     return row
 

@@ -123,3 +123,30 @@ def test_graphs_ab_pairs_shuffled_rounds_and_stops_at_the_budget(tmp_path, monke
 def test_graphs_ab_is_named_not_default():
     assert "graphs-ab" in gpu_step.ORDER and "graphs-ab" not in gpu_step.DEFAULT_PARTS
     assert set(gpu_step.DEFAULT_PARTS) | {"graphs-ab"} == set(gpu_step.NEEDS)
+
+
+def test_a_main_job_row_keeps_its_graph_lines_and_one_time_work(tmp_path, monkeypatch):
+    """main_job's row: each epoch's seconds and dev figure from the checkpoint's history, the log's 'CUDA graphs:'
+    counts and 'CUDA graphs' one-time work:' lines (tasks/core/graphs.py), the run's folder removed."""
+    lines = ["epoch 1", "CUDA graphs: 3 shapes captured, 10 steps replayed, 3 eager (each shape's first)",
+             ("CUDA graphs' one-time work: first step 1.50 s, 2 other eager 0.20 s, 3 captures 0.90 s, their first "
+             "replays 0.01 s"), "CUDA graphs are the subject of this unrelated line"]
+
+    commands = []
+
+    def fake_run(cmd, env, timeout, log):
+        commands.append(cmd)
+        run_dir = Path(cmd[cmd.index("--run-dir") + 1])
+        run_dir.mkdir()
+        (run_dir / "run.json").write_text("{}")
+        history = [{"train_seconds": 12.34, "eval_seconds": 1.0, "dev_overall": 0.7, "dev_sst": 0.5}]
+        torch.save({"history": history, "best_epoch": 1}, run_dir / "checkpoint.pt")
+        log.write_text("\n".join(lines) + "\n")
+        return 0, 20.0
+    monkeypatch.setattr(gpu_step, "run_part", fake_run)
+    row = gpu_step.main_job("bf16", "cuda-graphs", {}, tmp_path, 60.0, name="ab-bf16-r1")
+    assert "--cuda-graphs" in commands[0] and commands[0][commands[0].index("--precision") + 1] == "bf16"
+    assert row["train_seconds"] == [12.3] and row["dev_overall"] == [0.7] and row["best"] == {"dev_overall": 0.7,
+                                                                                               "dev_sst": 0.5}
+    assert row["graphs"] == [lines[1]] and row["one_time"] == [lines[2]]
+    assert not (tmp_path / "ab-bf16-r1").exists()

@@ -72,6 +72,19 @@ class FakeCapture:
             raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
 
 
+def cpu_graphs(monkeypatch) -> StepGraphs:
+    """A StepGraphs on the CPU: torch.cuda.graph as FakeCapture, no synchronisation, no copies into the inputs."""
+    monkeypatch.setattr(torch.cuda, "graph", FakeCapture)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr("tasks.core.graphs._copy_into", lambda static, b: None)
+    graphs = StepGraphs.__new__(StepGraphs)
+    graphs.device, graphs.pool, graphs.stream = torch.device("cpu"), None, None
+    graphs.optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))])
+    graphs.graphs, graphs.seen, graphs.counts = {}, set(), {"eager": 0, "captured": 0, "replayed": 0}
+    graphs.seconds = dict.fromkeys(StepGraphs.PARTS, 0.0)
+    return graphs
+
+
 @pytest.mark.parametrize("raised, invalidates, expected", [
     (RuntimeError("operation not permitted when stream is capturing"), True,
      (RuntimeError, "could not be captured as a CUDA graph .operation not permitted when stream is capturing.")),
@@ -85,13 +98,9 @@ def test_a_failed_capture_reports_the_steps_own_error(raised, invalidates, expec
     monkeypatch.setattr(torch.cuda, "graph", FakeCapture)
     monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
     monkeypatch.setattr(FakeCapture, "invalidated", invalidates)
-    graphs = StepGraphs.__new__(StepGraphs)
-    graphs.device, graphs.pool, graphs.stream = torch.device("cpu"), None, None
-    graphs.optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))])
-    graphs.graphs, graphs.counts = {}, {"eager": 0, "captured": 0, "replayed": 0}
+    graphs = cpu_graphs(monkeypatch)
     batch = {"task": "sst", "input_ids": torch.ones(2, 32, dtype=torch.long)}
     graphs.seen = {shape_key(batch)}                                   # its eager step ran: this one is captured
-    monkeypatch.setattr("tasks.core.graphs._copy_into", lambda static, b: None)
 
     def body(on_device):
         if raised is not None:
@@ -101,6 +110,45 @@ def test_a_failed_capture_reports_the_steps_own_error(raised, invalidates, expec
     with pytest.raises(kind, match=message):
         graphs.step(batch, body)
     assert graphs.graphs == {} and graphs.counts["captured"] == 0
+
+
+def test_the_one_time_work_is_timed_apart_and_a_replay_waits_for_nothing(monkeypatch):
+    """StepGraphs.seconds: the run's first step, the other shapes' eager steps, the captures and their first replays,
+    each between two synchronisations; a replay adds no time and makes no synchronisation (a clock that only the
+    steps move: an eager step 1 s, a capture 10 s, a replay 0.5 s)."""
+    clock, syncs = [0.0], []
+
+    class Graph:
+        def replay(self):
+            clock[0] += 0.5
+    graphs = cpu_graphs(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append(device))
+    monkeypatch.setattr("tasks.core.graphs.time.perf_counter", lambda: clock[0])
+    capturing = [False]
+
+    def body(on_device):
+        clock[0] += 10.0 if capturing[0] else 1.0
+        return torch.zeros(())
+
+    class Capture(FakeCapture):
+        def __enter__(self):
+            capturing[0] = True
+
+        def __exit__(self, *exc):
+            capturing[0] = False
+    monkeypatch.setattr(torch.cuda, "graph", Capture)
+    a = {"task": "sst", "input_ids": torch.ones(2, 32, dtype=torch.long)}
+    b = {"task": "sst", "input_ids": torch.ones(2, 64, dtype=torch.long)}
+    for batch in (a, a, a, b, b, b, a, b):
+        replay, before = shape_key(batch) in graphs.graphs, len(syncs)
+        graphs.step(batch, body)
+        assert not replay or len(syncs) == before                 # a replay: no synchronisation
+    assert graphs.counts == {"eager": 2, "captured": 2, "replayed": 4}
+    assert graphs.seconds == {"first step": 1.0, "eager": 1.0, "capture": 20.0, "first replay": 1.0}
+    assert len(syncs) == 2 * 6                                     # two eager steps, two captures, two first replays
+    assert graphs.describe_seconds() == ("CUDA graphs' one-time work: first step 1.00 s, 1 other eager 1.00 s, "
+                                         "2 captures 20.00 s, their first replays 1.00 s")
 
 
 def test_fit_refuses_graphs_before_any_step_naming_each_need():
@@ -182,6 +230,7 @@ def test_the_loops_graphed_path_trains_what_the_plain_path_does(precision, tiny_
         def __init__(self, device, optimizer):
             self.device, self.optimizer = device, optimizer
             self.seen, self.counts = set(), {"eager": 0, "captured": 0, "replayed": 0}
+            self.seconds = dict.fromkeys(StepGraphs.PARTS, 0.0)
 
         def on_stream(self):
             return nullcontext()
@@ -200,7 +249,9 @@ def test_the_loops_graphed_path_trains_what_the_plain_path_does(precision, tiny_
     multitask.run(multitask.parse_settings(argv + ["--run-dir", str(tmp_path / "plain")]))
     capsys.readouterr()
     multitask.run(multitask.parse_settings(argv + ["--cuda-graphs", "--run-dir", str(tmp_path / "graphed")]))
-    assert "CUDA graphs: 0 shapes captured, 21 steps replayed, 9 eager" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "CUDA graphs: 0 shapes captured, 21 steps replayed, 9 eager" in out
+    assert "CUDA graphs' one-time work: first step 0.00 s, 8 other eager 0.00 s, 0 captures" in out   # EagerSteps times none
     a, b = (load_checkpoint(tmp_path / r / "checkpoint.pt") for r in ("plain", "graphed"))
     worst = max((b["model"][key] - a["model"][key]).abs().max().item() for key in a["model"])
     if precision == "fp32":

@@ -16,6 +16,7 @@ What the optimiser needs: torch's fused AdamW with capturable=True and its learn
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
@@ -93,7 +94,11 @@ def check_graphs_device(device: torch.device) -> None:
 
 class StepGraphs:
     """One CUDA graph per batch shape of a run's optimiser step: eager at a shape's first batch, captured at its
-    second, replayed from then on (the module docstring). counts: eager steps, captures, replays."""
+    second, replayed from then on (the module docstring). counts: eager steps, captures, replays; seconds: the wall
+time of the one-time work (the run's first step, the other shapes' eager steps, the captures, their first replays),
+each timed between two synchronisations, which only these steps make."""
+
+    PARTS = ("first step", "eager", "capture", "first replay")     # the keys of seconds
 
     def __init__(self, device: torch.device, optimizer: torch.optim.Optimizer):
         self.device, self.optimizer = device, optimizer
@@ -102,6 +107,7 @@ class StepGraphs:
         self.seen: set[tuple] = set()
         self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, dict, torch.Tensor]] = {}
         self.counts = {"eager": 0, "captured": 0, "replayed": 0}
+        self.seconds = dict.fromkeys(self.PARTS, 0.0)
 
     def ready(self) -> None:
         """The optimiser as a graph needs it: capturable, its learning rates tensors on the GPU (again after a
@@ -137,13 +143,15 @@ class StepGraphs:
         if key not in self.seen:                         # a shape's first batch: an eager step, which also warms up
             self.seen.add(key)
             self.counts["eager"] += 1
-            return body(to_device(batch, self.device)).clone()
+            with self._timed("first step" if len(self.seen) == 1 else "eager"):
+                loss = body(to_device(batch, self.device)).clone()
+            return loss
         static = map_tensors(batch, lambda t: torch.empty_like(t, device=self.device))
         _copy_into(static, batch)
         graph, states = torch.cuda.CUDAGraph(), len(self.optimizer.state)
         failure: BaseException | None = None
         try:
-            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+            with self._timed("capture"), torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
                 try:
                     loss = body(static)
                 except Exception as e:  # noqa: BLE001 -- the step's own error: ending the capture may raise another
@@ -157,14 +165,32 @@ class StepGraphs:
                                "that had no gradient in this shape's eager step); run without --cuda-graphs")
         self.graphs[key] = (graph, static, loss)
         self.counts["captured"] += 1
-        graph.replay()                                   # capturing ran nothing: this batch's step
+        with self._timed("first replay"):
+            graph.replay()                               # capturing ran nothing: this batch's step
         return loss.clone()
+
+    @contextmanager
+    def _timed(self, part: str):
+        """Add the block's wall time to seconds[part], the GPU's queue emptied before and after it (one-time steps
+        only: a replay never waits)."""
+        torch.cuda.synchronize(self.device)
+        t0 = time.perf_counter()
+        yield
+        torch.cuda.synchronize(self.device)              # not reached when the block raised: nothing to time
+        self.seconds[part] += time.perf_counter() - t0
 
     def describe(self) -> str:
         """The log line of what ran how: shapes captured, steps replayed, eager steps."""
         c = self.counts
         return (f"CUDA graphs: {c['captured']} shapes captured, {c['replayed']} steps replayed, {c['eager']} eager "
                 "(each shape's first)")
+
+    def describe_seconds(self) -> str:
+        """The log line of the one-time work's wall time so far (the run's whole, like the counts)."""
+        s, eager = self.seconds, max(self.counts["eager"] - 1, 0)
+        return (f"CUDA graphs' one-time work: first step {s['first step']:.2f} s, {eager} other eager "
+                f"{s['eager']:.2f} s, {self.counts['captured']} captures {s['capture']:.2f} s, their first replays "
+                f"{s['first replay']:.2f} s")
 
 
 def _capture_failed(failure: BaseException) -> None:

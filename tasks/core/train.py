@@ -218,6 +218,7 @@ class _Loop:
         bar.close()
         if self.graphs is not None:
             self.say(self.graphs.describe())
+            self.say(self.graphs.describe_seconds())
         total = sums["total"] / max(sums["n"], 1)
         if self.parallel:  # the ranks' shares add up to the global batches' mean losses
             tasks = sorted(per_task)
