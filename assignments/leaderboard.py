@@ -10,13 +10,14 @@ sst-{dev,test}-output.csv (part1); flat, under predictions/ (python -m tasks.sub
 Every problem is listed with its file and line; an invalid upload scores 0 and gets no leaderboard entry. A valid
 one earns --points and its figures: each task's (SST accuracy, Quora accuracy, STS Pearson r) and the overall score
 on the dev set (public labels, for information) and on the two parts of the test set, split by the salt
-(--private-fraction of the ids private). Until the due date (the metadata's late_due_date if set, else its due_date,
-against the clock when grading) the leaderboard shows the public part; after it, the private part: a "Regrade all"
-after the deadline posts the final standing. Before then results.json holds no private figure (so students also see
-their total score: Gradescope hides it while any test is hidden); python -m assignments.scoreboard shows the staff
-both parts.
+(--private-fraction of the ids private). The leaderboard shows the public part, and results.json holds no private
+figure (so students also see their total score: Gradescope hides it while any test is hidden), except for an upload
+made at or before the due date (the metadata's late_due_date if set, else its due_date) and graded at or after it:
+a "Regrade all" after the deadline posts the final standing. The metadata carries no student's own due date, so an
+upload made after the due date (an extension, or late) is graded as one made before it: the public part, the daily
+limit; the final standing for everyone is the staff's python -m assignments.scoreboard, which shows both parts.
 --daily-limit N grades N uploads in any 24 hours before the upload's created_at (0: no limit); an upload past the
-limit keeps the previous upload's result, with a message. Exit status 2 on an unusable gold, salt or setting.
+limit keeps the latest previous upload's result, with a message. Exit status 2 on an unusable gold, salt or setting.
 """
 
 from __future__ import annotations
@@ -174,6 +175,17 @@ def due_date(metadata: dict | None) -> datetime | None:
     return None
 
 
+def is_final(metadata: dict | None, now: datetime) -> bool:
+    """Whether an upload is graded for the final standing (its private part shown): graded at or after the due date,
+    made at or before it (created_at; without it, the grading time). An upload made after it (an extension: the
+    metadata names no student's own due date) is graded as one before it."""
+    due = due_date(metadata)
+    if due is None or now < due:
+        return False
+    created = (metadata or {}).get("created_at")
+    return (parse_time(created, "created_at") if created else now) <= due
+
+
 def shown_time(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M %Z").strip()
 
@@ -201,13 +213,14 @@ KEPT = ("Below is the result of your previous upload, which the leaderboard keep
 
 
 def limited_results(metadata: dict, message: str) -> dict:
-    """The previous upload's results (Gradescope sends them for the latest previous upload) under the message;
-    score 0 and the message when there are none."""
+    """The latest previous upload's results (by submission_time; Gradescope sends them for the latest) under the
+    message; score 0 and the message when there are none."""
     previous = [p for p in metadata.get("previous_submissions") or [] if isinstance(p.get("results"), dict)]
     if not previous:
         return {"score": 0.0, "output": f"{message}\nThere is no previous result to keep: this upload scores 0.",
                 "tests": [], "extra_data": {"rate_limited": True}}
-    results = copy.deepcopy(previous[-1]["results"])
+    latest = max(previous, key=lambda p: parse_time(p.get("submission_time"), "previous_submissions[].submission_time"))
+    results = copy.deepcopy(latest["results"])
     extra = results.get("extra_data") if isinstance(results.get("extra_data"), dict) else {}
     base = extra.get("graded_output", results.get("output", ""))
     results["output"] = f"{message}\n{KEPT}\n\n{base}"
@@ -221,8 +234,10 @@ def _test(name: str, output: str, visibility: str = "visible", score: float = 0.
             "output": output, "visibility": visibility}
 
 
-def results_for(standing: Standing, settings: Settings, final: bool, due: datetime | None) -> dict:
-    """results.json for a graded upload: final=True (past the due date) posts the private figures to the leaderboard."""
+def results_for(standing: Standing, settings: Settings, final: bool, due: datetime | None,
+                after_due: bool = False) -> dict:
+    """results.json for a graded upload: final=True (is_final) posts the private figures to the leaderboard;
+    after_due: a public-part upload graded past the due date (made after it: an extension)."""
     points = settings.points if standing.valid else 0.0
     board = settings.board
     upload_test = f"Upload: the {board.count} prediction files, complete and valid"
@@ -247,10 +262,15 @@ def results_for(standing: Standing, settings: Settings, final: bool, due: dateti
         lines.append(f"Test set, private part (the final standing): {standing.private.line()}")
     if standing.dev is not None:
         lines.append(f"Dev set (public labels): {standing.dev.line()}")
-    lines.append(f"Past {when}: the leaderboard shows the final standing, on the private part of the test set."
-                 if final else
-                 f"Until {when} the leaderboard shows the public part of the test set (about {share}% of its ids, the "
-                 "same for everyone); the final standing, posted after it, uses the other part.")
+    if final:
+        lines.append(f"Past {when}: the leaderboard shows the final standing, on the private part of the test set.")
+    elif after_due:
+        lines.append(f"This upload was made after {when} (an extension): it is graded as one made before it, on the "
+                     f"public part of the test set (about {share}% of its ids), within the daily limit; the final "
+                     "standing, on the other part, is the staff's.")
+    else:
+        lines.append(f"Until {when} the leaderboard shows the public part of the test set (about {share}% of its ids, "
+                     "the same for everyone); the final standing, posted after it, uses the other part.")
     tests = [_test(upload_test, files + notes, score=points, max_score=settings.points)]
     if standing.dev is not None:
         tests.append(_test("Dev set (public labels)", standing.dev.line()))
@@ -265,18 +285,19 @@ def results_for(standing: Standing, settings: Settings, final: bool, due: dateti
 
 def grade(submission: str | Path, tests: GoldSplit, settings: Settings, dev: dict | None = None,
           metadata: dict | None = None, now: datetime | None = None) -> dict:
-    """results.json's object for one upload: graded, or past the daily limit (never past the due date)."""
+    """results.json's object for one upload: graded, or past the daily limit (never for the final standing)."""
     if tests.board != settings.board:
         raise GoldError(f"the gold was split for the {tests.board.name} board, the settings name {settings.profile}'s")
     start = time.monotonic()
     now = now or datetime.now(UTC)
     due = due_date(metadata)
-    final = due is not None and now >= due
+    final = is_final(metadata, now)
     message = rate_limit(metadata, settings.daily_limit) if metadata is not None and not final else None
     if message is not None:
         results = limited_results(metadata, message)
     else:
-        results = results_for(score_upload(submission, tests, dev), settings, final, due)
+        after_due = due is not None and now >= due and not final
+        results = results_for(score_upload(submission, tests, dev), settings, final, due, after_due)
         results["extra_data"] = {"graded_output": results["output"], "phase": "final" if final else "public"}
     results["extra_data"] = {**results.get("extra_data", {}), **provenance(ROOT), "settings": asdict(settings)}
     results["execution_time"] = round(time.monotonic() - start, 3)

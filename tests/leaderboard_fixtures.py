@@ -137,8 +137,10 @@ def run_autograder(layout: Path) -> tuple[int, dict, str]:
     return proc.returncode, results, proc.stdout + proc.stderr
 
 
-def autograder_layout(tmp_path: Path, built: Path, upload: Path, name: str, due: str | None = None) -> Path:
-    """/autograder: source/ (the bundle, modes kept), submission/, metadata created now, due in a week (or at due)."""
+def autograder_layout(tmp_path: Path, built: Path, upload: Path, name: str, due: str | None = None,
+                      created: str | None = None) -> Path:
+    """/autograder: source/ (the bundle, modes kept), submission/, metadata created now (or at created), due in a
+    week (or at due)."""
     layout = tmp_path / name
     with zipfile.ZipFile(built) as z:
         z.extractall(layout / "source")
@@ -146,6 +148,6 @@ def autograder_layout(tmp_path: Path, built: Path, upload: Path, name: str, due:
             os.chmod(layout / "source" / info.filename, (info.external_attr >> 16) & 0o777)
     shutil.copytree(upload, layout / "submission")
     now = datetime.now(UTC)
-    meta = metadata(now.isoformat(), due or (now + timedelta(days=7)).isoformat(), [])
+    meta = metadata(created or now.isoformat(), due or (now + timedelta(days=7)).isoformat(), [])
     (layout / "submission_metadata.json").write_text(json.dumps(meta))
     return layout

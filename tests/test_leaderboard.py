@@ -38,6 +38,7 @@ from tasks.submit import make_submission
 
 NOW = datetime(2030, 5, 1, 12, 0, tzinfo=UTC)
 FUTURE, PAST = "2030-06-01T23:00:00-07:00", "2030-04-01T23:00:00-07:00"
+ON_TIME = "2030-03-20T10:00:00-07:00"            # an upload made before PAST, graded after it (NOW)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,7 @@ def test_a_perfect_upload_scores_one_everywhere_and_earns_its_points(lb, tmp_pat
     assert all(e["value"] == pytest.approx(1.0) and e["order"] == "desc" for e in results["leaderboard"])
     upload, dev, public = results["tests"]                    # no due date passed: no private figure at all
     assert (upload["score"], upload["max_score"], upload["status"]) == (2.5, 2.5, "passed")
-    final = _grade(lb, _perfect(lb, tmp_path / "up2"), metadata("2030-04-20T10:00:00-07:00", PAST))
+    final = _grade(lb, _perfect(lb, tmp_path / "up2"), metadata(ON_TIME, PAST))
     private = final["tests"][-1]
     assert private["name"].startswith("Test set, private part")
     for test in (dev, public, private):
@@ -206,8 +207,8 @@ def _private_figures(results_after: dict) -> list[str]:
 def test_private_figures_stay_hidden_until_the_due_date_then_lead_the_board(lb, tmp_path):
     folder = write_upload(tmp_path / "up", partial(lb["labels"]), lb["dev_labels"])
     before = _grade(lb, folder, metadata("2030-04-20T10:00:00-07:00", FUTURE))
-    after = _grade(lb, folder, metadata("2030-04-20T10:00:00-07:00", PAST))
-    late = _grade(lb, folder, metadata("2030-04-20T10:00:00-07:00", PAST, late=FUTURE))
+    after = _grade(lb, folder, metadata(ON_TIME, PAST))
+    late = _grade(lb, folder, metadata(ON_TIME, PAST, late=FUTURE))
     private, public = after["leaderboard"], before["leaderboard"]
     assert private[1]["value"] != public[1]["value"] and private[0]["value"] != public[0]["value"]
     assert f"{private[1]['value']:.4f}" != f"{public[1]['value']:.4f}"
@@ -255,7 +256,7 @@ def test_the_daily_limit_counts_24_hours_before_created_at_and_keeps_the_previou
     assert again["output"].count("Daily limit reached") == 1
     none = run([_previous(20, created), _previous(1, created)])
     assert none["score"] == 0 and "leaderboard" not in none and "no previous result" in none["output"]
-    final = run([_previous(20, created), _previous(1, created, earlier)], due=PAST)             # regrade after it
+    final = run([_previous(20, created), _previous(1, created, earlier)], due="2030-04-25T00:00:00Z")  # regraded
     assert final["leaderboard"][0]["value"] == 1.0 and "Daily limit" not in final["output"]
     assert leaderboard.rate_limit(metadata(created.isoformat(), FUTURE, [_previous(1, created)] * 9), 0) is None
 

@@ -87,7 +87,8 @@ def test_the_part1_bundle_ranks_sst_alone_public_then_private(lb, tmp_path):
     for text in (visible_text(before), stdout):
         assert_no_secret(text, lb["gold_dir"], lb["labels"])
 
-    status, after, _ = run_autograder(autograder_layout(tmp_path, lb["bundle"], upload, "after", due=PAST))
+    status, after, _ = run_autograder(autograder_layout(tmp_path, lb["bundle"], upload, "after", due=PAST,
+                                                         created="2019-12-31T00:00:00+00:00"))      # on time
     assert status == 0 and [e["value"] for e in after["leaderboard"]] == [figures["private"]] * 2
     assert after["tests"][-1]["name"] == "Test set, private part (the final standing)"
     assert f"ids: SST {len(private)}" in after["tests"][-1]["output"]
