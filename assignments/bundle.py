@@ -34,7 +34,8 @@ from pathlib import Path
 from tasks.core.errors import nonnegative_float, nonnegative_int, positive_float, positive_int
 from tasks.core.evaluation import replacing
 
-from .leaderboard import SALT_MEMBER, SETTINGS_MEMBER, Settings, fingerprints, gold_member
+from .bundle_check import SALT_MEMBER, SETTINGS_MEMBER, fingerprints, gold_member
+from .leaderboard import Settings
 from .provenance import COMMIT_FILE
 from .standing import GoldError, gold_path, load_gold, read_salt, split_gold
 

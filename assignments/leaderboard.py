@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
 import json
 import sys
 import time
@@ -37,14 +36,13 @@ from tasks.core.errors import nonnegative_float, nonnegative_int
 from tasks.core.evaluation import write_text
 
 from .boards import BOARDS, Board
+from .bundle_check import FINGERPRINTS, SETTINGS_MEMBER, check_bundle
 from .profiles import DEFAULT_PROFILE
 from .provenance import provenance
 from .standing import (
-    GOLD_NAMES,
     GoldError,
     GoldSplit,
     Standing,
-    gold_path,
     load_dev,
     load_gold,
     read_salt,
@@ -53,16 +51,8 @@ from .standing import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-SETTINGS_MEMBER = "leaderboard/settings.json"         # where a leaderboard bundle holds its settings
-SALT_MEMBER = "leaderboard/salt"                      # and its salt
-FINGERPRINTS = ("salt_sha256", "gold_sha256")         # what settings.json records of the salt and gold it was built with
 DAY = timedelta(hours=24)
 MAX_SHOWN = 40                     # problems listed in the top-level output; the upload test lists them all
-
-
-def gold_member(task: str) -> str:
-    """Where a leaderboard bundle holds a task's gold file."""
-    return f"leaderboard/gold/{GOLD_NAMES[task][0]}"
 
 
 @dataclass(frozen=True)
@@ -112,32 +102,6 @@ def read_settings(path: str | Path) -> Settings:
         return Settings(**{k: v for k, v in data.items() if k in known})
     except GoldError as e:
         raise GoldError(f"{path}: {e}") from None
-
-
-def fingerprints(salt: str, gold_dir: str | Path, board: Board) -> dict:
-    """What a bundle's settings.json records of its salt and gold: the sha256 of the salt (as read_salt gives it) and
-    of each gold file's bytes, by the name the bundle packs it under (settings.json lies beside the salt and gold in
-    the bundle: they tell no one more than the bundle does)."""
-    gold = {GOLD_NAMES[task][0]: hashlib.sha256(gold_path(gold_dir, task).read_bytes()).hexdigest()
-            for task in board.tasks}
-    return {"salt_sha256": hashlib.sha256(salt.encode()).hexdigest(), "gold_sha256": gold}
-
-
-def read_fingerprints(path: str | Path) -> dict | None:
-    """The fingerprints a bundle's settings.json (or its zip) records; None when it records none (a bundle built
-    before they were recorded)."""
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as z:
-            data = json.loads(z.read(SETTINGS_MEMBER))
-    else:
-        data = json.loads(Path(path).read_text())
-    found = {k: data[k] for k in FINGERPRINTS if k in data}
-    if not found:
-        return None
-    if set(found) != set(FINGERPRINTS) or not isinstance(found["salt_sha256"], str) or \
-            not isinstance(found["gold_sha256"], dict):
-        raise GoldError(f"{path}: expected salt_sha256 (a text) and gold_sha256 (an object), as the bundle writes them")
-    return found
 
 
 def chosen_settings(path: str | Path | None, **given: object) -> Settings:
@@ -317,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metadata", help="Gradescope's submission_metadata.json: due dates, created_at, previous "
                         "submissions (without it: no daily limit, and the leaderboard shows the public part)")
     parser.add_argument("--settings", help="a JSON of daily_limit, private_fraction, points and profile (a bundle's "
-                        "settings.json, or the bundle's zip); the flags below override it")
+                        "settings.json, or the bundle's zip; the salt and gold must be those it records); the flags "
+                        "below override it")
     parser.add_argument("--daily-limit", type=nonnegative_int, help="uploads graded in any 24 hours "
                         f"(default {Settings.daily_limit}: no limit)")
     parser.add_argument("--private-fraction", type=float, help="the share of test ids in the private "
@@ -335,6 +300,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = chosen_settings(args.settings, daily_limit=args.daily_limit, points=args.points,
                                    private_fraction=args.private_fraction, profile=args.profile)
         board = settings.board
+        if args.settings:                   # the scoreboard's check: the salt and gold are the bundle's
+            note = check_bundle(args.settings, args.salt_file, args.gold, board)
+            if note:
+                print(f"note: {note}", file=sys.stderr)
         tests = split_gold(load_gold(args.gold, args.data_dir, board), read_salt(args.salt_file),
                            settings.private_fraction, board)
         dev = load_dev(args.data_dir, board)

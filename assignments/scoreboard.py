@@ -26,7 +26,6 @@ import csv
 import io
 import re
 import sys
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,23 +34,14 @@ from tqdm import tqdm
 from tasks.core.evaluation import write_text
 
 from .boards import BOARDS, NAMES, Board
+from .bundle_check import check_bundle
 from .export import COLUMNS as STUDENTS
 from .export import SEPARATOR, cells_for, safe_cell, students
-from .leaderboard import (
-    SALT_MEMBER,
-    Settings,
-    chosen_settings,
-    fingerprints,
-    gold_member,
-    read_fingerprints,
-    read_settings,
-)
+from .leaderboard import Settings, chosen_settings, read_settings
 from .standing import (
-    GOLD_NAMES,
     GoldError,
     GoldSplit,
     Standing,
-    gold_path,
     load_dev,
     load_gold,
     read_salt,
@@ -204,39 +194,6 @@ def board_settings(path: str | None, profile: str | None, private_fraction: floa
     return chosen_settings(path, profile=profile, private_fraction=private_fraction)
 
 
-def same_as_bundle(bundle: str, salt_file: str, gold_dir: str, board: Board) -> None:
-    """GoldError unless the salt and the gold files are the ones the leaderboard bundle (a zip) holds."""
-    with zipfile.ZipFile(bundle) as z:
-        names = set(z.namelist())
-        if SALT_MEMBER in names and z.read(SALT_MEMBER).decode().strip() != read_salt(salt_file):
-            raise GoldError(f"--salt-file {salt_file} is not the salt of {bundle}: another salt splits the test set "
-                            "otherwise than the leaderboard; give the bundle's")
-        for task in board.tasks:
-            member = gold_member(task)
-            if member in names and z.read(member) != gold_path(gold_dir, task).read_bytes():
-                raise GoldError(f"{gold_path(gold_dir, task)} is not the gold of {bundle} ({member}); give the "
-                                "bundle's gold folder")
-
-
-def same_fingerprints(settings: str, salt_file: str, gold_dir: str, board: Board) -> str | None:
-    """GoldError unless the salt and the gold files have the sha256 that the bundle's settings (its zip or its
-    settings.json) record; a note when they record none (a bundle built before they were recorded), else None."""
-    recorded = read_fingerprints(settings)
-    if recorded is None:
-        return (f"{settings} records no fingerprint of the salt or the gold (a bundle built before they were), so the "
-                "salt and gold given cannot be checked against the leaderboard's: give the bundle's zip, or rebuild it")
-    given = fingerprints(read_salt(salt_file), gold_dir, board)
-    if given["salt_sha256"] != recorded["salt_sha256"]:
-        raise GoldError(f"--salt-file {salt_file} is not the salt of {settings}: another salt splits the test set "
-                        "otherwise than the leaderboard; give the bundle's")
-    for task in board.tasks:
-        name = GOLD_NAMES[task][0]
-        if recorded["gold_sha256"].get(name) not in (None, given["gold_sha256"][name]):
-            raise GoldError(f"{gold_path(gold_dir, task)} is not the gold of {settings} (its sha256 is not the one "
-                            f"recorded for {name}); give the bundle's gold folder")
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m assignments.scoreboard", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -261,11 +218,9 @@ def main(argv: list[str] | None = None) -> int:
             raise GoldError(f"{args.submissions}: not a folder of uploads")
         settings = board_settings(args.settings, args.profile, args.private_fraction)
         board = settings.board
-        if args.settings and zipfile.is_zipfile(args.settings):
-            same_as_bundle(args.settings, args.salt_file, args.gold, board)      # the zip's own salt and gold
         if args.settings:
-            note = same_fingerprints(args.settings, args.salt_file, args.gold, board)
-            if note and not zipfile.is_zipfile(args.settings):
+            note = check_bundle(args.settings, args.salt_file, args.gold, board)
+            if note:
                 print(f"note: {note}", file=sys.stderr)
         else:
             print(f"note: no --settings: the board is {settings.profile}'s with private fraction "

@@ -20,7 +20,7 @@ from leaderboard_fixtures import SALT, assert_results_format, dev_labels, write_
 from test_grade_batch import fake_grade, read_rows
 from test_grade_batch import write_zip as zip_of
 
-from assignments import bundle, scoreboard, uploads
+from assignments import bundle, leaderboard, scoreboard, uploads
 from assignments.batch import grade_batch
 from assignments.leaderboard import SETTINGS_MEMBER, Settings, grade
 from assignments.standing import load_dev, load_gold, split_gold
@@ -168,6 +168,14 @@ def test_the_scoreboard_checks_the_salt_and_gold_fingerprints_whether_given_the_
         assert board(given, salt=other_salt) == (2, refused)
         code, err = board(given, gold=shuffled)
         assert code == 2 and err.startswith(f"error: {shuffled / 'ids-sst-test.csv'} is not the gold of {given} ("), err
+        for salt, gold in ((other_salt, lb["gold_dir"]), (lb["salt"], shuffled)):   # the leaderboard CLI: the same check
+            capsys.readouterr()
+            code = leaderboard.main([str(folder / "alice"), "--gold", str(gold), "--salt-file", str(salt),
+                                     "--settings", str(given), "--out", str(tmp_path / "r.json")])
+            err = capsys.readouterr().err
+            assert code == 2 and err.startswith("error: ") and f"is not the {'salt' if gold != shuffled else 'gold'} " \
+                f"of {given}" in err, err
+        assert not (tmp_path / "r.json").exists()
     old = tmp_path / "old-settings.json"
     old.write_text(json.dumps({k: v for k, v in recorded.items() if not k.endswith("_sha256")}))
     code, err = board(old, salt=other_salt)

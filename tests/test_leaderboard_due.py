@@ -25,8 +25,8 @@ def lb(tmp_path_factory: pytest.TempPathFactory) -> dict:
             "upload": write_upload(base / "up", partial(labels), dev_labels())}
 
 
-def _grade(lb: dict, meta: dict, settings: Settings = Settings()) -> dict:
-    results = grade(lb["upload"], lb["tests"], settings, lb["dev"], meta, now=NOW)
+def _grade(lb: dict, meta: dict, settings: Settings | None = None) -> dict:
+    results = grade(lb["upload"], lb["tests"], settings or Settings(), lb["dev"], meta, now=NOW)
     assert_results_format(results)
     return results
 
