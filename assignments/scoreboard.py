@@ -4,7 +4,8 @@
         [--settings leaderboard.zip | --profile full] [--private-fraction 0.5] --csv board.csv --md board.md
 
 Each entry of SUBMISSIONS_DIR is one upload, named by the entry: a zip (tasks.submit's, or any zip of the board's
-files) or a folder holding the files (flat, under predictions/, or a folder or two down). Uploads are checked and
+files) or a folder holding the files (flat, under predictions/, or a folder or two down); any other file is listed as
+not valid, saying so. Two entries of one name (good.zip and good/) are named in full. Uploads are checked and
 scored as the Gradescope autograder does (assignments.leaderboard), on the same board and salted split: --settings
 reads the bundle's profile and private fraction (the bundle's zip or its settings.json; --profile and
 --private-fraction, given beside it, must agree with it; the salt and gold must be those whose sha256 it records, and
@@ -36,7 +37,7 @@ from tasks.core.evaluation import write_text
 from .boards import BOARDS, NAMES, Board
 from .bundle_check import check_bundle
 from .export import COLUMNS as STUDENTS
-from .export import SEPARATOR, cells_for, safe_cell, students
+from .export import METADATA, SEPARATOR, cells_for, safe_cell, students
 from .leaderboard import Settings, chosen_settings, read_settings
 from .standing import (
     GoldError,
@@ -50,7 +51,7 @@ from .standing import (
 )
 
 PROBLEMS_SHOWN = 3
-SKIPPED = ("__MACOSX",)
+SKIPPED = ("__MACOSX", METADATA)
 
 
 @dataclass
@@ -64,15 +65,23 @@ class Entry:
 
 
 def entries(folder: str | Path) -> list[Path]:
-    """The uploads of a folder: its zips and sub-folders, by name (hidden entries and other files skipped)."""
+    """The uploads of a folder, by name: every entry but hidden ones, __MACOSX and an export's metadata (a file that
+    is not a zip gets an invalid row saying so)."""
     folder = Path(folder)
-    return sorted(p for p in folder.iterdir() if not p.name.startswith(".") and p.name not in SKIPPED
-                  and (p.is_dir() or p.suffix.lower() == ".zip"))
+    return sorted(p for p in folder.iterdir() if not p.name.startswith(".") and p.name not in SKIPPED)
 
 
-def score_entry(path: Path, tests: GoldSplit, dev: dict | None) -> Entry:
-    """One upload's entry; an error while reading it makes it invalid with the error, never stops the board."""
-    name = path.name.removesuffix(".zip") if path.is_file() else path.name
+def row_names(paths: list[Path]) -> list[str]:
+    """Each entry's row name: a zip's without .zip (in any case), another's as it is; the entry's own name (a
+    folder's with a /) where two entries would share one, as good.zip and good/."""
+    short = [p.name[:-4] if p.is_file() and p.suffix.lower() == ".zip" else p.name for p in paths]
+    return [name if short.count(name) == 1 else p.name + ("/" if p.is_dir() else "") for name, p in zip(short, paths)]
+
+
+def score_entry(path: Path, tests: GoldSplit, dev: dict | None, name: str | None = None) -> Entry:
+    """One upload's entry (named `name`, else by row_names); an error while reading it makes it invalid with the
+    error, never stops the board."""
+    name = name or row_names([path])[0]
     try:
         return Entry(name, score_upload(path, tests, dev))
     except Exception as e:                       # noqa: BLE001 -- recorded in the row, the board goes on
@@ -152,7 +161,8 @@ def board_md(rows: list[Entry], board: Board) -> str:
 def scoreboard(folder: str | Path, tests: GoldSplit, dev: dict | None = None, progress: bool = True) -> list[Entry]:
     """Score every upload of folder and rank them; an export's rows carry their students (export.students)."""
     paths, by_name = entries(folder), students(folder)
-    rows = [score_entry(p, tests, dev) for p in tqdm(paths, desc="scoring", unit="upload", disable=not progress)]
+    rows = [score_entry(p, tests, dev, name) for p, name in
+            tqdm(list(zip(paths, row_names(paths), strict=True)), desc="scoring", unit="upload", disable=not progress)]
     for path, entry in zip(paths, rows, strict=True):
         entry.students = None if by_name is None else cells_for(by_name, path.name)
     return rank(rows)

@@ -67,6 +67,14 @@ def _wanted(board: Board) -> str:
     return f"upload {board.wanted}, or the zip that python -m tasks.submit writes"
 
 
+def _too_deep(found: list[str], label: str) -> str:
+    """The message for prediction files found only more than MAX_DEPTH folders down (paths as in the upload)."""
+    first = PurePosixPath(found[0])
+    more = f" (and {len(found) - 1} more there)" if len(found) > 1 else ""
+    return (f"{label}: found {first.name} at {first.parent}/{more}, more than {MAX_DEPTH} folders down, where the "
+            f"leaderboard does not look; zip the {first.parent.name}/ folder itself, or the files")
+
+
 def _find_files(top: Path, label: str, board: Board) -> Upload:
     """The shallowest copy of each of the board's files under top; two copies at the same depth are an error."""
     upload = Upload()
@@ -88,10 +96,20 @@ def _find_files(top: Path, label: str, board: Board) -> Upload:
     return upload
 
 
+def looks_zipped(path: Path) -> bool:
+    """Whether a file is meant as a zip: named .zip (in any case) or starting as one does; read as a zip, a damaged
+    one is refused with the zip reader's reason."""
+    if path.suffix.lower() == ".zip" or zipfile.is_zipfile(path):
+        return True
+    with open(path, "rb") as f:
+        return f.read(2) == b"PK"
+
+
 def zips_in(top: Path, depth: int = MAX_DEPTH) -> list[Path]:
-    """The .zip files of the shallowest level under top, down to `depth` folders, that holds any."""
+    """The .zip files (any case) of the shallowest level under top, down to `depth` folders, that holds any."""
     for level in _levels(top, depth):
-        found = sorted(f for d in level for f in d.glob("*.zip") if f.is_file() and not f.is_symlink())
+        found = sorted(f for d in level for f in d.iterdir()
+                       if f.suffix.lower() == ".zip" and f.is_file() and not f.is_symlink())
         if found:
             return found
     return []
@@ -121,9 +139,15 @@ def extract_predictions(archive: Path, out: Path, label: str, board: Board) -> U
                 copy_member(z, info, local, budget)
                 upload.files[name] = local
                 upload.shown[local] = f"{label}:{path}"
+            deep = [str(path) for info, path in members if not info.is_dir() and path.name in board.files
+                    and path.name not in upload.files and len(path.parts) > MAX_DEPTH + 1]
+            if not upload.files and deep:
+                raise UploadError(_too_deep(deep, label))
             if not upload.files:
                 raise UploadError(f"{label} holds no prediction file (it holds: {_listing(i.filename for i in infos)}); "
                                   f"{_wanted(board)}")
+            if deep:
+                upload.notes.append(_too_deep(deep, label))
             return upload
     except TooLarge:
         raise _too_large(f"{label}: the prediction files hold more than {MAX_BYTES // 2**20} MiB uncompressed",
@@ -142,15 +166,24 @@ def find_upload(submission: str | Path, work: str | Path, board: Board) -> Uploa
     is an error that lists what it holds; the caller reports each file missing from a partial set."""
     submission, work = Path(submission), Path(work)
     if submission.is_file():
-        if not zipfile.is_zipfile(submission):
+        if not looks_zipped(submission):
             raise UploadError(f"{submission.name}: neither a folder nor a zip file; {_wanted(board)}")
-        return extract_predictions(submission, work / "zip0", submission.name, board)
+        return extract_predictions(submission, work / "zip0", submission.name, board)   # a damaged zip: its reason
     if not submission.is_dir():
         raise UploadError(f"{submission}: no such file or folder")
     upload = _find_files(submission, ".", board)
-    if upload.files:
-        return upload
     zips = zips_in(submission)
+    if upload.files and zips and len(upload.files) < len(board.files):
+        names = ", ".join(z.relative_to(submission).as_posix() for z in zips)
+        raise UploadError(f"{names} not read, because loose prediction files lie beside it ("
+                          f"{', '.join(sorted(upload.files))}); upload the zip alone, or the {board.count} files alone")
+    deep = [p.relative_to(submission).as_posix() for name in board.files if name not in upload.files
+            for p in sorted(submission.rglob(name)) if p.is_file() and len(p.relative_to(submission).parts) > MAX_DEPTH + 1]
+    if upload.files:
+        upload.notes += [_too_deep(deep, "the upload")] if deep else []
+        return upload
+    if deep and not zips:
+        raise UploadError(_too_deep(deep, "the upload"))
     if len(zips) > 1:
         names = ", ".join(z.relative_to(submission).as_posix() for z in zips)
         raise UploadError(f"the upload holds several zip files ({names}) and no prediction file; upload one")

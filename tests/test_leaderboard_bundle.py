@@ -104,22 +104,23 @@ def test_the_scoreboard_ranks_by_the_private_part_and_lists_invalid_uploads(lb, 
     write_upload(folder / "bob" / "project" / "predictions", partial(lb["labels"]), lb["dev"])
     carol = shutil.copytree(perfect, folder / "carol")
     (carol / "para-test-output.csv").write_text((carol / "para-test-output.csv").read_text() + "x , 9\n")
-    (folder / "notes.txt").write_text("not an upload")
+    (folder / "notes.txt").write_text("not an upload")                    # listed, not valid: never dropped silently
     argv = [str(folder), "--gold", str(lb["gold_dir"]), "--salt-file", str(lb["salt"]), "--data-dir", str(DATA),
             "--csv", str(tmp_path / "board.csv"), "--md", str(tmp_path / "board.md")]
     assert scoreboard.main(argv) == 0
-    assert "scored 3 uploads (2 valid, 1 not)" in capsys.readouterr().out
+    assert "scored 4 uploads (2 valid, 2 not)" in capsys.readouterr().out
     rows = list(csv.DictReader(io.StringIO((tmp_path / "board.csv").read_text())))
     assert list(rows[0]) == list(scoreboard.columns(MULTITASK))
     assert [(r["rank"], r["submission"], r["valid"]) for r in rows] == [("1", "alice", "yes"), ("2", "bob", "yes"),
-                                                                          ("", "carol", "no")]
+                                                                          ("", "carol", "no"), ("", "notes.txt", "no")]
     assert rows[0]["private overall"] == rows[0]["public overall"] == "1.0000"
     assert float(rows[1]["private SST"]) < 0.5 and rows[1]["private Quora"] == "1.0000"
     assert rows[1]["private SST"] != rows[1]["public SST"]
     assert rows[2]["private overall"] == "" and "para-test-output.csv:2002: id x: value '9' out of range" in rows[2]["problems"]
     md = (tmp_path / "board.md").read_text()
     assert "| 1 | alice | 1.0000 |" in md and "| 2 | bob |" in md
-    assert "## Not valid (1): no score" in md and "- **carol**: para-test-output.csv:2002" in md
+    assert "## Not valid (2): no score" in md and "- **carol**: para-test-output.csv:2002" in md
+    assert rows[3]["problems"].startswith("notes.txt: neither a folder nor a zip file")
 
     def explode(path, tests, dev):
         raise RuntimeError("a reader bug")
