@@ -233,6 +233,10 @@ def score_upload(submission: str | Path, tests: GoldSplit, dev: dict[str, Record
                 standing.warnings += [_named(upload.display(w), shown) for w in report.warnings]
                 if report.ok:
                     values[split][task] = read_predictions(path, task, Report(task, str(path), ""))
+                    if task == "sts" and len(set(values[split][task].values())) == 1:
+                        standing.notes.append(f"{shown}: every similarity is {next(iter(values[split][task].values())):g}, "
+                                              "so Pearson r is undefined (a constant correlates with nothing); it is "
+                                              "scored as r = 0")
     if standing.problems:
         return standing
     standing.valid = True

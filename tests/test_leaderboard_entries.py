@@ -86,3 +86,12 @@ def test_the_scoreboard_lists_every_entry_and_names_two_of_one_name_in_full(lb, 
     assert all(rows[n].standing.valid for n in ("good.zip", "good/", "team"))
     for name in ("team2.tar", "loose.csv"):
         assert rows[name].standing.problems[0].startswith(f"{name}: neither a folder nor a zip file; upload ")
+
+
+def test_constant_sts_predictions_score_r_0_with_a_note_saying_r_is_undefined(lb, tmp_path):
+    labels = write_gold(tmp_path / "gold")                                   # the gold of lb (seed 0)
+    labels["sts"] = dict.fromkeys(labels["sts"], 2.5)
+    standing = score_upload(write_upload(tmp_path / "up", labels, dev_labels()), lb["tests"], lb["dev"])
+    assert standing.valid and standing.public.value("sts") == 0.0
+    assert "sts-test-output.csv: every similarity is 2.5, so Pearson r is undefined (a constant correlates with " \
+           "nothing); it is scored as r = 0" in standing.notes, standing.notes
