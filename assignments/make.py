@@ -1,7 +1,7 @@
 """Write the student tree from the reference code: every solution region becomes its stub.
 
     python -m assignments.make OUT_DIR [--profile NAME] [--course-url URL]   # a student tree (code, checker,
-                                            # fixtures, handout, data, notebook)
+                                            # fixtures, handout, data/'s files git tracks, notebook)
     python -m assignments.make --stubs      # refresh the committed stubs under assignments/student/
 
 Profiles (assignments/profiles.py): part1 (minBERT alone: a course teaching BERT), default-project (CS224N's
@@ -29,6 +29,7 @@ import fnmatch
 import json
 import re
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -284,6 +285,7 @@ def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True, force: b
         raise ValueError(f"{out}: refusing to write the student tree {how} the reference code ({ref}); give a "
                          "folder outside it")
     texts = tree_texts(prof, root)          # before anything is moved: a malformed region writes nothing
+    tracked, left_out = data_files(root) if data else ([], [])        # git's data files alone: never a gold file
     handout = handout_text((root / "assignments" / HANDOUT).read_text(), prof.name)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not force:
@@ -321,10 +323,31 @@ def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True, force: b
                 shutil.copy2(path, dest)
     if data:
         (out / "data").mkdir(parents=True, exist_ok=True)
-        for path in sorted((root / "data").iterdir()):
-            if path.is_file() and any(fnmatch.fnmatch(path.name, g) for g in prof.data):
+        for path in tracked:
+            if any(fnmatch.fnmatch(path.name, g) for g in prof.data):
                 shutil.copy2(path, out / "data" / path.name)
+        if left_out:
+            print(f"note: left out of the tree's data/, as git does not track them (a gold or salt never ships): "
+                  f"{', '.join(left_out)}", file=sys.stderr)
     return stubbed
+
+
+def data_files(root: Path = ROOT) -> tuple[list[Path], list[str]]:
+    """The files directly in data/ that git tracks (those a tree ships), and the others there, ignored ones too (a
+    labelled test file or a salt dropped in data/), by name: they are left out."""
+    def listed(*args: str) -> list[str]:
+        try:
+            proc = subprocess.run(["git", "ls-files", "-z", *args, "--", "data"], cwd=root, capture_output=True,
+                                  text=True, timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError) as e:
+            proc = subprocess.CompletedProcess([], 1, "", str(e))
+        if proc.returncode != 0:
+            raise ValueError(f"{root / 'data'}: cannot ask git which data files it tracks ({proc.stderr.strip()}); "
+                             "the tree ships tracked files only: run it in a git checkout of the reference, or give "
+                             "--no-data")
+        return sorted(rel.removeprefix("data/") for rel in proc.stdout.split("\0") if rel.count("/") == 1)
+    tracked = [root / "data" / name for name in listed("--cached") if (root / "data" / name).is_file()]
+    return tracked, listed("--others")
 
 
 def update_committed_stubs(root: Path = ROOT) -> list[Path]:
