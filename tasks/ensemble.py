@@ -32,7 +32,7 @@ from minbert.multitask import TASK_NAMES
 
 from .core.errors import ConfigurationError, MissingFileError, run_cli
 from .core.evaluation import gold_records, prediction_path, raw_path, read_raw, write_predictions
-from .core.runs import RUN_FILE, read_run_json
+from .core.runs import RUN_FILE, read_run_json, trained_files
 from .score import score_directory
 from .submit import SPLITS, make_submission
 
@@ -62,20 +62,31 @@ def raw_dir(directory: str | Path) -> Path:
 
 def data_dir_of(run_dirs: list[str | Path], given: str | None) -> Path:
     """The data directory the ensemble is checked against: --data-dir where given, else the one every run directory's
-    run.json names (files.data_dir), else data/. Runs with different data directories are refused, each named."""
+    run.json names (files.data_dir, a relative one read from the folder the run trained in when run.json records it),
+    else data/. Runs with different data directories, or a data directory that does not exist, are refused."""
     if given is not None:
-        return Path(given)
+        return existing_data_dir(Path(given), "--data-dir")
     named = {}
     for d in run_dirs:
         if (Path(d) / RUN_FILE).is_file():
-            files = read_run_json(d)["settings"].get("files", {})
+            record = read_run_json(d)
+            files = record["settings"].get("files", {})
             if files.get("data_dir") is not None:
-                named[str(d)] = files["data_dir"]
+                named[str(d)] = trained_files(record).get("files.data_dir", files["data_dir"])
     if len(set(named.values())) > 1:
         raise ConfigurationError("the runs were trained on different data directories ("
                                  + "; ".join(f"{d}: {v}" for d, v in named.items())
                                  + "): ensemble runs of one data directory, or name the one to check with --data-dir")
-    return Path(next(iter(named.values()), "data"))
+    return existing_data_dir(Path(next(iter(named.values()), "data")),
+                             "the runs' run.json (files.data_dir)" if named else "the default")
+
+
+def existing_data_dir(path: Path, source: str) -> Path:
+    """path, refused when it is not a folder: the ensemble's files would be checked against nothing."""
+    if not path.is_dir():
+        raise MissingFileError(f"{path}: no such data folder (from {source}), so the ensemble cannot be checked: run "
+                               "from the folder the runs trained in, or pass --data-dir DIR")
+    return path
 
 
 def ensemble(run_dirs: list[str | Path], out: str | Path, data_dir: str | Path | None = None) -> list[Path]:

@@ -9,7 +9,8 @@
 
 The run is a run directory (its run.json says which command wrote it), a checkpoint the commands write, or an export
 directory; the run's own settings rebuild the model, and its best epoch's weights are loaded. By default the run's own dev and test files are predicted (the files named at training, or
-DATA_DIR's); give other files with the flags. --kind names the model you expect: another is refused. Predictions
+DATA_DIR's; relative ones read from the folder the run trained in, which run.json records as cwd); give other files
+with the flags. A run none of whose files is found writes nothing and is refused. --kind names the model you expect: another is refused. Predictions
 are made at the run's --precision and with --eval-batch-size 128 (the CLIs' default), so that they equal the run's.
 Without --out they go to predictions/, unless it holds prediction files already (those tasks.submit zips).
 """
@@ -38,11 +39,11 @@ import minbert
 
 from .core.checkpoints import check_trained, load_checkpoint
 from .core.distributed import pick_device
-from .core.errors import ConfigurationError, directory_to_write, run_cli
+from .core.errors import ConfigurationError, MissingFileError, directory_to_write, run_cli
 from .core.evaluation import prediction_path, raw_path, write_predictions, write_raw
 from .core.recipe import autocast
 from .core.resume import stored_values
-from .core.runs import RUN_FILE, no_checkpoint, read_run_json, run_settings, trained_checkpoint
+from .core.runs import RUN_FILE, no_checkpoint, read_run_json, run_settings, trained_checkpoint, trained_files
 from .core.settings import build, leaves
 from .core.terms import without_term_weights
 from .core.training_setup import DEVICES
@@ -88,6 +89,7 @@ def from_run_json(directory: Path, given: dict[str, Any] | None = None) -> tuple
     ({dotted path: value}) overrides what it recorded (other files to predict)."""
     record = read_run_json(directory)
     kind = record["command"]
+    given = trained_files(record) | {k: v for k, v in (given or {}).items() if v is not None}   # the flags' first
     settings = run_settings(command(kind).Settings, record["settings"], str(directory / RUN_FILE), given)
     return kind, settings, trained_checkpoint(directory)   # DeeBERT's: stage 2's, or that of the run it loaded
 
@@ -323,7 +325,12 @@ def main(argv: list[str] | None = None) -> int:
     args = default_out(args)
     device = pick_device(args.device)
     predictors = {"multitask": predict_multitask, "classifier": predict_classifier, "deebert": predict_deebert}
-    for path in predictors[run.kind](args, run, device):
+    written = predictors[run.kind](args, run, device)
+    if not written:
+        raise MissingFileError(f"{args.checkpoint}: none of the run's {'/'.join(args.splits)} files found in its data "
+                               f"folder {run.settings.files.data_dir}, so nothing was written: pass --data-dir DIR "
+                               "(or the files' own flags)")
+    for path in written:
         print(f"wrote {path}")
     return 0
 

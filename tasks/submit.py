@@ -6,7 +6,7 @@ A complete set is one prediction file {sst,para,sts}-{split}-output.csv for ever
 (dev, test) whose gold or test-input file exists in the data directory. With the files shipped
 in data/ that is the leaderboard's six files: {sst,para,sts}-{dev,test}-output.csv.
 Every file is checked as tasks.score checks it (ids missing, duplicate or unknown, bad values);
-any error refuses the upload with the report.
+any error refuses the upload with the report, and so does a data directory missing or without any task file.
 """
 
 from __future__ import annotations
@@ -38,8 +38,15 @@ def expected_files(data_dir: str | Path) -> list[tuple[str, str]]:
 
 
 def make_submission(pred_dir: str | Path, data_dir: str | Path, out: str | Path) -> tuple[Path | None, list[str]]:
-    """Check the set and write the zip atomically; returns (zip path or None, the problems that refused it)."""
+    """Check the set and write the zip atomically; returns (zip path or None, the problems that refused it). A data
+    folder missing, or holding no leaderboard task file, refuses it: there would be nothing to check or zip."""
     problems, files = [], []
+    if not Path(data_dir).is_dir():
+        return None, [f"{data_dir}: no such data folder: run from the tree's root, or pass --data-dir DIR"]
+    if not expected_files(data_dir):
+        none = (f"{data_dir}: none of the leaderboard's task files (ids-sst-dev.csv, ...), so nothing to check or zip: "
+                "pass --data-dir DIR, the folder holding them")
+        return None, [none]
     for task, split in expected_files(data_dir):
         path = prediction_path(pred_dir, task, split)
         if not path.is_file():

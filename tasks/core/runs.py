@@ -285,6 +285,7 @@ def write_run_json(paths: RunPaths, command: str, settings: Any, argv: list[str]
     paths.dir.mkdir(parents=True, exist_ok=True)
     argv = sys.argv[1:] if argv is None else argv
     record: dict[str, Any] = {"command": command, "argv": f"python -m tasks.{command} {shlex.join(argv)}".strip(),
+                              "cwd": os.getcwd(),        # the folder its relative files are read from (trained_files)
                               "settings": dump(settings), "environment": environment()}
     if paths.run_json.is_file():
         old = read_run_json(paths.dir)
@@ -300,6 +301,17 @@ def run_settings(cls: type, data: dict, source: str, given: dict[str, Any] | Non
     record is read as written (tasks.core.settings.flatten trusted): the files it names need not exist any more."""
     given = {k: v for k, v in (given or {}).items() if v is not None}
     return build(cls, before_values(cls) | flatten(cls, data, source, trusted=True) | given)
+
+
+def trained_files(record: dict[str, Any]) -> dict[str, str]:
+    """{files.NAME: path} for each relative path of a run.json's files (its data_dir and task files), joined to the
+    folder the run trained in (its cwd), so that predict and ensemble find them from anywhere; {} for a run.json
+    written before the cwd was recorded (its relative paths are read from the current folder, as they were)."""
+    cwd, files = record.get("cwd"), (record.get("settings") or {}).get("files") or {}
+    if not isinstance(cwd, str) or not isinstance(files, dict):
+        return {}
+    return {f"files.{k}": str(Path(cwd) / v) for k, v in files.items() if isinstance(v, str) and v
+            and (k == "data_dir" or k.endswith(("_train", "_dev", "_test", "_file"))) and not Path(v).is_absolute()}
 
 
 def read_run_json(directory: str | Path) -> dict[str, Any]:
