@@ -154,12 +154,13 @@ def shown_time(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M %Z").strip()
 
 
-def rate_limit(metadata: dict, limit: int) -> str | None:
+def rate_limit(metadata: dict, limit: int, now: datetime | None = None) -> str | None:
     """The message for an upload past the limit (None when it is within it): `limit` uploads are graded in the 24
-    hours before created_at; previous uploads that failed on Gradescope's side do not count."""
+    hours before created_at (without it, now: the grading time); uploads that failed on Gradescope's side do not count."""
     if limit <= 0:
         return None
-    created = parse_time(metadata.get("created_at"), "created_at")
+    given = metadata.get("created_at")
+    created = parse_time(given, "created_at") if given else now or datetime.now(UTC)
     times = sorted(t for t in (parse_time(p.get("submission_time"), "previous_submissions[].submission_time")
                                for p in metadata.get("previous_submissions") or [] if not p.get("autograder_error"))
                    if created - DAY < t < created)
@@ -256,7 +257,7 @@ def grade(submission: str | Path, tests: GoldSplit, settings: Settings, dev: dic
     now = now or datetime.now(UTC)
     due = due_date(metadata)
     final = is_final(metadata, now)
-    message = rate_limit(metadata, settings.daily_limit) if metadata is not None and not final else None
+    message = rate_limit(metadata, settings.daily_limit, now) if metadata is not None and not final else None
     if message is not None:
         results = limited_results(metadata, message)
     else:

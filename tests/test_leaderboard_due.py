@@ -50,6 +50,8 @@ def test_an_upload_made_after_the_due_date_sees_the_public_part_within_the_daily
     assert "Daily limit reached" in limited["output"] and limited["extra_data"]["rate_limited"] is True
     no_created = {k: v for k, v in metadata("x", DUE).items() if k != "created_at"}
     assert _grade(lb, no_created)["extra_data"]["phase"] == "public"             # the grading time: after it
+    no_created["previous_submissions"] = [_previous(NOW, h, extension) for h in (3, 2, 1)]
+    assert "Daily limit reached" in _grade(lb, no_created, Settings(daily_limit=3))["output"]      # counted from now
 
 
 def test_a_limited_upload_keeps_the_latest_previous_result_by_time_not_by_position(lb):
