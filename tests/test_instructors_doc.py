@@ -15,7 +15,7 @@ from assignments.make import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import staff_times
-from test_doc_claims import help_text, page_commands
+from test_doc_claims import help_text, page_commands, sci
 
 GUIDE = ROOT / "assignments" / "INSTRUCTORS.md"
 STAFF_TIMES = ROOT / "benchmarks" / "results" / "staff-times.json"
@@ -242,3 +242,13 @@ def test_the_guides_upload_caps_are_the_codes(tmp_path) -> None:
             f"{MAX_QUOTED} characters), then one line counting the rest") in text
     assert (f"more than {MAX_BYTES >> 20} MiB uncompressed, and lists each file's first {MAX_LINE_ERRORS} bad lines"
             in page)
+
+
+def test_the_guides_fixture_rounding_is_make_fixtures() -> None:
+    """The tolerance within which make_fixtures keeps a committed fixture (another CPU's rounding; no measurement of
+    how far another CPU's sums land is recorded, so the guide states the tolerance, which test_kit_cli exercises)."""
+    from assignments.make_fixtures import ROUNDING
+    text = " ".join(GUIDE.read_text().split())
+    assert ROUNDING["atol"] == ROUNDING["rtol"]
+    assert (f"the committed ones up to float rounding (within {sci(ROUNDING['atol'])}, absolute and relative: another "
+            "CPU's sums round differently), so that running it on an unchanged reference leaves git clean") in text
