@@ -47,15 +47,18 @@ def score_directory(pred_dir: str | Path, data_dir: str | Path = "data", split: 
     tasks = data_tasks(data_dir, split)
     reports: dict[str, Report] = {}
     problems = []
+    unchecked: dict[str, Path] = {}          # task -> its prediction file, present but with no gold file to check
     for task in TASK_NAMES:
         path = prediction_path(pred_dir, task, split)
         if not path.is_file():
             continue
         gold = gold_records(data_dir, task, split)
         if gold is None:
-            problems.append(f"{path}: no gold file {Path(data_dir)}/... for {task} {split}; not checked")
+            unchecked[task] = path
             continue
         reports[task] = check_predictions(path, task, gold)
+    if unchecked:
+        problems.append(no_gold_line(unchecked, data_dir, split))
     if not reports and not problems:
         problems.append(f"{pred_dir}: no prediction files ({', '.join(f'{t}-{split}-output.csv' for t in tasks)})")
     scores = {t: r.score for t, r in reports.items()}
@@ -65,7 +68,20 @@ def score_directory(pred_dir: str | Path, data_dir: str | Path = "data", split: 
     elif all(scores.get(t) is not None for t in tasks):
         parts = [(scores[t] + 1) / 2 if LEADERBOARD[t].metric == "pearson" else scores[t] for t in tasks]
         overall = sum(parts) / len(parts)
-    return {"tasks": tasks, "reports": reports, "overall": overall, "problems": problems}
+    return {"tasks": tasks, "reports": reports, "overall": overall, "problems": problems,
+            "unchecked": {t: str(p) for t, p in unchecked.items()}}
+
+
+def no_gold_line(unchecked: dict[str, Path], data_dir: str | Path, split: str) -> str:
+    """One line for the prediction files that have no gold file: the first missing gold path (and the others), the
+    files left unchecked, and what to do."""
+    from .core.data import TASKS
+    golds = [TASKS[t].path(data_dir, split) for t in unchecked]
+    others = f" (nor {', '.join(map(str, golds[1:]))})" if len(golds) > 1 else ""
+    files = ", ".join(map(str, unchecked.values()))
+    verb = "is" if len(unchecked) == 1 else "are"
+    return (f"{golds[0]}: no such gold file{others}, so {files} {verb} not checked; give --data-dir DIR, the folder "
+            f"holding {', '.join(g.name for g in golds)}")
 
 
 def overall_cell(result: dict, split: str) -> str:
@@ -73,6 +89,8 @@ def overall_cell(result: dict, split: str) -> str:
     if result["overall"] is not None:
         return f"{result['overall']:.4f}"
     reports, tasks = result["reports"], result.get("tasks", TASK_NAMES)
+    if result.get("unchecked"):
+        return "n/a (files not checked)"
     missing = [t for t in tasks if t not in reports]
     if missing:
         return ("n/a (needs all three files)" if len(tasks) == 3
@@ -93,8 +111,12 @@ def format_table(result: dict, split: str) -> str:
         for e in r.errors:
             out.append(f"error: {e}")
     rows = [("task", "file", "predictions", "score")]
-    for task in result.get("tasks", TASK_NAMES):
+    listed = result.get("tasks", TASK_NAMES)
+    for task in [t for t in TASK_NAMES if t in listed or t in result.get("unchecked", {})]:
         r = result["reports"].get(task)
+        if task in result.get("unchecked", {}):
+            rows.append((NAMES[task], Path(result["unchecked"][task]).name, "-", "not checked"))
+            continue
         if r is None:
             rows.append((NAMES[task], "(absent)", "-", "-"))
             continue

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -20,7 +23,9 @@ def setup(tiny_config, *argv):
 
 def test_bitfit_mode_defaults_to_all_terms_and_a_bitfit_learning_rate(tiny_config):
     model, params, mode, args = setup(tiny_config, "--fine-tune-mode", "bitfit")
-    assert args.bitfit_terms == "all" and 1e-4 <= mode.default_lr <= 1e-3
+    page = (Path(__file__).resolve().parents[1] / "docs" / "bitfit.md").read_text()
+    [documented] = re.findall(r"--fine-tune-mode bitfit --bitfit-terms all +# lr defaults to (\S+)", page)
+    assert args.bitfit_terms == "all" and mode.default_lr == float(documented)      # docs/bitfit.md's figure
     names = {n for n, p in model.named_parameters() if p.requires_grad}
     assert names == {f"bert.{n}" for n, _ in model.bert.named_parameters() if bitfit.term_of(n)} | {
         "head.weight", "head.bias"}

@@ -15,7 +15,7 @@ from assignments.make import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import staff_times
-from test_doc_claims import help_text, page_commands
+from test_doc_claims import help_text, page_commands, sci
 
 GUIDE = ROOT / "assignments" / "INSTRUCTORS.md"
 STAFF_TIMES = ROOT / "benchmarks" / "results" / "staff-times.json"
@@ -214,14 +214,41 @@ def test_the_guides_stated_defaults_are_the_tools() -> None:
     assert f"[--private-fraction {board['private_fraction']:g}] [--points {board['points']:g}]" in text
 
 
-def test_the_guides_upload_caps_are_the_codes() -> None:
+def six_files_bytes(tmp_path) -> int:
+    """The course's six prediction files (SST, Quora, STS; dev and test) as tasks.predict writes them: the writer,
+    the real ids of data/'s files, STS scores as a model's float32 outputs in [0, 5] (their reprs set the length)."""
+    import torch
+
+    from tasks.core.evaluation import gold_records, prediction_path, write_predictions
+    total = 0
+    for task in ("sst", "para", "sts"):
+        for split in ("dev", "test"):
+            ids = [e.id for e in gold_records(ROOT / "data", task, split)]
+            values = (torch.rand(len(ids), generator=torch.Generator().manual_seed(0)) * 5).tolist() if task == "sts" \
+                else [1] * len(ids)
+            total += write_predictions(prediction_path(tmp_path, task, split), task, ids, values).stat().st_size
+    return total
+
+
+def test_the_guides_upload_caps_are_the_codes(tmp_path) -> None:
     from assignments.uploads import MAX_BYTES
     from tasks.core.evaluation import MAX_LINE_ERRORS, MAX_QUOTED
     text = " ".join(GUIDE.read_text().split())
     page = " ".join((ROOT / "docs" / "leaderboard.md").read_text().split())
     assert MAX_BYTES % 2**20 == 0
-    assert (f"more than {MAX_BYTES >> 20} MiB (uncompressed, in all; the course's six files hold about 0.5 MiB) is "
+    six = six_files_bytes(tmp_path) / 2**20
+    assert (f"more than {MAX_BYTES >> 20} MiB (uncompressed, in all; the course's six files hold about {six:.1f} MiB) is "
             f"refused, naming the cap; each file's first {MAX_LINE_ERRORS} bad lines are listed (a line quoted to "
             f"{MAX_QUOTED} characters), then one line counting the rest") in text
     assert (f"more than {MAX_BYTES >> 20} MiB uncompressed, and lists each file's first {MAX_LINE_ERRORS} bad lines"
             in page)
+
+
+def test_the_guides_fixture_rounding_is_make_fixtures() -> None:
+    """The tolerance within which make_fixtures keeps a committed fixture (another CPU's rounding; no measurement of
+    how far another CPU's sums land is recorded, so the guide states the tolerance, which test_kit_cli exercises)."""
+    from assignments.make_fixtures import ROUNDING
+    text = " ".join(GUIDE.read_text().split())
+    assert ROUNDING["atol"] == ROUNDING["rtol"]
+    assert (f"the committed ones up to float rounding (within {sci(ROUNDING['atol'])}, absolute and relative: another "
+            "CPU's sums round differently), so that running it on an unchanged reference leaves git clean") in text

@@ -73,3 +73,17 @@ def test_every_test_file_has_its_row_in_the_tests_readme():
     table = (ROOT / "tests" / "README.md").read_text()
     rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| `")]      # a row may list several
     assert [p.name for p in sorted((ROOT / "tests").glob("test_*.py")) if not any(f"`{p.name}`" in r for r in rows)] == []
+
+
+def test_requirements_test_txt_states_no_suite_timing_and_points_to_the_tests_readme():
+    """How long the suite takes is kept in tests/README.md alone (it went stale in requirements-test.txt's comment):
+    no duration, test count or pass count in requirements-test.txt, and tests/README.md says make test's figure."""
+    text = (ROOT / "requirements-test.txt").read_text()
+    timing = r"\d+(\.\d+)? ?(min|minutes?|s|sec|seconds?|h|hours?)\b|\d+ (tests|passed|skipped|failed)\b"
+    assert [line for line in text.splitlines() if re.search(timing, line)] == []
+    comments = " ".join(" ".join(line.lstrip("# ") for line in text.splitlines()).split())
+    assert "how long it takes, measured, is in tests/README.md" in comments
+    readme = " ".join((ROOT / "tests" / "README.md").read_text().split())
+    assert re.search(r"\*\*How long the suite takes\*\* \(this is the one place the figure is kept; "
+                     r"requirements-test.txt points here\): at [0-9a-f]{7}, .*?: make test \d+ passed, \d+ skipped in "
+                     r"\d+ min \d+ s", readme)

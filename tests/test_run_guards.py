@@ -4,11 +4,15 @@ resumes that directory; a run directory of another command names that command.""
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+import warm
+from conftest import ROOT
 from test_typed_runs import classifier_argv
 
 from tasks import classifier, export, multitask, predict
@@ -91,6 +95,23 @@ def test_resume_names_the_command_of_another_commands_run(tmp_path):
     with pytest.raises(ResumeError, match=rf"^{other} is a run of tasks.multitask, not tasks.classifier: python -m "
                                           rf"tasks.multitask --resume {other}$"):
         classifier.parse_settings(["--resume", str(other)])
+
+
+def test_python_m_classifier_resume_names_the_command_of_another_commands_run(tmp_path):
+    """As a command: tasks/classifier.py is one file, so under `python -m` its Settings live in __main__, and the
+    run.json's command is still compared with tasks.classifier (docs/runs.md's line), for the directory and for the
+    checkpoint in it."""
+    other = tmp_path / "mt"
+    settings = multitask.parse_settings(["--run-dir", str(other)])
+    write_run_json(run_paths(settings.run, "multitask"), "multitask", settings)
+    for given in (other, other / "checkpoint.pt"):
+        (other / "checkpoint.pt").write_bytes(b"")
+        proc = warm.run([sys.executable, "-m", "tasks.classifier", "--resume", str(given)], cwd=tmp_path,
+                        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120,
+                        check=False)
+        assert proc.returncode != 0
+        said = f"error: {other} is a run of tasks.multitask, not tasks.classifier: python -m tasks.multitask --resume {other}"
+        assert proc.stderr.strip().splitlines() == [said]
 
 
 def test_resume_a_checkpoint_in_a_run_directory_resumes_that_directory(tiny_dir, tmp_path):

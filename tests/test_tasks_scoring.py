@@ -152,6 +152,41 @@ def test_score_cli_prints_a_table_and_json(tmp_path, capsys):
         score.main([str(tmp_path / "absent"), "--data-dir", str(DATA)])
 
 
+def test_score_without_the_gold_files_says_so_in_one_line_and_marks_the_files_not_checked(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """No data/ where it runs (tasks.predict --out new/ outside the repo's root): one error line naming the missing
+    gold path and --data-dir (docs/errors.md's form); the present files are 'not checked', not '(absent)'."""
+    import shutil
+
+    from tasks.core.data import TASKS
+    new = tmp_path / "new"
+    for task in ("sst", "para", "sts"):
+        write_gold(new, task, "dev")
+    monkeypatch.chdir(tmp_path)
+    assert score.main(["new"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    golds = [TASKS[t].path("data", "dev") for t in ("sst", "para", "sts")]
+    said = (f"error: {golds[0]}: no such gold file (nor {golds[1]}, {golds[2]}), so new/sst-dev-output.csv, "
+            f"new/para-dev-output.csv, new/sts-dev-output.csv are not checked; give --data-dir DIR, the folder holding "
+            f"{golds[0].name}, {golds[1].name}, {golds[2].name}")
+    assert [line for line in lines if line.startswith(("error", "warning"))] == [said]
+    rows = [line.split() for line in lines[lines.index("") + 3:]]
+    assert rows == [["SST", "accuracy", "sst-dev-output.csv", "-", "not", "checked"],
+                    ["Quora", "accuracy", "para-dev-output.csv", "-", "not", "checked"],
+                    ["STS", "Pearson", "r", "sts-dev-output.csv", "-", "not", "checked"],
+                    ["overall", "(dev)", "n/a", "(files", "not", "checked)"]]
+    partial = tmp_path / "partial"                                 # one gold file missing: that one, the rest scored
+    partial.mkdir()
+    for task in ("sst", "para"):
+        shutil.copy(TASKS[task].path(DATA, "dev"), TASKS[task].path(partial, "dev"))
+    assert score.main(["new", "--data-dir", "partial"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (f"error: {TASKS['sts'].path('partial', 'dev')}: no such gold file, so new/sts-dev-output.csv "
+                        f"is not checked; give --data-dir DIR, the folder holding {TASKS['sts'].path('.', 'dev').name}")
+    assert lines[1] == "" and "1.0000" in lines[4] and lines[6].split()[-4:] == ["sts-dev-output.csv", "-", "not",
+                                                                                  "checked"]
+
+
 def test_test_split_files_are_checked_for_ids_without_a_score(tmp_path):
     path, gold = write_gold(tmp_path, "sts", "test")
     report = check_predictions(path, "sts", gold)

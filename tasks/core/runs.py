@@ -144,8 +144,13 @@ def own_paths(settings: Any, given: dict[str, Any], config: Path | None) -> Any:
 
 def command_of(cls: type) -> str | None:
     """The command whose Settings `cls` is: tasks.classifier's, tasks.multitask.settings' -> classifier, multitask
-    (None: a class outside tasks/)."""
-    parts = cls.__module__.split(".")
+    (None: a class outside tasks/). A one-file command run as `python -m tasks.classifier` defines its Settings in
+    __main__: the module's own name is its spec's."""
+    module = cls.__module__
+    if module == "__main__":
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        module = spec.name if spec is not None else module
+    parts = module.split(".")
     return parts[1] if len(parts) > 1 and parts[0] == "tasks" else None
 
 
