@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .common import Fail, Part, StandInBert, _state, _tiny_config, compare, load_fixture
+from .common import Fail, Part, StandInBert, _state, _tiny_config, add_hint, compare, load_fixture
 
 FILE = "minbert/deebert.py"
 NUM_LAYERS, NUM_LABELS = 6, 3
@@ -111,9 +111,9 @@ def check_exit() -> None:
             try:
                 out = early_exit(model, ids, mask, None, rule, trim=trim)
             except (RuntimeError, IndexError, ValueError) as e:
-                e.add_note(f"(on {batch}, trim={trim}; each sample run alone passes) When samples leave, keep the "
-                           "others' rows in h, mask, bias and every tensor of the rule's state alike, and write "
-                           "the leaving ones to out[rows[done]], their original rows")
+                add_hint(e, f"(on {batch}, trim={trim}; each sample run alone passes) When samples leave, keep the "
+                            "others' rows in h, mask, bias and every tensor of the rule's state alike, and write "
+                            "the leaving ones to out[rows[done]], their original rows")
                 raise
             on_batch = f"{what} with {name} on {batch}, trim={trim}"
             hint = ("Each sample run alone is right but not in the batch: write the leaving samples to their "

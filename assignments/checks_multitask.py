@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import SEED, Fail, Part, StandInBert, _state, _tiny_config, compare, differentiable, load_fixture
+from .common import SEED, Fail, Part, StandInBert, _state, _tiny_config, add_hint, compare, differentiable, load_fixture
 
 FILE = "minbert/multitask.py"
 KEY = {"bi-encoder": "bi", "cross-encoder": "cross"}   # the designs' short names in the fixtures' keys
@@ -229,11 +229,12 @@ def check_para_loss() -> None:
             loss = paraphrase_loss(logit, labels)
         except (RuntimeError, IndexError, ValueError) as e:
             if isinstance(e, RuntimeError) and dtype == torch.long:
-                e.add_note("(with labels of dtype long) The labels may arrive as integers, as tasks/core/batching.py's "
-                           "collate makes class labels: convert them with labels.to(logit.dtype) first")
+                add_hint(e, "(with labels of dtype long) The labels may arrive as integers, as "
+                            "tasks/core/batching.py's collate makes class labels: convert them with "
+                            "labels.to(logit.dtype) first")
             else:
-                e.add_note("(logit (4,), labels (4,)) There is one logit per pair, not one per class: softmax "
-                           "cross-entropy does not apply; use binary cross-entropy of sigmoid(logit)")
+                add_hint(e, "(logit (4,), labels (4,)) There is one logit per pair, not one per class: softmax "
+                            "cross-entropy does not apply; use binary cross-entropy of sigmoid(logit)")
             raise
         compare(f"{what} (logit (4,), 0/1 labels (4,) of dtype {str(dtype).replace('torch.', '')})", loss,
                 f["para_loss"], hints=hints, shape_hint="The loss is one number, the mean over the batch: a 0-d tensor")

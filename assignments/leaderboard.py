@@ -29,7 +29,7 @@ import sys
 import time
 import zipfile
 from dataclasses import asdict, dataclass, fields
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from tasks.core.errors import nonnegative_float, nonnegative_int
@@ -52,6 +52,7 @@ from .standing import (
 
 ROOT = Path(__file__).resolve().parents[1]
 DAY = timedelta(hours=24)
+UTC = timezone.utc                 # datetime.UTC is Python 3.11's; pyproject.toml promises 3.10
 MAX_SHOWN = 40                     # problems listed in the top-level output; the upload test lists them all
 
 
