@@ -3,7 +3,8 @@
 BERT is replaced by common.StandInBert, so that these parts depend on minbert/multitask.py alone: a mistake
 in part 1 does not cost part 2. Within part 2 each part runs its own code: the sentence vector (features on
 one pass), the bi-encoder (its passes and features on two passes), the cross-encoder (its joined pass,
-compared as tokens), and the heads (predict_from_embeddings, with features standing in as fixed values).
+compared as tokens), and the heads (predict_from_embeddings, with features standing in as fixed values, on the
+batch and on a batch of one pair).
 The expected values come from assignments/fixtures/multitask*.safetensors.
 """
 
@@ -16,6 +17,7 @@ from .common import SEED, Fail, Part, StandInBert, _state, _tiny_config, add_hin
 FILE = "minbert/multitask.py"
 KEY = {"bi-encoder": "bi", "cross-encoder": "cross"}   # the designs' short names in the fixtures' keys
 HEAD_HIDDEN, DROPOUT = 16, 0.2
+ONE_PAIR = "squeeze(-1), not squeeze(): a batch of one must stay (1,)"   # .squeeze() drops B = 1 as well
 
 
 def multitask_model(design: str, pooling: str = "mean") -> torch.nn.Module:
@@ -190,6 +192,13 @@ def check_heads() -> None:
                 if given_inputs is not inputs and list(given_inputs) != list(inputs):
                     raise Fail(f"{what} calls self.features with other passes than its `inputs` argument")
                 compare(f"{what} (eval mode)", got, expected, hints=hints, shape_hint=shape)
+                if task != "sst":      # a batch of one: its first pair alone, whose output is the batch's first value
+                    model.features = _Features(stand_in.features[:1])
+                    one = [EncoderInput(*(None if t is None else t[:1] for t in x)) for x in inputs]
+                    compare(f"{what} on a batch of one pair (eval mode)",
+                            model.predict_from_embeddings(task, [h[:1] for h in embeddings], one), expected[:1],
+                            shape_hint=ONE_PAIR)
+                    model.features = stand_in
                 model.train()
                 torch.manual_seed(SEED)
                 compare(f"{what} in training mode (after torch.manual_seed({SEED}))",

@@ -35,6 +35,7 @@ from .smart import Smart, SmartConfig
 
 DESIGNS = ("bi-encoder", "cross-encoder")
 TASK_NAMES = ("sst", "para", "sts")
+SQUEEZE_HINT = "squeeze(-1), not squeeze(): a batch of one must stay (1,)"   # a pair head's (B, 1) -> (B,)
 
 
 @dataclass
@@ -247,19 +248,29 @@ class MultitaskBert(nn.Module):
         ### STUB: task's head self.head[task] ("sst", "para" or "sts"). Return it as the head gives it: no softmax,
         ### STUB: no sigmoid, no rescaling (the losses and predictions apply those), the sentiment logits (B, 5)
         ### STUB: as they are, and for the pair tasks the (B, 1) output with the last dimension squeezed, (B,):
-        ### STUB: the paraphrase logit, and the similarity score on the gold labels' 0-5 scale.
+        ### STUB: the paraphrase logit, and the similarity score on the gold labels' 0-5 scale. Squeeze that
+        ### STUB: dimension alone (squeeze(-1)): a batch of one pair must stay (1,), not become a 0-d tensor.
         out = self.head[task](self.features(inputs, embeddings))
         return out if task == "sst" else out.squeeze(-1)             # (B, 1) -> (B,) for the pair tasks
         ### END SOLUTION
+
+    def head_output(self, task: str, embeddings: list[torch.Tensor], inputs: list[EncoderInput]) -> torch.Tensor:
+        """predict_from_embeddings(task, embeddings, inputs), stopped in one line naming it when its output is not
+        (B, C) for "sst" or (B,) for a pair task (a batch of one squeezed to 0-d, say), rather than in a loss."""
+        B = inputs[0].input_ids.shape[0]
+        shape, dims, hint = (((B, self.config.num_sentiment_classes), "(B, C)", ": the logits as the head gives them")
+                             if task == "sst" else ((B,), "(B,)", f": {SQUEEZE_HINT}"))
+        return expect_shape(self.predict_from_embeddings(task, embeddings, inputs), shape,
+                            f'MultitaskBert.predict_from_embeddings("{task}", ...)', dims, "mt_heads", hint)
 
     def predict(self, task: str, batch: dict) -> torch.Tensor:
         """The task's output for a collated batch: sentiment logits (B, C), or one value per pair (B,); with
         config.symmetric_pairs, in eval mode, a pair's output is the mean over its two orders (swap_pairs)."""
         inputs = self.inputs(task, batch)
-        y = self.predict_from_embeddings(task, self.embed(inputs), inputs)
+        y = self.head_output(task, self.embed(inputs), inputs)
         if task != "sst" and self.config.symmetric_pairs and not self.training:
             swapped = self.inputs(task, swap_pairs(batch))
-            y = (y + self.predict_from_embeddings(task, self.embed(swapped), swapped)) / 2
+            y = (y + self.head_output(task, self.embed(swapped), swapped)) / 2
         return y
 
     def forward(self, task: str, batch: dict) -> torch.Tensor:
@@ -293,7 +304,7 @@ class MultitaskBert(nn.Module):
         with SMART, in training mode, plus its regularisers (minbert.smart)."""
         inputs = self.inputs(task, batch)
         h = self.embed(inputs)
-        y = self.predict_from_embeddings(task, h, inputs)
+        y = self.head_output(task, h, inputs)
         loss = TASK_LOSSES[task](y, batch["labels"])
         if self.smart is not None and self.training:
             loss = self.smart(self, task, SMART_KINDS[task], batch, inputs, h, y, loss)

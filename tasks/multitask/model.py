@@ -53,7 +53,7 @@ class TaskForward:
 
     @once
     def y(self) -> torch.Tensor:
-        return self.model.predict_from_embeddings(self.task, self.h, self.inputs)
+        return self.model.head_output(self.task, self.h, self.inputs)    # predict_from_embeddings, its shape checked
 
     @once
     def task_loss(self) -> torch.Tensor:
