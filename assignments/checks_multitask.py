@@ -4,7 +4,8 @@ BERT is replaced by common.StandInBert, so that these parts depend on minbert/mu
 in part 1 does not cost part 2. Within part 2 each part runs its own code: the sentence vector (features on
 one pass), the bi-encoder (its passes and features on two passes), the cross-encoder (its joined pass,
 compared as tokens), and the heads (predict_from_embeddings, with features standing in as fixed values, on the
-batch and on a batch of one pair).
+batch and on a batch of one pair). The sentence vector and the bi-encoder run through part 1's pool(): each first
+checks pool() on the same encoder outputs, so that a wrong pool() is named as such rather than blamed on features.
 The expected values come from assignments/fixtures/multitask*.safetensors.
 """
 
@@ -17,6 +18,8 @@ from .common import SEED, Fail, Part, StandInBert, _state, _tiny_config, add_hin
 FILE = "minbert/multitask.py"
 KEY = {"bi-encoder": "bi", "cross-encoder": "cross"}   # the designs' short names in the fixtures' keys
 HEAD_HIDDEN, DROPOUT = 16, 0.2
+POOL_FIRST = ("MultitaskBert.features is judged once pool() gives the expected sentence vectors: fix pool() "
+              "first, check it with  python -m assignments.check classifier_head,  and run this again")
 ONE_PAIR = "squeeze(-1), not squeeze(): a batch of one must stay (1,)"   # .squeeze() drops B = 1 as well
 
 
@@ -56,6 +59,21 @@ def _passes(value: object, what: str, n: int) -> list:
     return list(value)
 
 
+def _pool_first(model: torch.nn.Module, x: object, h0: torch.Tensor | None, expected: torch.Tensor,
+                label: str) -> None:
+    """Part 1's pool() (which features runs through, by self.encode) on the stand-in encoder's output of pass x,
+    compared with that pass's expected sentence vector: a wrong pool() is named as such, not blamed on features."""
+    from minbert.pooling import pool
+    how = model.config.pooling
+    with torch.no_grad():
+        out = model.bert(x.input_ids, x.attention_mask, x.token_type_ids, embeddings=h0)
+        compare(f"pool() in minbert/pooling.py (see classifier_head), which this part runs through, on the "
+                f'encoder\'s output for {label}, how="{how}"',
+                pool(out.last_hidden_state, x.attention_mask, out.pooler_output, how), expected,
+                hints={"padding tokens are counted in the mean": out.last_hidden_state.mean(1)} if how == "mean" else
+                None, hint=POOL_FIRST, shape_hint=POOL_FIRST)
+
+
 def check_sentence() -> None:
     from minbert.multitask import EncoderInput
     f = load_fixture("multitask")
@@ -72,6 +90,7 @@ def check_sentence() -> None:
                      "the pooler output is used instead of self.encode's sentence vector": f[f"{key}_pooler"],
                      "padding tokens are counted in the mean": f[f"{key}_mean_padding"],
                      **_other_pooling(pooling, f, key)}
+            _pool_first(model, x, f[f"{name}_h0"], f[key], f"{label} with a perturbed h0")
             with torch.no_grad():
                 compare(f'{what}, {label}, with a perturbed h0 and pooling="{pooling}"',
                         model.features([x], [f[f"{name}_h0"]]), f[key], hints=hints,
@@ -105,6 +124,9 @@ def check_bi_encoder() -> None:
                  "the features are [u, |u - v|, v]: the order is [u, v, |u - v|]": f[f"{key}_diff_middle"],
                  "the features are [u, v, u * v]: the third block is |u - v|": f[f"{key}_product"],
                  **_other_pooling(pooling, f, key)}
+        H = model.bert.config.hidden_size
+        for i, x in enumerate(two):         # u and v, the first two blocks of [u, v, |u - v|]
+            _pool_first(model, x, None, f[key][:, i * H:(i + 1) * H], f"sentence {i + 1} of the pair")
         with torch.no_grad():
             compare(f'MultitaskBert.features in {FILE} on two passes (the bi-encoder\'s sentences), '
                     f'pooling="{pooling}"', model.features(two, model.embed(two)), f[key], hints=hints,
