@@ -268,6 +268,9 @@ def test_the_handout_keeps_each_profile_s_sections() -> None:
         assert "--predictions-dir predictions" in h and "python -m tasks.score predictions" in h
         assert "--attention eager" in h and "--optimizer course" in h and "--optimizer minbert" not in h
         assert "TODO(measure)" not in h
+        # every tree ships CFIMDB's data (the part1 tree's test above) and the classifier takes it: the handout says so
+        # where it brings in the classifier
+        assert "`--task cfimdb`" in h.split("## Your first model", 1)[1].split("\n## ", 1)[0]
     # the first model's figures are the measured ones (benchmarks/results/first-model.json), not guesses
     measured = json.loads((ROOT / "benchmarks" / "results" / "first-model.json").read_text())
     first = hand["part1"].split("## Your first model", 1)[1].split("\n## ", 1)[0]
