@@ -309,14 +309,16 @@ def run_settings(cls: type, data: dict, source: str, given: dict[str, Any] | Non
 
 
 def trained_files(record: dict[str, Any]) -> dict[str, str]:
-    """{files.NAME: path} for each relative path of a run.json's files (its data_dir and task files), joined to the
-    folder the run trained in (its cwd), so that predict and ensemble find them from anywhere; {} for a run.json
-    written before the cwd was recorded (its relative paths are read from the current folder, as they were)."""
+    """{files.NAME: path} for each relative path of a run.json's files (its data_dir and task files) that exists
+    joined to the folder the run trained in (its cwd), so that predict and ensemble find them from anywhere; a path
+    that does not exist there (a run directory moved to another machine, the folder since moved) is left relative,
+    read from the current folder as a run.json written before the cwd was recorded is."""
     cwd, files = record.get("cwd"), (record.get("settings") or {}).get("files") or {}
     if not isinstance(cwd, str) or not isinstance(files, dict):
         return {}
-    return {f"files.{k}": str(Path(cwd) / v) for k, v in files.items() if isinstance(v, str) and v
-            and (k == "data_dir" or k.endswith(("_train", "_dev", "_test", "_file"))) and not Path(v).is_absolute()}
+    joined = {f"files.{k}": Path(cwd) / v for k, v in files.items() if isinstance(v, str) and v
+              and (k == "data_dir" or k.endswith(("_train", "_dev", "_test", "_file"))) and not Path(v).is_absolute()}
+    return {k: str(path) for k, path in joined.items() if path.exists()}
 
 
 def read_run_json(directory: str | Path) -> dict[str, Any]:
