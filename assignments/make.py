@@ -29,12 +29,12 @@ import fnmatch
 import json
 import re
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from .profiles import DEFAULT_PROFILE, PROFILES, Profile, imported_modules, skeleton_text
+from .tree_data import data_files
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END, STUB = "### BEGIN SOLUTION", "### END SOLUTION", "### STUB:"
@@ -330,24 +330,6 @@ def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True, force: b
             print(f"note: left out of the tree's data/, as git does not track them (a gold or salt never ships): "
                   f"{', '.join(left_out)}", file=sys.stderr)
     return stubbed
-
-
-def data_files(root: Path = ROOT) -> tuple[list[Path], list[str]]:
-    """The files directly in data/ that git tracks (those a tree ships), and the others there, ignored ones too (a
-    labelled test file or a salt dropped in data/), by name: they are left out."""
-    def listed(*args: str) -> list[str]:
-        try:
-            proc = subprocess.run(["git", "ls-files", "-z", *args, "--", "data"], cwd=root, capture_output=True,
-                                  text=True, timeout=60, check=False)
-        except (OSError, subprocess.SubprocessError) as e:
-            proc = subprocess.CompletedProcess([], 1, "", str(e))
-        if proc.returncode != 0:
-            raise ValueError(f"{root / 'data'}: cannot ask git which data files it tracks ({proc.stderr.strip()}); "
-                             "the tree ships tracked files only: run it in a git checkout of the reference, or give "
-                             "--no-data")
-        return sorted(rel.removeprefix("data/") for rel in proc.stdout.split("\0") if rel.count("/") == 1)
-    tracked = [root / "data" / name for name in listed("--cached") if (root / "data" / name).is_file()]
-    return tracked, listed("--others")
 
 
 def update_committed_stubs(root: Path = ROOT) -> list[Path]:

@@ -73,7 +73,7 @@ def data_dir_of(run_dirs: list[str | Path], given: str | None) -> Path:
             files = record["settings"].get("files", {})
             if files.get("data_dir") is not None:
                 named[str(d)] = trained_files(record).get("files.data_dir", files["data_dir"])
-    if len(set(named.values())) > 1:
+    if len({Path(v).resolve() for v in named.values()}) > 1:       # "data" here and this folder's data: one folder
         raise ConfigurationError("the runs were trained on different data directories ("
                                  + "; ".join(f"{d}: {v}" for d, v in named.items())
                                  + "): ensemble runs of one data directory, or name the one to check with --data-dir")

@@ -68,6 +68,8 @@ def score_directory(pred_dir: str | Path, data_dir: str | Path = "data", split: 
     elif all(scores.get(t) is not None for t in tasks):
         parts = [(scores[t] + 1) / 2 if LEADERBOARD[t].metric == "pearson" else scores[t] for t in tasks]
         overall = sum(parts) / len(parts)
+    if unchecked:                                  # a prediction file without gold: no overall of the others alone
+        overall = None
     return {"tasks": tasks, "reports": reports, "overall": overall, "problems": problems,
             "unchecked": {t: str(p) for t, p in unchecked.items()}}
 

@@ -40,3 +40,24 @@ def test_without_git_the_tree_is_refused_before_anything_is_written(tmp_path):
     shutil.copytree(ROOT / "data", copy / "data")
     with pytest.raises(ValueError, match="cannot ask git which data files it tracks"):
         data_files(copy)
+
+
+def test_a_tracked_data_file_written_over_is_refused_by_name(reference):
+    student = reference / "data" / "ids-sst-test-student.csv"
+    committed = student.read_text()
+    student.write_text(GOLD)                                       # labels saved over a tracked name
+    try:
+        with pytest.raises(ValueError, match=r"ids-sst-test-student.csv differs from the commit .*git restore data"):
+            data_files(reference)
+    finally:
+        student.write_text(committed)
+    data_files(reference)                                          # restored: accepted again
+
+
+def test_a_copy_inside_another_repository_is_refused_naming_gits_top_level(tmp_path):
+    outer = tmp_path / "course"
+    subprocess.run(["git", "init", "-q", str(outer)], check=True, timeout=60)
+    copy = outer / "build" / "minbert"
+    shutil.copytree(ROOT / "data", copy / "data")
+    with pytest.raises(ValueError, match=f"is not a git checkout of its own .git's top level here is {outer}"):
+        data_files(copy)

@@ -60,6 +60,9 @@ def test_ensemble_reads_a_runs_relative_data_folder_from_where_it_trained(tmp_pa
     for run in runs:                                        # moved from another machine: its cwd is not here
         (Path(run) / RUN_FILE).write_text(json.dumps(record | {"cwd": str(tmp_path / "gone")}))
     assert run_cli(lambda: ensemble.main([*runs, "--out", "ens4"])) == 0, capsys.readouterr().err
+    (Path(runs[0]) / RUN_FILE).write_text(json.dumps({k: v for k, v in record.items() if k != "cwd"}))
+    (Path(runs[1]) / RUN_FILE).write_text(json.dumps(record | {"cwd": str(trained)}))      # an old run and a new one
+    assert run_cli(lambda: ensemble.main([*runs, "--out", "ens5"])) == 0, capsys.readouterr().err
 
 
 def test_predict_finds_a_runs_files_from_anywhere_and_refuses_to_write_nothing(tiny_dir, multitask_files, tmp_path,

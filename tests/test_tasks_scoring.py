@@ -185,6 +185,7 @@ def test_score_without_the_gold_files_says_so_in_one_line_and_marks_the_files_no
                         f"is not checked; give --data-dir DIR, the folder holding {TASKS['sts'].path('.', 'dev').name}")
     assert lines[1] == "" and "1.0000" in lines[4] and lines[6].split()[-4:] == ["sts-dev-output.csv", "-", "not",
                                                                                   "checked"]
+    assert lines[7].split() == ["overall", "(dev)", "n/a", "(files", "not", "checked)"]    # not SST and Quora's alone
 
 
 def test_test_split_files_are_checked_for_ids_without_a_score(tmp_path):
