@@ -7,9 +7,15 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import queue
 import re
 import shlex
+import signal
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import nbformat  # test dependencies (requirements-test.txt, installed by make test): never skipped
@@ -123,14 +129,19 @@ def test_notebook_runs_top_to_bottom_and_resumes_in_a_fresh_kernel(tmp_path, tin
     assert list(out.glob("run-*")) == [run]
 
 
-def run_function(notebook: Path, cell_id: str):
-    """The notebook's run() alone, defined with the imports of its cell (the cell's other lines are not run)."""
+def run_source(notebook: Path, cell_id: str) -> str:
+    """The notebook's run() with the imports and classes of its cell (the cell's other lines left out)."""
     source = cell(nbformat.read(notebook, as_version=4), cell_id).source
     tree = ast.parse(source)
-    keep = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)
+    keep = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom | ast.ClassDef)
             or (isinstance(n, ast.FunctionDef) and n.name == "run")]
+    return "import os, subprocess, sys\n" + ast.unparse(ast.Module(keep, type_ignores=[]))
+
+
+def run_function(notebook: Path, cell_id: str):
+    """The notebook's run() alone (run_source), defined in this process."""
     namespace: dict = {}
-    exec("import subprocess, sys\n" + ast.unparse(ast.Module(keep, type_ignores=[])), namespace)  # noqa: S102 (the notebook's own)
+    exec(run_source(notebook, cell_id), namespace)  # noqa: S102 (the notebook's own)
     return namespace["run"]
 
 
@@ -147,3 +158,108 @@ def test_printed_command_is_the_one_run(notebook, cell_id, prefix, tmp_path, mon
     assert printed.startswith("$ python -m echo_args ")
     assert shlex.split(printed)[1:] == ["python", "-m", "echo_args", *json.loads(got)]
     assert json.loads(got) == [str(a) for a in args]
+
+
+# run() in a process of its own, as in a kernel: IPython's one-line rendering of an exception stands in for the cell's
+HARNESS = """import json, sys
+namespace = {}
+exec(sys.argv[1], namespace)
+try:
+    value = namespace["run"](*json.loads(sys.argv[2]))
+    print("RETURNED", repr(value), flush=True)
+except BaseException as e:
+    render = getattr(e, "_render_traceback_", None)
+    print("CELL STOPS:", render() if render else f"TRACEBACK {type(e).__name__}: {e}", flush=True)
+"""
+
+
+def alive_with(marker: str) -> list[str]:
+    """The command lines of the live processes whose command line holds marker (a zombie has none)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker in cmdline and "HARNESS" not in cmdline and proc.name.isdigit() and int(proc.name) != os.getpid():
+            found.append(f"{proc.name}: {cmdline}")
+    return found
+
+
+def harness(notebook: Path, cell_id: str, args: list[str], tmp_path: Path) -> subprocess.Popen:
+    script = tmp_path / "harness.py"
+    script.write_text(HARNESS)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.Popen([sys.executable, str(script), run_source(notebook, cell_id), json.dumps(args)], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)    # its own process group: the test's signals reach it alone
+
+
+def read_until(process: subprocess.Popen, wanted: str, seconds: float) -> list[str]:
+    """process's lines up to the first holding wanted (a thread reads, so that a silent process cannot hang the test)."""
+    lines: queue.Queue = queue.Queue()
+
+    def reader() -> None:
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=reader, daemon=True).start()
+    got, deadline = [], time.monotonic() + seconds
+    while True:
+        line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+        assert line is not None, "".join(got)
+        got.append(line)
+        if wanted in line:
+            process._lines = lines      # the rest, for rest_of()
+            return got
+
+
+def rest_of(process: subprocess.Popen, seconds: float) -> list[str]:
+    got = []
+    while (line := process._lines.get(timeout=seconds)) is not None:
+        got.append(line)
+    return got
+
+
+@pytest.mark.parametrize("to_group", [True, False], ids=["process-group", "kernel-only"])
+@pytest.mark.parametrize(("notebook", "cell_id", "prefix"), [(NOTEBOOK, "common-setup", ()),
+                                                             (TREE_NOTEBOOK, "run", ("-m",))])
+def test_interrupting_run_shows_the_commands_restart_line_and_leaves_nothing_running(
+        notebook, cell_id, prefix, to_group, tmp_path, tiny_dir):
+    """The stop button while run() trains: Jupyter's interrupt reaches the kernel's whole process group, Colab's (and
+    others') the kernel alone. Either way the training command gets one Ctrl-C, its own last line (how to start the
+    run again) is shown, it has exited when the cell stops, and the cell stops with one line, no traceback."""
+    run_dir = tmp_path / "interrupted-run"
+    args = [*prefix, "tasks.classifier", "--model", str(tiny_dir), "--max-train-examples", "8000", "--epochs", "50",
+            "--batch-size", "2", "--device", "cpu", "--run-dir", str(run_dir), "--predictions-dir",
+            str(tmp_path / "predictions"), "--no-progress"]
+    process = harness(notebook, cell_id, args, tmp_path)
+    try:
+        before = read_until(process, "learning rate:", 120)        # training has started
+        time.sleep(0.5)
+        (os.killpg if to_group else os.kill)(process.pid, signal.SIGINT)
+        after = rest_of(process, 60)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    output = "".join(before + after)
+    assert "interrupted (Ctrl-C)" in output and f"--run-dir {run_dir}" in output, output
+    assert after[-1] == "CELL STOPS: ['interrupted: the command stopped (its last line above says how to go on)']\n", \
+        output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    assert alive_with(str(run_dir)) == []
+
+
+@pytest.mark.parametrize(("notebook", "cell_id", "prefix"), [(NOTEBOOK, "common-setup", ()),
+                                                             (TREE_NOTEBOOK, "run", ("-m",))])
+def test_a_failed_command_stops_the_cell_with_one_line_and_run_returns_nothing(notebook, cell_id, prefix, tmp_path):
+    """A failing command: its own output, then one line of the notebook's (IPython's _render_traceback_), no
+    traceback into run(); a command that succeeds gives run() nothing to return, so no Out[] line is shown."""
+    process = harness(notebook, cell_id, [*prefix, "tasks.classifier", "--epochs", "-1"], tmp_path)
+    output = process.communicate(timeout=120)[0]
+    assert re.search(r"^CELL STOPS: \['python (-m )?tasks.classifier .*fail.*exit code \d.*'\]$", output, re.MULTILINE), output
+    assert "TRACEBACK" not in output
+    process = harness(notebook, cell_id, [*prefix, "tasks.classifier", "--help"], tmp_path)
+    assert process.communicate(timeout=120)[0].endswith("RETURNED None\n")
