@@ -1,7 +1,8 @@
 """notebooks/minbert.ipynb runs top to bottom (nbclient, the venv's own kernel): on the tiny random BERT, a few rows
 of each data file and the CPU, with everything it writes under tmp_path. Any failing cell fails the test. Then, in a
-fresh kernel as after a Colab disconnect, the cells and the line section 5 says to run continue the same run. The
-commands both notebooks print are ones a shell splits back into the arguments run (assignments/tree_files' too)."""
+fresh kernel as after a Colab disconnect, the cells and the line section 5 says to run continue the same run, and
+sections 6 and 7 run after it. The commands both notebooks print are ones a shell splits back into the arguments run
+(assignments/tree_files' too); run() stops a cell with one line, and the stop button reaches its command."""
 
 from __future__ import annotations
 
@@ -122,11 +123,16 @@ def test_notebook_runs_top_to_bottom_and_resumes_in_a_fresh_kernel(tmp_path, tin
     for cell_id in ("settings", "colab-setup", "local-setup", "common-setup", "data"):
         again.cells.append(nbformat.v4.new_code_cell(cell(nb, cell_id).source))
     again.cells.append(nbformat.v4.new_code_cell(resume_code(nb) + "\nprint('RUN_DIR =', RUN_DIR)"))
+    for cell_id in ("predict", "curves"):                  # "and go on from section 6"
+        again.cells.append(nbformat.v4.new_code_cell(cell(nb, cell_id).source))
+    (out / "submission.zip").unlink()
     execute(again, tmp_path, monkeypatch)
-    resumed = text(again.cells[-1])
+    resumed = text(again.cells[-3])
     assert f"--resume {run}" in resumed and f"RUN_DIR = {run}\n" in resumed, resumed
     assert re.search(r"resumed .* 1 epochs? done", resumed), resumed
     assert list(out.glob("run-*")) == [run]
+    assert (out / "submission.zip").is_file(), text(again.cells[-2])
+    assert any(o.output_type == "display_data" and "image/png" in o.data for o in again.cells[-1].outputs)
 
 
 def run_source(notebook: Path, cell_id: str) -> str:
