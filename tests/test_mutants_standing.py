@@ -115,13 +115,18 @@ def _write_rows(path, header: list[str], rows: list[list[str]]) -> None:
         csv.writer(f, delimiter="\t", lineterminator="\n").writerows([header, *rows])
 
 
-def test_a_split_needs_2_ids_in_each_part_and_a_gold_2_rows(tmp_path):
-    """The gold with 2 labelled rows is read; 1 is refused; a part left with under 2 ids names the part and task."""
+def _sst_gold(tmp_path) -> tuple:
+    """A gold folder, its SST file, that file's header and rows, and the id column's index."""
     folder = tmp_path / "gold"
     write_gold(folder)
     sst = folder / "ids-sst-test.csv"
     header, rows = _gold_rows(sst)
-    column = header.index("id")
+    return folder, sst, header, rows, header.index("id")
+
+
+def test_a_split_needs_2_ids_in_each_part_and_a_gold_2_rows(tmp_path):
+    """The gold with 2 labelled rows is read; 1 is refused; a part left with under 2 ids names the part and task."""
+    folder, sst, header, rows, column = _sst_gold(tmp_path)
     public, private = split_ids([r[column] for r in rows], SALT, 0.5)
     kept = [r for r in rows if r[column] in public[:2] + private[:2]]
     _write_rows(sst, header, kept)
@@ -138,10 +143,7 @@ def test_a_split_needs_2_ids_in_each_part_and_a_gold_2_rows(tmp_path):
 
 def test_a_malformed_gold_row_stops_the_gold_naming_its_line(tmp_path):
     """The gold is read strictly: a row with a bad label is an error at its line, not a row skipped."""
-    folder = tmp_path / "gold"
-    write_gold(folder)
-    sst = folder / "ids-sst-test.csv"
-    header, rows = _gold_rows(sst)
+    folder, sst, header, rows, _column = _sst_gold(tmp_path)
     rows[0][-1] = "nine"
     _write_rows(sst, header, rows)
     with pytest.raises(GoldError, match=r"^gold: .*ids-sst-test.csv:2: "):
@@ -189,11 +191,7 @@ def test_a_missing_or_unlabelled_gold_file_is_named_with_what_it_must_be(tmp_pat
 
 
 def test_a_gold_of_2_rows_is_read_and_a_public_part_of_1_is_named(tmp_path):
-    folder = tmp_path / "gold"
-    write_gold(folder)
-    sst = folder / "ids-sst-test.csv"
-    header, rows = _gold_rows(sst)
-    column = header.index("id")
+    folder, sst, header, rows, column = _sst_gold(tmp_path)
     public, private = split_ids([r[column] for r in rows], SALT, 0.5)
     _write_rows(sst, header, [r for r in rows if r[column] in public[:1] + private[:1]])
     assert len(load_gold(folder, None)["sst"]) == 2                      # 2 rows: read (the split refuses it)
