@@ -52,6 +52,7 @@ STUDENT_REQUIREMENTS = "requirements-student.txt"   # of assignments/; the stude
 TREE_FILES = "tree_files"                           # of assignments/: copied into the tree's root
 COURSE_URL = "{{COURSE_URL}}"                       # the notebook's placeholder for the course's copy of the tree
 NO_COURSE_URL = "https://COURSE-URL-NOT-SET.invalid/minbert.git"   # its value when make is given no --course-url
+NOTEBOOK_PROFILE = "{{PROFILE}}"                     # the notebook's placeholder for the tree's profile, beside it
 PROFILE_LINE = 'PROFILE = "reference"'              # tasks/core/tree.py's line, rewritten to name the profile
 GITIGNORE = ("runs/", "predictions/", ".venv/", "venv/", "__pycache__/", "*.pyc", "*.zip", ".ipynb_checkpoints/",
              ".DS_Store")
@@ -250,14 +251,19 @@ def handout_text(text: str, profile: str, name: str = "assignments/README.md") -
 
 def notebook_text(text: str, profile: str, name: str) -> str:
     """A notebook (.ipynb text) for one profile: its markdown cells' profile sections kept or left out as the
-    handout's are (handout_text), the markers dropped; a notebook without one is returned as it is."""
-    if HANDOUT_MARK not in text:
+    handout's are (handout_text), the markers dropped, and its code's quoted NOTEBOOK_PROFILE the profile's name
+    (the set-up cell compares it with a tree's tasks/core/tree.py PROFILE); a notebook without either is returned as
+    it is."""
+    if HANDOUT_MARK not in text and NOTEBOOK_PROFILE not in text:
         return text
     nb = json.loads(text)
     for cell in nb["cells"]:
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         if cell["cell_type"] == "markdown" and HANDOUT_MARK in source:
             cell["source"] = handout_text(source, profile, name).splitlines(keepends=True)
+        elif cell["cell_type"] == "code" and NOTEBOOK_PROFILE in source:
+            source = source.replace(f'"{NOTEBOOK_PROFILE}"', json.dumps(profile))
+            cell["source"] = source.splitlines(keepends=True)
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"     # as Jupyter writes it
 
 
