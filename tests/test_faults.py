@@ -132,7 +132,7 @@ def torchrun(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProc
                           env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env}, check=False)
 
 
-@pytest.mark.skipif(os.environ.get("MINBERT_SLOW_TESTS") != "1", reason="six torchrun processes, ~50 s on 2 cores: "
+@pytest.mark.skipif(os.environ.get("MINBERT_SLOW_TESTS") != "1", reason="six torchrun processes: "
                     "run with MINBERT_SLOW_TESTS=1")
 def test_sigkill_under_torchrun_then_resume_equals_an_uninterrupted_run(tiny_dir, tmp_path):
     whole = torchrun(cli_argv("classifier", tiny_dir, tmp_path, "whole"), tmp_path)
