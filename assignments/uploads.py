@@ -22,7 +22,7 @@ from .zips import TooLarge, UnsafeZip, checked_members, copy_member
 SKIP_DIRS = ("__MACOSX", "__pycache__", ".git")
 MAX_DEPTH = 3                      # the files may lie up to this many folders below the upload (a/b/predictions/x.csv)
 MAX_MEMBERS = 10_000
-MAX_BYTES = 16 * 2**20             # 16 MiB uncompressed in all; the six files of the course are about 0.5 MiB (a
+MAX_BYTES = 16 * 2**20             # 16 MiB uncompressed in all; the six files of the course are about 0.4 MiB (a
                                    # file of bad or blank lines costs the grader time and memory by the line)
 
 

@@ -30,6 +30,9 @@ TESTS = {
     "assignments/standing.py": ["tests/test_leaderboard.py", "tests/test_leaderboard_abuse.py",
                                 "tests/test_leaderboard_due.py", "tests/test_leaderboard_entries.py",
                                 "tests/test_mutants_standing.py"],
+    "assignments/uploads.py": ["tests/test_leaderboard.py", "tests/test_leaderboard_abuse.py",
+                               "tests/test_leaderboard_entries.py", "tests/test_mutants_standing.py",
+                               "tests/test_mutants_uploads.py"],
 }
 # tests that build a student tree or a bundle need git, and a copy under build/ is not a checkout of its own
 # (test_leaderboard_part1.py's fixture builds a bundle: left out of standing.py's selection for that reason)
