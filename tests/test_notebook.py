@@ -235,10 +235,28 @@ STOPPED = "CELL STOPS: ['interrupted: the command stopped (its last line above s
 KILLED = "CELL STOPS: ['interrupted twice: the command was killed (a run with a checkpoint goes on with --resume)']\n"
 
 
-@pytest.mark.parametrize("presses", [1, 2], ids=["once", "twice"])
-@pytest.mark.parametrize("to_group", [True, False], ids=["process-group", "kernel-only"])
-@pytest.mark.parametrize(("notebook", "cell_id", "prefix"), [(NOTEBOOK, "common-setup", ()),
-                                                             (TREE_NOTEBOOK, ("setup", "run"), ("-m",))])
+def interrupt_handling(notebook: Path, cell_id: str | tuple[str, ...]) -> str:
+    """run()'s statements from its line queue to its wait, which handle the stop button (run_source's run)."""
+    body = next(n for n in ast.parse(run_source(notebook, cell_id)).body
+                if isinstance(n, ast.FunctionDef) and n.name == "run").body
+    first = next(i for i, n in enumerate(body) if "queue.Queue()" in ast.unparse(n))
+    last = next(i for i, n in enumerate(body) if isinstance(n, ast.Try))
+    return ast.unparse(ast.Module(body[first:last + 1], type_ignores=[]))
+
+
+def test_both_notebooks_handle_the_stop_button_with_the_same_code():
+    """The tree's notebook handles an interrupt with the reference notebook's lines (their run() differ in how they
+    build the command and word a failure), so the interrupt test's every case runs on the reference notebook and one
+    on the tree's: change both notebooks together."""
+    reference = interrupt_handling(NOTEBOOK, "common-setup")
+    assert "KeyboardInterrupt" in reference and "process.kill()" in reference and "SIGINT" in reference
+    assert interrupt_handling(TREE_NOTEBOOK, ("setup", "run")) == reference
+
+
+@pytest.mark.parametrize(("notebook", "cell_id", "prefix", "to_group", "presses"), [
+    *[(NOTEBOOK, "common-setup", (), to_group, presses) for to_group in (True, False) for presses in (1, 2)],
+    (TREE_NOTEBOOK, ("setup", "run"), ("-m",), False, 1)],          # Colab's press, in the tree's notebook
+    ids=["process-group-once", "process-group-twice", "kernel-only-once", "kernel-only-twice", "tree-kernel-only-once"])
 def test_interrupting_run_shows_the_commands_restart_line_and_leaves_nothing_running(
         notebook, cell_id, prefix, to_group, presses, tmp_path, tiny_dir):
     """The stop button while run() trains: Jupyter's interrupt reaches the kernel's whole process group, Colab's (and
