@@ -17,7 +17,9 @@ a "Regrade all" after the deadline posts the final standing. The metadata carrie
 upload made after the due date (an extension, or late) is graded as one made before it: the public part, the daily
 limit; the final standing for everyone is the staff's python -m assignments.scoreboard, which shows both parts.
 --daily-limit N grades N uploads in any 24 hours before the upload's created_at (0: no limit); an upload past the
-limit keeps the latest previous upload's result, with a message. Exit status 2 on an unusable gold, salt or setting.
+limit keeps the latest previous upload's result, with a message, unless that result records another answer key (the
+gold labels and split it was scored against, results.json's extra_data): then the upload is graded. Exit status 2 on
+an unusable gold, salt or setting.
 """
 
 from __future__ import annotations
@@ -178,9 +180,14 @@ KEPT = ("Below is the result of your previous upload, which the leaderboard keep
         "active submission: to be ranked on the earlier one, activate it under Submission History.")
 
 
-def limited_results(metadata: dict, message: str) -> dict:
+RESCORED = ("This upload is past the daily limit, but your previous result was graded against test labels or a split "
+            "that the staff have since changed, so this upload is graded (it counts towards the limit).")
+
+
+def limited_results(metadata: dict, message: str, answer_key: str | None = None) -> dict | None:
     """The latest previous upload's results (by submission_time; Gradescope sends them for the latest) under the
-    message; score 0 and the message when there are none."""
+    message; score 0 and the message when there are none; None when they record another answer_key (graded against
+    labels or a split the staff have since changed: this upload is graded instead)."""
     previous = [p for p in metadata.get("previous_submissions") or [] if isinstance(p.get("results"), dict)]
     if not previous:
         return {"score": 0.0, "output": f"{message}\nThere is no previous result to keep: this upload scores 0.",
@@ -188,6 +195,8 @@ def limited_results(metadata: dict, message: str) -> dict:
     latest = max(previous, key=lambda p: parse_time(p.get("submission_time"), "previous_submissions[].submission_time"))
     results = copy.deepcopy(latest["results"])
     extra = results.get("extra_data") if isinstance(results.get("extra_data"), dict) else {}
+    if answer_key is not None and extra.get("answer_key") not in (None, answer_key):   # None: graded before keys
+        return None
     base = extra.get("graded_output", results.get("output", ""))
     results["output"] = f"{message}\n{KEPT}\n\n{base}"
     results["extra_data"] = {**extra, "rate_limited": True}
@@ -259,12 +268,16 @@ def grade(submission: str | Path, tests: GoldSplit, settings: Settings, dev: dic
     due = due_date(metadata)
     final = is_final(metadata, now)
     message = rate_limit(metadata, settings.daily_limit, now) if metadata is not None and not final else None
-    if message is not None:
-        results = limited_results(metadata, message)
+    kept = limited_results(metadata, message, tests.answer_key()) if message is not None else None
+    if kept is not None:
+        results = kept
     else:
         after_due = due is not None and now >= due and not final
         results = results_for(score_upload(submission, tests, dev), settings, final, due, after_due)
-        results["extra_data"] = {"graded_output": results["output"], "phase": "final" if final else "public"}
+        results["extra_data"] = {"graded_output": results["output"], "phase": "final" if final else "public",
+                                 "answer_key": tests.answer_key()}
+        if message is not None:
+            results["output"] = f"{RESCORED}\n\n{results['output']}"
     results["extra_data"] = {**results.get("extra_data", {}), **provenance(ROOT), "settings": asdict(settings)}
     results["execution_time"] = round(time.monotonic() - start, 3)
     return results

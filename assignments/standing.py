@@ -166,6 +166,16 @@ class GoldSplit:
     private: dict[str, list[str]]
     board: Board
 
+    def answer_key(self) -> str:
+        """A short sha256 of what uploads are scored against (the board, each task's gold labels by part): results.json
+        records it, so that a result kept past the daily limit is one graded against the same labels and split."""
+        digest = hashlib.sha256(self.board.name.encode())
+        for task in self.board.tasks:
+            labels = {e.id: e.label for e in self.gold[task]}
+            for part in (self.public[task], self.private[task]):
+                digest.update(repr(sorted((i, labels[i]) for i in part)).encode())
+        return digest.hexdigest()[:16]
+
 
 def split_gold(gold: dict[str, Records], salt: str, fraction: float, board: Board = MULTITASK) -> GoldSplit:
     """Split every task's test ids; each part must keep at least 2 ids a task (Pearson r needs 2)."""

@@ -4,6 +4,8 @@ limit and secrecy; the bundle, the scoreboard and the lock are in test_leaderboa
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import random
 import re
@@ -259,6 +261,43 @@ def test_the_daily_limit_counts_24_hours_before_created_at_and_keeps_the_previou
     final = run([_previous(20, created), _previous(1, created, earlier)], due="2030-04-25T00:00:00Z")  # regraded
     assert final["leaderboard"][0]["value"] == 1.0 and "Daily limit" not in final["output"]
     assert leaderboard.rate_limit(metadata(created.isoformat(), FUTURE, [_previous(1, created)] * 9), 0) is None
+
+
+def test_past_the_limit_a_result_graded_against_other_labels_or_another_split_is_not_kept(lb, tmp_path):
+    """results.json records the answer key it was scored against; the staff change the gold (or the salt): an upload
+    past the daily limit is graded rather than shown the result of labels no longer in force."""
+    folder = _perfect(lb, tmp_path / "up")
+    created = datetime(2030, 4, 20, 10, 0, tzinfo=UTC)
+    earlier = _grade(lb, write_upload(tmp_path / "old", partial(lb["labels"]), lb["dev_labels"]))
+    key = earlier["extra_data"]["answer_key"]
+    assert key == lb["tests"].answer_key() and len(key) == 16
+    for text in (visible_text(earlier), earlier["output"]):
+        assert key not in text
+
+    def run(kept: dict) -> dict:
+        previous = [_previous(20, created), _previous(1, created, kept)]
+        return _grade(lb, folder, metadata(created.isoformat(), FUTURE, previous), Settings(daily_limit=2))
+
+    assert run(earlier)["leaderboard"] == earlier["leaderboard"]                  # the same key: kept
+    legacy = copy.deepcopy(earlier)
+    del legacy["extra_data"]["answer_key"]
+    assert run(legacy)["leaderboard"] == earlier["leaderboard"]                   # graded before keys: kept
+    stale = copy.deepcopy(earlier)
+    stale["extra_data"]["answer_key"] = "0" * 16
+    regraded = run(stale)
+    assert regraded["leaderboard"][0]["value"] == 1.0 and regraded["score"] == 1.0
+    assert regraded["output"].startswith(leaderboard.RESCORED) and "rate_limited" not in regraded["extra_data"]
+    assert regraded["extra_data"]["answer_key"] == key
+
+    gold = lb["tests"]                                    # what changes the key: a label, the split; not the order
+    relabelled = copy.deepcopy(gold)
+    first = relabelled.gold["sst"][0]
+    relabelled.gold["sst"][0] = dataclasses.replace(first, label=(first.label + 1) % 5)
+    moved = dataclasses.replace(gold, public={**gold.public, "sts": gold.public["sts"][1:]},
+                                private={**gold.private, "sts": [gold.public["sts"][0], *gold.private["sts"]]})
+    shuffled = dataclasses.replace(gold, public={t: ids[::-1] for t, ids in gold.public.items()})
+    assert len({gold.answer_key(), relabelled.answer_key(), moved.answer_key()}) == 3
+    assert shuffled.answer_key() == gold.answer_key()
 
 
 def test_no_gold_label_salt_or_gold_path_reaches_what_students_see(lb, tmp_path, capsys):
