@@ -8,8 +8,9 @@ The four formats (tab-separated, Python-csv quoting, an unnamed pandas index fir
     sentence pair, unlabelled     \\tid\\tsentence1\\tsentence2
 
 Columns are found by their header name, so the extra index column of the test-student files
-needs no special case. A row with the wrong number of columns, an empty or repeated id, an
-empty sentence, or an empty, unparsable or out-of-range label is skipped and recorded (file,
+needs no special case; a header naming a column twice is refused. A row with the wrong number
+of columns, the header line again (two files joined), an empty or repeated id, an empty
+sentence, or an empty, unparsable or out-of-range label is skipped and recorded (file,
 line, reason); the caller prints `records.summary()`, or passes strict=True to stop at the
 first bad row. Rows are never dropped silently. (Batching the records: tasks/core/batching.py.)
 """
@@ -192,6 +193,9 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
         _check_cells(header)
     except ValueError as e:
         raise DataError(f"{path}:1: the header has {e}") from None
+    twice = next((c for i, c in enumerate(header) if c.strip() and c in header[:i]), None)
+    if twice is not None:
+        raise DataError(f"{path}:1: the header names the column {twice!r} twice; give each column its own name")
     missing = [c for c in ("id", *sentence_columns) if c not in header]
     if missing:
         raise DataError(f"{path}:1: the header {str(header)[:200]} has no {' or '.join(missing)} column; "
@@ -207,6 +211,8 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
             _check_cells(cells)
             if len(cells) != len(header):
                 raise ValueError(f"{len(cells)} columns, the header has {len(header)}")
+            if [c.strip().lstrip("\ufeff") for c in cells] == [c.strip() for c in header]:
+                raise ValueError("the header line again (files joined?)")
             ident = cells[id_col].strip()
             if not ident:
                 raise ValueError("empty id")
