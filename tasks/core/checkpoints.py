@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import shlex
 import signal
 from collections.abc import Sequence
 from pathlib import Path
@@ -120,7 +121,8 @@ def check_trained(state: dict, path: str | Path, run: str | Path | None = None, 
     if isinstance(state, dict) and state.get("best_epoch") == 0 and not state.get("history"):
         where = run if run is not None else path
         kind = kind or (state.get("config") or {}).get("command") or "COMMAND"
-        raise ResumeError(f"no epoch of {where} finished: python -m tasks.{kind} --resume {where} first")
+        raise ResumeError(f"no epoch of {where} finished: python -m tasks.{kind} --resume {shlex.quote(str(where))} "
+                          "first")
     return state
 
 
