@@ -18,6 +18,7 @@ first bad row. Rows are never dropped silently. (Batching the records: tasks/cor
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import math
 import re
@@ -141,10 +142,25 @@ SIMILARITY = LabelSpec("float", low=0.0, high=5.0)
 
 NOT_UTF8 = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, as decode(errors="surrogateescape") keeps them
 
+# The task files read since the run began (tasks.core.runs.run_paths starts each run afresh): {path as given: its
+# bytes and sha256}. A training checkpoint records them, and --resume refuses a file changed since
+# (tasks.core.checkpoints.check_data_files).
+_FILES_READ: dict[str, dict] = {}
+
+
+def files_read() -> dict[str, dict]:
+    """{path: {"bytes": size, "sha256": hex digest}} of each task file read since forget_files_read()."""
+    return {path: dict(mark) for path, mark in _FILES_READ.items()}
+
+
+def forget_files_read() -> None:
+    """Start a new run's record of the task files it reads (files_read)."""
+    _FILES_READ.clear()
+
 
 def _text(path: Path) -> str:
     """The file's text: UTF-8, a leading BOM dropped, bytes that are not UTF-8 kept as surrogates (rows with them
-    are skipped and reported)."""
+    are skipped and reported); its size and sha256 go into files_read()."""
     if not path.is_file():
         raise DataError(f"{path}: no such file" + ("; it is a directory" if path.is_dir() else
                                                    "; check the path, or --data-dir for the default files"))
@@ -152,6 +168,7 @@ def _text(path: Path) -> str:
         data = path.read_bytes()
     except OSError as e:
         raise DataError(f"{path}: cannot read the file ({e.strerror}); check its permissions") from None
+    _FILES_READ[str(path)] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     return data.decode("utf-8-sig", errors="surrogateescape")
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from .data import forget_files_read
 from .errors import (
     ConfigurationError,
     MissingFileError,
@@ -204,6 +205,7 @@ def run_paths(run: RunOptions, *name: str, checkpoint_name: str = CHECKPOINT) ->
     else:
         directory = default_run_dir(*name)
     checkpoint = Path(run.checkpoint) if run.checkpoint else directory / checkpoint_name
+    forget_files_read()                       # the task files this run reads, which its checkpoint records
     if resume is None and (directory / RUN_FILE).is_file() and (checkpoint.is_file() or "result" in read_run_json(directory)):
         raise ConfigurationError(f"{directory} holds a run already ({RUN_FILE}): continue it with --resume "
                                  f"{shlex.quote(str(directory))}, or give another --run-dir")   # one stopped before a checkpoint: restart
