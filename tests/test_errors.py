@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -139,6 +140,15 @@ def trained_then(argv: list[str], flag: str, value: str) -> list[str]:
     return with_flag(argv, flag, value)
 
 
+def trained_then_changed(argv: list[str]) -> list[str]:
+    """After a run of `argv` that works (it writes run.pt), its training file cut to half its rows, and --resume."""
+    assert run_cli(lambda: classifier.main(argv)) == 0
+    train = Path(argv[argv.index("--train-file") + 1])
+    lines = train.read_text(encoding="utf-8").splitlines(keepends=True)
+    train.write_text("".join(lines[:len(lines) // 2]), encoding="utf-8")
+    return with_flag(argv, "--resume", str(Path(argv[argv.index("--checkpoint") + 1])))
+
+
 CASES = {  # docs/errors.md's row (its first column): how the working argv changes (argv, tmp_path, tiny_dir)
     "a task file of random bytes":
         lambda a, t, d: with_flag(a, "--train-file", a_file(t, "train.csv", bytes(range(128, 256)))),
@@ -156,6 +166,7 @@ CASES = {  # docs/errors.md's row (its first column): how the working argv chang
         a, "--resume", a_file(t, "model.bin", saved(load_file(d / "model.safetensors")))),
     "`--resume` with other settings": lambda a, t, d: with_flag(trained_then(a, "--lr", "0.5"), "--resume",
                                                                 str(t / "run.pt")),
+    "`--resume` after a task file changed": lambda a, t, d: trained_then_changed(a),
     "a malformed config.json": lambda a, t, d: with_flag(a, "--model", damaged_model(d, t, "config-json")),
     "config.json with a wrong type": lambda a, t, d: with_flag(a, "--model", damaged_model(d, t, "config-type")),
     "a truncated model.safetensors": lambda a, t, d: with_flag(a, "--model", damaged_model(d, t, "truncated")),

@@ -341,3 +341,14 @@ def test_full_frozen_words_trains_everything_but_the_word_embedding_table(tiny_d
     total = sum(v.numel() for k, v in state.items())
     assert summary["trainable"] == total - 30522 * 32
     assert f"full-frozen-words trains {total - 30522 * 32:,} of {total:,} parameters" in capsys.readouterr().err
+
+
+def test_a_default_test_file_that_is_absent_is_said_to_be_skipped(tiny_dir, files, tmp_path, tokenizer, capsys):
+    """As tasks.predict says it: one line per task whose test file (here DATA_DIR's default) is not there."""
+    given = [a for a in argv(tiny_dir, files, tmp_path, "skip", "--data-dir", str(tmp_path / "empty"))
+             if a != "--sts-test" and a != files["sts"][2]]
+    settings = parse_settings(given)
+    _, _, test = multitask.load_files(settings, ["sst", "para", "sts"], tokenizer)
+    assert sorted(test) == ["para", "sst"]
+    absent = tmp_path / "empty" / "sts-test-student.csv"
+    assert f"sts test: no file {absent}; skipped" in capsys.readouterr().err.splitlines()

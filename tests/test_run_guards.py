@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -173,3 +174,21 @@ def test_ctrl_c_names_the_command_that_continues_the_run(tiny_dir, tmp_path, mon
 
 def _interrupted() -> int:
     raise KeyboardInterrupt
+
+
+def test_the_commands_a_resume_advises_are_shell_quoted_for_a_path_with_spaces(tiny_dir, tmp_path):
+    """The restart before a checkpoint and the other command's --resume paste into a shell as they are printed."""
+    run = tmp_path / "my run"
+    recorded(classifier_argv(tiny_dir, tmp_path), run)                     # run.json, no checkpoint yet
+    with pytest.raises(MissingFileError, match="start the run again in its directory: ") as e:
+        classifier.run(classifier.parse_settings(["--resume", str(run)]))
+    command = str(e.value).split("start the run again in its directory: ", 1)[1]
+    assert shlex.split(command) == ["python", "-m", "tasks.classifier", "--config", str(run / "run.json"),
+                                    "--run-dir", str(run)]
+    other = tmp_path / "my mt"
+    settings = multitask.parse_settings(["--run-dir", str(other)])
+    write_run_json(run_paths(settings.run, "multitask"), "multitask", settings)
+    with pytest.raises(ResumeError, match="not tasks.classifier: ") as e:
+        classifier.parse_settings(["--resume", str(other)])
+    assert shlex.split(str(e.value).split("not tasks.classifier: ", 1)[1]) == [
+        "python", "-m", "tasks.multitask", "--resume", str(other)]

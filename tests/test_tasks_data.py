@@ -210,3 +210,17 @@ def test_each_view_of_a_batch_is_padded_to_its_own_longest():
     three = pad_views([[[5, 6]], [[7]], [[8, 9, 10]]])
     assert list(three) == [f"{name}_{k}" for k in (1, 2, 3) for name in ("input_ids", "attention_mask")]
     assert three["attention_mask_1"].tolist() == [[1, 1]] and three["input_ids_3"].shape == (1, 3)
+
+
+def test_a_header_repeated_inside_a_file_is_a_bad_row_and_a_name_given_twice_is_refused(tmp_path):
+    joined = tmp_path / "joined.csv"                 # cat a.csv b.csv: the second header is a row of the first
+    joined.write_text("0\t\tid\tsentence\n0\t\taaa\tfirst\n0\t\tid\tsentence\n1\t\tbbb\tsecond\n", encoding="utf-8")
+    records = read_sentences(joined)
+    assert [r.id for r in records] == ["aaa", "bbb"]
+    assert [(s.line, s.reason) for s in records.skipped] == [(3, "the header line again (files joined?)")]
+    with pytest.raises(DataError, match=r"joined.csv:3: the header line again"):
+        read_sentences(joined, strict=True)
+    twice = tmp_path / "twice.csv"
+    twice.write_text("\tid\tsentence\tsentiment\tsentiment\n0\taaa\tfine\t3\t1\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"twice.csv:1: the header names the column 'sentiment' twice"):
+        read_sentences(twice)

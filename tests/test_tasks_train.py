@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import DATA, TEST_DEVICE, killed_after_first_epoch
@@ -183,3 +185,23 @@ def test_max_train_examples_is_a_seeded_random_sample(tokenizer):
 def first_rows(path, n):
     from tasks.core.data import TASKS
     return list(TASKS["sst"].read(path))[:n]
+
+
+def test_resume_refuses_a_data_file_changed_since_the_run_started(tiny_dir, files, tmp_path):
+    """The checkpoint records each file the run read (bytes, sha256): a resume on changed data is refused in one
+    line naming the file; a checkpoint written before files were recorded still resumes."""
+    run(parse_settings(argv(tiny_dir, files, tmp_path, "one", "--epochs", "1")))
+    recorded = load_checkpoint(tmp_path / "one.pt")["data_files"]
+    assert set(recorded) == {files["train"], files["dev"], files["test"]}
+    train = Path(files["train"])
+    train.write_text("".join(train.read_text(encoding="utf-8").splitlines(keepends=True)[:25]),   # half its rows
+                     encoding="utf-8")
+    resume = argv(tiny_dir, files, tmp_path, "one", "--epochs", "2", "--resume", str(tmp_path / "one.pt"))
+    with pytest.raises(ResumeError, match=rf"^{tmp_path / 'one.pt'}: cannot resume: {files['train']} has changed "
+                                          r"since the run started \(.*\): put the file back as it was, or start a "
+                                          r"new run without --resume$"):
+        run(parse_settings(resume))
+    state = load_checkpoint(tmp_path / "one.pt")
+    del state["data_files"]                                               # as a checkpoint written before this
+    save_checkpoint(tmp_path / "one.pt", state)
+    assert len(run(parse_settings(resume))["history"]) == 2

@@ -6,13 +6,15 @@ number of finished epochs, the best dev score so far with that epoch's model sta
 settings, and the RNG states of python, numpy and torch (CPU and CUDA); also the optimiser step count, the base
 learning rates and the fp16 gradient scaler, and under torchrun every rank's RNG states. With extension terms on, it
 holds their state() (every rank's under torchrun) and the keys of their per-epoch stats; written within an epoch, the
-RNG states of that epoch's start as well (what the terms' batches() drew from).
+RNG states of that epoch's start as well (what the terms' batches() drew from). It records the size and sha256 of each
+task file the run read (tasks.core.data.files_read), and a resume on a file changed since is refused.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import shlex
 import signal
 from collections.abc import Sequence
 from pathlib import Path
@@ -120,7 +122,8 @@ def check_trained(state: dict, path: str | Path, run: str | Path | None = None, 
     if isinstance(state, dict) and state.get("best_epoch") == 0 and not state.get("history"):
         where = run if run is not None else path
         kind = kind or (state.get("config") or {}).get("command") or "COMMAND"
-        raise ResumeError(f"no epoch of {where} finished: python -m tasks.{kind} --resume {where} first")
+        raise ResumeError(f"no epoch of {where} finished: python -m tasks.{kind} --resume {shlex.quote(str(where))} "
+                          "first")
     return state
 
 
@@ -131,6 +134,19 @@ def check_config(path: str | Path, stored: dict, current: dict) -> None:
     diffs = resume_differences(stored, current)
     if diffs:
         raise ResumeError(f"{path}: cannot resume a different run; settings differ: " + "; ".join(diffs))
+
+
+def check_data_files(path: str | Path, recorded: dict | None, read: dict) -> None:
+    """A checkpoint continues only on the data it was trained on: each task file it recorded (`recorded`, {path:
+    {"bytes", "sha256"}}; None for a checkpoint written before files were recorded) that this run read too (`read`,
+    tasks.core.data.files_read()) must be unchanged; otherwise a ResumeError names the first that changed."""
+    changed = [f for f, mark in (recorded or {}).items() if f in read and read[f] != mark]
+    if changed:
+        was, now = recorded[changed[0]], read[changed[0]]
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        raise ResumeError(f"{path}: cannot resume: {changed[0]}{more} has changed since the run started ({was['bytes']:,} "
+                          f"bytes, sha256 {was['sha256'][:12]}; now {now['bytes']:,} bytes, sha256 "
+                          f"{now['sha256'][:12]}): put the file back as it was, or start a new run without --resume")
 
 
 def trained_encoder(checkpoint: str | Path, base: str, attn_implementation: str | None = None,

@@ -8,8 +8,9 @@ The four formats (tab-separated, Python-csv quoting, an unnamed pandas index fir
     sentence pair, unlabelled     \\tid\\tsentence1\\tsentence2
 
 Columns are found by their header name, so the extra index column of the test-student files
-needs no special case. A row with the wrong number of columns, an empty or repeated id, an
-empty sentence, or an empty, unparsable or out-of-range label is skipped and recorded (file,
+needs no special case; a header naming a column twice is refused. A row with the wrong number
+of columns, the header line again (two files joined), an empty or repeated id, an empty
+sentence, or an empty, unparsable or out-of-range label is skipped and recorded (file,
 line, reason); the caller prints `records.summary()`, or passes strict=True to stop at the
 first bad row. Rows are never dropped silently. (Batching the records: tasks/core/batching.py.)
 """
@@ -17,6 +18,7 @@ first bad row. Rows are never dropped silently. (Batching the records: tasks/cor
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import math
 import re
@@ -140,10 +142,25 @@ SIMILARITY = LabelSpec("float", low=0.0, high=5.0)
 
 NOT_UTF8 = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, as decode(errors="surrogateescape") keeps them
 
+# The task files read since the run began (tasks.core.runs.run_paths starts each run afresh): {path as given: its
+# bytes and sha256}. A training checkpoint records them, and --resume refuses a file changed since
+# (tasks.core.checkpoints.check_data_files).
+_FILES_READ: dict[str, dict] = {}
+
+
+def files_read() -> dict[str, dict]:
+    """{path: {"bytes": size, "sha256": hex digest}} of each task file read since forget_files_read()."""
+    return {path: dict(mark) for path, mark in _FILES_READ.items()}
+
+
+def forget_files_read() -> None:
+    """Start a new run's record of the task files it reads (files_read)."""
+    _FILES_READ.clear()
+
 
 def _text(path: Path) -> str:
     """The file's text: UTF-8, a leading BOM dropped, bytes that are not UTF-8 kept as surrogates (rows with them
-    are skipped and reported)."""
+    are skipped and reported); its size and sha256 go into files_read()."""
     if not path.is_file():
         raise DataError(f"{path}: no such file" + ("; it is a directory" if path.is_dir() else
                                                    "; check the path, or --data-dir for the default files"))
@@ -151,6 +168,7 @@ def _text(path: Path) -> str:
         data = path.read_bytes()
     except OSError as e:
         raise DataError(f"{path}: cannot read the file ({e.strerror}); check its permissions") from None
+    _FILES_READ[str(path)] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     return data.decode("utf-8-sig", errors="surrogateescape")
 
 
@@ -192,6 +210,9 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
         _check_cells(header)
     except ValueError as e:
         raise DataError(f"{path}:1: the header has {e}") from None
+    twice = next((c for i, c in enumerate(header) if c.strip() and c in header[:i]), None)
+    if twice is not None:
+        raise DataError(f"{path}:1: the header names the column {twice!r} twice; give each column its own name")
     missing = [c for c in ("id", *sentence_columns) if c not in header]
     if missing:
         raise DataError(f"{path}:1: the header {str(header)[:200]} has no {' or '.join(missing)} column; "
@@ -207,6 +228,8 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
             _check_cells(cells)
             if len(cells) != len(header):
                 raise ValueError(f"{len(cells)} columns, the header has {len(header)}")
+            if [c.strip().lstrip("\ufeff") for c in cells] == [c.strip() for c in header]:
+                raise ValueError("the header line again (files joined?)")
             ident = cells[id_col].strip()
             if not ident:
                 raise ValueError("empty id")

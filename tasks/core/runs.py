@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from .data import forget_files_read
 from .errors import (
     ConfigurationError,
     MissingFileError,
@@ -168,7 +169,7 @@ def resume_base(resume: str | None, cls: type) -> dict[str, Any]:
         kind, own = read_run_json(path).get("command"), command_of(cls)
         if kind and own and kind != own:
             raise ResumeError(f"{path} is a run of tasks.{kind}, not tasks.{own}: python -m tasks.{kind} --resume "
-                              f"{path}")
+                              f"{shlex.quote(str(path))}")
         # a setting the run predates: as it ran then (its `before`)
         return before_values(cls) | read_config(path / RUN_FILE, cls) | {"run.run_dir": str(path)}
     if not path.is_file():
@@ -204,9 +205,10 @@ def run_paths(run: RunOptions, *name: str, checkpoint_name: str = CHECKPOINT) ->
     else:
         directory = default_run_dir(*name)
     checkpoint = Path(run.checkpoint) if run.checkpoint else directory / checkpoint_name
+    forget_files_read()                       # the task files this run reads, which its checkpoint records
     if resume is None and (directory / RUN_FILE).is_file() and (checkpoint.is_file() or "result" in read_run_json(directory)):
         raise ConfigurationError(f"{directory} holds a run already ({RUN_FILE}): continue it with --resume "
-                                 f"{directory}, or give another --run-dir")   # one stopped before a checkpoint: restart
+                                 f"{shlex.quote(str(directory))}, or give another --run-dir")   # one stopped before a checkpoint: restart
     if resume is None:
         check_new_checkpoint(checkpoint, directory, explicit_dir=run.run_dir is not None)
     if resume is not None and resume.is_file():
@@ -245,18 +247,20 @@ def check_new_checkpoint(checkpoint: Path, directory: Path, explicit_dir: bool) 
             whose = f"run {owner}'s" if other_run else "an existing"
             raise ConfigurationError(f"--checkpoint {checkpoint}: {whose} file {path} would be overwritten; give "
                                      f"--checkpoint a new path (or leave it out: {directory}/{checkpoint.name})"
-                                     + (f", or continue that run with --resume {owner}" if other_run else ""))
+                                     + (f", or continue that run with --resume {shlex.quote(str(owner))}"
+                                        if other_run else ""))
 
 
 def no_checkpoint(run_dir: str | Path, kind: str, checkpoint: str | Path) -> MissingFileError:
     """The one message for a run directory without its checkpoint (stopped before writing it, or the file moved):
-    what starts it again in the same directory (a DeeBERT run with stage 1's checkpoint: --resume)."""
+    what starts it again in the same directory (a DeeBERT run with stage 1's checkpoint: --resume), shell-quoted."""
+    quoted = shlex.quote(str(run_dir))
     if kind == "deebert" and (Path(run_dir) / "stage1.pt").is_file():
         return MissingFileError(f"{run_dir}: no checkpoint ({checkpoint} is missing: stage 2 did not finish an epoch, "
-                                f"or the file was moved); python -m tasks.deebert --resume {run_dir} first")
+                                f"or the file was moved); python -m tasks.deebert --resume {quoted} first")
     return MissingFileError(f"{run_dir}: no checkpoint ({checkpoint} is missing: the run stopped before writing it, or "
                             f"the file was moved); start the run again in its directory: python -m tasks.{kind} "
-                            f"--config {Path(run_dir) / RUN_FILE} --run-dir {run_dir}")
+                            f"--config {shlex.quote(str(Path(run_dir) / RUN_FILE))} --run-dir {quoted}")
 
 
 def environment() -> dict[str, Any]:

@@ -54,6 +54,7 @@ from .checkpoints import (
     CHECKPOINT_KEYS,
     KILL_AT_STEP,
     check_config,
+    check_data_files,
     load_checkpoint,
     maybe_kill,
     rng_state,
@@ -61,6 +62,7 @@ from .checkpoints import (
     set_rng_state,
 )
 from .curves import Curves, curves_path
+from .data import files_read
 from .distributed import is_main_process, rank, world_size
 from .errors import diverged
 from .evaluation import evaluating
@@ -160,11 +162,13 @@ class _Loop:
         self.unfreeze_at: list[int] | None = None    # per parameter of self.params: its first optimiser step
         self.curve: Curves | None = None
         self.epoch_rng: dict | None = None          # the RNG states at the epoch's start (batches() drew from them)
+        self.data_files = files_read()               # the task files read for this run: what the checkpoint records
 
     def restore(self, resume: str | Path) -> None:
         """The state of a checkpoint: model, optimiser, epochs done, best epoch, history, steps, RNG states."""
         state = load_checkpoint(resume, required=CHECKPOINT_KEYS)  # on the CPU: RNG states must stay there
         check_config(resume, state.get("config", {}), self.options.config)
+        check_data_files(resume, state.get("data_files"), self.data_files)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.start, self.history = state["epoch"], list(state["history"])
@@ -409,6 +413,7 @@ class _Loop:
                 "best_state": self.best.best_state, "history": self.history, "rng": rngs[0], "config": dict(self.options.config),
                 "optimizer_steps": self.step, "base_lrs": self.base_lrs, "scaler": self.scaler.state_dict(),
                 "planned_epochs": self.options.epochs,   # --epochs is free on resume: the schedule's span says so
+                "data_files": self.data_files,           # --resume refuses a file changed since
                 **({"rng_ranks": rngs} if self.parallel else {}),
                 **({"terms": terms[0], "term_keys": self.terms.keys} if terms else {}),
                 **({"terms_ranks": terms} if terms and self.parallel else {}),

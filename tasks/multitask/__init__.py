@@ -124,6 +124,9 @@ def load_files(settings: Settings, tasks: list[str], tokenizer: minbert.Tokenize
     test = {t: load(t, "test", files.path(t, "test"), tokenizer) for t in tasks
             if settings.run.predictions and files.path(t, "test").is_file()}
     for t in tasks:
+        if settings.run.predictions and t not in test and is_main_process():   # as tasks.predict says it
+            print(f"{t} test: no file {files.path(t, 'test')}; skipped", file=sys.stderr)
+    for t in tasks:
         if not (train[t].records.labelled and dev[t].records.labelled):
             raise ConfigurationError(f"{t}: the training and dev files must have labels "
                                      f"({train[t].records.path}, {dev[t].records.path})")
