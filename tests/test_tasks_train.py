@@ -189,7 +189,11 @@ def first_rows(path, n):
 
 def test_resume_refuses_a_data_file_changed_since_the_run_started(tiny_dir, files, tmp_path):
     """The checkpoint records each file the run read (bytes, sha256): a resume on changed data is refused in one
-    line naming the file; a checkpoint written before files were recorded still resumes."""
+    line naming the file; a checkpoint written before files were recorded still resumes; an unlabelled test file
+    may change."""
+    test = Path(files["test"])                        # unlabelled, as the course's test files are
+    test.write_text("".join((DATA / "ids-sst-test-student.csv").read_text(encoding="utf-8").splitlines(True)[:30]),
+                    encoding="utf-8")
     run(parse_settings(argv(tiny_dir, files, tmp_path, "one", "--epochs", "1")))
     recorded = load_checkpoint(tmp_path / "one.pt")["data_files"]
     assert set(recorded) == {files["train"], files["dev"], files["test"]}
@@ -205,3 +209,7 @@ def test_resume_refuses_a_data_file_changed_since_the_run_started(tiny_dir, file
     del state["data_files"]                                               # as a checkpoint written before this
     save_checkpoint(tmp_path / "one.pt", state)
     assert len(run(parse_settings(resume))["history"]) == 2
+    test.write_text("".join(test.read_text(encoding="utf-8").splitlines(keepends=True)[:10]), encoding="utf-8")
+    assert load_checkpoint(tmp_path / "one.pt")["data_files"][files["test"]]["labelled"] is False
+    three = argv(tiny_dir, files, tmp_path, "one", "--epochs", "3", "--resume", str(tmp_path / "one.pt"))
+    assert len(run(parse_settings(three))["history"]) == 3

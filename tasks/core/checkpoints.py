@@ -7,7 +7,7 @@ settings, and the RNG states of python, numpy and torch (CPU and CUDA); also the
 learning rates and the fp16 gradient scaler, and under torchrun every rank's RNG states. With extension terms on, it
 holds their state() (every rank's under torchrun) and the keys of their per-epoch stats; written within an epoch, the
 RNG states of that epoch's start as well (what the terms' batches() drew from). It records the size and sha256 of each
-task file the run read (tasks.core.data.files_read), and a resume on a file changed since is refused.
+task file the run read (tasks.core.data.files_read), and a resume on a labelled one changed since is refused.
 """
 
 from __future__ import annotations
@@ -137,10 +137,11 @@ def check_config(path: str | Path, stored: dict, current: dict) -> None:
 
 
 def check_data_files(path: str | Path, recorded: dict | None, read: dict) -> None:
-    """A checkpoint continues only on the data it was trained on: each task file it recorded (`recorded`, {path:
-    {"bytes", "sha256"}}; None for a checkpoint written before files were recorded) that this run read too (`read`,
-    tasks.core.data.files_read()) must be unchanged; otherwise a ResumeError names the first that changed."""
-    changed = [f for f, mark in (recorded or {}).items() if f in read and read[f] != mark]
+    """A checkpoint continues only on the data it was trained and selected on: each labelled task file it recorded
+    (`recorded`, {path: {"bytes", "sha256", "labelled"}}; None for a checkpoint written before files were recorded)
+    that this run read too (`read`, tasks.core.data.files_read()) must be unchanged; otherwise a ResumeError names the
+    first that changed. A test file (no labels) may change: the run only predicts it, at its end."""
+    changed = [f for f, mark in (recorded or {}).items() if mark.get("labelled", True) and f in read and read[f] != mark]
     if changed:
         was, now = recorded[changed[0]], read[changed[0]]
         more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""

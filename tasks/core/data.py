@@ -143,8 +143,8 @@ SIMILARITY = LabelSpec("float", low=0.0, high=5.0)
 NOT_UTF8 = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, as decode(errors="surrogateescape") keeps them
 
 # The task files read since the run began (tasks.core.runs.run_paths starts each run afresh): {path as given: its
-# bytes and sha256}. A training checkpoint records them, and --resume refuses a file changed since
-# (tasks.core.checkpoints.check_data_files).
+# bytes, sha256 and whether it had labels}. A training checkpoint records them, and --resume refuses a labelled file
+# (training's, selection's) changed since (tasks.core.checkpoints.check_data_files); a test file may change.
 _FILES_READ: dict[str, dict] = {}
 
 
@@ -251,6 +251,8 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
             items.append(SentenceExample(ident, texts[0], value, line))
         else:
             items.append(PairExample(ident, texts[0], texts[1], value, line))
+    if str(path) in _FILES_READ:        # a resume checks the labelled files (what training and selection read)
+        _FILES_READ[str(path)]["labelled"] = label_col is not None
     return Records(items, path, label_col is not None, skipped)
 
 
