@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from .batching import to_device
-from .data import TASKS, Records
+from .data import TASKS, DataError, Records
 from .recipe import autocast
 
 T = TypeVar("T")
@@ -344,11 +344,39 @@ def write_raw(path: str | Path, ids: Sequence[str], rows: torch.Tensor) -> Path:
 
 
 def read_raw(path: str | Path) -> dict[str, list[float]]:
-    """id -> raw output values, from a file write_raw wrote."""
-    out = {}
-    for n, line in enumerate(Path(path).read_text().splitlines()[1:], 2):
+    """id -> raw output values, from a file write_raw wrote; a line that is not `id , v1 v2 ...` of finite numbers, a
+    row of another width than the first, or an id given twice is a DataError naming FILE:LINE."""
+    try:
+        lines = Path(path).read_bytes().decode("utf-8-sig").splitlines()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read the raw outputs ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start}): not a file --raw-outputs wrote") from None
+    out: dict[str, list[float]] = {}
+    first: dict[str, int] = {}
+    width: tuple[int, int] | None = None                     # (values per row, the line that set it)
+    for n, line in enumerate(lines[1:], 2):
+        if not line.strip():
+            continue
         ident, sep, values = line.partition(" , ")
-        if not sep:
-            raise ValueError(f"{path}:{n}: expected 'id , values', got {line!r}")
-        out[ident] = [float(x) for x in values.split()]
+        ident = ident.strip()
+        if not sep or not ident or not values.split():
+            raise DataError(f"{path}:{n}: expected 'id , values' (written by --raw-outputs), got {_short(line)!r}")
+        row = []
+        for text in values.split():
+            try:
+                row.append(float(text))
+            except ValueError:
+                raise DataError(f"{path}:{n}: id {_short(ident)}: value {_short(text)!r} is not a number") from None
+            if not math.isfinite(row[-1]):
+                raise DataError(f"{path}:{n}: id {_short(ident)}: value {text!r} is not finite: the run's outputs "
+                                "diverged; leave it out of the ensemble")
+        if width is None:
+            width = (len(row), n)
+        elif len(row) != width[0]:
+            raise DataError(f"{path}:{n}: id {_short(ident)}: {len(row)} values, where line {width[1]} has "
+                            f"{width[0]}: write the file again with --raw-outputs")
+        if ident in out:
+            raise DataError(f"{path}:{n}: duplicate id {_short(ident)} (first on line {first[ident]})")
+        out[ident], first[ident] = row, n
     return out
