@@ -11,7 +11,7 @@ and the mean score. The files go to OUT in the course's format, then tasks.submi
 whose gold or input file exists in the data directory, each id once, valid values) and, when it passes,
 OUT/submission.zip. The data directory is the runs' own (their run.json's files.data_dir; runs with different ones are
 refused, each named), or --data-dir, or data/ where no run says; the ids are checked against it before any file is
-written.
+written. A run given twice (two paths to one folder) is refused: a run with itself is no ensemble.
 """
 
 from __future__ import annotations
@@ -37,12 +37,22 @@ from .score import score_directory
 from .submit import SPLITS, make_submission
 
 
-def average(task: str, runs: list[dict[str, list[float]]]) -> tuple[list[str], list]:
-    """(ids, predictions) from the runs' raw outputs (id -> values) of one task and split."""
+def average(task: str, runs: list[dict[str, list[float]]], paths: list[Path] | None = None) -> tuple[list[str], list]:
+    """(ids, predictions) from the runs' raw outputs (id -> values) of one task and split (read from `paths`, which
+    the refusals of runs with other ids or another number of values name)."""
+    names = [str(p) for p in paths] if paths else [f"run {k}" for k in range(1, len(runs) + 1)]
     ids = list(runs[0])
-    for k, r in enumerate(runs[1:], 2):
+    for name, r in zip(names[1:], runs[1:]):
         if set(r) != set(ids):
-            raise ConfigurationError(f"{task}: run {k} has other ids than run 1 ({len(set(r) ^ set(ids))} differ)")
+            missing, extra = [i for i in ids if i not in r], [i for i in r if i not in runs[0]]
+            shown = "; ".join(f"{what} {', '.join(found[:3])}{', ...' if len(found) > 3 else ''}"
+                              for what, found in (("missing", missing), ("extra", extra)) if found)
+            raise ConfigurationError(f"{task}: {name} has other ids than {names[0]} ({shown}): ensemble runs that "
+                                     "predicted the same files")
+    widths = {name: len(next(iter(r.values()), [])) for name, r in zip(names, runs)}
+    if len(set(widths.values())) > 1:
+        raise ConfigurationError(f"{task}: the runs' raw outputs have different numbers of values per row ("
+                                 + "; ".join(f"{n}: {w}" for n, w in widths.items()) + "): runs of the same task")
     x = torch.tensor([[r[i] for i in ids] for r in runs], dtype=torch.float64)  # (runs, N, C)
     if task == "sst":
         return ids, x.softmax(-1).mean(0).argmax(-1).tolist()                  # (N, C) -> class
@@ -98,6 +108,12 @@ def ensemble(run_dirs: list[str | Path], out: str | Path, data_dir: str | Path |
         raise MissingFileError(f"{', '.join(absent)}: no such run directory (give the folders the runs wrote, or "
                                "the folders tasks.predict --raw-outputs wrote)")
     given, run_dirs = run_dirs, [raw_dir(d) for d in run_dirs]
+    seen: dict[Path, str] = {}
+    for g, d in zip(given, run_dirs):
+        if d.resolve() in seen:
+            raise ConfigurationError(f"{seen[d.resolve()]} and {g} are the same run (its raw outputs in {d}): an "
+                                     "ensemble of a run with itself is that run; give each run once")
+        seen[d.resolve()] = str(g)
     averaged = []
     for task in TASK_NAMES:
         for split in SPLITS:
@@ -113,9 +129,13 @@ def ensemble(run_dirs: list[str | Path], out: str | Path, data_dir: str | Path |
                     f"of the {split} split ({raw_path('', task, split).name}), which {', '.join(have)} "
                     f"{'has' if len(have) == 1 else 'have'}: ensemble runs that wrote the same splits (tasks.predict "
                     f"--splits, --raw-outputs)")
-            ids, preds = average(task, [read_raw(p) for p in paths])
+            ids, preds = average(task, [read_raw(p) for p in paths], paths)
             if data_dir is not None and (gold := gold_records(data_dir, task, split)) is not None:
                 expected = {e.id for e in gold}
+                if set(ids) != expected and gold.skipped:
+                    raise ConfigurationError(
+                        f"{task} {split}: the runs' ids are not those of {gold.path}, whose {len(gold.skipped)} bad "
+                        f"row(s) were skipped (the first: {gold.skipped[0]}): fix the gold file or get it again")
                 if set(ids) != expected:
                     raise ConfigurationError(
                         f"{task} {split}: the runs' ids are not those of {gold.path} ({len(expected - set(ids))} "

@@ -10,7 +10,7 @@
 The run is a run directory (its run.json says which command wrote it), a checkpoint the commands write, or an export
 directory; the run's own settings rebuild the model, and its best epoch's weights are loaded. By default the run's own dev and test files are predicted (the files named at training, or
 DATA_DIR's; relative ones read from the folder the run trained in, which run.json records as cwd); give other files
-with the flags. A run none of whose files is found writes nothing and is refused. --kind names the model you expect: another is refused. Predictions
+with the flags (a flag of another kind of run is refused). A run none of whose files is found writes nothing and is refused. --kind names the model you expect: another is refused. Predictions
 are made at the run's --precision and with --eval-batch-size 128 (the CLIs' default), so that they equal the run's.
 Without --out they go to predictions/, unless it holds prediction files already (those tasks.submit zips).
 """
@@ -25,7 +25,6 @@ if not __package__:  # run as a file (python tasks/predict.py): this tree is not
 
 import argparse
 import importlib
-import json
 import os
 import sys
 from dataclasses import dataclass, field, replace
@@ -39,12 +38,20 @@ import minbert
 
 from .core.checkpoints import check_trained, load_checkpoint
 from .core.distributed import pick_device
-from .core.errors import ConfigurationError, MissingFileError, directory_to_write, run_cli
+from .core.errors import (
+    ConfigurationError,
+    MissingFileError,
+    ResumeError,
+    directory_to_write,
+    nonnegative_float,
+    positive_int,
+    run_cli,
+)
 from .core.evaluation import prediction_path, raw_path, write_predictions, write_raw
 from .core.recipe import autocast
 from .core.resume import stored_values
 from .core.runs import RUN_FILE, no_checkpoint, read_run_json, run_settings, trained_checkpoint, trained_files
-from .core.settings import build, leaves
+from .core.settings import build, leaves, read_json
 from .core.terms import without_term_weights
 from .core.training_setup import DEVICES
 
@@ -52,6 +59,7 @@ KINDS = ("classifier", "multitask", "deebert")
 EXPORT_SETTINGS = "multitask.json"   # an export directory's settings (tasks/export.py)
 EXPORT_HEADS = "heads.pt"            # its weights outside the encoder: the heads, PALs
 EXPORT_ENCODER = "encoder"           # its encoder, a Hugging Face directory
+DEEBERT_FLAGS = {"sweep.threshold": "--threshold", "sweep.exit": "--exit"}   # predict's own, for DeeBERT runs only
 
 
 def command(kind: str) -> ModuleType:
@@ -106,30 +114,28 @@ def load_run(path: str | Path, given: dict[str, Any] | None = None) -> Run:
         kind = read_run_json(path)["command"]
         if kind not in KINDS:
             raise ConfigurationError(f"{path}: a run of python -m tasks.{kind}, which has no model to predict with")
-        kind, settings, checkpoint = from_run_json(path, only_known(kind, given))
+        kind, settings, checkpoint = from_run_json(path, own_settings(kind, given))
         if not (given_file or checkpoint).is_file():
             raise no_checkpoint(path, kind, given_file or checkpoint)
-        state = check_trained(load_checkpoint(given_file or checkpoint), given_file or checkpoint, path, kind)
+        state = check_trained(read_trained(given_file or checkpoint), given_file or checkpoint, path, kind)
         if kind == "deebert" and state.get("config", {}).get("stage") != 2:
             raise ConfigurationError(f"{given_file}: a DeeBERT stage-1 checkpoint, whose off-ramps are not trained: "
                                      "give the run's directory or its stage2.pt")
         chosen = (read_run_json(path).get("result") or {}).get("prediction_setting") if kind == "deebert" else None
         return Run(kind, settings, state["best_state"], None, chosen)
     if path.is_dir() and (path / EXPORT_SETTINGS).is_file():
-        meta = json.loads((path / EXPORT_SETTINGS).read_text())
-        kind, cls = meta["kind"], command(meta["kind"]).Settings
-        stored = meta["settings"]
-        settings = (run_settings(cls, stored, str(path / EXPORT_SETTINGS), only_known(kind, given))
+        kind, stored, heads = read_export(path)
+        cls = command(kind).Settings
+        settings = (run_settings(cls, stored, str(path / EXPORT_SETTINGS), own_settings(kind, given))
                     if any(isinstance(v, dict) for v in stored.values())     # as dump() writes it; older: flat names
-                    else build(cls, stored_values(cls, stored) | only_known(kind, given)))
-        heads = torch.load(path / EXPORT_HEADS, map_location="cpu", weights_only=True)
+                    else build(cls, stored_values(cls, stored) | own_settings(kind, given)))
         return Run(kind, settings, heads, path / EXPORT_ENCODER)
     if path.is_dir():
         if not (path / "stage2.pt").is_file():
             raise ConfigurationError(f"{path}: a directory with neither {EXPORT_SETTINGS} (python -m tasks.export) nor "
                                      "stage2.pt (python -m tasks.deebert --out)")
         path = path / "stage2.pt"
-    state = load_checkpoint(path)
+    state = read_trained(path)
     config = state.get("config", {})
     kind = config.get("command") or kind_of(config)
     check_trained(state, path, kind=kind if kind in KINDS else None)
@@ -140,13 +146,58 @@ def load_run(path: str | Path, given: dict[str, Any] | None = None) -> Run:
         raise ConfigurationError(f"{path}: a DeeBERT stage-{config.get('stage')} checkpoint, whose off-ramps are not "
                                  "trained: give stage2.pt or the run's --out directory")
     cls = command(kind).Settings
-    return Run(kind, build(cls, stored_values(cls, config) | only_known(kind, given)), state["best_state"])
+    return Run(kind, build(cls, stored_values(cls, config) | own_settings(kind, given)), state["best_state"])
 
 
-def only_known(kind: str, given: dict[str, Any] | None) -> dict[str, Any]:
-    """The settings of `given` that the command has and that were given (not None)."""
+def own_settings(kind: str, given: dict[str, Any] | None) -> dict[str, Any]:
+    """The settings of `given` that were given (not None), DEEBERT_FLAGS left out; one that the run's command lacks
+    (--sst-test on a classifier run, --threshold on a multitask run) is refused, naming the flag the run takes."""
     known = set(leaves(command(kind).Settings()))
-    return {k: v for k, v in (given or {}).items() if k in known and v is not None}
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    for key in given:
+        name, flag = key.rsplit(".", 1)[-1], DEEBERT_FLAGS.get(key) or "--" + key.rsplit(".", 1)[-1].replace("_", "-")
+        if key in DEEBERT_FLAGS and kind != "deebert":
+            raise ConfigurationError(f"{flag} is for DeeBERT runs; this is a {kind} run, which has no exit rule")
+        if key in known or key in DEEBERT_FLAGS:
+            continue
+        split = name.rsplit("_", 1)[-1].removesuffix("file") or name.removesuffix("_file")
+        if kind == "multitask":
+            use = f"--sst-{split}, --para-{split} or --sts-{split}"
+            raise ConfigurationError(f"{flag} is for classifier and DeeBERT runs; this is a multitask run: use {use}")
+        raise ConfigurationError(f"{flag} is for multitask runs; this is a {kind} run: use --{split}-file")
+    return {k: v for k, v in given.items() if k not in DEEBERT_FLAGS}
+
+
+def read_trained(path: Path) -> dict:
+    """load_checkpoint(path), its refusal worded for predicting (which has no --resume to start again without)."""
+    try:
+        return load_checkpoint(path)
+    except ResumeError as e:
+        if "without --resume" not in str(e):
+            raise
+        said, cut, _ = str(e).replace("start again without --resume", "train the run again").partition("; it is trunc")
+        raise ResumeError(said + ("; it is truncated or damaged: copy it again from where the run wrote it, or give "
+                                  "another checkpoint of the run" if cut else "")) from None
+
+
+def read_export(path: Path) -> tuple[str, dict, dict[str, torch.Tensor]]:
+    """(kind, stored settings, heads) of an export directory; a damaged multitask.json or heads.pt is one line."""
+    where = path / EXPORT_SETTINGS
+    meta = read_json(where, "export settings file")
+    if not isinstance(meta, dict) or not isinstance(meta.get("settings"), dict) or meta.get("kind") not in KINDS:
+        why = (f"kind {meta['kind']!r} is not one of {', '.join(KINDS)}" if isinstance(meta, dict) and "kind" in meta
+               and meta["kind"] not in KINDS else 'not an export\'s settings (an object with "kind" and "settings")')
+        raise ConfigurationError(f"{where}: {why}: export the run again (python -m tasks.export RUN_DIR OUT)")
+    heads = path / EXPORT_HEADS
+    try:
+        state = torch.load(heads, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises RuntimeError, EOFError, UnpicklingError, ...
+        detail = next((line for line in str(e).splitlines() if line.strip()), "no details").split(". ")[0][:200]
+        raise ConfigurationError(f"{heads}: cannot read the export's weights ({type(e).__name__}: {detail}); it is "
+                                 "truncated or damaged: copy the export again, or export the run again") from None
+    if not isinstance(state, dict):
+        raise ConfigurationError(f"{heads}: not an export's weights (a dict of tensors): export the run again")
+    return meta["kind"], meta["settings"], state
 
 
 def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], path: str | Path, strict: bool = True) -> None:
@@ -237,6 +288,9 @@ def predict_deebert(args: Request, run: Run, device: torch.device) -> list[Path]
                                  "patience)")
     sweep = Sweep(exit=args.exit or s.sweep.exit, normalize_entropy=s.sweep.normalize_entropy,
                   change_threshold=s.sweep.change_threshold).resolved(task)
+    if sweep.exit == "patience" and (value < 1 or value != int(value)):
+        raise ConfigurationError(f"--threshold {value:g}: with the patience exit it is P, a whole number of layers "
+                                 "(1 or more)")
     model = build_model(s)
     load_weights(model, run.state, args.checkpoint)
     model.to(device).eval()
@@ -253,6 +307,15 @@ def predict_deebert(args: Request, run: Run, device: torch.device) -> list[Path]
     return written
 
 
+def splits(text: str) -> list[str]:
+    """--splits: dev, test or dev,test."""
+    chosen = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [x for x in chosen if x not in ("dev", "test")]
+    if not chosen or unknown:
+        raise argparse.ArgumentTypeError(f"give dev, test or dev,test, not {text!r}")
+    return chosen
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tasks.predict", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -263,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the directory the prediction files go to (default: predictions, where the training "
                         "commands write and tasks.submit zips from; refused when it holds prediction files "
                         "already, so that another run's files never replace them unasked: give --out)")
-    p.add_argument("--splits", type=lambda s: [x for x in s.split(",") if x], default=["dev", "test"],
+    p.add_argument("--splits", type=splits, default=["dev", "test"],
                    help="which files to predict, comma-separated (default dev,test)")
     p.add_argument("--data-dir", default=None, help="where the default files live (default: the run's own)")
     for t in ("sst", "para", "sts"):
@@ -272,13 +335,13 @@ def build_parser() -> argparse.ArgumentParser:
                            help=f"multitask runs: the {t} {split} file (default: the run's own)")
     p.add_argument("--dev-file", default=None, help="classifier/DeeBERT runs: the dev file (default: the run's own)")
     p.add_argument("--test-file", default=None, help="classifier/DeeBERT runs: the test file (default: the run's own)")
-    p.add_argument("--threshold", type=float, default=None, help="DeeBERT: the exit setting, S (entropy) or P (patience) "
+    p.add_argument("--threshold", type=nonnegative_float, default=None, help="DeeBERT: the exit setting, S (entropy) or P (patience) "
                    "(default: the one the run chose, from its run.json)")
     p.add_argument("--exit", choices=("entropy", "patience"), default=None,
                    help="DeeBERT: the exit rule (default: the run's; entropy, patience for sts)")
     p.add_argument("--raw-outputs", action="store_true",
                    help="also write {task}-{split}-raw.csv, the raw outputs, for python -m tasks.ensemble")
-    p.add_argument("--eval-batch-size", type=int, default=128, help="prediction batch size (default 128)")
+    p.add_argument("--eval-batch-size", type=positive_int, default=128, help="prediction batch size (default 128)")
     p.add_argument("--device", choices=DEVICES, default="auto")
     return p
 
@@ -293,7 +356,7 @@ def request(argv: list[str] | None = None) -> Request:
 def overrides(args: Request) -> dict[str, Any]:
     """The run's settings the command line replaces: its data directory and files (by each command's dotted path)."""
     files = {f"files.{k}": v for k, v in args.files.items()}
-    return files | {"files.data_dir": args.data_dir}
+    return files | {"files.data_dir": args.data_dir, "sweep.threshold": args.threshold, "sweep.exit": args.exit}
 
 
 DEFAULT_OUT = "predictions"
@@ -319,9 +382,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.kind is not None and args.kind != run.kind:
         raise ConfigurationError(f"{args.checkpoint}: a {run.kind} checkpoint (written by python -m tasks.{run.kind}), "
                                  f"not a {args.kind} one")
-    unknown = [s for s in args.splits if s not in ("dev", "test")]
-    if unknown:
-        raise ConfigurationError(f"--splits: dev and/or test, not {', '.join(unknown)}")
     args = default_out(args)
     device = pick_device(args.device)
     predictors = {"multitask": predict_multitask, "classifier": predict_classifier, "deebert": predict_deebert}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from conftest import DATA
 
@@ -82,3 +83,52 @@ def test_run_directories_that_do_not_exist_are_named_as_such(tmp_path, capsys):
             "tasks.predict --raw-outputs wrote)")
     assert errors(capsys) == [said]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda lines: lines[:2] + [lines[2].split(" , ")[0] + " , 0.1 abc 0.3 0.4 0.5"] + lines[3:],
+     ":3: id {id2}: value 'abc' is not a number"),
+    (lambda lines: lines[:2] + [lines[2].split(" , ")[0] + " , 0.1 0.2"] + lines[3:], ":3: id {id2}: 2 values, "),
+    (lambda lines: lines[:2] + [lines[2].replace(" , ", " ,")] + lines[3:], ":3: expected 'id , values'"),
+    (lambda lines: lines + [lines[1]], ":6: duplicate id {id1} (first on line 2)"),
+    (lambda lines: lines[:2] + [lines[2].split(" , ")[0] + " , 0.1 nan 0.3 0.4 0.5"] + lines[3:],
+     ":3: id {id2}: value 'nan' is not finite"),
+])
+def test_a_malformed_raw_file_is_one_error_naming_its_line(tmp_path, capsys, edit, said):
+    data, ids = data_dir(tmp_path)
+    a, b = run_dir(tmp_path, "a", data, ids), run_dir(tmp_path, "b", data, ids)
+    raw = raw_path(f"{b}/predictions", "sst", "dev")
+    raw.write_text("\n".join(edit(raw.read_text().splitlines())) + "\n")
+    assert run_cli(lambda: ensemble.main([a, b, "--out", str(tmp_path / "out")])) == 1
+    err = errors(capsys)
+    assert len(err) == 1 and err[0].startswith(f"error: {raw}" + said.format(id1=ids[0], id2=ids[1])), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_missing_an_id_is_named_with_the_file_and_the_id(tmp_path, capsys):
+    data, ids = data_dir(tmp_path)
+    a, b = run_dir(tmp_path, "a", data, ids), run_dir(tmp_path, "b", data, ids[:3])
+    assert run_cli(lambda: ensemble.main([a, b, "--out", str(tmp_path / "out")])) == 1
+    err = errors(capsys)
+    assert len(err) == 1 and str(raw_path(f"{b}/predictions", "sst", "dev")) in err[0] and ids[3] in err[0], err
+    assert str(raw_path(f"{a}/predictions", "sst", "dev")) in err[0]
+
+
+def test_a_run_given_twice_is_refused(tmp_path, capsys):
+    data, ids = data_dir(tmp_path)
+    a = run_dir(tmp_path, "a", data, ids)
+    assert run_cli(lambda: ensemble.main([a, f"{a}/predictions", "--out", str(tmp_path / "out")])) == 1
+    err = errors(capsys)
+    assert len(err) == 1 and "the same" in err[0] and a in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_malformed_gold_row_is_named_by_its_line(tmp_path, capsys):
+    data, ids = data_dir(tmp_path)
+    runs = [run_dir(tmp_path, n, data, ids) for n in ("a", "b")]
+    gold = data / "ids-sst-dev.csv"
+    lines = gold.read_text(encoding="utf-8").splitlines(keepends=True)
+    gold.write_text("".join(lines[:2]) + lines[2].rstrip("\n").rsplit("\t", 1)[0] + "\tx\n" + "".join(lines[3:]))
+    assert run_cli(lambda: ensemble.main([*runs, "--out", str(tmp_path / "out")])) == 1
+    err = errors(capsys)
+    assert len(err) == 1 and f"{gold}:3: unparsable label" in err[0], err

@@ -251,3 +251,42 @@ def test_the_prediction_loop_runs_in_eval_mode_without_gradients_and_restores_th
         with pytest.raises(ValueError, match="bad batch"):
             predict_batches(model, [{"x": torch.tensor([-1.0])}], lambda m, b: m(b["x"]), cpu)
         assert model.training == mode and torch.is_grad_enabled()
+
+
+def gold_dir(tmp_path, name, lines):
+    """A data directory whose SST dev gold is the header and `lines` of the real one (each a list of its cells)."""
+    real = (DATA / "ids-sst-dev.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / name).mkdir()
+    gold = tmp_path / name / "ids-sst-dev.csv"
+    gold.write_text(real[0] + "".join(lines(real[1:])), encoding="utf-8")
+    return gold, [row.split("\t")[1] for row in real[1:6]]
+
+
+def test_a_malformed_gold_row_is_reported_by_the_gold_files_line(tmp_path, capsys):
+    """A bad row of the gold file is an error naming GOLD:LINE, said to be the gold file's; the score is withheld."""
+    def broken(rows):
+        cells = rows[1].rstrip("\n").split("\t")
+        return [rows[0], "\t".join(cells[:-1] + ["x"]) + "\n", *rows[2:5]]
+    gold, ids = gold_dir(tmp_path, "g", broken)
+    pred = write_predictions(tmp_path / "p" / "sst-dev-output.csv", "sst", ids[:5], [3, 2, 1, 0, 4])
+    report = check_predictions(pred, "sst", gold_records(tmp_path / "g", "sst", "dev"))
+    assert report.errors[0].startswith(f"{gold}:3: ") and "the gold file" in report.errors[0], report.errors
+    assert report.score is None
+    assert score.main([str(tmp_path / "p"), "--data-dir", str(tmp_path / "g")]) == 1
+    assert f"error: {gold}:3: " in capsys.readouterr().out
+    assert submit.make_submission(tmp_path / "p", tmp_path / "g", tmp_path / "s.zip")[1][0].startswith(f"{gold}:3: ")
+
+
+@pytest.mark.parametrize("task, kept", [("sst", 0), ("sts", 1)])
+def test_a_gold_file_with_too_few_labelled_rows_is_a_report_error(tmp_path, capsys, task, kept):
+    """No labelled rows (or one, for Pearson r): an error naming the gold file, not a traceback."""
+    from tasks.core.data import TASKS
+    (tmp_path / "g").mkdir()
+    gold = TASKS[task].path(tmp_path / "g", "dev")
+    real = TASKS[task].path(DATA, "dev").read_text(encoding="utf-8").splitlines(keepends=True)
+    gold.write_text("".join(real[:1 + kept]), encoding="utf-8")
+    ids = [e.id for e in gold_records(tmp_path / "g", task, "dev")]
+    write_predictions(prediction_path(tmp_path / "p", task, "dev"), task, ids, [1] * kept)
+    assert score.main([str(tmp_path / "p"), "--data-dir", str(tmp_path / "g")]) == 1
+    out = capsys.readouterr().out
+    assert f"error: {gold}: " in out and "labelled rows" in out, out

@@ -130,6 +130,8 @@ def test_predict_a_classifier_run_writes_its_files(tiny_dir, tmp_path):
     same_files(tmp_path / "sst", tmp_path / "again", [f"sst-{s}-{k}.csv" for s in ("dev", "test") for k in ("output", "raw")])
     with pytest.raises(ConfigurationError, match="a classifier checkpoint"):
         predict.main([str(tmp_path / "sst.pt"), "--kind", "multitask"])
+    with pytest.raises(ConfigurationError, match="--sst-test is for multitask runs; this is a classifier run"):
+        predict.main([str(tmp_path / "sst.pt"), "--sst-test", str(tmp_path / "new.csv"), "--out", str(tmp_path / "x")])
 
 
 def test_predict_without_out_never_replaces_the_leaderboard_folders_files(tiny_dir, tmp_path, monkeypatch):

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from .batching import to_device
-from .data import TASKS, Records
+from .data import TASKS, DataError, Records
 from .recipe import autocast
 
 T = TypeVar("T")
@@ -282,13 +282,15 @@ def check_predictions(path: str | Path, task: str, gold: Records) -> Report:
     and compute the task's metric when the file is clean and the gold file has labels."""
     board = LEADERBOARD[task]
     report = Report(task, str(path), str(gold.path), n_gold=len(gold), metric=board.metric)
+    report.errors += gold_errors(gold, path)
     values = read_predictions(path, task, report)
     report.n_predictions = len(values)
     gold_ids = {e.id for e in gold}
     unknown = [i for i in values if i not in gold_ids]
     missing = [e.id for e in gold if e.id not in values]
     if unknown:
-        report.errors.append(_listed("unknown", unknown, f"not in {gold.path}"))
+        skipped = f" (its {len(gold.skipped)} bad row(s) above skipped)" if gold.skipped else ""
+        report.errors.append(_listed("unknown", unknown, f"not in {gold.path}{skipped}"))
     if missing:
         report.errors.append(_listed("missing", missing, f"of {gold.path} have no prediction"))
     if board.kind == "float":
@@ -296,11 +298,25 @@ def check_predictions(path: str | Path, task: str, gold: Records) -> Report:
         if outside:
             report.warnings.append(_listed("", outside, "have a similarity outside [0, 5] (fine for Pearson r)")
                                    .replace("  ", " "))
+    fewest = 2 if board.metric == "pearson" else 1
+    if gold.labelled and len(gold) < fewest:
+        report.errors.append(f"{gold.path}: {len(gold)} labelled rows to score; the {board.metric} needs at least "
+                             f"{fewest}: give --data-dir the folder of the full gold files")
     if report.ok and gold.labelled:
         preds = [values[e.id] for e in gold]
         labels = [e.label for e in gold]
         report.score = pearson(preds, labels) if board.metric == "pearson" else accuracy(preds, labels)
     return report
+
+
+def gold_errors(gold: Records, path: str | Path) -> list[str]:
+    """The gold file's skipped rows as report errors, GOLD:LINE: reason, said to be the gold file's and not `path`'s
+    (the first MAX_LINE_ERRORS, then one line counting the others)."""
+    shown = [f"{s}: a bad row of the gold file, not of {path}: fix the gold file or get it again"
+             for s in gold.skipped[:MAX_LINE_ERRORS]]
+    if len(gold.skipped) > MAX_LINE_ERRORS:
+        shown.append(f"{gold.path}: {len(gold.skipped) - MAX_LINE_ERRORS} more bad rows of the gold file not listed")
+    return shown
 
 
 def overall_score(sst_accuracy: float, para_accuracy: float, sts_pearson: float) -> float:
@@ -309,7 +325,8 @@ def overall_score(sst_accuracy: float, para_accuracy: float, sts_pearson: float)
 
 
 def gold_records(data_dir: str | Path, task: str, split: str) -> Records | None:
-    """The gold (or test-input) records of a leaderboard task's split, None where the file does not exist."""
+    """The gold (or test-input) records of a leaderboard task's split, None where the file does not exist; its bad
+    rows are in .skipped (check_predictions reports them as the gold file's errors, GOLD:LINE)."""
     path = TASKS[task].path(data_dir, split)
     return TASKS[task].read(path) if path.is_file() else None
 
@@ -327,11 +344,39 @@ def write_raw(path: str | Path, ids: Sequence[str], rows: torch.Tensor) -> Path:
 
 
 def read_raw(path: str | Path) -> dict[str, list[float]]:
-    """id -> raw output values, from a file write_raw wrote."""
-    out = {}
-    for n, line in enumerate(Path(path).read_text().splitlines()[1:], 2):
+    """id -> raw output values, from a file write_raw wrote; a line that is not `id , v1 v2 ...` of finite numbers, a
+    row of another width than the first, or an id given twice is a DataError naming FILE:LINE."""
+    try:
+        lines = Path(path).read_bytes().decode("utf-8-sig").splitlines()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read the raw outputs ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start}): not a file --raw-outputs wrote") from None
+    out: dict[str, list[float]] = {}
+    first: dict[str, int] = {}
+    width: tuple[int, int] | None = None                     # (values per row, the line that set it)
+    for n, line in enumerate(lines[1:], 2):
+        if not line.strip():
+            continue
         ident, sep, values = line.partition(" , ")
-        if not sep:
-            raise ValueError(f"{path}:{n}: expected 'id , values', got {line!r}")
-        out[ident] = [float(x) for x in values.split()]
+        ident = ident.strip()
+        if not sep or not ident or not values.split():
+            raise DataError(f"{path}:{n}: expected 'id , values' (written by --raw-outputs), got {_short(line)!r}")
+        row = []
+        for text in values.split():
+            try:
+                row.append(float(text))
+            except ValueError:
+                raise DataError(f"{path}:{n}: id {_short(ident)}: value {_short(text)!r} is not a number") from None
+            if not math.isfinite(row[-1]):
+                raise DataError(f"{path}:{n}: id {_short(ident)}: value {text!r} is not finite: the run's outputs "
+                                "diverged; leave it out of the ensemble")
+        if width is None:
+            width = (len(row), n)
+        elif len(row) != width[0]:
+            raise DataError(f"{path}:{n}: id {_short(ident)}: {len(row)} values, where line {width[1]} has "
+                            f"{width[0]}: write the file again with --raw-outputs")
+        if ident in out:
+            raise DataError(f"{path}:{n}: duplicate id {_short(ident)} (first on line {first[ident]})")
+        out[ident], first[ident] = row, n
     return out
