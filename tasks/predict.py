@@ -8,11 +8,13 @@
     python -m tasks.predict checkpoints/sst-full-model.pt --out new                  # a checkpoint of an older run
 
 The run is a run directory (its run.json says which command wrote it), a checkpoint the commands write, or an export
-directory; the run's own settings rebuild the model, and its best epoch's weights are loaded. By default the run's own dev and test files are predicted (the files named at training, or
-DATA_DIR's; relative ones read from the folder the run trained in, which run.json records as cwd); give other files
-with the flags (a flag of another kind of run is refused). A run none of whose files is found writes nothing and is refused. --kind names the model you expect: another is refused. Predictions
-are made at the run's --precision and with --eval-batch-size 128 (the CLIs' default), so that they equal the run's.
-Without --out they go to predictions/, unless it holds prediction files already (those tasks.submit zips).
+directory; the run's own settings rebuild the model, and its best epoch's weights are loaded. By default the run's own
+dev and test files are predicted (the files named at training, or DATA_DIR's; relative ones read from the folder the
+run trained in, which run.json records as cwd); give other files with the flags (a flag of another kind of run is
+refused). A run none of whose files is found writes nothing and is refused. --kind names the model you expect: another
+is refused. Predictions are made at the run's --precision and --eval-batch-size (its run.json's; 128 without one), so
+they equal its own. Without --out they go to predictions/, unless it holds prediction files already (those
+tasks.submit zips).
 """
 
 from __future__ import annotations
@@ -225,7 +227,7 @@ class Request:
     threshold: float | None = None
     exit: str | None = None
     raw_outputs: bool = False
-    eval_batch_size: int = 128
+    eval_batch_size: int | None = None     # None: the run's own (its settings' run.eval_batch_size)
     device: str = "auto"
 
 
@@ -341,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DeeBERT: the exit rule (default: the run's; entropy, patience for sts)")
     p.add_argument("--raw-outputs", action="store_true",
                    help="also write {task}-{split}-raw.csv, the raw outputs, for python -m tasks.ensemble")
-    p.add_argument("--eval-batch-size", type=positive_int, default=128, help="prediction batch size (default 128)")
+    p.add_argument("--eval-batch-size", type=positive_int, default=None,
+                   help="prediction batch size (default: the run's own, so that its predictions are the run's)")
     p.add_argument("--device", choices=DEVICES, default="auto")
     return p
 
@@ -383,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigurationError(f"{args.checkpoint}: a {run.kind} checkpoint (written by python -m tasks.{run.kind}), "
                                  f"not a {args.kind} one")
     args = default_out(args)
+    if args.eval_batch_size is None:          # the run's, as its own predictions were made
+        args = replace(args, eval_batch_size=run.settings.run.eval_batch_size)
     device = pick_device(args.device)
     predictors = {"multitask": predict_multitask, "classifier": predict_classifier, "deebert": predict_deebert}
     written = predictors[run.kind](args, run, device)

@@ -92,9 +92,14 @@ def test_a_run_directory_holds_its_run_resumes_after_sigkill_and_predicts(tiny_d
     assert json.loads((split / "run.json").read_text())["resumed"]
 
     out = tmp_path / "predicted"
-    assert predict.main([str(split), "--out", str(out), "--device", TEST_DEVICE, "--eval-batch-size", "8"]) == 0
+    assert predict.main([str(split), "--out", str(out), "--device", TEST_DEVICE, "--eval-batch-size", "8",
+                         "--raw-outputs"]) == 0
     for name in ("sst-dev-output.csv", "sst-test-output.csv"):
         assert (out / name).read_text() == (whole / "predictions" / name).read_text()
+    own = tmp_path / "predicted-at-the-runs-batch-size"           # no --eval-batch-size: the run's 8, not 128
+    assert predict.main([str(split), "--out", str(own), "--device", TEST_DEVICE, "--raw-outputs"]) == 0
+    for name in ("sst-dev-raw.csv", "sst-test-raw.csv"):
+        assert (own / name).read_text() == (out / name).read_text(), name
     with pytest.raises(ResumeError, match="not a run directory"):
         classifier.parse_settings(["--resume", str(tmp_path)])
 
