@@ -171,8 +171,8 @@ class Pals:
 
     pals: str | None = setting(None, choices=VARIANTS,
                                help="standard: added inside each layer's last LayerNorm (the paper); concat: beside "
-                                    "the first self-attention, [h1; PAL(x)] projected to H (the CS224N report's "
-                                    "variant); none: no PALs")
+                                    "each layer's self-attention (before Wm1), in every layer, [h1; PAL(x)] projected to H "
+                                    "(the CS224N report's variant); none: no PALs")
     pals_size: int = setting(PalsConfig.size, parse=positive_int, metavar="D", help="the PALs' projected width")
     pals_heads: int = setting(PalsConfig.heads, parse=positive_int, metavar="N",
                               help="attention heads in the projected space")

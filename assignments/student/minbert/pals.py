@@ -11,9 +11,10 @@ returns the merged heads h1 and a term ts for the last add-and-norm:
 
     standard   Stickland & Murray: in parallel with the whole layer, added inside its last add-and-norm,
                out = LN2(h5 + h3 + PAL(x))   (the adapter returns h1 unchanged and ts = PAL(x))
-    concat     the CS224N report's variant (Qian & Yang, sec. 4.4, Figure 2): beside the first self-attention
-               only, the merged heads and the PAL output concatenated and projected back to H by a per-layer
-               linear map, h1 <- W_tl [h1; PAL(x)] + b_tl   (the adapter returns that and ts = 0)
+    concat     the CS224N report's variant (Qian & Yang, sec. 4.4, Figure 2): beside each layer's self-attention
+               sublayer (before Wm1), in every layer, the merged heads and the PAL output concatenated and
+               projected back to H by a per-layer linear map, h1 <- W_tl [h1; PAL(x)] + b_tl   (the adapter
+               returns that and ts = 0)
 
 The PALs of the batch's task run: the multitask model sets `task` before each forward. Where the paper and
 its code differ: the paper writes TS(x) = V^D MH(V^E x); its code (AsaCooperStickland/Bert-n-Pals,
