@@ -96,16 +96,24 @@ class SmartConfig:
     def __post_init__(self) -> None:
         if self.rule not in ("project", "rescale"):
             raise ValueError(f"SMART rule must be 'project' or 'rescale', not {self.rule!r}")
-        for name in ("lambda_s", "sigma", "mu"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"SMART {name} must be >= 0, not {getattr(self, name)}")
-        for name in ("eta", "epsilon"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"SMART {name} must be > 0, not {getattr(self, name)}")
-        if self.steps < 0:
-            raise ValueError(f"SMART steps must be >= 0, not {self.steps}")
-        if not 0 <= self.beta < 1:
-            raise ValueError(f"SMART beta must be in [0, 1), not {self.beta}")
+        for name in CHECKS:
+            self.check(name, getattr(self, name))
+
+    @staticmethod
+    def check(name: str, value: float) -> None:
+        """Raise ValueError unless the number `name` may be `value` (CHECKS; the command's flags call it too)."""
+        holds, what = CHECKS[name]
+        if not holds(value):
+            raise ValueError(f"SMART {name} must be {what}, not {value}")
+
+
+# Each number's check, the one set (SmartConfig's and the command's flags'): field -> (whether a value holds, what
+# it must be)
+CHECKS: dict[str, tuple[Callable[[float], bool], str]] = {
+    "lambda_s": (lambda v: v >= 0, ">= 0"), "sigma": (lambda v: v >= 0, ">= 0"), "mu": (lambda v: v >= 0, ">= 0"),
+    "eta": (lambda v: v > 0, "> 0"), "epsilon": (lambda v: v > 0, "> 0"), "steps": (lambda v: v >= 0, ">= 0"),
+    "beta": (lambda v: 0 <= v < 1, "in [0, 1)"),
+}
 
 
 # ------------------------------------------------------------------ l_s, the divergences (sec. 3.1)
