@@ -156,7 +156,8 @@ class Smart:
              "paper (Algorithm 1 literally: projection onto the eps ball, eta 1e-3, eps 1e-5, sigma 1e-5). "
              "--smart-eta/--smart-epsilon/--smart-sigma override the preset. Default: mt-dnn, not SmartConfig()'s "
              "paper (SmartConfig.preset('mt-dnn')): at the report's epsilon the paper's projection is numerically a "
-             "no-op (docs/smart-pals.md), and mt-dnn is the step the SMART authors' code takes")
+             "no-op (the reference repository's docs/smart-pals.md), and mt-dnn is the step the SMART authors' code "
+             "takes")
     smart_eta: float | None = setting(None, parse=smart_number("eta"), metavar="ETA",
                                       help="the perturbation's step size (none: the preset's)")
     smart_epsilon: float | None = setting(None, parse=smart_number("epsilon"), metavar="EPS",
