@@ -55,6 +55,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .losses import two_class
+
 KINDS = ("classification", "binary", "regression")
 
 # The perturbation step's presets (--smart-perturbation): (step rule, eta, epsilon, sigma), the public code's defaults.
@@ -132,11 +134,6 @@ def symmetric_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor
     lp, lq = F.log_softmax(p_logits.float(), dim=-1), F.log_softmax(q_logits.float(), dim=-1)  # (B, C)
     return ((lp.exp() - lq.exp()) * (lp - lq)).sum(-1).mean()
     ### END SOLUTION
-
-
-def two_class(logit: torch.Tensor) -> torch.Tensor:
-    """A binary logit z (B,) as the logits [0, z] (B, 2) of the distribution [1 - sigmoid(z), sigmoid(z)]."""
-    return torch.stack([torch.zeros_like(logit), logit], dim=-1)
 
 
 def squared_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

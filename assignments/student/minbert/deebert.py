@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .losses import cross_entropy
 from .model import BertModel
 from .pooling import POOLINGS, pool
 
@@ -135,7 +136,7 @@ def ramp_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """One off-ramp's loss: cross-entropy of (B, C) logits, or squared error when C = 1 (a regression)."""
     if logits.shape[-1] == 1:
         return F.mse_loss(logits.squeeze(-1).float(), labels.float())
-    return F.cross_entropy(logits, labels)
+    return cross_entropy(logits, labels)
 
 
 def offramp_loss(logits: Sequence[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:

@@ -55,6 +55,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .losses import two_class
+
 KINDS = ("classification", "binary", "regression")
 
 # The perturbation step's presets (--smart-perturbation): (step rule, eta, epsilon, sigma), the public code's defaults.
@@ -130,11 +132,6 @@ def symmetric_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor
     #   log P = F.log_softmax(p_logits.float(), dim=-1), P = exp(log P), the same for Q. Taking the softmax
     #   first and then its log fails at confident logits (~100): P underflows to 0, log 0 = -inf, 0 * -inf = nan.
     raise NotImplementedError
-
-
-def two_class(logit: torch.Tensor) -> torch.Tensor:
-    """A binary logit z (B,) as the logits [0, z] (B, 2) of the distribution [1 - sigmoid(z), sigmoid(z)]."""
-    return torch.stack([torch.zeros_like(logit), logit], dim=-1)
 
 
 def squared_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
