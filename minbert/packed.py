@@ -69,7 +69,7 @@ class Packing:
         keep = attention_mask != 0                                    # (B, T), True at real tokens
         B, T = keep.shape
         lengths = keep.sum(dim=1)                                     # (B,)
-        empty = (lengths == 0).nonzero().flatten().tolist()
+        empty = (lengths == 0).nonzero().flatten().tolist()        # (n, 1) -> (n,): the rows with no real token
         if empty:
             raise ValueError(f"row(s) {empty} of the attention mask have no real token; attention over no key is "
                              "undefined: drop those rows from the batch")

@@ -1,9 +1,11 @@
 """The papers' numbers the teaching text cites, read from the reference code, the student stubs, the handout and the
 docs: BitFit's equation numbers (the Q/K/V projections unnumbered, eqs. 1-5 the rest of the layer), BERT's section for
-the embeddings, attention's scale, PALs' concat placement."""
+the embeddings, attention's scale, PALs' concat placement; and the library's convention of a shape comment on
+every reshape."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,15 @@ def test_pals_concat_is_described_in_every_layer() -> None:
     for text in texts:
         assert "first self-attention" not in " ".join(text.split())
     assert "in every layer" in pals.__doc__
+
+
+def test_every_reshape_in_the_library_carries_a_shape_comment() -> None:
+    """Each view, reshape, flatten, transpose or permute in minbert/ has a `# ...(shape)...` comment on its line."""
+    reshape = re.compile(r"\.(view|view_as|reshape|flatten|transpose|permute|unflatten)\(")
+    bare = []
+    for path in sorted((ROOT / "minbert").glob("*.py")):
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            code, _, comment = line.partition("#")
+            if reshape.search(code) and not line.strip().startswith(('"""', "###")) and "(" not in comment:
+                bare.append(f"{path.name}:{i}")
+    assert not bare
