@@ -27,6 +27,7 @@ class SparseDelta(nn.Module):
         self.delta = nn.Parameter(torch.zeros(index.numel(), dtype=dtype))
 
     def forward(self, W0: torch.Tensor) -> torch.Tensor:
+        """W0 (out, in) -> W0 + delta at the chosen entries, (out, in)."""
         flat = W0.flatten().index_add(0, self.index, self.delta.to(W0.dtype))  # (out, in) -> (out*in,)
         return flat.view_as(W0)                                                  # (out*in,) -> (out, in)
 

@@ -133,6 +133,7 @@ class BertEmbeddings(nn.Module):
         self, input_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """ids (B, T) (or inputs_embeds (B, T, H)) -> h0 (B, T, H)."""
         if inputs_embeds is None:
             if input_ids is None:
                 raise ValueError("give input_ids or inputs_embeds")
@@ -191,6 +192,7 @@ class BertLayer(nn.Module):
         self.checkpointing = False
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) -> (B, nh, T, hs): one slice of hs features per head."""
         B, T, _ = x.shape
         return x.view(B, T, self.nh, self.hs).transpose(1, 2)  # (B, T, H) -> (B, nh, T, hs)
 
@@ -280,6 +282,7 @@ class BertPooler(nn.Module):
         self.Wp, self.bp = nn.Parameter(torch.empty(H, H)), nn.Parameter(torch.zeros(H))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """The last layer's output h (B, T, H) -> the pooled [CLS] vector (B, H)."""
         return torch.tanh(F.linear(h[:, 0], self.Wp, self.bp))  # (B, T, H) -> (B, H)
 
 

@@ -65,10 +65,12 @@ class ProjectedAttention(nn.Module):
         self.Wv, self.bv = nn.Parameter(torch.empty(d, d)), nn.Parameter(torch.zeros(d))
 
     def split_heads(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, T, d) -> (B, nh, T, hs): one slice of hs features per head."""
         B, T, _ = z.shape
         return z.view(B, T, self.nh, self.hs).transpose(1, 2)  # (B, T, d) -> (B, nh, T, hs)
 
     def forward(self, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """z (B, T, d), mask (B, 1, 1, T) -> the merged heads (B, T, d)."""
         ### BEGIN SOLUTION
         ### STUB: Multi-head self-attention in the projected space; z (B, T, d), mask the additive (B, 1, 1, T).
         ### STUB:   q, k, v = Wq z + bq, Wk z + bk, Wv z + bv (F.linear with self.Wq, self.bq, ...), (B, T, d) each,
@@ -123,6 +125,7 @@ class PALs(nn.Module):
         self.task: str | None = None
 
     def active(self) -> TaskPALs:
+        """The PALs of the current task (set .task first); RuntimeError naming the tasks otherwise."""
         if self.task not in self.tasks:
             raise RuntimeError(f"PALs: no PALs for task {self.task!r} (tasks: {', '.join(self.tasks)}); set "
                                ".task before the forward (MultitaskBert.predict does)")

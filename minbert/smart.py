@@ -267,6 +267,7 @@ class Smart(nn.Module):
 
     @staticmethod
     def buffer_name(name: str) -> str:
+        """The buffer holding theta~ of a parameter: its name with / for . (buffers take no dots)."""
         return "momentum/" + name.replace(".", "/")                 # buffer names may not hold dots
 
     def tilde(self) -> dict[str, torch.Tensor]:

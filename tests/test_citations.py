@@ -5,6 +5,7 @@ every reshape."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -69,3 +70,21 @@ def test_every_reshape_in_the_library_carries_a_shape_comment() -> None:
             if reshape.search(code) and not line.strip().startswith(('"""', "###")) and "(" not in comment:
                 bare.append(f"{path.name}:{i}")
     assert not bare
+
+
+def test_every_public_function_in_the_library_has_a_docstring() -> None:
+    """Students' stubs included (they get theirs through the generator): a one-line docstring, shapes where tensors
+    go in or out."""
+    def undocumented(body: list[ast.stmt], prefix: str) -> list[str]:
+        out = []
+        for node in body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                out += undocumented(node.body, f"{prefix}{node.name}.")
+            elif isinstance(node, ast.FunctionDef) and not node.name.startswith("_") \
+                    and not any(ast.unparse(d).endswith(".setter") for d in node.decorator_list) \
+                    and ast.get_docstring(node) is None:
+                out.append(f"{prefix}{node.name}")
+        return out
+    missing = [f"{path.name}: {name}" for path in sorted((ROOT / "minbert").glob("*.py"))
+               for name in undocumented(ast.parse(path.read_text()).body, "")]
+    assert not missing

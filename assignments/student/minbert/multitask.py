@@ -66,6 +66,7 @@ class Head(nn.Module):
         self.fc1, self.fc2 = nn.Linear(d_in, d_hidden), nn.Linear(d_hidden, d_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, d_in) -> fc2(GELU(fc1(dropout(x)))) (B, d_out)."""
         return self.fc2(F.gelu(self.fc1(self.dropout(x))))  # (B, d_in) -> (B, d_out)
 
 
