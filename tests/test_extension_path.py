@@ -31,7 +31,6 @@ from test_typed_multitask import SIX, argv
 from torch import nn
 
 from assignments.profiles import PROFILES
-from minbert import losses, rdrop, smart
 from minbert.rdrop import output_divergence, rdrop_kl, rdrop_loss
 from tasks import multitask, predict
 from tasks.core import train
@@ -63,24 +62,6 @@ def test_rdrop_loss_by_hand():
     total, d = rdrop_loss(torch.tensor(1.0), torch.tensor(3.0), p, q, "classification", alpha=2.0)
     assert d.item() == pytest.approx(want, rel=1e-6) and total.item() == pytest.approx(2.0 + 2.0 * want, rel=1e-6)
     assert rdrop_kl(p, p).item() == 0.0
-
-
-def test_one_symmetric_kl_and_one_two_class_and_the_values_of_before():
-    """SMART's symmetric_kl is the sum of both KLs, R-Drop's rdrop_kl half of it (another name, so that neither is
-    taken for the other); two_class is one function; every divergence has the value (bits) it had before."""
-    assert not hasattr(rdrop, "symmetric_kl") and rdrop.two_class is smart.two_class is losses.two_class
-    g = torch.Generator().manual_seed(0)
-    p, q = torch.randn(4, 3, generator=g) * 3, torch.randn(4, 3, generator=g) * 3
-    z1, z2 = torch.randn(4, generator=g) * 2, torch.randn(4, generator=g) * 2
-    old = {"classification": ("0x1.ba27f8p+1", "0x1.ba27f6p+2"), "binary": ("0x1.5ea744p-1", "0x1.5ea746p+0"),
-           "regression": ("0x1.e13c1cp+2", "0x1.e13c1cp+2")}                 # (R-Drop's, SMART's) before
-    for kind, (r, sm) in old.items():
-        a, b = (p, q) if kind == "classification" else (z1, z2)
-        assert output_divergence(a, b, kind).item() == float.fromhex(r), kind
-        assert smart.divergence(a, b, kind).item() == float.fromhex(sm), kind
-    assert rdrop_kl(p, q).item() == pytest.approx(smart.symmetric_kl(p, q).item() / 2, rel=1e-6)
-    total, _ = rdrop_loss(torch.tensor(0.5), torch.tensor(0.7), p, q, "classification", 2.0)
-    assert total.item() == float.fromhex("0x1.e08e5ep+2")
 
 
 def test_rdrop_is_one_module_one_section_one_registration(monkeypatch):

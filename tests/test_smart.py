@@ -14,6 +14,7 @@ from conftest import killed_after_first_epoch
 from test_multitask import PAIRS, argv, files, pair_batch  # noqa: F401  (fixtures)
 
 import minbert
+from minbert import losses, rdrop, smart
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from minbert.smart import (
     PRESETS,
@@ -53,6 +54,24 @@ def test_symmetric_kl_equals_a_hand_computation_is_zero_for_equal_inputs_and_fin
     assert symmetric_kl(z, z).item() == 0.0
     big = symmetric_kl(torch.tensor([[100.0, -100.0, 0.0]]), torch.tensor([[-100.0, 100.0, 0.0]]))
     assert math.isfinite(big.item()) and big.item() == pytest.approx(400.0, rel=1e-6)  # (1 - 0)(0 + 200) + (0 - 1)(-200 - 0)
+
+
+def test_one_symmetric_kl_and_one_two_class_and_the_values_of_before():
+    """SMART's symmetric_kl is the sum of both KLs, R-Drop's rdrop_kl half of it (another name, so that neither is
+    taken for the other); two_class is one function; every divergence has the value (bits) it had before."""
+    assert not hasattr(rdrop, "symmetric_kl") and rdrop.two_class is smart.two_class is losses.two_class
+    g = torch.Generator().manual_seed(0)
+    p, q = torch.randn(4, 3, generator=g) * 3, torch.randn(4, 3, generator=g) * 3
+    z1, z2 = torch.randn(4, generator=g) * 2, torch.randn(4, generator=g) * 2
+    old = {"classification": ("0x1.ba27f8p+1", "0x1.ba27f6p+2"), "binary": ("0x1.5ea744p-1", "0x1.5ea746p+0"),
+           "regression": ("0x1.e13c1cp+2", "0x1.e13c1cp+2")}                 # (R-Drop's, SMART's) before
+    for kind, (r, sm) in old.items():
+        a, b = (p, q) if kind == "classification" else (z1, z2)
+        assert rdrop.output_divergence(a, b, kind).item() == float.fromhex(r), kind
+        assert smart.divergence(a, b, kind).item() == float.fromhex(sm), kind
+    assert rdrop.rdrop_kl(p, q).item() == pytest.approx(smart.symmetric_kl(p, q).item() / 2, rel=1e-6)
+    total, _ = rdrop.rdrop_loss(torch.tensor(0.5), torch.tensor(0.7), p, q, "classification", 2.0)
+    assert total.item() == float.fromhex("0x1.e08e5ep+2")
 
 
 def test_binary_divergence_is_the_bernoulli_symmetric_kl_and_regression_the_squared_error():
