@@ -10,6 +10,7 @@ Each layer l computes, for its input x (B, T, H):
     h5      = Dropout(Wm3 h4 + bm3)
     out     = gLN2 * norm(h5 + h3) + bLN2
 
+BitFit numbers the last five, eqs. (1) h2 to (5) out (sec. 3.1); the projections and h1 are unnumbered.
 The parameters carry exactly these names, so "train only bq and bm2" is a filter on names.
 """
 

@@ -35,6 +35,8 @@ def test_the_layer_names_bitfits_equations_where_it_computes_them() -> None:
     assert "eqs. 1-2: the attention output projection and the first add-and-norm" in text
     assert "eqs. 3-5: the feed-forward block (eqs. 3-4) and the second add-and-norm (eq. 5)" in text
     assert model.BertLayer.after_attention.__doc__.startswith("Eqs. 1-5 of BitFit")
+    assert "eqs. (1) h2 to (5) out" in model.__doc__
+    assert "eqs. (1) h2 to (5) out; its Q, K, V and h1 are unnumbered" in (ROOT / "assignments/README.md").read_text()
 
 
 def test_attention_names_its_scale_the_per_head_size() -> None:
