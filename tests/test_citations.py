@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BITFIT_TEXTS = ("minbert/model.py", "minbert/packed.py", "assignments/student/minbert/model.py",
                 "assignments/README.md", "assignments/mistakes.py", "docs/training.md", "notebooks/minbert.ipynb",
                 "assignments/tree_files/minbert.ipynb")
-# BitFit (Ben Zaken et al., 2022, sec. 3.1): Q, K, V and h1 are unnumbered; (1) h2, (2) h3, (3) h4, (4) h5, (5) out
+# BitFit (Ben-Zaken et al., 2022, sec. 3.1): Q, K, V and h1 are unnumbered; (1) h2, (2) h3, (3) h4, (4) h5, (5) out
 WRONG_BITFIT = ("eq. 1: the query", "eq. 1: (B", "eq. 1: (N", "eq. 1 as one", "eqs. 2-3", "eqs. 4-5", "eqs. 2-5",
                 "Eqs. 2-5")
 
