@@ -265,7 +265,7 @@ def adamw_hint_texts(style: str) -> dict[str, str]:
                            "(m.mul_(...).add_(...)), so state['exp_avg'] and state['exp_avg_sq'] stay zero between "
                            "steps",
         "step_stays_1": "the step count stays 1: increase state['step'] each step and use the new count as t",
-        "no_sqrt": "v is not square-rooted (divide by sqrt(v_hat) + eps)",
+        "no_sqrt": f"v is not square-rooted (divide by {root})",
         "betas_swapped": "beta1 and beta2 are swapped (m uses beta1, v uses beta2)",
         "step_lost": "only the weight decay reached p: the Adam step was assigned to a new tensor (p = p - ...) "
                      "instead of applied in place (p.addcdiv_(...))",

@@ -183,7 +183,7 @@ def adamw_fixture_keys(init: list[torch.Tensor], grads: list[list[torch.Tensor |
     return out
 
 
-# ---------------------------------------------------------------- the layer (BitFit eqs. 2-5)
+# ---------------------------------------------------------------- the layer (BitFit eqs. 1-5)
 
 def layer_variant(f: dict[str, torch.Tensor], nh: int, eps: float, *, act: str = "gelu",
                   second_residual: str = "h3", norm: str = "post") -> torch.Tensor:

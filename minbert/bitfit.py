@@ -58,6 +58,7 @@ def term_of(name: str) -> str | None:
 
 
 def check_encoder(model: nn.Module) -> None:
+    """Raise TypeError unless model is the BertModel encoder itself (not a model holding it)."""
     if not isinstance(model, BertModel):
         raise TypeError(f"expected the BertModel encoder, got {type(model).__name__}; pass model.bert (or "
                         "whatever holds the encoder) and mark the task head trainable yourself")

@@ -27,7 +27,9 @@ class SparseDelta(nn.Module):
         self.delta = nn.Parameter(torch.zeros(index.numel(), dtype=dtype))
 
     def forward(self, W0: torch.Tensor) -> torch.Tensor:
-        return W0.flatten().index_add(0, self.index, self.delta.to(W0.dtype)).view_as(W0)
+        """W0 (out, in) -> W0 + delta at the chosen entries, (out, in)."""
+        flat = W0.flatten().index_add(0, self.index, self.delta.to(W0.dtype))  # (out, in) -> (out*in,)
+        return flat.view_as(W0)                                                  # (out*in,) -> (out, in)
 
 
 SCOPES = ("encoder", "with-embeddings")   # where the random controls draw from (freeze_random's `scope`)
@@ -71,7 +73,7 @@ def _sample_row_col(shapes: list[torch.Size], budget: int, g: torch.Generator) -
             count += new
         if count == budget:
             break
-    return [m.flatten().nonzero().flatten() for m in masks]
+    return [m.flatten().nonzero().flatten() for m in masks]   # each (out, in) mask -> (k,) flat indices
 
 
 def _sample_per_matrix(slots: list[tuple[nn.Module, str, torch.Tensor]], g: torch.Generator) -> list[torch.Tensor]:
@@ -90,7 +92,7 @@ def _sample_per_matrix(slots: list[tuple[nn.Module, str, torch.Tensor]], g: torc
                 mask[:, torch.randint(cols, (1,), generator=g).item()] = True
             else:
                 mask[torch.randperm(rows, generator=g)[:rows // cols]] = True
-        chosen.append(mask.flatten().nonzero().flatten())
+        chosen.append(mask.flatten().nonzero().flatten())   # (out, in) mask -> (k,) flat indices
     return chosen
 
 

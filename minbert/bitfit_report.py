@@ -23,14 +23,17 @@ class TrainableReport:
 
     @property
     def trainable(self) -> int:
+        """The trainable parameters, summed over the groups."""
         return sum(t for t, _ in self.rows.values())
 
     @property
     def total(self) -> int:
+        """All parameters, summed over the groups."""
         return sum(n for _, n in self.rows.values())
 
     @property
     def percent(self) -> float:
+        """The trainable share of all parameters, in percent."""
         return 100.0 * self.trainable / self.total
 
     def __str__(self) -> str:

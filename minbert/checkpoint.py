@@ -213,6 +213,7 @@ def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
 
 
 def read_config(directory: str | Path) -> BertConfig:
+    """The BertConfig of a checkpoint directory's config.json; CheckpointError if missing or bad."""
     path = Path(directory) / "config.json"
     if not path.is_file():
         raise CheckpointError(f"{directory}: no config.json")

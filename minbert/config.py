@@ -44,6 +44,7 @@ class BertConfig:
 
     @property
     def head_size(self) -> int:
+        """hs, the per-head size: hidden_size / num_attention_heads."""
         return self.hidden_size // self.num_attention_heads
 
     @classmethod
@@ -72,6 +73,7 @@ class BertConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> BertConfig:
+        """Read a Hugging Face config.json; ValueError naming the file if it is not valid JSON."""
         path = Path(path)
         try:
             d = json.loads(path.read_bytes().decode("utf-8-sig"))

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .losses import cross_entropy
 from .model import BertModel
 from .pooling import POOLINGS, pool
 
@@ -78,6 +79,7 @@ class DeeBert(nn.Module):
 
     @property
     def num_layers(self) -> int:
+        """L, the encoder's layers (one off-ramp after each)."""
         return len(self.bert.layers)
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -135,7 +137,7 @@ def ramp_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """One off-ramp's loss: cross-entropy of (B, C) logits, or squared error when C = 1 (a regression)."""
     if logits.shape[-1] == 1:
         return F.mse_loss(logits.squeeze(-1).float(), labels.float())
-    return F.cross_entropy(logits, labels)
+    return cross_entropy(logits, labels)
 
 
 def offramp_loss(logits: Sequence[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
@@ -164,9 +166,11 @@ def entropy(logits: torch.Tensor, normalize: bool = False) -> torch.Tensor:
 class ExitRule(Protocol):
     """When a sample leaves: start() gives per-sample state (B rows), step() the exit mask (B,) and the new state."""
 
-    def start(self, batch_size: int, device: torch.device) -> dict[str, torch.Tensor]: ...
+    def start(self, batch_size: int, device: torch.device) -> dict[str, torch.Tensor]:
+        """The rule's state before layer 1, for a batch of batch_size examples."""
 
-    def step(self, logits: torch.Tensor, state: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]: ...
+    def step(self, logits: torch.Tensor, state: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        """One off-ramp's logits (B, C) and the state -> which examples leave here (B,) bool, the new state."""
 
 
 @dataclass(frozen=True)
@@ -177,9 +181,11 @@ class EntropyExit:
     normalize: bool = False
 
     def start(self, batch_size: int, device: torch.device) -> dict[str, torch.Tensor]:
+        """No state: each off-ramp decides alone."""
         return {}
 
     def step(self, logits: torch.Tensor, state: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        """Leave where the entropy of the logits (B, C) is below the threshold: (B,) bool."""
         if logits.shape[-1] < 2:
             raise ValueError("entropy needs a class distribution; a regression exits by patience (PatienceExit)")
         return entropy(logits, self.normalize) < self.threshold, state
@@ -200,10 +206,12 @@ class PatienceExit:
             raise ValueError(f"patience must be at least 1, not {self.patience}")
 
     def start(self, batch_size: int, device: torch.device) -> dict[str, torch.Tensor]:
+        """The previous off-ramp's prediction (NaN before layer 1) and the run of agreeing ones, (B,) each."""
         return {"previous": torch.full((batch_size,), math.nan, device=device),
                 "count": torch.zeros(batch_size, dtype=torch.long, device=device)}
 
     def step(self, logits: torch.Tensor, state: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        """Leave where the prediction of the logits (B, C) has held for patience off-ramps: (B,) bool."""
         if logits.shape[-1] == 1:
             value = logits[:, 0].float()                                   # (B,)
             same = (value - state["previous"]).abs() < self.change         # NaN at layer 1: never the same

@@ -10,6 +10,7 @@ Each layer l computes, for its input x (B, T, H):
     h5      = Dropout(Wm3 h4 + bm3)
     out     = gLN2 * norm(h5 + h3) + bLN2
 
+BitFit numbers the last five, eqs. (1) h2 to (5) out (sec. 3.1); the projections and h1 are unnumbered.
 The parameters carry exactly these names, so "train only bq and bm2" is a filter on names.
 """
 
@@ -63,7 +64,7 @@ def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
     dropout_p: float = 0.0, training: bool = False,
 ) -> torch.Tensor:
-    """Multi-head scaled dot-product attention, softmax(QK^T / sqrt(d) + mask) V (Vaswani et al., 2017, 3.2).
+    """Multi-head attention softmax(QK^T / sqrt(hs) + mask) V, hs = d_k the per-head size (Vaswani et al., 2017, 3.2).
 
     q, k, v: (B, nh, T, hs); mask: additive, broadcastable to (B, nh, T, T), 0 where a key may be
     attended to and a large negative number where it is padding. Returns the heads merged, (B, T, nh*hs).
@@ -113,7 +114,10 @@ def fused_attention(
 
 
 class BertEmbeddings(nn.Module):
-    """Token + position + segment embeddings, then LayerNorm and dropout (Devlin et al., 2019, sec. 3.2)."""
+    """Token + position + segment embeddings, then LayerNorm and dropout.
+
+    The sum is BERT's input (Devlin et al., 2019, sec. 3, Input/Output Representations (Figure 2)).
+    """
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -130,6 +134,7 @@ class BertEmbeddings(nn.Module):
         self, input_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """ids (B, T) (or inputs_embeds (B, T, H)) -> h0 (B, T, H)."""
         if inputs_embeds is None:
             if input_ids is None:
                 raise ValueError("give input_ids or inputs_embeds")
@@ -143,7 +148,8 @@ class BertEmbeddings(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros(B, T, dtype=torch.long, device=inputs_embeds.device)
         ### BEGIN SOLUTION
-        ### STUB: h0 = Dropout(LayerNorm(word + position + token-type embeddings)) (Devlin et al., 2019, sec. 3.2):
+        ### STUB: h0 = Dropout(LayerNorm(word + position + token-type embeddings)), the sum of BERT's input
+        ### STUB: (Devlin et al., 2019, sec. 3, Input/Output Representations (Figure 2)):
         ### STUB:   e = inputs_embeds (B, T, H) + the position embeddings of position_ids, (1, T, H)
         ### STUB:       + the token-type (segment) embeddings of token_type_ids, (B, T, H)
         ### STUB:   normalise e over H: layer_norm(e, self.gLN, self.bLN, self.eps), (B, T, H)
@@ -164,14 +170,14 @@ class BertLayer(nn.Module):
         self.eps, self.p, self.p_attn = config.layer_norm_eps, config.hidden_dropout_prob, config.attention_probs_dropout_prob
         self.attend = attention if config.attn_implementation == "eager" else fused_attention
         self.act = ACTIVATIONS[config.hidden_act]  # GELU for BERT (config.hidden_act)
-        # eq. 1: the query, key and value projections
+        # BitFit's (unnumbered) query, key and value projections
         self.Wq, self.bq = nn.Parameter(torch.empty(H, H)), nn.Parameter(torch.zeros(H))
         self.Wk, self.bk = nn.Parameter(torch.empty(H, H)), nn.Parameter(torch.zeros(H))
         self.Wv, self.bv = nn.Parameter(torch.empty(H, H)), nn.Parameter(torch.zeros(H))
-        # eqs. 2-3: the attention output projection and the first add-and-norm
+        # eqs. 1-2: the attention output projection and the first add-and-norm
         self.Wm1, self.bm1 = nn.Parameter(torch.empty(H, H)), nn.Parameter(torch.zeros(H))
         self.gLN1, self.bLN1 = nn.Parameter(torch.ones(H)), nn.Parameter(torch.zeros(H))
-        # eqs. 4-5: the feed-forward block and the second add-and-norm
+        # eqs. 3-5: the feed-forward block (eqs. 3-4) and the second add-and-norm (eq. 5)
         self.Wm2, self.bm2 = nn.Parameter(torch.empty(I, H)), nn.Parameter(torch.zeros(I))
         self.Wm3, self.bm3 = nn.Parameter(torch.empty(H, I)), nn.Parameter(torch.zeros(H))
         self.gLN2, self.bLN2 = nn.Parameter(torch.ones(H)), nn.Parameter(torch.zeros(H))
@@ -187,6 +193,7 @@ class BertLayer(nn.Module):
         self.checkpointing = False
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) -> (B, nh, T, hs): one slice of hs features per head."""
         B, T, _ = x.shape
         return x.view(B, T, self.nh, self.hs).transpose(1, 2)  # (B, T, H) -> (B, nh, T, hs)
 
@@ -198,8 +205,8 @@ class BertLayer(nn.Module):
         return self.compute(x, mask)
 
     def compute(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Eqs. 1-5 of BitFit: attention, the adapter if any, then eqs. 2-5 on the real tokens."""
-        Q = self.split_heads(F.linear(x, self.Wq, self.bq))  # eq. 1: (B, nh, T, hs)
+        """BitFit's unnumbered Q, K, V and h1 = attention, the adapter if any, then eqs. 1-5 on the real tokens."""
+        Q = self.split_heads(F.linear(x, self.Wq, self.bq))  # (B, T, H) -> (B, nh, T, hs)
         K = self.split_heads(F.linear(x, self.Wk, self.bk))
         V = self.split_heads(F.linear(x, self.Wv, self.bv))
         h1 = self.attend(Q, K, V, mask, self.p_attn, self.training)  # (B, T, H)
@@ -212,14 +219,14 @@ class BertLayer(nn.Module):
 
     def attention_probs(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The layer's attention probabilities on its input x (B, T, H), (B, nh, T, T), computing Q and K again."""
-        Q = self.split_heads(F.linear(x, self.Wq, self.bq))  # eq. 1: (B, nh, T, hs)
+        Q = self.split_heads(F.linear(x, self.Wq, self.bq))  # (B, T, H) -> (B, nh, T, hs)
         K = self.split_heads(F.linear(x, self.Wk, self.bk))
         return attention_probs(Q, K, mask, self.attend)
 
     def after_attention(self, h1: torch.Tensor, x: torch.Tensor, ts: torch.Tensor | float = 0.0) -> torch.Tensor:
-        """Eqs. 2-5 of BitFit: the merged heads h1 and the layer's input x, (N, H) or (B, T, H) -> the output."""
+        """Eqs. 1-5 of BitFit: the merged heads h1 and the layer's input x, (N, H) or (B, T, H) -> the output."""
         ### BEGIN SOLUTION
-        ### STUB: The rest of the layer (BitFit eqs. 2-5): h1 (the merged heads) and x (the layer's input) are
+        ### STUB: The rest of the layer (BitFit eqs. 1-5): h1 (the merged heads) and x (the layer's input) are
         ### STUB: (N, H), the batch's N real tokens (forward drops the padding and puts it back), or (B, T, H)
         ### STUB: when the batch has no padding; every step acts on each token alone, so the code is the same. ts is
         ### STUB: what an adapter adds inside the last add-and-norm (PALs): (N, H) as well, or the number 0.0 when
@@ -253,7 +260,7 @@ def on_real_tokens(
     gather=False (the default on a GPU, where the gather waits for the device) runs f on every position and
     multiplies padding by 0 instead.
 
-    Eqs. 2-5 act on each position alone, and attention never lets a padding position reach a real one, so
+    Eqs. 1-5 act on each position alone, and attention never lets a padding position reach a real one, so
     they can skip the padding: a quarter to a half less work on typical padded batches. mask: additive (B, 1, 1, T).
     """
     B, T = mask.shape[0], mask.shape[-1]
@@ -276,6 +283,7 @@ class BertPooler(nn.Module):
         self.Wp, self.bp = nn.Parameter(torch.empty(H, H)), nn.Parameter(torch.zeros(H))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """The last layer's output h (B, T, H) -> the pooled [CLS] vector (B, H)."""
         return torch.tanh(F.linear(h[:, 0], self.Wp, self.bp))  # (B, T, H) -> (B, H)
 
 

@@ -66,6 +66,7 @@ class Head(nn.Module):
         self.fc1, self.fc2 = nn.Linear(d_in, d_hidden), nn.Linear(d_hidden, d_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, d_in) -> fc2(GELU(fc1(dropout(x)))) (B, d_out)."""
         return self.fc2(F.gelu(self.fc1(self.dropout(x))))  # (B, d_in) -> (B, d_out)
 
 
@@ -77,7 +78,9 @@ def join_pairs(
 
     Returns input_ids, attention_mask and token_type_ids (0 for [CLS] a [SEP], 1 for b [SEP]), each (B, T),
     right-padded with 0, the same as tokenising the pairs together. Pairs longer than max_length lose the end
-    of b (its last [SEP] is kept).
+    of b (its last [SEP] is kept). When [CLS] a [SEP] alone reaches max_length, b is dropped whole: the row is [CLS],
+    a's first max_length - 2 tokens and b's [SEP], all of token type 0 (no segment-1 token), where the tokenizer's
+    longest-first truncation would cut a and keep some of b.
     """
     B = input_ids_1.shape[0]
     n1 = attention_mask_1.sum(1)                                  # (B,) tokens of [CLS] a [SEP]

@@ -40,6 +40,7 @@ class AdamW(Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        """One AdamW update of every parameter with a gradient (Loshchilov & Hutter, 2019, alg. 2)."""
         loss = None
         if closure is not None:
             with torch.enable_grad():

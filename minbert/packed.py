@@ -5,9 +5,9 @@ same function, with the same BertModel and its parameters (Wq, Wk, Wv, bq, ..., 
 tokens laid end to end, (N, H), as padding-free transformer kernels do (Zhai et al., 2023, "ByteTransformer"):
 
     x   = h0[real tokens]                         (N, H)      once, after the embeddings
-    qkv = [Wq; Wk; Wv] x + [bq; bk; bv]           (N, 3H)     eq. 1 as one matrix product
+    qkv = [Wq; Wk; Wv] x + [bq; bk; bv]           (N, 3H)     the Q, K, V projections as one product
     h1  = attention within each sequence          (N, H)      varlen flash attention, or padded SDPA
-    out = layer.after_attention(h1, x)            (N, H)      eqs. 2-5, each token alone
+    out = layer.after_attention(h1, x)            (N, H)      eqs. 1-5, each token alone
     last_hidden_state = out put back in place     (B, T, H)   0 at padding, as the readable forward
 
 A model trained through it is the same object, state dict and checkpoint. Where the real tokens are (Packing) is
@@ -69,7 +69,7 @@ class Packing:
         keep = attention_mask != 0                                    # (B, T), True at real tokens
         B, T = keep.shape
         lengths = keep.sum(dim=1)                                     # (B,)
-        empty = (lengths == 0).nonzero().flatten().tolist()
+        empty = (lengths == 0).nonzero().flatten().tolist()        # (n, 1) -> (n,): the rows with no real token
         if empty:
             raise ValueError(f"row(s) {empty} of the attention mask have no real token; attention over no key is "
                              "undefined: drop those rows from the batch")
@@ -117,17 +117,17 @@ def padded_attention(qkv: torch.Tensor, packing: Packing, bias: torch.Tensor, dr
 
 
 def packed_layer(layer: BertLayer, x: torch.Tensor, packing: Packing, bias: torch.Tensor) -> torch.Tensor:
-    """One layer, eqs. 1-5 of BitFit (Ben-Zaken et al., 2022), on the packed real tokens x (N, H) -> (N, H);
+    """One layer in BitFit's notation (Ben-Zaken et al., 2022), on the packed real tokens x (N, H) -> (N, H);
     bias: the additive mask (B, 1, 1, T) BertModel.attention_bias builds, for the padded kernel."""
     N, _ = x.shape
     W = torch.cat([layer.Wq, layer.Wk, layer.Wv])                    # (3H, H): the gradient flows to each part
     b = torch.cat([layer.bq, layer.bk, layer.bv])                    # (3H,)
-    qkv = F.linear(x, W, b).view(N, 3, layer.nh, layer.hs)           # eq. 1: (N, 3H) -> (N, 3, nh, hs)
+    qkv = F.linear(x, W, b).view(N, 3, layer.nh, layer.hs)           # Q, K, V: (N, 3H) -> (N, 3, nh, hs)
     if attention_kernel(qkv, layer.training, layer.p_attn) == "varlen":
         h1 = varlen_attention(qkv, packing)                           # (N, H)
     else:
         h1 = padded_attention(qkv, packing, bias, layer.p_attn if layer.training else 0.0)  # (N, H)
-    return layer.after_attention(h1, x)                               # eqs. 2-5, each token alone: (N, H)
+    return layer.after_attention(h1, x)                               # eqs. 1-5, each token alone: (N, H)
 
 
 def encode_packed(

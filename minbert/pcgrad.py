@@ -74,14 +74,16 @@ def surgery_loss(losses: list[torch.Tensor], params: list[nn.Parameter], rng: ra
         sizes = [params[k].numel() for k in shared]
         F, summed = _buffers(workspace, len(losses), sum(sizes), params[shared[0]])   # (n, D), (D,)
         for row, g in zip(F, grads):
-            torch.cat([(g[k] if g[k] is not None else torch.zeros_like(params[k])).reshape(-1) for k in shared], out=row)
+            flat = [(g[k] if g[k] is not None else torch.zeros_like(params[k])).reshape(-1)  # param shape -> (numel,)
+                    for k in shared]
+            torch.cat(flat, out=row)                                  # (D,)
         gram = F @ F.T                                                # (n, n)
         C = pcgrad_coefficients(gram, rng) if project else torch.eye(len(losses), dtype=torch.float64)  # (n, n)
         if workspace is not None:                                     # what the projection did, for the log
             workspace["last"] = projection_stats(gram, C)
         torch.mv(F.T, C.sum(0).to(F), out=summed)                     # (D, n) @ (n,) -> (D,): sum_i g_i^PC
         for k, piece in zip(shared, summed.split(sizes)):
-            total[k] = piece.view_as(params[k])
+            total[k] = piece.view_as(params[k])                       # (numel,) -> param shape
     for k in range(len(params)):
         if total[k] is None:                                          # one task's own parameter (or unused)
             owned = [g[k] for g in grads if g[k] is not None]

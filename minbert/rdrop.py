@@ -17,12 +17,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .losses import two_class
+
 KINDS = ("classification", "binary", "regression")
 
 
-def symmetric_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+def rdrop_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
     """Sec. 2.1, eq. 2: 1/2 (KL(P || Q) + KL(Q || P)), P = softmax(p_logits) (B, C), summed over classes, batch mean
-    (the authors' compute_kl_loss, with F.kl_div both ways; their sum over the batch is a mean here)."""
+    (the authors' compute_kl_loss, with F.kl_div both ways; their sum over the batch is a mean here). Half of SMART's
+    minbert.smart.symmetric_kl, which is the sum: named apart so that neither is taken for the other."""
     log_p = F.log_softmax(p_logits.float(), dim=-1)                                  # (B, C)
     log_q = F.log_softmax(q_logits.float(), dim=-1)                                  # (B, C)
     kl_pq = F.kl_div(log_q, log_p, reduction="batchmean", log_target=True)           # KL(P || Q)
@@ -30,18 +33,13 @@ def symmetric_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor
     return 0.5 * (kl_pq + kl_qp)
 
 
-def two_class(logit: torch.Tensor) -> torch.Tensor:
-    """A binary logit z (B,) as the logits [0, z] (B, 2) of the distribution [1 - sigmoid(z), sigmoid(z)]."""
-    return torch.stack([torch.zeros_like(logit), logit], dim=-1)
-
-
 def output_divergence(y_1: torch.Tensor, y_2: torch.Tensor, kind: str) -> torch.Tensor:
     """Sec. 2.1, eq. 2, per output kind: the symmetric KL of the two passes' distributions, or for regression their
     mean squared difference (the authors' code, reg_cross_entropy.py line 127)."""
     if kind == "classification":
-        return symmetric_kl(y_1, y_2)
+        return rdrop_kl(y_1, y_2)
     if kind == "binary":
-        return symmetric_kl(two_class(y_1), two_class(y_2))
+        return rdrop_kl(two_class(y_1), two_class(y_2))
     if kind == "regression":
         return (y_1.float() - y_2.float()).pow(2).mean()
     raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")

@@ -55,6 +55,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .losses import two_class
+
 KINDS = ("classification", "binary", "regression")
 
 # The perturbation step's presets (--smart-perturbation): (step rule, eta, epsilon, sigma), the public code's defaults.
@@ -96,16 +98,24 @@ class SmartConfig:
     def __post_init__(self) -> None:
         if self.rule not in ("project", "rescale"):
             raise ValueError(f"SMART rule must be 'project' or 'rescale', not {self.rule!r}")
-        for name in ("lambda_s", "sigma", "mu"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"SMART {name} must be >= 0, not {getattr(self, name)}")
-        for name in ("eta", "epsilon"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"SMART {name} must be > 0, not {getattr(self, name)}")
-        if self.steps < 0:
-            raise ValueError(f"SMART steps must be >= 0, not {self.steps}")
-        if not 0 <= self.beta < 1:
-            raise ValueError(f"SMART beta must be in [0, 1), not {self.beta}")
+        for name in CHECKS:
+            self.check(name, getattr(self, name))
+
+    @staticmethod
+    def check(name: str, value: float) -> None:
+        """Raise ValueError unless the number `name` may be `value` (CHECKS; the command's flags call it too)."""
+        holds, what = CHECKS[name]
+        if not holds(value):
+            raise ValueError(f"SMART {name} must be {what}, not {value}")
+
+
+# Each number's check, the one set (SmartConfig's and the command's flags'): field -> (whether a value holds, what
+# it must be)
+CHECKS: dict[str, tuple[Callable[[float], bool], str]] = {
+    "lambda_s": (lambda v: v >= 0, ">= 0"), "sigma": (lambda v: v >= 0, ">= 0"), "mu": (lambda v: v >= 0, ">= 0"),
+    "eta": (lambda v: v > 0, "> 0"), "epsilon": (lambda v: v > 0, "> 0"), "steps": (lambda v: v >= 0, ">= 0"),
+    "beta": (lambda v: 0 <= v < 1, "in [0, 1)"),
+}
 
 
 # ------------------------------------------------------------------ l_s, the divergences (sec. 3.1)
@@ -124,11 +134,6 @@ def symmetric_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor
     lp, lq = F.log_softmax(p_logits.float(), dim=-1), F.log_softmax(q_logits.float(), dim=-1)  # (B, C)
     return ((lp.exp() - lq.exp()) * (lp - lq)).sum(-1).mean()
     ### END SOLUTION
-
-
-def two_class(logit: torch.Tensor) -> torch.Tensor:
-    """A binary logit z (B,) as the logits [0, z] (B, 2) of the distribution [1 - sigmoid(z), sigmoid(z)]."""
-    return torch.stack([torch.zeros_like(logit), logit], dim=-1)
 
 
 def squared_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -262,6 +267,7 @@ class Smart(nn.Module):
 
     @staticmethod
     def buffer_name(name: str) -> str:
+        """The buffer holding theta~ of a parameter: its name with / for . (buffers take no dots)."""
         return "momentum/" + name.replace(".", "/")                 # buffer names may not hold dots
 
     def tilde(self) -> dict[str, torch.Tensor]:

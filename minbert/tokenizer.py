@@ -14,6 +14,7 @@ class Batch(dict):
     """input_ids, attention_mask and token_type_ids, each (B, T); `model(**batch)` works."""
 
     def to(self, device: str | torch.device) -> Batch:
+        """The same batch with every (B, T) tensor on device."""
         return Batch({k: v.to(device) for k, v in self.items()})
 
     def __getattr__(self, name: str) -> torch.Tensor:
@@ -54,6 +55,7 @@ class Tokenizer:
         backend.enable_padding(pad_id=self.pad_token_id, pad_token="[PAD]", pad_type_id=0)
 
     def token_to_id(self, token: str) -> int:
+        """The id of a token such as [SEP]; ValueError if the vocabulary lacks it."""
         i = self.backend.token_to_id(token)
         if i is None:
             raise ValueError(f"the vocabulary has no {token} token")
@@ -95,6 +97,7 @@ class Tokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """The number of tokens in the vocabulary."""
         return self.backend.get_vocab_size()
 
     def __call__(self, first: str | list[str], second: str | list[str] | None = None) -> Batch:
@@ -118,9 +121,11 @@ class Tokenizer:
         return self.backend.encode(text, pair).ids
 
     def tokenize(self, text: str) -> list[str]:
+        """A text's WordPiece tokens, without [CLS] and [SEP]."""
         return self.backend.encode(text, add_special_tokens=False).tokens
 
     def decode(self, ids: list[int] | torch.Tensor) -> str:
+        """Token ids (a list or a (T,) tensor) -> text."""
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
         return self.backend.decode(ids)

@@ -79,3 +79,24 @@ def test_deebert_trains_both_stages_with_the_recipe_flags(tiny_dir, tmp_path, mo
     assert {k: kwargs[k] for k in ("precision", "warmup_ratio", "max_grad_norm", "grad_accum")} == {
         "precision": "fp32", "warmup_ratio": 0.1, "max_grad_norm": 1.0, "grad_accum": 2}
     assert kwargs["config"]["recipe.optimizer"] == "fused" and kwargs["config"]["stage"] == 1
+
+
+def test_the_classifiers_loss_is_the_librarys_pure_cross_entropy_with_the_same_bits() -> None:
+    """One cross-entropy: the classifier's loss (and DeeBERT's off-ramps') is minbert.losses.cross_entropy of the
+    model's logits, the same F.cross_entropy call as before, bit for bit."""
+    import inspect
+
+    import torch.nn.functional as F
+
+    from minbert import deebert as deebert_lib
+    from minbert import losses
+    torch.manual_seed(0)
+    logits, labels = torch.randn(5, 3, requires_grad=True), torch.tensor([0, 2, 1, 1, 0])
+    model = lambda **inputs: logits                 # a model that returns fixed logits
+    batch = {"input_ids": torch.zeros(5, 2, dtype=torch.long), "attention_mask": torch.ones(5, 2),
+             "token_type_ids": torch.zeros(5, 2, dtype=torch.long), "labels": labels}
+    assert torch.equal(classifier.classification_loss(model, batch), F.cross_entropy(logits, labels))
+    assert torch.equal(deebert_lib.ramp_loss(logits, labels), F.cross_entropy(logits, labels))
+    for code in (classifier.classification_loss, deebert_lib.ramp_loss):
+        assert "F.cross_entropy" not in inspect.getsource(code), code   # the library's, not a copy
+    assert losses.cross_entropy(logits, labels).item() == F.cross_entropy(logits, labels).item()

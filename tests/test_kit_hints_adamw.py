@@ -149,6 +149,20 @@ def _course_check_of(monkeypatch: pytest.MonkeyPatch, mistake: str, style: str) 
     return str(e.value)
 
 
+@pytest.mark.parametrize("style", ["torch", "course"])
+def test_adamw_no_sqrt_hint_names_the_styles_own_denominator(monkeypatch: pytest.MonkeyPatch, style: str) -> None:
+    """The course folds the bias corrections into the step size and divides by sqrt(v) + eps: its hint must not send
+    the student to sqrt(v_hat), which would correct twice; torch's divides by sqrt(v_hat) + eps."""
+    import minbert.optim
+    if style != adamw_style(minbert.optim.AdamW):
+        monkeypatch.setattr(minbert.optim, "AdamW", _CourseAdamW if style == "course" else torch.optim.AdamW)
+    monkeypatch.setattr(minbert.optim.AdamW, "step", _student_step("no-sqrt", style))
+    with pytest.raises(Fail) as e:
+        check_adamw()
+    root = "sqrt(v) + eps" if style == "course" else "sqrt(v_hat) + eps"
+    assert f"v is not square-rooted (divide by {root})" in str(e.value), str(e.value)
+
+
 def test_adamw_float32_decay_hint(monkeypatch: pytest.MonkeyPatch) -> None:
     """p.mul_(1 - lr * wd) passes the 5-step check but fails the course's 1000-step test (1 - 1e-7 rounds in
     float32); the check then names that cause."""

@@ -57,6 +57,20 @@ def test_join_pairs_truncates_the_second_sentence_and_keeps_its_sep(tokenizer):
         assert ids[row, n - 1] == sep
 
 
+def test_join_pairs_when_the_first_sentence_alone_fills_max_length_is_as_its_docstring_says(tokenizer):
+    """[CLS] a [SEP] of 9 tokens, max_length 8: b is dropped whole, a keeps its first 6 tokens, b's [SEP] ends the
+    row, and every token is of type 0 (the docstring says so: the tokenizer would cut a instead)."""
+    pairs = [("a much longer first sentence here ok", "short")]
+    batch = pair_batch(tokenizer, pairs)
+    a = batch["input_ids_1"][0]
+    assert len(a) == 9
+    ids, mask, types = join_pairs(*batch.values(), max_length=8)
+    assert ids[0].tolist() == [*a[:7].tolist(), tokenizer.token_to_id("[SEP]")]
+    assert mask[0].eq(1).all() and types[0].eq(0).all()
+    doc = " ".join(join_pairs.__doc__.split())
+    assert "When [CLS] a [SEP] alone reaches max_length, b is dropped whole" in doc
+
+
 @pytest.mark.parametrize("design", ["bi-encoder", "cross-encoder"])
 def test_both_designs_give_the_right_shapes_and_losses(design, tiny_config, tokenizer):
     torch.manual_seed(0)

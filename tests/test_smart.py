@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -11,6 +14,7 @@ from conftest import killed_after_first_epoch
 from test_multitask import PAIRS, argv, files, pair_batch  # noqa: F401  (fixtures)
 
 import minbert
+from minbert import losses, rdrop, smart
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from minbert.smart import (
     PRESETS,
@@ -25,9 +29,10 @@ from minbert.smart import (
 )
 from tasks import multitask
 from tasks.core.checkpoints import load_checkpoint
-from tasks.core.errors import ConfigurationError
 from tasks.core.train import Interrupted
 from tasks.multitask import parse_settings, run
+from tasks.multitask import settings as multitask_settings
+from tasks.multitask.settings import Smart
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -49,6 +54,24 @@ def test_symmetric_kl_equals_a_hand_computation_is_zero_for_equal_inputs_and_fin
     assert symmetric_kl(z, z).item() == 0.0
     big = symmetric_kl(torch.tensor([[100.0, -100.0, 0.0]]), torch.tensor([[-100.0, 100.0, 0.0]]))
     assert math.isfinite(big.item()) and big.item() == pytest.approx(400.0, rel=1e-6)  # (1 - 0)(0 + 200) + (0 - 1)(-200 - 0)
+
+
+def test_one_symmetric_kl_and_one_two_class_and_the_values_of_before():
+    """SMART's symmetric_kl is the sum of both KLs, R-Drop's rdrop_kl half of it (another name, so that neither is
+    taken for the other); two_class is one function; every divergence has the value (bits) it had before."""
+    assert not hasattr(rdrop, "symmetric_kl") and rdrop.two_class is smart.two_class is losses.two_class
+    g = torch.Generator().manual_seed(0)
+    p, q = torch.randn(4, 3, generator=g) * 3, torch.randn(4, 3, generator=g) * 3
+    z1, z2 = torch.randn(4, generator=g) * 2, torch.randn(4, generator=g) * 2
+    old = {"classification": ("0x1.ba27f8p+1", "0x1.ba27f6p+2"), "binary": ("0x1.5ea744p-1", "0x1.5ea746p+0"),
+           "regression": ("0x1.e13c1cp+2", "0x1.e13c1cp+2")}                 # (R-Drop's, SMART's) before
+    for kind, (r, sm) in old.items():
+        a, b = (p, q) if kind == "classification" else (z1, z2)
+        assert rdrop.output_divergence(a, b, kind).item() == float.fromhex(r), kind
+        assert smart.divergence(a, b, kind).item() == float.fromhex(sm), kind
+    assert rdrop.rdrop_kl(p, q).item() == pytest.approx(smart.symmetric_kl(p, q).item() / 2, rel=1e-6)
+    total, _ = rdrop.rdrop_loss(torch.tensor(0.5), torch.tensor(0.7), p, q, "classification", 2.0)
+    assert total.item() == float.fromhex("0x1.e08e5ep+2")
 
 
 def test_binary_divergence_is_the_bernoulli_symmetric_kl_and_regression_the_squared_error():
@@ -291,6 +314,41 @@ def test_one_step_costs_the_task_pass_a_perturbation_pass_and_the_adversarial_pa
 
 # ------------------------------------------------------------------ the CLI
 
+SMART_FLAGS = {"smart_lambda": "lambda_s", "smart_steps": "steps", "smart_eta": "eta", "smart_epsilon": "epsilon",
+               "smart_sigma": "sigma", "smart_mu": "mu", "smart_beta": "beta"}   # the flag's field -> SmartConfig's
+
+
+@pytest.mark.parametrize(("flag", "name"), SMART_FLAGS.items())
+def test_smart_flags_accept_exactly_what_smartconfig_accepts(flag: str, name: str) -> None:
+    """One set of checks: each flag's parser is SmartConfig's own check of the field."""
+    parse = {f.name: f.metadata["setting"] for f in dataclasses.fields(Smart)}[flag].parse
+    for text in ("-1", "0", "1e-6", "0.5", "1", "3"):
+        kind = int if name == "steps" else float
+        with contextlib.suppress(ValueError):
+            kind(text)
+            try:
+                SmartConfig(**{name: kind(text)})
+                library = True
+            except ValueError:
+                library = False
+            try:
+                cli = parse(text) == kind(text)
+            except argparse.ArgumentTypeError:
+                cli = False
+            assert cli == library, (flag, text)
+
+
+def test_smart_defaults_are_the_librarys_but_the_preset_which_says_so() -> None:
+    cli = Smart(smart=True)
+    for flag, name in {"smart_lambda": "lambda_s", "smart_steps": "steps", "smart_mu": "mu", "smart_beta": "beta",
+                       "smart_bregman": "bregman"}.items():
+        assert getattr(cli, flag) == getattr(SmartConfig, name), flag
+    assert cli.config() == SmartConfig.preset("mt-dnn") != SmartConfig()       # the one default that is not
+    preset = {f.name: f.metadata["setting"] for f in dataclasses.fields(Smart)}["smart_perturbation"].help
+    assert "Default: mt-dnn, not SmartConfig()'s paper" in preset
+    assert "but --smart-perturbation" in " ".join(multitask_settings.__doc__.split())
+
+
 def test_smart_cli_bi_encoder_trains_with_bregman_and_without_dropout(tiny_dir, files, tmp_path):  # noqa: F811
     out = run(parse_settings(argv(tiny_dir, files, tmp_path, "smart", "--epochs", "1", "--design",
                                              "bi-encoder", "--smart", "--smart-lambda", "5", "--smart-epsilon", "1e-6",
@@ -300,8 +358,8 @@ def test_smart_cli_bi_encoder_trains_with_bregman_and_without_dropout(tiny_dir, 
     assert smart["smart_r_s"] > 0 and 0 < smart["smart_r_s_share"] < 1 and 0 <= smart["smart_bregman_share"] < 1
     state = load_checkpoint(tmp_path / "smart.pt")["model"]
     assert any(k.startswith("smart.momentum/bert/") for k in state)
-    with pytest.raises(ConfigurationError, match="beta must be in"):
-        run(parse_settings(argv(tiny_dir, files, tmp_path, "bad", "--smart", "--smart-beta", "1")))
+    with pytest.raises(SystemExit):                                 # SmartConfig's check, at the flag
+        parse_settings(argv(tiny_dir, files, tmp_path, "bad", "--smart", "--smart-beta", "1"))
 
 
 def test_smart_cli_cross_encoder_kill_and_resume_carries_the_momentum_copy(tiny_dir, files, tmp_path, monkeypatch):  # noqa: F811

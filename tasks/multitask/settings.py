@@ -12,11 +12,16 @@
       files      each task's train, dev and test file
       run        where it writes, the hardware, progress                 (tasks/core/runs.py)
 
-Every default here is the library's where the library has one (SmartConfig.mu, PalsConfig.size, ...).
+Every default here is the library's where the library has one (SmartConfig.mu, PalsConfig.size, ...), but
+--smart-perturbation: it defaults to the mt-dnn preset (SmartConfig.preset("mt-dnn"), the SMART authors' code), where
+SmartConfig() is the paper's Algorithm 1 (its help says why). SMART's numbers are checked by SmartConfig's own checks.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +34,7 @@ from ..core.data import SIMCSE_QUORA_REST, TASKS
 from ..core.errors import (
     ConfigurationError,
     existing_file,
-    fraction,
     nonnegative_float,
-    positive_float,
     positive_int,
     probability,
 )
@@ -46,6 +49,25 @@ from .toolkit import ToolkitSettings
 METRICS = {"sst": "sst_accuracy", "para": "para_accuracy", "sts": "sts_pearson"}
 DEFAULT_FILES = {"sst": "ids-sst", "para": "quora", "sts": "sts"}
 HELP_NAMES = {"sst": "SST sentiment", "para": "Quora paraphrase", "sts": "STS similarity"}
+
+
+def smart_number(name: str) -> Callable[[str], float | int]:
+    """The parser of the flag of SmartConfig's number `name`: a finite number that SmartConfig's own check accepts."""
+    kind = int if name == "steps" else float
+
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {'an integer' if kind is int else 'a number'}: {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
+        try:
+            SmartConfig.check(name, value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return value
+    return parse
 
 
 def _task_name(name: str) -> str:
@@ -122,9 +144,9 @@ class Smart:
     2 backward passes instead of 1 and 1 (benchmarks/smart_cost.py)."""
 
     smart: bool = setting(False, help="add lambda_s R_s (and with --smart-bregman mu D_Breg) to every training loss")
-    smart_lambda: float = setting(SmartConfig.lambda_s, parse=nonnegative_float, metavar="L",
+    smart_lambda: float = setting(SmartConfig.lambda_s, parse=smart_number("lambda_s"), metavar="L",
                                   help="lambda_s, R_s's weight (the paper tries 1, 3, 5; the CS224N report used 5)")
-    smart_steps: int = setting(SmartConfig.steps, parse=positive_int, metavar="K",
+    smart_steps: int = setting(SmartConfig.steps, parse=smart_number("steps"), metavar="K",
                                help="ascent steps on the perturbation")
     smart_perturbation: str = setting(
         "mt-dnn", choices=tuple(PRESETS),
@@ -132,19 +154,23 @@ class Smart:
              "SMART authors' own code, namisan/mt-dnn; per-token rescale to infinity norm ~1, eta 1e-5, eps 1e-6, "
              "sigma 1e-5), vat (archinetai/vat-pytorch, named by the CS224N report: the same rescale, eta 1e-3), "
              "paper (Algorithm 1 literally: projection onto the eps ball, eta 1e-3, eps 1e-5, sigma 1e-5). "
-             "--smart-eta/--smart-epsilon/--smart-sigma override the preset")
-    smart_eta: float | None = setting(None, parse=positive_float, metavar="ETA",
+             "--smart-eta/--smart-epsilon/--smart-sigma override the preset. Default: mt-dnn, not SmartConfig()'s "
+             "paper (SmartConfig.preset('mt-dnn')): at the report's epsilon the paper's projection is numerically a "
+             "no-op (the reference repository's docs/smart-pals.md), and mt-dnn is the step the SMART authors' code "
+             "takes")
+    smart_eta: float | None = setting(None, parse=smart_number("eta"), metavar="ETA",
                                       help="the perturbation's step size (none: the preset's)")
-    smart_epsilon: float | None = setting(None, parse=nonnegative_float, metavar="EPS",
+    smart_epsilon: float | None = setting(None, parse=smart_number("epsilon"), metavar="EPS",
                                           help="paper: the infinity-norm ball's radius; mt-dnn, vat: the division's "
                                                "guard (none: the preset's)")
-    smart_sigma: float | None = setting(None, parse=positive_float, metavar="SIGMA",
+    smart_sigma: float | None = setting(None, parse=smart_number("sigma"), metavar="SIGMA",
                                         help="std of the perturbation's starting noise (none: the preset's)")
     smart_bregman: bool = setting(False, help="also the Bregman proximal point term with momentum, mu l_s(f(x; "
                                               "theta), f(x; theta~)), theta~ a moving average of the trainable "
                                               "parameters")
-    smart_mu: float = setting(SmartConfig.mu, parse=nonnegative_float, metavar="MU", help="mu, the Bregman term's weight")
-    smart_beta: float = setting(SmartConfig.beta, parse=fraction, metavar="BETA",
+    smart_mu: float = setting(SmartConfig.mu, parse=smart_number("mu"), metavar="MU",
+                              help="mu, the Bregman term's weight")
+    smart_beta: float = setting(SmartConfig.beta, parse=smart_number("beta"), metavar="BETA",
                                 help="momentum: theta~ <- (1 - beta) theta + beta theta~ after each step")
     smart_dropout: str = setting(
         "on", choices=("on", "off"),
@@ -171,8 +197,8 @@ class Pals:
 
     pals: str | None = setting(None, choices=VARIANTS,
                                help="standard: added inside each layer's last LayerNorm (the paper); concat: beside "
-                                    "the first self-attention, [h1; PAL(x)] projected to H (the CS224N report's "
-                                    "variant); none: no PALs")
+                                    "each layer's self-attention (before Wm1), in every layer, [h1; PAL(x)] projected to H "
+                                    "(the CS224N report's variant); none: no PALs")
     pals_size: int = setting(PalsConfig.size, parse=positive_int, metavar="D", help="the PALs' projected width")
     pals_heads: int = setting(PalsConfig.heads, parse=positive_int, metavar="N",
                               help="attention heads in the projected space")

@@ -11,9 +11,10 @@ returns the merged heads h1 and a term ts for the last add-and-norm:
 
     standard   Stickland & Murray: in parallel with the whole layer, added inside its last add-and-norm,
                out = LN2(h5 + h3 + PAL(x))   (the adapter returns h1 unchanged and ts = PAL(x))
-    concat     the CS224N report's variant (Qian & Yang, sec. 4.4, Figure 2): beside the first self-attention
-               only, the merged heads and the PAL output concatenated and projected back to H by a per-layer
-               linear map, h1 <- W_tl [h1; PAL(x)] + b_tl   (the adapter returns that and ts = 0)
+    concat     the CS224N report's variant (Qian & Yang, sec. 4.4, Figure 2): beside each layer's self-attention
+               sublayer (before Wm1), in every layer, the merged heads and the PAL output concatenated and
+               projected back to H by a per-layer linear map, h1 <- W_tl [h1; PAL(x)] + b_tl   (the adapter
+               returns that and ts = 0)
 
 The PALs of the batch's task run: the multitask model sets `task` before each forward. Where the paper and
 its code differ: the paper writes TS(x) = V^D MH(V^E x); its code (AsaCooperStickland/Bert-n-Pals,
@@ -64,10 +65,12 @@ class ProjectedAttention(nn.Module):
         self.Wv, self.bv = nn.Parameter(torch.empty(d, d)), nn.Parameter(torch.zeros(d))
 
     def split_heads(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, T, d) -> (B, nh, T, hs): one slice of hs features per head."""
         B, T, _ = z.shape
         return z.view(B, T, self.nh, self.hs).transpose(1, 2)  # (B, T, d) -> (B, nh, T, hs)
 
     def forward(self, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """z (B, T, d), mask (B, 1, 1, T) -> the merged heads (B, T, d)."""
         # YOUR CODE HERE
         # Multi-head self-attention in the projected space; z (B, T, d), mask the additive (B, 1, 1, T).
         #   q, k, v = Wq z + bq, Wk z + bk, Wv z + bv (F.linear with self.Wq, self.bq, ...), (B, T, d) each,
@@ -118,6 +121,7 @@ class PALs(nn.Module):
         self.task: str | None = None
 
     def active(self) -> TaskPALs:
+        """The PALs of the current task (set .task first); RuntimeError naming the tasks otherwise."""
         if self.task not in self.tasks:
             raise RuntimeError(f"PALs: no PALs for task {self.task!r} (tasks: {', '.join(self.tasks)}); set "
                                ".task before the forward (MultitaskBert.predict does)")

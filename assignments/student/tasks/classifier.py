@@ -22,10 +22,10 @@ import sys
 from dataclasses import dataclass, replace
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import minbert
+from minbert.losses import cross_entropy
 from minbert.pooling import POOLINGS, pool
 from minbert.shapes import expect_shape
 
@@ -82,8 +82,7 @@ class SentimentClassifier(nn.Module):
 
 def classification_loss(model: nn.Module, batch: dict) -> torch.Tensor:
     """Mean cross-entropy of a batch's logits against its labels."""
-    logits = model(**model_inputs(batch))                  # (B, C)
-    return F.cross_entropy(logits, batch["labels"])
+    return cross_entropy(model(**model_inputs(batch)), batch["labels"])   # logits (B, C), labels (B,)
 
 
 def logits_of(model: nn.Module, split: Split, batch_size: int, device: torch.device,

@@ -1,0 +1,92 @@
+"""The papers' numbers the teaching text cites, read from the reference code, the student stubs, the handout and the
+docs: BitFit's equation numbers (the Q/K/V projections unnumbered, eqs. 1-5 the rest of the layer), BERT's section for
+the embeddings, attention's scale, PALs' concat placement; and the library's convention of a shape comment on
+every reshape."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from minbert import model, pals
+
+ROOT = Path(__file__).resolve().parents[1]
+# every tracked text that cites BitFit's equations for the layer
+BITFIT_TEXTS = ("minbert/model.py", "minbert/packed.py", "assignments/student/minbert/model.py",
+                "assignments/README.md", "assignments/mistakes.py", "docs/training.md", "notebooks/minbert.ipynb",
+                "assignments/tree_files/minbert.ipynb")
+# BitFit (Ben-Zaken et al., 2022, sec. 3.1): Q, K, V and h1 are unnumbered; (1) h2, (2) h3, (3) h4, (4) h5, (5) out
+WRONG_BITFIT = ("eq. 1: the query", "eq. 1: (B", "eq. 1: (N", "eq. 1 as one", "eqs. 2-3", "eqs. 4-5", "eqs. 2-5",
+                "Eqs. 2-5")
+
+
+@pytest.mark.parametrize("path", BITFIT_TEXTS)
+def test_bitfit_citations_follow_the_papers_numbers(path: str) -> None:
+    text = (ROOT / path).read_text()
+    assert not [w for w in WRONG_BITFIT if w in text], path
+
+
+def test_the_layer_names_bitfits_equations_where_it_computes_them() -> None:
+    text = (ROOT / "minbert/model.py").read_text()
+    assert "BitFit's (unnumbered) query, key and value projections" in text
+    assert "eqs. 1-2: the attention output projection and the first add-and-norm" in text
+    assert "eqs. 3-5: the feed-forward block (eqs. 3-4) and the second add-and-norm (eq. 5)" in text
+    assert model.BertLayer.after_attention.__doc__.startswith("Eqs. 1-5 of BitFit")
+    assert "eqs. (1) h2 to (5) out" in model.__doc__
+    assert "eqs. (1) h2 to (5) out; its Q, K, V and h1 are unnumbered" in (ROOT / "assignments/README.md").read_text()
+
+
+def test_attention_names_its_scale_the_per_head_size() -> None:
+    for path in ("minbert/model.py", "assignments/student/minbert/model.py"):
+        text = (ROOT / path).read_text()
+        assert "sqrt(d)" not in text, path
+        assert "softmax(QK^T / sqrt(hs) + mask) V, hs = d_k the per-head size" in text, path
+
+
+def test_the_embeddings_cite_berts_input_representations() -> None:
+    cite = "Devlin et al., 2019, sec. 3, Input/Output Representations (Figure 2)"
+    for path in ("minbert/model.py", "assignments/student/minbert/model.py", "assignments/README.md"):
+        text = (ROOT / path).read_text()
+        assert "Devlin et al., 2019, sec. 3.2" not in text, path
+        assert cite in text, path
+
+
+def test_pals_concat_is_described_in_every_layer() -> None:
+    texts = [pals.__doc__, (ROOT / "tasks/multitask/settings.py").read_text(), (ROOT / "docs/smart-pals.md").read_text(),
+             (ROOT / "assignments/student/minbert/pals.py").read_text()]
+    for text in texts:
+        assert "first self-attention" not in " ".join(text.split())
+    assert "in every layer" in pals.__doc__
+
+
+def test_every_reshape_in_the_library_carries_a_shape_comment() -> None:
+    """Each view, reshape, flatten, transpose or permute in minbert/ has a `# ...(shape)...` comment on its line."""
+    reshape = re.compile(r"\.(view|view_as|reshape|flatten|transpose|permute|unflatten)\(")
+    bare = []
+    for path in sorted((ROOT / "minbert").glob("*.py")):
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            code, _, comment = line.partition("#")
+            if reshape.search(code) and not line.strip().startswith(('"""', "###")) and "(" not in comment:
+                bare.append(f"{path.name}:{i}")
+    assert not bare
+
+
+def test_every_public_function_in_the_library_has_a_docstring() -> None:
+    """Students' stubs included (they get theirs through the generator): a one-line docstring, shapes where tensors
+    go in or out."""
+    def undocumented(body: list[ast.stmt], prefix: str) -> list[str]:
+        out = []
+        for node in body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                out += undocumented(node.body, f"{prefix}{node.name}.")
+            elif isinstance(node, ast.FunctionDef) and not node.name.startswith("_") \
+                    and not any(ast.unparse(d).endswith(".setter") for d in node.decorator_list) \
+                    and ast.get_docstring(node) is None:
+                out.append(f"{prefix}{node.name}")
+        return out
+    missing = [f"{path.name}: {name}" for path in sorted((ROOT / "minbert").glob("*.py"))
+               for name in undocumented(ast.parse(path.read_text()).body, "")]
+    assert not missing
