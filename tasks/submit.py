@@ -7,6 +7,8 @@ A complete set is one prediction file {sst,para,sts}-{split}-output.csv for ever
 in data/ that is the leaderboard's six files: {sst,para,sts}-{dev,test}-output.csv.
 Every file is checked as tasks.score checks it (ids missing, duplicate or unknown, bad values);
 any error refuses the upload with the report, and so does a data directory missing or without any task file.
+--out is a name ending in .zip that is none of the inputs (a prediction file it zips, a file of --data-dir) and no
+existing file other than an earlier zip, which it replaces.
 """
 
 from __future__ import annotations
