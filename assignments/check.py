@@ -237,6 +237,19 @@ def check_next_group(args: argparse.Namespace) -> list[dict]:
     return results
 
 
+def result_file(text: str) -> str:
+    """--result FILE: a file to write (its folders are made), not a directory, nor under a file: refused before any
+    check runs."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory, not a file: give a file name, such as "
+                                         f"{Path(text) / 'results.json'}")
+    above = next((p for p in path.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {above} is a file, not a directory: give a path in a folder")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     if not __package__:        # run as a file (python check.py): `-m` from the root puts this tree first on the path
         print(f"error: run it as python -m assignments.check from the tree's root (cd {ROOT}), not as a file",
@@ -257,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("parts", nargs="*", metavar="PART",
                     help=f"all (every group), groups ({', '.join(groups)}) or parts ({', '.join(PARTS)}); default: "
                          "the first group, in that order, that is not complete yet")
-    ap.add_argument("--result", metavar="FILE", help="also write the results as JSON (used by the grader)")
+    ap.add_argument("--result", metavar="FILE", type=result_file,
+                    help="also write the results as JSON (used by the grader)")
     ap.add_argument("--timeout", type=float, metavar="S",
                     help="run each part in its own process, stopped after S seconds (used by the grader)")
     ap.add_argument("--jobs", type=int, default=1, help="with --timeout: parts run at once (default 1)")
@@ -286,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         results = check_next_group(args)
     if args.result:
+        Path(args.result).parent.mkdir(parents=True, exist_ok=True)
         Path(args.result).write_text(json.dumps(results))
     return 0 if all(r["status"] == "pass" for r in results) else 1
 

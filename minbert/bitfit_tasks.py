@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -46,10 +47,26 @@ def save_task(path: str | Path, model: BertModel, head: nn.Module | None = None,
         tensors.update({f"head.{k}": v.detach().cpu().contiguous().clone() for k, v in head.state_dict().items()})
     meta = {"format": TASK_FORMAT, "backbone": backbone_fingerprint(model), **dict(metadata or {})}
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, tmp, metadata={k: str(v) for k, v in meta.items()})
-    os.replace(tmp, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:                           # a temporary file beside it, fsynced and renamed; removed if anything fails
+        save_file(tensors, tmp, metadata={k: str(v) for k, v in meta.items()})
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return path.stat().st_size
+
+
+def _umask() -> int:
+    """This process's umask, for the mode a new file gets (mkstemp's files are private)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
 
 
 def load_task(path: str | Path, model: BertModel, head: nn.Module | None = None,

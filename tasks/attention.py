@@ -30,7 +30,7 @@ import torch
 import minbert
 
 from .core.checkpoints import trained_encoder
-from .core.errors import ConfigurationError, MissingFileError, run_cli
+from .core.errors import ConfigurationError, MissingFileError, figure_to_write, run_cli
 from .core.recipe import ATTENTIONS, ATTN_IMPLEMENTATION, DEFAULT_ATTENTION
 from .core.runs import RUN_FILE, no_checkpoint, read_run_json, trained_checkpoint
 from .core.settings import parse, setting
@@ -43,7 +43,8 @@ class Settings:
     layer: int = setting(1, help="the layer to draw, 1 to the model's number of layers")
     model: str = setting("minilm", help="a checkpoint (minilm, a Hugging Face name or a directory), or a trained run's "
                                         "directory: its best epoch's encoder")
-    out: str = setting("attention.png", help="the PNG to write")
+    out: str = setting("attention.png", parse=figure_to_write,
+                       help="the PNG to write (a name without an extension gets .png)")
     attention: str = setting(
         DEFAULT_ATTENTION, choices=ATTENTIONS,
         help="the attention function the maps come from: eager, minbert/model.py's attention() (yours, in a student "
@@ -84,6 +85,7 @@ def draw(probs: torch.Tensor, tokens: list[str], title: str, out: str | Path) ->
     fig.suptitle(title)
     fig.tight_layout()
     out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out

@@ -10,7 +10,9 @@ OUT/heads.pt the weights outside the encoder (the three heads, PALs if any); OUT
 and its best epoch's dev figures; python -m tasks.predict OUT predicts with it. A classifier, DeeBERT or SimCSE run:
 OUT itself is the Hugging Face directory of its best state's encoder (its head, off-ramps or SimCSE's MLP are left
 out), with export.json saying where it came from; minbert.load_pretrained(OUT), --model OUT and transformers'
-BertModel.from_pretrained(OUT) read it.
+BertModel.from_pretrained(OUT) read it. OUT is new or empty (a non-empty one is refused, naming what it holds;
+--force moves it aside to OUT.backup-TIME), and is written whole or not at all: into a hidden sibling, renamed at the
+end.
 """
 
 from __future__ import annotations
@@ -23,8 +25,13 @@ if not __package__:  # run as a file (python tasks/export.py): this tree is not 
 
 import argparse
 import json
+import os
+import secrets
 import shutil
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +49,70 @@ ENCODER_KINDS = ("classifier", "deebert", "simcse")   # runs whose export is the
 EXPORT_RECORD = "export.json"                         # beside such an export: the run it came from
 
 
-def export(checkpoint: str | Path, out: str | Path) -> Path:
+def export(checkpoint: str | Path, out: str | Path, force: bool = False) -> Path:
     """Write the export directory of a run (a run directory, a checkpoint in one, or an older multitask checkpoint);
-    returns it."""
-    path, out = Path(checkpoint), Path(out)
+    returns it. OUT is new or empty (force: a non-empty one is moved aside to OUT.backup-TIME once the export is
+    whole); the files go to a hidden sibling first, renamed to OUT at the end, so a failed export leaves no OUT."""
+    out = Path(out)
+    check_out(Path(checkpoint), out, force)
+    with staged(out) as tmp:
+        _export(checkpoint, tmp)
+    return out
+
+
+def check_out(source: Path, out: Path, force: bool) -> None:
+    """Refuse an OUT that is a file, or a non-empty directory without --force (naming what it holds), or with it a
+    folder that holds the run exported."""
+    if out.exists() and not out.is_dir():
+        raise ConfigurationError(f"{out} is a file, not a directory: give a directory to write into")
+    held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if not held:
+        return
+    run_dir = (source if source.is_dir() else source.parent).resolve()
+    if force and (out.resolve() == run_dir or out.resolve() in run_dir.parents):
+        raise ConfigurationError(f"{out} holds the run being exported ({source}); --force would move it aside: give "
+                                 "a new directory, such as exported/")
+    if not force:
+        shown = ", ".join(held[:4]) + (f", ... ({len(held)} entries)" if len(held) > 4 else "")
+        raise ConfigurationError(f"{out} is not empty ({shown}); nothing was written. Give an empty or new directory, "
+                                 "or --force to move it aside to a backup first")
+
+
+def backup_path(out: Path) -> Path:
+    """A free name beside out for its backup: OUT.backup-YYYYmmdd-HHMMSS (with -2, -3, ... when taken)."""
+    base = out.with_name(f"{out.name}.backup-{time.strftime('%Y%m%d-%H%M%S')}")
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+@contextmanager
+def staged(out: Path) -> Iterator[Path]:
+    """A new hidden directory beside `out` for the block to fill; when the block ends it becomes `out` in one rename
+    (a non-empty `out`, which check_out let through with --force, first moved to backup_path), and when the block
+    fails it is removed, `out` left as it was."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.export-{secrets.token_hex(4)}"
+    tmp.mkdir()                                   # the mode a new directory gets (mkdtemp's is private)
+    try:
+        yield tmp
+        if out.is_dir() and any(out.iterdir()):
+            backup = backup_path(out)
+            os.replace(out, backup)
+            print(f"moved the existing {out} to {backup}", file=sys.stderr)
+        elif out.is_dir():
+            out.rmdir()
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _export(checkpoint: str | Path, out: Path) -> Path:
+    """Write the export of `checkpoint` into the directory `out` (which exists)."""
+    path = Path(checkpoint)
     run_dir = path if path.is_dir() else path.parent
     if path.is_dir() and not (path / RUN_FILE).is_file():
         raise ConfigurationError(f"{path}: not a run directory (no {RUN_FILE}); tasks.export takes the directory that "
@@ -113,9 +180,11 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", help="a run directory of python -m tasks.classifier, multitask, deebert or simcse, "
                                       "or its checkpoint")
-    p.add_argument("out", type=directory_to_write, help="the directory to write")
+    p.add_argument("out", type=directory_to_write, help="the directory to write: new or empty")
+    p.add_argument("--force", action="store_true",
+                   help="write even if OUT is not empty, after moving it aside to OUT.backup-TIME")
     args = p.parse_args(argv)
-    out = export(args.checkpoint, args.out)
+    out = export(args.checkpoint, args.out, args.force)
     if (out / EXPORT_RECORD).is_file():
         print(f"wrote {out}/ (Hugging Face BERT: the run's encoder), {out}/{EXPORT_RECORD}")
     else:

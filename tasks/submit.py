@@ -7,6 +7,8 @@ A complete set is one prediction file {sst,para,sts}-{split}-output.csv for ever
 in data/ that is the leaderboard's six files: {sst,para,sts}-{dev,test}-output.csv.
 Every file is checked as tasks.score checks it (ids missing, duplicate or unknown, bad values);
 any error refuses the upload with the report, and so does a data directory missing or without any task file.
+--out is a name ending in .zip that is none of the inputs (a prediction file it zips, a file of --data-dir) and no
+existing file other than an earlier zip, which it replaces.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from .core.errors import run_cli
+from .core.errors import ConfigurationError, file_to_write, run_cli
 from .core.evaluation import check_predictions, gold_records, prediction_path, replacing
 
 TASK_NAMES = ("sst", "para", "sts")   # minbert.multitask.TASK_NAMES (a test says so), without importing part 2
@@ -41,6 +43,7 @@ def make_submission(pred_dir: str | Path, data_dir: str | Path, out: str | Path)
     """Check the set and write the zip atomically; returns (zip path or None, the problems that refused it). A data
     folder missing, or holding no leaderboard task file, refuses it: there would be nothing to check or zip."""
     problems, files = [], []
+    check_out(out, pred_dir, data_dir)
     if not Path(data_dir).is_dir():
         return None, [f"{data_dir}: no such data folder: run from the tree's root, or pass --data-dir DIR"]
     if not expected_files(data_dir):
@@ -67,12 +70,37 @@ def make_submission(pred_dir: str | Path, data_dir: str | Path, out: str | Path)
     return out, []
 
 
+def check_out(out: str | Path, pred_dir: str | Path, data_dir: str | Path) -> None:
+    """Refuse an --out that would replace an input (a prediction file it zips, a file of the data folder), a file that
+    is not a zip, or a name without .zip, before anything is checked or written."""
+    path = Path(out).expanduser().resolve()
+    inputs = {prediction_path(pred_dir, t, s).resolve() for t in TASK_NAMES for s in SPLITS}
+    if path in inputs:
+        raise ConfigurationError(f"--out {out} is one of the prediction files the zip holds, which it would replace; "
+                                 "give the zip its own name, such as --out submission.zip")
+    data = Path(data_dir).expanduser().resolve()
+    if path == data or data in path.parents:
+        raise ConfigurationError(f"--out {out} is inside --data-dir {data_dir}, the task files the set is checked "
+                                 "against; write the zip elsewhere, such as --out submission.zip")
+    if path.is_dir():
+        raise ConfigurationError(f"--out {out} is a directory; give the zip's file name, such as "
+                                 f"--out {Path(out) / 'submission.zip'}")
+    if path.suffix.lower() != ".zip":
+        raise ConfigurationError(f"--out {out}: the upload is a zip and its name ends in .zip; give --out "
+                                 f"{Path(out).with_suffix('.zip') if path.suffix else f'{out}.zip'}")
+    if path.exists() and not zipfile.is_zipfile(path):
+        raise ConfigurationError(f"--out {out} exists and is not a zip, so it is not an earlier submission to "
+                                 "replace; nothing was written: move it, or give another --out")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tasks.submit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pred-dir", default="predictions", help="directory of the prediction files (default: predictions)")
     parser.add_argument("--data-dir", default="data", help="directory of the task files that define the set (default: data)")
-    parser.add_argument("--out", default="submission.zip", help="the zip to write (default: submission.zip)")
+    parser.add_argument("--out", default="submission.zip", type=file_to_write,
+                        help="the zip to write (default: submission.zip); a name ending in .zip, not one of the "
+                             "prediction files, nor in --data-dir, nor an existing file that is not a zip")
     args = parser.parse_args(argv)
     out, problems = make_submission(args.pred_dir, args.data_dir, args.out)
     if problems:

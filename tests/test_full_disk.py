@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -65,11 +66,13 @@ def test_submission_zip_survives_a_full_disk(tmp_path: Path, monkeypatch: pytest
     (data / "ids-sst-dev.csv").write_text("\tid\tsentence\tsentiment\n0\ta1\tgood .\t4\n")
     evaluation.write_predictions(preds / "sst-dev-output.csv", "sst", ["a1"], [4])
     out = tmp_path / "submission.zip"
-    out.write_bytes(b"previous zip")
+    with zipfile.ZipFile(out, "w") as z:                # an earlier submission (a file not a zip is refused)
+        z.writestr("previous", "zip")
+    previous = out.read_bytes()
     _full_disk(monkeypatch)
     with pytest.raises(OSError):
         submit.make_submission(preds, data, out)
-    assert out.read_bytes() == b"previous zip"
+    assert out.read_bytes() == previous
     assert _only(tmp_path) == ["data", "preds", "submission.zip"]
 
 

@@ -113,6 +113,7 @@ def plot_curves(path: str | Path, out: str | Path | None = None) -> Path:
     if epochs:
         right.legend()
     out = Path(out) if out else Path(path).with_suffix(".png")
+    out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)
@@ -146,9 +147,11 @@ def curves_file(given: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .errors import figure_to_write
     p = argparse.ArgumentParser(prog="python -m tasks.curves", description="Draw a run's curves file as a PNG.")
     p.add_argument("path", help="a CHECKPOINT.curves.jsonl file, or a run directory (its checkpoint's curves)")
-    p.add_argument("--out", default=None, help="the PNG (default: beside the curves file, .png)")
+    p.add_argument("--out", default=None, type=figure_to_write,
+                   help="the PNG (default: beside the curves file, .png); a name without an extension gets .png")
     args = p.parse_args(argv)
     print(f"wrote {plot_curves(curves_file(args.path), args.out)}")
     return 0

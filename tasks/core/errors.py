@@ -58,6 +58,10 @@ class TermError(UserError, TypeError):
 
 USER_ERRORS: tuple[type[BaseException], ...] = (UserError, CheckpointError, ShapeError)
 EXIT_USER_ERROR = 1
+# an OSError about a path the user gave (a file where a folder is needed, a folder not there, no permission):
+# run_cli prints `error: PATH: reason` when it names the path, instead of a traceback
+PATH_ERRNOS = frozenset({errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM,
+                         errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP})
 
 
 def diverged(value: float, epoch: int, step: int, task: str | None, unit: str, checkpoint: str | Path | None) -> None:
@@ -105,7 +109,9 @@ def interrupted_message() -> str:
 
 def run_cli(main: Callable[[], int | None]) -> int:
     """Call a CLI's main(); a user error, or a stub not written yet, becomes `error: MESSAGE` on stderr and exit
-    status 1, a bug keeps its traceback, Ctrl-C exits 130 with one line (the command that continues the run)."""
+    status 1, a bug keeps its traceback, Ctrl-C exits 130 with one line (the command that continues the run). An
+    OSError naming a path (a full disk, a folder missing, a directory where a file goes: PATH_ERRNOS) is one line
+    too: `error: PATH: reason`."""
     _RUN.clear()
     try:
         return main() or 0
@@ -125,12 +131,16 @@ def run_cli(main: Callable[[], int | None]) -> int:
         print(interrupted_message(), file=sys.stderr)
         return 130
     except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            sys.stdout.flush()
+            print(f"error: {e.filename or 'a file'}: {os.strerror(e.errno)}; every file is written to a temporary "
+                  "file and renamed, so the previous version is intact: free some space and run again (a run with a "
+                  "checkpoint continues with --resume)", file=sys.stderr)
+            return EXIT_USER_ERROR
+        if e.filename is None or e.errno not in PATH_ERRNOS:
             raise                                   # anything else may be a bug: keep its traceback
         sys.stdout.flush()
-        print(f"error: {e.filename or 'a file'}: {os.strerror(e.errno)}; every file is written to a temporary file "
-              "and renamed, so the previous version is intact: free some space and run again (a run with a "
-              "checkpoint continues with --resume)", file=sys.stderr)
+        print(f"error: {e.filename}: {os.strerror(e.errno)}", file=sys.stderr)
         return EXIT_USER_ERROR
 
 
@@ -225,9 +235,73 @@ def existing_dir(text: str) -> str:
     return text
 
 
+def _file_above(path: Path) -> Path | None:
+    """The nearest existing folder above `path` when it is not a folder (a file where a folder would be made)."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
 def directory_to_write(text: str) -> str:
-    """A directory to write files into: absent (it is made) or a directory, not an existing file."""
+    """A directory to write files into: absent (it is made, with any folder above it) or a directory, not an
+    existing file, nor under one."""
     path = Path(text).expanduser()
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a directory: give a directory to write into")
+    above = _file_above(path)
+    if above is not None:
+        raise argparse.ArgumentTypeError(f"{text}: {above} is a file, not a directory: give a directory to write into")
     return text
+
+
+def file_to_write(text: str) -> str:
+    """A file to write: new or an existing file (the folders above it are made), not a directory, nor under a
+    file."""
+    path = Path(text).expanduser()
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty name: give a file name")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory, not a file: give a file name, such as "
+                                         f"{Path(text) / 'NAME'}")
+    above = _file_above(path)
+    if above is not None:
+        raise argparse.ArgumentTypeError(f"{text}: {above} is a file, not a directory: give a path in a folder")
+    return text
+
+
+def figure_to_write(text: str) -> str:
+    """A figure to write (file_to_write): a name without an extension gets .png, which is what matplotlib writes."""
+    file_to_write(text)
+    suffix = Path(text).suffix.lower().lstrip(".")
+    if not suffix:
+        return f"{text}.png"
+    if suffix != "png":
+        from matplotlib.backend_bases import FigureCanvasBase
+        known = FigureCanvasBase.get_supported_filetypes()
+        if suffix not in known:
+            raise argparse.ArgumentTypeError(f"{text}: matplotlib writes no .{suffix} figure; end the name with .png "
+                                              f"(or {', '.join(f'.{k}' for k in sorted(known) if k != 'png')})")
+    return text
+
+
+def another_run(path: str | Path, own: str | Path) -> Path | None:
+    """The run directory (a folder with run.json) that `path` lies in when it is not `own`, the run writing: a
+    command that would write there would replace another run's files (None: no other run's)."""
+    from .runs import RUN_FILE
+    own, where = Path(own).resolve(), Path(path).expanduser().resolve()
+    for folder in (where, *where.parents):
+        if folder == own:
+            return None
+        if (folder / RUN_FILE).is_file():
+            return folder
+    return None
+
+
+def refuse_another_runs(path: str | Path, own: str | Path, flag: str) -> None:
+    """Refuse a `flag PATH` to write into that lies in another run's directory (another_run), in one line."""
+    other = another_run(path, own)
+    if other is not None:
+        raise ConfigurationError(f"{flag} {path} is inside the run directory {other}, another run's, whose files it "
+                                 f"would replace; leave {flag} out (this run's own: {Path(own)}), or give a folder "
+                                 "outside other runs")

@@ -19,6 +19,7 @@ from torch import nn
 
 from minbert import bitfit, bitfit_controls, bitfit_tasks
 
+from .errors import file_to_write
 from .settings import setting
 
 
@@ -169,7 +170,7 @@ class FineTune:
              "included) or a comma- or space-separated subset of bq,bk,bv,bm1,bLN1,bm2,bm3,bLN2 such as bq,bm2; "
              "rand_*: the budget is what bitfit with these terms trains")
     bitfit_task_file: str | None = setting(
-        None, metavar="PATH",
+        None, parse=file_to_write, metavar="PATH",
         help="bitfit, frozen: also save the trained biases and the head, a few kilobytes, as a per-task file that "
              "minbert.bitfit_tasks.SharedBackbone.switch loads onto the backbone")
 

@@ -27,9 +27,12 @@ from .errors import (
     ConfigurationError,
     MissingFileError,
     ResumeError,
+    directory_to_write,
     existing_path,
+    file_to_write,
     nonnegative_int,
     positive_int,
+    refuse_another_runs,
     running,
 )
 from .evaluation import write_text
@@ -47,18 +50,19 @@ ROOT = Path(__file__).resolve().parents[2]
 class RunOptions:
     """Where the run writes, what hardware it uses and how it shows progress (a resumed run may change these)."""
 
-    run_dir: str | None = setting(None, metavar="DIR", on_resume="free",
+    run_dir: str | None = setting(None, parse=directory_to_write, metavar="DIR", on_resume="free",
                                   help="the run's directory: run.json, the checkpoint, the curves, predictions/ "
                                        "(none: runs/COMMAND-...-DATE-TIME, or under $MINBERT_RUNS)")
     resume: str | None = setting(None, parse=existing_path, metavar="DIR", on_resume="free", in_config=False,
                                  help="continue the run in this directory (or a checkpoint file written by an older "
                                       "version) with the settings it started with, to the same result as an "
                                       "uninterrupted run; a killed run repeats the epoch in progress")
-    checkpoint: str | None = setting(None, metavar="PATH", on_resume="free",
+    checkpoint: str | None = setting(None, parse=file_to_write, metavar="PATH", on_resume="free",
                                      help="the training checkpoint, written after every epoch (none: RUN_DIR/"
                                           "checkpoint.pt)")
-    predictions_dir: str | None = setting(None, metavar="DIR", on_resume="free",
-                                          help="where the prediction files go (none: RUN_DIR/predictions)")
+    predictions_dir: str | None = setting(None, parse=directory_to_write, metavar="DIR", on_resume="free",
+                                          help="where the prediction files go (none: RUN_DIR/predictions); not "
+                                               "inside another run's directory")
     raw_outputs: bool = setting(False, on_resume="free",
                                 help="also write {task}-{split}-raw.csv beside the prediction files: each example's "
                                      "raw outputs (logits or scores)")
@@ -220,6 +224,7 @@ def run_paths(run: RunOptions, *name: str, checkpoint_name: str = CHECKPOINT) ->
     else:
         start = None
     predictions = Path(run.predictions_dir) if run.predictions_dir else directory / "predictions"
+    refuse_another_runs(predictions, directory, "--predictions-dir")     # never another run's prediction files
     running(name[0] if name else "COMMAND", directory, checkpoint, directory / RUN_FILE)   # Ctrl-C's line names it
     return RunPaths(directory, checkpoint, predictions, start)
 

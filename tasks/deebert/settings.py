@@ -21,7 +21,15 @@ from dataclasses import dataclass, replace
 from minbert.deebert import RAMP_POOLINGS, DeeBertConfig, EntropyExit, ExitRule, PatienceExit
 
 from ..core.data import TASKS
-from ..core.errors import ConfigurationError, existing_file, existing_path, positive_float, positive_int, probability
+from ..core.errors import (
+    ConfigurationError,
+    directory_to_write,
+    existing_file,
+    existing_path,
+    positive_float,
+    positive_int,
+    probability,
+)
 from ..core.recipe import Recipe
 from ..core.runs import RunOptions
 from ..core.settings import dropped, section, setting
@@ -138,7 +146,8 @@ class Files:
 class DeeBertRun(RunOptions):
     """Where the run writes, what hardware it uses and how it shows progress (a resumed run may change these)."""
 
-    run_dir: str | None = setting(None, flags=("--run-dir", "--out"), metavar="DIR", on_resume="free",
+    run_dir: str | None = setting(None, flags=("--run-dir", "--out"), parse=directory_to_write, metavar="DIR",
+                                  on_resume="free",
                                   help="the run's directory: run.json, stage1.pt and stage2.pt, the sweep's tables "
                                        "and figures, predictions/ (none: runs/deebert-TASK-DATE-TIME, or under "
                                        "$MINBERT_RUNS); --out is its older spelling")

@@ -18,7 +18,15 @@ from pathlib import Path
 from minbert.simcse import DISTANCES, OBJECTIVES, SIMCSE_POOLINGS, SimCSEConfig
 
 from ..core.data import TASKS
-from ..core.errors import existing_file, fraction, nonnegative_float, positive_float, positive_int
+from ..core.errors import (
+    directory_to_write,
+    existing_file,
+    file_to_write,
+    fraction,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+)
 from ..core.recipe import Recipe
 from ..core.runs import RunOptions
 from ..core.settings import dropped, section, setting
@@ -106,12 +114,13 @@ class Files:
 class Run(RunOptions):
     """Where the run writes (the encoder too), what hardware it uses and how it shows progress."""
 
-    run_dir: str | None = setting(None, flags=("--run-dir", "--out"), metavar="DIR", on_resume="free",
+    run_dir: str | None = setting(None, flags=("--run-dir", "--out"), parse=directory_to_write, metavar="DIR",
+                                  on_resume="free",
                                   help="the run's directory: run.json, the checkpoint, the curves, and at the end "
                                        "the encoder with its tokenizer, the Quora split and simcse-summary.json, "
                                        "which tasks.multitask --after-simcse DIR reads (none: "
                                        "runs/simcse-OBJECTIVE-DATE-TIME, or under $MINBERT_RUNS)")
-    checkpoint: str | None = setting(None, metavar="PATH", on_resume="free",
+    checkpoint: str | None = setting(None, parse=file_to_write, metavar="PATH", on_resume="free",
                                      help="the training checkpoint, written after every evaluation (none: RUN_DIR/"
                                           "checkpoint.pt)")
     predictions_dir: None = dropped()  # the stage predicts nothing
