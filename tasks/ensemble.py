@@ -30,7 +30,7 @@ import torch
 
 from minbert.multitask import TASK_NAMES
 
-from .core.errors import ConfigurationError, MissingFileError, run_cli
+from .core.errors import ConfigurationError, MissingFileError, directory_to_write, run_cli
 from .core.evaluation import gold_records, prediction_path, raw_path, read_raw, write_predictions
 from .core.runs import RUN_FILE, read_run_json, trained_files
 from .score import score_directory
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tasks.ensemble", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="prediction directories holding *-raw.csv files")
-    p.add_argument("--out", default="predictions-ensemble", help="where the six files go (default predictions-ensemble)")
+    p.add_argument("--out", type=directory_to_write, default="predictions-ensemble", help="where the six files go (default predictions-ensemble)")
     p.add_argument("--data-dir", default=None,
                    help="the task files the set is checked against (default: the runs' own, from their run.json; "
                         "else data)")

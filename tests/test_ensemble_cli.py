@@ -85,6 +85,18 @@ def test_run_directories_that_do_not_exist_are_named_as_such(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+
+def test_an_out_that_is_a_file_is_refused_before_anything_is_read(tmp_path, capsys):
+    data, ids = data_dir(tmp_path)
+    a = run_dir(tmp_path, "a", data, ids)
+    taken = tmp_path / "taken.csv"
+    taken.write_text("mine\n")
+    with pytest.raises(SystemExit) as stopped:
+        ensemble.main([a, a, "--out", str(taken)])
+    assert stopped.value.code == 2 and f"{taken} is a file, not a directory" in capsys.readouterr().err
+    assert taken.read_text() == "mine\n"
+
+
 @pytest.mark.parametrize("edit, said", [
     (lambda lines: lines[:2] + [lines[2].split(" , ")[0] + " , 0.1 abc 0.3 0.4 0.5"] + lines[3:],
      ":3: id {id2}: value 'abc' is not a number"),
