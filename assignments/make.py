@@ -160,17 +160,6 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def backup_path(out: Path) -> Path:
-    """A free name beside out for its backup: OUT.backup-YYYYmmdd-HHMMSS (with -2, -3, ... when taken)."""
-    import time
-    base = out.with_name(f"{out.name}.backup-{time.strftime('%Y%m%d-%H%M%S')}")
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
-
-
 def tree_texts(profile: str | Profile = DEFAULT_PROFILE, root: Path = ROOT) -> dict[Path, str]:
     """The profile's minbert/ and tasks/ files as its tree holds them: {path relative to root: text}.
 
@@ -311,6 +300,7 @@ def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True, force: b
         if not force:
             raise FileExistsError(f"{out} exists and is not empty (a student's work?); nothing was written. Give "
                                   "an empty or new directory, or --force to move it aside to a backup first")
+        from tasks.export import backup_path  # the backup names tasks.export --force gives
         backup = backup_path(out)
         shutil.move(str(out), str(backup))
         print(f"moved the existing {out} to {backup}", file=sys.stderr)
