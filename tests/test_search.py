@@ -234,6 +234,24 @@ def test_a_bad_space_file_is_one_error_naming_the_file_and_the_key(tmp_path, cap
     assert not (tmp_path / "s" / "study.db").exists()
 
 
+def test_a_space_file_with_a_key_given_twice_or_not_utf8_is_one_error_line(tmp_path, capsys):
+    path = tmp_path / "twice-space.json"
+    for text, message in (
+            ('{"command": "classifier",\n "fixed": {"training.epochs": 1,\n           "training.epochs": 2},\n'
+             ' "params": {"training.lr": {"low": 1e-5, "high": 1e-3}}}', ":3: key 'fixed.training.epochs' given twice"),
+            ('{"command": "classifier", "params": {"training.lr": {"low": 1e-5, "high": 1e-3, "low": 1e-4}}}',
+             ":1: key 'params.training.lr.low' given twice"),
+            ('{"command": "classifier", "fixed": {"run.device": "caf\xe9"}}', ": not UTF-8 text (byte 0xe9 on line 1)")):
+        path.write_bytes(text.encode("latin-1"))
+        assert run_cli(lambda: search.main(["--space", str(path), "--study-dir", str(tmp_path / "s"),
+                                            "--trials", "0"])) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {path}{message}") and len(err.strip().splitlines()) == 1, err
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"command": "classifier",
+                                                  "params": {"training.lr": {"low": 1e-5, "high": 1e-3}}}).encode())
+    assert load_space(path).params[0].path == "training.lr"                   # a UTF-8 BOM is read
+
+
 def test_without_optuna_the_search_says_how_to_install_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)                            # import optuna raises ImportError
     path = tmp_path / "space.json"
