@@ -41,3 +41,28 @@ def test_a_missing_path_an_empty_file_and_an_empty_run_directory_are_one_error_l
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"error: {path}") and message in err[0], err
     assert not list(tmp_path.rglob("*.png"))
+
+
+def test_a_torn_last_line_is_dropped_with_a_note_and_a_bad_line_elsewhere_is_one_error_line(tmp_path, capsys):
+    from tasks.core.curves import Curves
+    torn = curves(tmp_path / "torn.curves.jsonl")
+    with torn.open("a") as f:
+        f.write('{"kind": "step", "step": 3')            # an append cut short (a full disk, a kill mid-write)
+    assert run_cli(lambda: main([str(torn)])) == 0
+    out = capsys.readouterr()
+    assert f"{torn}:4: the last line is cut short" in out.err and (tmp_path / "torn.curves.png").is_file()
+    Curves(torn, keep_epochs=1, tensorboard=False).close()          # a resume keeps the whole lines and goes on
+    assert torn.read_text() == "".join(json.dumps(x) + "\n" for x in LINES)
+    capsys.readouterr()
+    cases = {"middle": (['{"kind": "step", "step": 1', json.dumps(LINES[2])], ":1: not valid JSON"),
+             "list": (["[1, 2]", json.dumps(LINES[2])], ':1: not a curves line (a JSON object with "kind"'),
+             "nokind": ([json.dumps({"step": 1}), json.dumps(LINES[2])], ":1: not a curves line"),
+             "noepoch": ([json.dumps(LINES[2]), json.dumps({"kind": "step", "step": 1, "loss": 1.0})],
+                         ":2: not a curves line"),
+             "csv": (["id\tsentence\tsentiment", "a\tb\t1", "c\td\t0"], ":1: not valid JSON")}
+    for name, (lines, message) in cases.items():
+        path = tmp_path / f"{name}.curves.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        assert run_cli(lambda path=path: main([str(path)])) == 1, name
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: {path}{message}"), (name, err)

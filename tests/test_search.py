@@ -234,6 +234,24 @@ def test_a_bad_space_file_is_one_error_naming_the_file_and_the_key(tmp_path, cap
     assert not (tmp_path / "s" / "study.db").exists()
 
 
+def test_a_space_file_with_a_key_given_twice_or_not_utf8_is_one_error_line(tmp_path, capsys):
+    path = tmp_path / "twice-space.json"
+    for text, message in (
+            (('{"command": "classifier",\n "fixed": {"training.epochs": 1,\n           "training.epochs": 2},\n'
+              ' "params": {"training.lr": {"low": 1e-5, "high": 1e-3}}}'), ":3: key 'fixed.training.epochs' given twice"),
+            ('{"command": "classifier", "params": {"training.lr": {"low": 1e-5, "high": 1e-3, "low": 1e-4}}}',
+             ":1: key 'params.training.lr.low' given twice"),
+            ('{"command": "classifier", "fixed": {"run.device": "caf\xe9"}}', ": not UTF-8 text (byte 0xe9 on line 1)")):
+        path.write_bytes(text.encode("latin-1"))
+        assert run_cli(lambda: search.main(["--space", str(path), "--study-dir", str(tmp_path / "s"),
+                                            "--trials", "0"])) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {path}{message}") and len(err.strip().splitlines()) == 1, err
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"command": "classifier",
+                                                  "params": {"training.lr": {"low": 1e-5, "high": 1e-3}}}).encode())
+    assert load_space(path).params[0].path == "training.lr"                   # a UTF-8 BOM is read
+
+
 def test_without_optuna_the_search_says_how_to_install_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)                            # import optuna raises ImportError
     path = tmp_path / "space.json"
@@ -309,3 +327,26 @@ def test_the_main_job_run_is_a_point_of_the_full_budget_space_only(space_name, t
                           "recipe.warmup_ratio": 0.1, "training.weight_decay": 0.0, "design.sts_head_bias": 2.5,
                           "training.batch_size": 16}
         assert (value, epochs, metric, seconds) == (0.75, {}, "overall", None)
+
+
+def test_a_recorded_run_reads_its_whole_curves_lines_and_one_that_left_a_searched_setting_unset_is_one_line(tmp_path,
+                                                                                                        capsys):
+    from tasks.search.record import read_recorded
+    run_dir = tmp_path / "main-job-run"
+    run_dir.mkdir()
+    settings = json.loads((ROOT / "tasks" / "multitask" / "main-job.json").read_text())
+    record = {"command": "multitask", "settings": settings, "result": {"dev_overall": 0.75}}
+    (run_dir / "run.json").write_text(json.dumps(record))
+    epochs = [{"kind": "epoch", "epoch": e, "train_loss": 1.0, "dev_overall": v} for e, v in ((1, 0.7), (2, 0.75))]
+    (run_dir / "checkpoint.curves.jsonl").write_text("".join(json.dumps(x) + "\n" for x in epochs)
+                                                     + '{"kind": "step", "step": 9, "ep')    # a torn last append
+    space_path = ROOT / "tasks" / "search" / "main-job-full-space.json"
+    assert read_recorded(load_space(space_path), run_dir)[2] == {1: 0.7, 2: 0.75}
+    assert "checkpoint.curves.jsonl:3: the last line is cut short" in capsys.readouterr().err
+    record["settings"]["training"]["lr"] = None                     # the run took its fine-tune mode's own lr
+    (run_dir / "run.json").write_text(json.dumps(record))
+    assert run_cli(lambda: search.main(["--space", str(space_path), "--study-dir", str(tmp_path / "s"), "--trials", "0",
+                                        "--record", str(run_dir)])) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --record {run_dir}: the run left training.lr at its default "
+                                               "(null) while the space samples it"), err

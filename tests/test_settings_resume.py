@@ -178,3 +178,27 @@ def test_a_checkpoint_from_before_typed_settings_is_read_by_its_flat_names():
         "size: checkpoint 3, now 4"]
 
 
+
+
+def test_a_hand_written_json_file_refuses_a_key_given_twice_and_text_that_is_not_utf8(tmp_path):
+    from tasks.core.runs import read_run_json
+    path = tmp_path / "toy.json"
+    path.write_text('{"size": 3,\n "inner": {"rate": 0.1,\n  "names": "a",\n  "rate": null}}')
+    with pytest.raises(ConfigurationError, match=rf"^{path}:4: key 'inner.rate' given twice"):
+        parse(Toy, ["--config", str(path)], "toy")
+    path.write_text('{"size": 3, "inner": {"rate": 0.1}, "size": 4}')
+    with pytest.raises(ConfigurationError, match=rf"^{path}:1: key 'size' given twice"):
+        parse(Toy, ["--config", str(path)], "toy")
+    path.write_bytes(b'{"size": 3,\n "where": "caf\xe9"}')        # saved as Latin-1 (cp1252)
+    with pytest.raises(ConfigurationError, match=rf"^{path}: not UTF-8 text \(byte 0xe9 on line 2\); save it as UTF-8$"):
+        parse(Toy, ["--config", str(path)], "toy")
+    path.write_bytes(b'\xef\xbb\xbf{"size": 5, "where": "caf\xc3\xa9"}')   # a UTF-8 BOM, as Windows editors write
+    assert parse(Toy, ["--config", str(path)], "toy") == Toy(size=5, where="café")
+    run = tmp_path / "run"                             # a run.json is read by the same reader
+    run.mkdir()
+    (run / "run.json").write_text('{"command": "toy",\n "settings": {"size": 3,\n  "size": 4}}')
+    with pytest.raises(ConfigurationError, match=rf"^{run / 'run.json'}:3: key 'settings.size' given twice"):
+        read_run_json(run)
+    (run / "run.json").write_text('{"command": "toy", "items": [{"a": 1}, {"a": 2, "a": 3}]}')
+    with pytest.raises(ConfigurationError, match=r":1: key 'items\[1\].a' given twice"):
+        read_run_json(run)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -69,11 +70,17 @@ class Curves:
     def epoch(self, record: dict, step: int) -> None:
         """One epoch's record from fit(): training losses, seconds, dev figures."""
         self.file.write(json.dumps({"kind": "epoch", **record}) + "\n")
-        self.file.flush()
+        self.sync()
         if self.writer is not None:
             for k, v in record.items():
                 if k.startswith("dev_") and isinstance(v, (int, float)):
                     self.writer.add_scalar(f"dev/{k[4:]}", v, step)
+
+    def sync(self) -> None:
+        """The lines so far onto the disk (flushed and fsynced): once an epoch, before its checkpoint is written, so a
+        crash loses no line the checkpoint has."""
+        self.file.flush()
+        os.fsync(self.file.fileno())
 
     def close(self) -> Path:
         """Close the log and draw it: returns the PNG's path."""
@@ -84,11 +91,40 @@ class Curves:
 
 
 def read_curves(path: str | Path) -> list[dict]:
-    """The lines of a curves file (none if it does not exist)."""
+    """The lines of a curves file (none if it does not exist). A last line cut short (an append the run did not
+    finish: a kill or a full disk mid-write) is left out with a note; any other line that is not JSON, or not an
+    object with a "kind" and an "epoch" (a step's with its "step" and "loss"), is one error naming FILE:LINE."""
+    from .errors import ConfigurationError
+
     path = Path(path)
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    numbered = [(n, line) for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1) if line.strip()]
+    out = []
+    for n, line in numbered:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            if n == numbered[-1][0]:
+                print(f"note: {path}:{n}: the last line is cut short (a write the run did not finish); left out",
+                      file=sys.stderr)
+                break
+            raise ConfigurationError(f"{path}:{n}: not valid JSON ({e.msg}): a curves file is one JSON object a "
+                                     "line, as a training run writes it") from None
+        if not _curves_line(row):
+            raise ConfigurationError(f'{path}:{n}: not a curves line (a JSON object with "kind" and "epoch", and a '
+                                     'step\'s "step" and "loss"), as a training run writes it')
+        out.append(row)
+    return out
+
+
+def _curves_line(row: object) -> bool:
+    """Whether a parsed line is one the curves' readers can use."""
+    def number(key: str) -> bool:
+        return isinstance(row.get(key), (int, float)) and not isinstance(row.get(key), bool)
+    if not isinstance(row, dict) or not isinstance(row.get("kind"), str) or not number("epoch"):
+        return False
+    return row["kind"] != "step" or (number("step") and number("loss"))
 
 
 def plot_curves(path: str | Path, out: str | Path | None = None) -> Path:

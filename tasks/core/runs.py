@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from .config_files import read_json
 from .data import forget_files_read
 from .errors import (
     ConfigurationError,
@@ -333,12 +334,9 @@ def trained_files(record: dict[str, Any]) -> dict[str, str]:
 def read_run_json(directory: str | Path) -> dict[str, Any]:
     """A run directory's run.json as a dict (the command, settings, environment, result)."""
     path = Path(directory) / RUN_FILE
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigurationError(f"{directory}: not a run directory (no {RUN_FILE})") from None
-    except json.JSONDecodeError as e:
-        raise ConfigurationError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
+    if not path.exists():
+        raise ConfigurationError(f"{directory}: not a run directory (no {RUN_FILE})")
+    return read_json(path, RUN_FILE)                   # strict: a key given twice or text not UTF-8 is one line
 
 
 def trained_checkpoint(path: str | Path) -> Path:

@@ -37,6 +37,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from .config_files import read_json
 from .errors import ConfigurationError
 
 ON_RESUME = ("same", "free")
@@ -326,21 +327,6 @@ def dump(settings: Any) -> dict:
 def load(cls: type, data: dict, source: str = "settings") -> Any:
     """dump()'s inverse, each value checked as its flag would be."""
     return build(cls, flatten(cls, data, source))
-
-
-def read_json(path: str | Path, what: str = "config file") -> Any:
-    """A JSON file's value; a missing or unreadable file, or a syntax error (with its line and column), is one line."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigurationError(f"{path}: no such {what}") from None
-    except OSError as e:
-        raise ConfigurationError(f"{path}: cannot read the {what} ({e.strerror})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigurationError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
 
 
 def read_config(path: str | Path, cls: type) -> dict[str, Any]:

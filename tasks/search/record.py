@@ -9,12 +9,11 @@ file, when the run directory still holds it) are the trial's intermediate values
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
-from ..core.curves import curves_path
+from ..core.curves import curves_path, read_curves
 from ..core.errors import ConfigurationError
 from ..core.runs import RUN_FILE, read_run_json
 from ..core.settings import build, dump, flatten, leaves, walk
@@ -54,6 +53,15 @@ def read_recorded(space: Space, run_dir: str | Path) -> tuple[dict[str, Any], fl
     if differ:
         raise ConfigurationError(f"{where}: not a point of this space ({'; '.join(differ)})")
     params = {p.path: ran[p.path] for p in space.params}
+    unset = [p for p in space.params if params[p.path] is None and not p.holds(None)]
+    if unset:
+        raise ConfigurationError(
+            f"{where}: the run left {unset[0].path} at its default (null) while the space samples it "
+            f"({unset[0].describe()}); a recorded run must have set every searched setting: rerun it with "
+            f"{unset[0].path} set, or search without --record {run_dir}")
+    outside = [f"{p.path} {params[p.path]!r} ({p.describe()})" for p in space.params if not p.holds(params[p.path])]
+    if outside:
+        raise ConfigurationError(f"{where}: outside the space's ranges: {'; '.join(outside)}")
     metric = selection_metric(space, settings)
     result = record.get("result") or {}
     value = result.get(f"dev_{metric}")
@@ -62,13 +70,10 @@ def read_recorded(space: Space, run_dir: str | Path) -> tuple[dict[str, Any], fl
     checkpoint = Path(settings.run.checkpoint) if settings.run.checkpoint else run_dir / space.checkpoint_name
     epochs: dict[int, float] = {}
     seconds = 0.0
-    curves = curves_path(checkpoint)
-    if curves.is_file():
-        for line in curves.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            if row.get("kind") == "epoch" and f"dev_{metric}" in row:
-                epochs[int(row["epoch"])] = float(row[f"dev_{metric}"])
-                seconds += row.get("train_seconds", 0.0) + row.get("eval_seconds", 0.0)
+    for row in read_curves(curves_path(checkpoint)):            # none when the run directory no longer holds it
+        if row["kind"] == "epoch" and f"dev_{metric}" in row:
+            epochs[int(row["epoch"])] = float(row[f"dev_{metric}"])
+            seconds += row.get("train_seconds", 0.0) + row.get("eval_seconds", 0.0)
     return params, float(value), epochs, settings, metric, round(seconds, 1) if epochs else None
 
 
@@ -84,11 +89,7 @@ def record_runs(optuna: Any, study: Any, space: Space, run_dirs: list[str]) -> l
         if resolved in known:
             said.append(f"--record {run_dir}: already in the study, skipped")
             continue
-        dists = {p.path: p.distribution(optuna) for p in space.params}
-        outside = [f"{path} {params[path]!r} ({p.describe()})" for p in space.params
-                   if not dists[(path := p.path)]._contains(dists[path].to_internal_repr(params[path]))]
-        if outside:
-            raise ConfigurationError(f"--record {run_dir}: outside the space's ranges: {'; '.join(outside)}")
+        dists = {p.path: p.distribution(optuna) for p in space.params}    # read_recorded: params lie in them
         trial = optuna.trial.create_trial(params=params, distributions=dists, value=value, intermediate_values=epochs,
                                           user_attrs={"run_dir": resolved, "metric": f"dev_{metric}",
                                                       "settings": dump(settings), "recorded": True,

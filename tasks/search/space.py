@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.config_files import read_json
 from ..core.errors import ConfigurationError
 from ..core.runs import CHECKPOINT
-from ..core.settings import build, check_value, read_config, read_json, spec_of, walk
+from ..core.settings import build, check_value, read_config, spec_of, walk
 
 COMMANDS = ("classifier", "multitask", "simcse", "deebert")
 TOP_KEYS = ("command", "base", "fixed", "params", "enqueue")
