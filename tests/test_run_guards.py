@@ -192,3 +192,15 @@ def test_the_commands_a_resume_advises_are_shell_quoted_for_a_path_with_spaces(t
         classifier.parse_settings(["--resume", str(other)])
     assert shlex.split(str(e.value).split("not tasks.classifier: ", 1)[1]) == [
         "python", "-m", "tasks.multitask", "--resume", str(other)]
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '"a run"', "null"])
+def test_a_run_json_that_is_not_an_object_is_one_line(tmp_path, text):
+    """A run.json damaged into valid JSON of another shape: one line naming it, for resume, predict and export."""
+    (tmp_path / "run.json").write_text(text)
+    with pytest.raises(ConfigurationError, match=rf"^{re.escape(str(tmp_path / 'run.json'))}: not a run's record"):
+        read_run_json(tmp_path)
+    for call in (lambda: classifier.parse_settings(["--resume", str(tmp_path)]),
+                 lambda: predict.main([str(tmp_path), "--out", str(tmp_path / "out")])):
+        with pytest.raises(ConfigurationError, match="not a run's record"):
+            call()

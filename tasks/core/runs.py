@@ -336,7 +336,11 @@ def read_run_json(directory: str | Path) -> dict[str, Any]:
     path = Path(directory) / RUN_FILE
     if not path.exists():
         raise ConfigurationError(f"{directory}: not a run directory (no {RUN_FILE})")
-    return read_json(path, RUN_FILE)                   # strict: a key given twice or text not UTF-8 is one line
+    record = read_json(path, RUN_FILE)                 # strict: a key given twice or text not UTF-8 is one line
+    if not isinstance(record, dict):
+        raise ConfigurationError(f"{path}: not a run's record (a JSON object of command, settings, ...): copy it again "
+                                 "from the run, or start a new run")
+    return record
 
 
 def trained_checkpoint(path: str | Path) -> Path:

@@ -404,7 +404,7 @@ class _Loop:
         places = (dp.all_gather(within) if self.parallel else [within]) if within is not None else None
         if self.main:
             if places is not None and self.curve is not None:
-                self.curve.file.flush()              # the steps logged so far, as the checkpoint has them
+                self.curve.sync()                    # the steps logged so far, as the checkpoint has them
             save_checkpoint(self.options.checkpoint, {
                 "model": self.model.state_dict(), "optimizer": float_learning_rates(self.optimizer.state_dict()),
                 "epoch": epoch + 1 if within is None else epoch,

@@ -146,7 +146,7 @@ def run(settings: Settings) -> dict:
     if best is not None:
         print(f"best: trial {best.number}, {best.user_attrs.get('metric', 'dev score')} {best.value:.4f} "
               f"({best.user_attrs.get('run_dir')}); its settings: {study_dir / 'best.json'}, to run again: "
-              f"python -m tasks.{space.command} --config {study_dir / 'best.json'}")
+              f"python -m tasks.{space.command} --config {shlex.quote(str(study_dir / 'best.json'))}")
     return {"study": name, "study_dir": str(study_dir), "storage": shown(url), "trials": len(study.trials),
             "best": {"number": best.number, "value": best.value, "params": best.params,
                      "run_dir": best.user_attrs.get("run_dir")} if best is not None else None}
