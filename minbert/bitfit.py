@@ -1,6 +1,6 @@
 """BitFit (Ben-Zaken, Ravfogel & Goldberg, ACL 2022): fine-tune only the bias terms of BERT.
 
-The layer's biases carry the paper's names (eqs. 1-5): bq bk bv (query, key, value), bm1 (attention
+The layer's biases carry the paper's names (sec. 3.1): bq bk bv (query, key, value), bm1 (attention
 output), bLN1 (first LayerNorm), bm2 (feed-forward up, H -> 4H), bm3 (feed-forward down), bLN2 (second
 LayerNorm). Outside the layers the encoder has two more: the embedding LayerNorm's `embeddings.bLN` and
 the pooler's `pooler.bp`. The method is a filter on these names:
@@ -23,7 +23,7 @@ from torch import nn
 
 from .model import BertModel
 
-LAYER_TERMS = ("bq", "bk", "bv", "bm1", "bLN1", "bm2", "bm3", "bLN2")  # per layer, eqs. 1-5
+LAYER_TERMS = ("bq", "bk", "bv", "bm1", "bLN1", "bm2", "bm3", "bLN2")  # per layer, sec. 3.1
 OTHER_BIASES = ("embeddings.bLN", "pooler.bp")                        # once per encoder
 
 

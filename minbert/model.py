@@ -1,4 +1,4 @@
-"""BERT (Devlin et al., 2019) written out in the notation of BitFit (Ben-Zaken et al., 2022, eqs. 1-5).
+"""BERT (Devlin et al., 2019) written out in the notation of BitFit (Ben-Zaken et al., 2022, sec. 3.1).
 
 Each layer l computes, for its input x (B, T, H):
 
@@ -161,7 +161,7 @@ class BertEmbeddings(nn.Module):
 
 
 class BertLayer(nn.Module):
-    """One transformer layer with the BitFit paper's parameter names (Ben-Zaken et al., 2022, eqs. 1-5)."""
+    """One transformer layer with the BitFit paper's parameter names (Ben-Zaken et al., 2022, sec. 3.1)."""
 
     def __init__(self, config: BertConfig):
         super().__init__()

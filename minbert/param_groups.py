@@ -13,7 +13,7 @@ Gradual unfreezing over a fraction U of T optimiser steps: the heads train from 
 pooler d = L, ..., the embeddings d = 0) joins at step ceil((L + 1 - d) * U * T / (L + 1)), so the top layer joins
 after the heads have trained alone for U * T / (L + 1) steps and the embeddings join last, at U * T.
 
-Which parameters are not decayed is one name rule on minbert's notation (BitFit, eqs. 1-5): a name whose last part
+Which parameters are not decayed is one name rule on minbert's notation (BitFit, sec. 3.1): a name whose last part
 starts with "b" is a bias (bq bk bv bm1 bLN1 bm2 bm3 bLN2 bLN bp, and torch's own "bias"), one that starts with "gLN"
 is a LayerNorm gain (gLN gLN1 gLN2). This is the exclusion Hugging Face's Trainer makes by module type.
 """

@@ -110,9 +110,14 @@ def ensemble(run_dirs: list[str | Path], out: str | Path, data_dir: str | Path |
     given, run_dirs = run_dirs, [raw_dir(d) for d in run_dirs]
     seen: dict[Path, str] = {}
     for g, d in zip(given, run_dirs):
-        if d.resolve() in seen:
+        first, this = (Path(seen[d.resolve()]).resolve(), Path(g).resolve()) if d.resolve() in seen else (None, None)
+        if first is not None and (first == this or d.resolve() in (first, this)):
             raise ConfigurationError(f"{seen[d.resolve()]} and {g} are the same run (its raw outputs in {d}): an "
                                      "ensemble of a run with itself is that run; give each run once")
+        if first is not None:                # two runs that wrote one --predictions-dir: the later's files replaced
+            raise ConfigurationError(f"{seen[d.resolve()]} and {g} wrote their raw outputs to the same folder {d}, so "
+                                     "it holds the later run's alone: write each run's with python -m tasks.predict "
+                                     "RUN --raw-outputs --out DIR and give those folders")
         seen[d.resolve()] = str(g)
     averaged = []
     for task in TASK_NAMES:

@@ -62,7 +62,11 @@ def export(checkpoint: str | Path, out: str | Path, force: bool = False) -> Path
 
 def check_out(source: Path, out: Path, force: bool) -> None:
     """Refuse an OUT that is a file, or a non-empty directory without --force (naming what it holds), or with it a
-    folder that holds the run exported."""
+    folder that holds the run exported, or the current folder or one above it (the export replaces OUT whole)."""
+    here = Path.cwd().resolve()
+    if out.resolve() == here or out.resolve() in here.parents:
+        raise ConfigurationError(f"{out} is the current folder{'' if out.resolve() == here else ' or above it'}: the "
+                                 "export replaces its folder whole; give a new folder, such as exported/")
     if out.exists() and not out.is_dir():
         raise ConfigurationError(f"{out} is a file, not a directory: give a directory to write into")
     held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []

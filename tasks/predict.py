@@ -12,8 +12,8 @@ directory; the run's own settings rebuild the model, and its best epoch's weight
 dev and test files are predicted (the files named at training, or DATA_DIR's; relative ones read from the folder the
 run trained in, which run.json records as cwd); give other files with the flags (a flag of another kind of run is
 refused). A run none of whose files is found writes nothing and is refused. --kind names the model you expect: another
-is refused. Predictions are made at the run's --precision and --eval-batch-size (its run.json's; 128 without one), so
-they equal its own. Without --out they go to predictions/, unless it holds prediction files already (those
+is refused. Predictions are made at the run's --precision and --eval-batch-size (its run.json's; 128 without one; a
+DeeBERT run's exits batch on their own), so they equal its own. Without --out they go to predictions/, unless it holds prediction files already (those
 tasks.submit zips).
 """
 
@@ -107,7 +107,7 @@ def from_run_json(directory: Path, given: dict[str, Any] | None = None) -> tuple
 def load_run(path: str | Path, given: dict[str, Any] | None = None) -> Run:
     """A run: a run directory (its run.json says which command wrote it), its checkpoint, an export directory, or a
     checkpoint written before run directories (its kind read from the settings it stores). `given`: settings over
-    the run's own (by dotted path; those the command does not have are left out)."""
+    the run's own (by dotted path; one the command does not have is refused: own_settings)."""
     path = Path(path)
     given_file = path if path.is_file() else None
     if path.is_file() and (path.parent / RUN_FILE).is_file():
@@ -291,8 +291,9 @@ def predict_deebert(args: Request, run: Run, device: torch.device) -> list[Path]
     sweep = Sweep(exit=args.exit or s.sweep.exit, normalize_entropy=s.sweep.normalize_entropy,
                   change_threshold=s.sweep.change_threshold).resolved(task)
     if sweep.exit == "patience" and (value < 1 or value != int(value)):
-        raise ConfigurationError(f"--threshold {value:g}: with the patience exit it is P, a whole number of layers "
-                                 "(1 or more)")
+        given = f"--threshold {value:g}" if args.threshold is not None else f"the run chose {value:g} (its exit rule's)"
+        raise ConfigurationError(f"{given}: with the patience exit the setting is P, a whole number of layers (1 or "
+                                 "more): give --threshold P")
     model = build_model(s)
     load_weights(model, run.state, args.checkpoint)
     model.to(device).eval()
@@ -386,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigurationError(f"{args.checkpoint}: a {run.kind} checkpoint (written by python -m tasks.{run.kind}), "
                                  f"not a {args.kind} one")
     args = default_out(args)
+    if run.kind == "deebert" and args.eval_batch_size is not None:
+        raise ConfigurationError("--eval-batch-size is for classifier and multitask runs; a DeeBERT run's exits "
+                                 "predict in batches of their own (tasks.deebert's, as its own files were made)")
     if args.eval_batch_size is None:          # the run's, as its own predictions were made
         args = replace(args, eval_batch_size=run.settings.run.eval_batch_size)
     device = pick_device(args.device)

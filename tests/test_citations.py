@@ -15,12 +15,14 @@ from minbert import model, pals
 
 ROOT = Path(__file__).resolve().parents[1]
 # every tracked text that cites BitFit's equations for the layer
-BITFIT_TEXTS = ("minbert/model.py", "minbert/packed.py", "assignments/student/minbert/model.py",
+BITFIT_TEXTS = ("minbert/model.py", "minbert/packed.py", "minbert/bitfit.py", "minbert/param_groups.py",
+                "assignments/student/minbert/model.py",
                 "assignments/README.md", "assignments/mistakes.py", "docs/training.md", "notebooks/minbert.ipynb",
                 "assignments/tree_files/minbert.ipynb")
 # BitFit (Ben-Zaken et al., 2022, sec. 3.1): Q, K, V and h1 are unnumbered; (1) h2, (2) h3, (3) h4, (4) h5, (5) out
 WRONG_BITFIT = ("eq. 1: the query", "eq. 1: (B", "eq. 1: (N", "eq. 1 as one", "eqs. 2-3", "eqs. 4-5", "eqs. 2-5",
-                "Eqs. 2-5")
+                "Eqs. 2-5",             # and the whole notation, bq bk bv included, is sec. 3.1's, not eqs. 1-5's:
+                "2022, eqs. 1-5)", "BitFit, eqs. 1-5", "BitFit's, eqs. 1-5", "names (eqs. 1-5)", "per layer, eqs. 1-5")
 
 
 @pytest.mark.parametrize("path", BITFIT_TEXTS)

@@ -133,6 +133,14 @@ def test_a_run_given_twice_is_refused(tmp_path, capsys):
     err = errors(capsys)
     assert len(err) == 1 and "the same" in err[0] and a in err[0], err
     assert not (tmp_path / "out").exists()
+    b = tmp_path / "b"                                # another run that wrote its files into a's predictions/
+    b.mkdir()
+    (b / "run.json").write_text(json.dumps({"command": "multitask", "settings": {
+        "files": {"data_dir": str(data)}, "run": {"predictions_dir": f"{a}/predictions"}}}))
+    assert run_cli(lambda: ensemble.main([a, str(b), "--out", str(tmp_path / "out")])) == 1
+    err = errors(capsys)
+    assert len(err) == 1 and f"{a} and {b} wrote their raw outputs to the same folder" in err[0], err
+    assert "tasks.predict RUN --raw-outputs --out DIR" in err[0] and "same run" not in err[0]
 
 
 def test_a_malformed_gold_row_is_named_by_its_line(tmp_path, capsys):

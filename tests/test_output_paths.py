@@ -22,6 +22,7 @@ from minbert.bitfit import freeze
 from tasks import attention, classifier, export, submit
 from tasks.core import curves
 from tasks.core.errors import run_cli
+from tasks.core.evaluation import write_predictions
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -106,6 +107,15 @@ def test_export_refuses_a_non_empty_out_moves_it_aside_with_force_and_leaves_not
             export.export(run, out)
         assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith((".new", ".empty", "new"))) == []
         assert not (out.exists() and any(out.iterdir()))
+    monkeypatch.undo()
+
+    here = tmp_path / "here"                          # the current folder, even empty, is not replaced
+    (here / "e3").mkdir(parents=True)
+    monkeypatch.chdir(here / "e3")
+    for given in (".", "../e3", "x/..", ".."):
+        code, _, err = cli(export.main, [str(run), given], capsys)
+        assert code == 1 and f"error: {given} is the current folder" in err, err
+    assert sorted(p.name for p in here.rglob("*")) == ["e3"]
 
 
 def test_output_paths_are_refused_before_training(tiny_dir, tmp_path, capsys, monkeypatch):
@@ -148,6 +158,12 @@ def test_run_cli_says_an_os_error_naming_a_path_in_one_line(tmp_path, capsys):
     assert lines == [f"error: {tmp_path / 'nodir' / 'x.csv'}: No such file or directory",
                      f"error: {tmp_path}: Is a directory", f"error: {tmp_path / 'f'}: File exists"]
 
+    taken = tmp_path / "pd" / "sst-dev-output.csv"      # a folder where a file is renamed into place: the target
+    taken.mkdir(parents=True)                          # is named, not the temporary file the rename removed
+    assert run_cli(lambda: write_predictions(taken, "sst", ["a"], [1])) == 1
+    assert capsys.readouterr().err.splitlines() == [f"error: {taken}: Is a directory"]
+    assert [p.name for p in taken.parent.iterdir()] == ["sst-dev-output.csv"]
+
     def a_bug() -> None:
         raise OSError(5, "Input/output error")        # no path named: may be a bug, keeps its traceback
     with pytest.raises(OSError):
@@ -167,7 +183,7 @@ def test_a_bitfit_task_file_goes_into_new_folders_and_a_failed_write_leaves_no_t
 
 
 def test_a_figure_named_without_an_extension_is_written_as_png_and_its_folders_made(tiny_dir, tmp_path, capsys):
-    lines = [{"kind": "step", "step": 1, "loss": 1.0}, {"kind": "epoch", "epoch": 1, "dev_accuracy": 0.5}]
+    lines = [{"kind": "step", "epoch": 1, "step": 1, "loss": 1.0}, {"kind": "epoch", "epoch": 1, "dev_accuracy": 0.5}]
     (tmp_path / "c.curves.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     code, out, _ = cli(curves.main, [str(tmp_path / "c.curves.jsonl"), "--out", str(tmp_path / "nodir" / "c")], capsys)
     assert code == 0 and out == f"wrote {tmp_path / 'nodir' / 'c.png'}\n" and (tmp_path / "nodir" / "c.png").is_file()

@@ -195,6 +195,11 @@ def test_resume_refuses_a_data_file_changed_since_the_run_started(tiny_dir, file
     test.write_text("".join((DATA / "ids-sst-test-student.csv").read_text(encoding="utf-8").splitlines(True)[:30]),
                     encoding="utf-8")
     run(parse_settings(argv(tiny_dir, files, tmp_path, "one", "--epochs", "1")))
+    state = load_checkpoint(tmp_path / "one.pt")
+    for mark in state["data_files"].values():          # a record without a key added later: the same bytes resume
+        del mark["labelled"]
+    save_checkpoint(tmp_path / "one.pt", state)
+    run(parse_settings(argv(tiny_dir, files, tmp_path, "one", "--epochs", "1", "--resume", str(tmp_path / "one.pt"))))
     recorded = load_checkpoint(tmp_path / "one.pt")["data_files"]
     assert set(recorded) == {files["train"], files["dev"], files["test"]}
     train = Path(files["train"])

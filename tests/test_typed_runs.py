@@ -308,6 +308,11 @@ def test_deebert_run_directory_round_trips_resumes_after_sigkill_and_predicts(ti
         assert (swept / "predictions" / name).read_text() == (whole / "predictions" / name).read_text()
     assert predict.main([str(swept), "--out", str(tmp_path / "again"), "--device", TEST_DEVICE]) == 0
     assert (tmp_path / "again" / "sst2-test-output.csv").read_text() == (out / "sst2-test-output.csv").read_text()
+    with pytest.raises(ConfigurationError, match="--eval-batch-size is for classifier and multitask runs"):
+        predict.main([str(split), "--out", str(tmp_path / "batched"), "--eval-batch-size", "8"])  # its exits' own
+    with pytest.raises(ConfigurationError, match=r"^the run chose .*: with the patience exit .* give --threshold P$"):
+        predict.main([str(split), "--out", str(tmp_path / "patience"), "--exit", "patience"])   # S=... is no P
+    assert not (tmp_path / "batched").exists() and not (tmp_path / "patience").exists()
     with pytest.raises(ConfigurationError, match="--resume continues training and --from-run"):
         deebert.parse_settings(["--resume", str(split), "--from-run", str(whole)])
 

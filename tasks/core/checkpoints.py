@@ -141,7 +141,10 @@ def check_data_files(path: str | Path, recorded: dict | None, read: dict) -> Non
     (`recorded`, {path: {"bytes", "sha256", "labelled"}}; None for a checkpoint written before files were recorded)
     that this run read too (`read`, tasks.core.data.files_read()) must be unchanged; otherwise a ResumeError names the
     first that changed. A test file (no labels) may change: the run only predicts it, at its end."""
-    changed = [f for f, mark in (recorded or {}).items() if mark.get("labelled", True) and f in read and read[f] != mark]
+    def same(a: dict, b: dict) -> bool:      # the bytes alone: a record may hold more keys, or fewer (older)
+        return (a.get("bytes"), a.get("sha256")) == (b.get("bytes"), b.get("sha256"))
+    changed = [f for f, mark in (recorded or {}).items()
+               if mark.get("labelled", True) and f in read and not same(read[f], mark)]
     if changed:
         was, now = recorded[changed[0]], read[changed[0]]
         more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""

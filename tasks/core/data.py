@@ -149,7 +149,8 @@ _FILES_READ: dict[str, dict] = {}
 
 
 def files_read() -> dict[str, dict]:
-    """{path: {"bytes": size, "sha256": hex digest}} of each task file read since forget_files_read()."""
+    """{path: {"bytes": size, "sha256": hex digest, "labelled": bool}} of each task file read since
+    forget_files_read() ("labelled" once its header was read)."""
     return {path: dict(mark) for path, mark in _FILES_READ.items()}
 
 

@@ -131,16 +131,17 @@ def run_cli(main: Callable[[], int | None]) -> int:
         print(interrupted_message(), file=sys.stderr)
         return 130
     except OSError as e:
+        path = e.filename2 if e.filename2 is not None else e.filename   # a rename's: its target, not the temporary
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             sys.stdout.flush()
-            print(f"error: {e.filename or 'a file'}: {os.strerror(e.errno)}; every file is written to a temporary "
+            print(f"error: {path or 'a file'}: {os.strerror(e.errno)}; every file is written to a temporary "
                   "file and renamed, so the previous version is intact: free some space and run again (a run with a "
                   "checkpoint continues with --resume)", file=sys.stderr)
             return EXIT_USER_ERROR
-        if e.filename is None or e.errno not in PATH_ERRNOS:
+        if path is None or e.errno not in PATH_ERRNOS:
             raise                                   # anything else may be a bug: keep its traceback
         sys.stdout.flush()
-        print(f"error: {e.filename}: {os.strerror(e.errno)}", file=sys.stderr)
+        print(f"error: {path}: {os.strerror(e.errno)}", file=sys.stderr)
         return EXIT_USER_ERROR
 
 
