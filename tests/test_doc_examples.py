@@ -46,8 +46,10 @@ def test_docs_leaderboards_figures_are_its_benchmark_pages_and_the_codes() -> No
     lam = inspect.signature(cosent_loss).parameters["lam"].default
     scale = inspect.signature(mnrl_loss).parameters["scale"].default
     assert f"CoSENT (Su, 2022; lambda {lam:g})" in page and f"(Henderson et al., 2017; scale {scale:g})" in page
-    batch = {a.dest: a.default for a in predict.build_parser()._actions}["eval_batch_size"]
-    assert f"`--eval-batch-size` (default {batch})" in page
+    from tasks.core.runs import RunOptions
+    assert {a.dest: a.default for a in predict.build_parser()._actions}["eval_batch_size"] is None   # the run's
+    assert (f"`--eval-batch-size` defaults to the run's (from its run.json; {RunOptions().eval_batch_size} for a "
+            "checkpoint without one" in " ".join(page.split()))
 
 
 # ---------------------------------------------------------------- 11. the handout's part 2 and extension defaults

@@ -139,12 +139,17 @@ def test_predictions_are_never_written_into_another_runs_directory(tiny_dir, tmp
     argv = classifier_argv(tiny_dir, tmp_path)
     code, _, err = cli(classifier.main, argv + ["--predictions-dir", str(other / "predictions")], capsys)
     assert code == 1 and matches(last_error(err), (
-        f"error: --predictions-dir {other / 'predictions'} is inside the run directory {other}, another run's, whose "
-        "files it would replace; leave --predictions-dir out (this run's own: .../runs/classifier-sst-full-model-...), "
-        "or give a folder outside other runs")), err
+        f"error: --predictions-dir {other / 'predictions'} is inside {other / 'predictions'}, the prediction folder of "
+        f"another run ({other}), whose files it would replace; leave --predictions-dir out (this run's own: "
+        ".../runs/classifier-sst-full-model-...), or give a folder outside other runs' prediction folders")), err
+    flat = tmp_path / "flat"                        # a run that wrote its predictions to its --predictions-dir
+    flat.mkdir()
+    (flat / "run.json").write_text(json.dumps({"settings": {"run": {"predictions_dir": str(flat / "a")}}}))
+    code, _, err = cli(classifier.main, argv + ["--predictions-dir", str(flat / "a" / "x")], capsys)
+    assert code == 1 and f"inside {flat / 'a'}, the prediction folder of another run ({flat})" in err, err
     from tasks.core.runs import run_paths
-    own = tmp_path / "own"                          # the run's own directory, and a folder outside runs: written
-    for where in (own / "preds", tmp_path / "elsewhere"):
+    own = tmp_path / "own"          # the run's own directory, a folder outside runs, and one beside a flat run's files
+    for where in (own / "preds", tmp_path / "elsewhere", flat / "b", other / "mine"):
         settings = classifier.parse_settings(argv + ["--run-dir", str(own), "--predictions-dir", str(where)])
         assert run_paths(settings.run, "classifier").predictions == where
 

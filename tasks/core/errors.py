@@ -286,23 +286,41 @@ def figure_to_write(text: str) -> str:
     return text
 
 
-def another_run(path: str | Path, own: str | Path) -> Path | None:
-    """The run directory (a folder with run.json) that `path` lies in when it is not `own`, the run writing: a
-    command that would write there would replace another run's files (None: no other run's)."""
-    from .runs import RUN_FILE
+def another_run(path: str | Path, own: str | Path) -> tuple[Path, Path] | None:
+    """(run directory, its prediction folder) of another run than `own` whose prediction folder `path` lies in: a
+    command writing there would replace that run's files (None: no other run's; a flat run's folder beside it is
+    not its prediction folder)."""
+    from .runs import RUN_FILE, read_run_json
     own, where = Path(own).resolve(), Path(path).expanduser().resolve()
     for folder in (where, *where.parents):
         if folder == own:
             return None
         if (folder / RUN_FILE).is_file():
-            return folder
+            for preds in _prediction_folders(folder, read_run_json):
+                if where == preds or preds in where.parents:
+                    return folder, preds
     return None
+
+
+def _prediction_folders(folder: Path, read_run_json: Callable) -> list[Path]:
+    """Where the run in `folder` writes its prediction files: predictions/, and --predictions-dir as run.json records
+    it (a relative one from the folder the run was started in)."""
+    found = [(folder / "predictions").resolve()]
+    try:
+        record = read_run_json(folder)
+        given = record["settings"]["run"].get("predictions_dir")
+        if given:
+            found.append((Path(record.get("cwd") or ".") / given).expanduser().resolve())
+    except (ConfigurationError, KeyError, TypeError, AttributeError):
+        pass                                  # a damaged run.json: its predictions/ alone
+    return found
 
 
 def refuse_another_runs(path: str | Path, own: str | Path, flag: str) -> None:
     """Refuse a `flag PATH` to write into that lies in another run's directory (another_run), in one line."""
-    other = another_run(path, own)
-    if other is not None:
-        raise ConfigurationError(f"{flag} {path} is inside the run directory {other}, another run's, whose files it "
-                                 f"would replace; leave {flag} out (this run's own: {Path(own)}), or give a folder "
-                                 "outside other runs")
+    found = another_run(path, own)
+    if found is not None:
+        other, preds = found
+        raise ConfigurationError(f"{flag} {path} is inside {preds}, the prediction folder of another run ({other}), "
+                                 f"whose files it would replace; leave {flag} out (this run's own: {Path(own)}), or "
+                                 "give a folder outside other runs' prediction folders")
