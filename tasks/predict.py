@@ -38,12 +38,11 @@ import torch
 
 import minbert
 
-from .core.checkpoints import check_trained, load_checkpoint
+from .core.checkpoints import check_trained, read_trained
 from .core.distributed import pick_device
 from .core.errors import (
     ConfigurationError,
     MissingFileError,
-    ResumeError,
     directory_to_write,
     nonnegative_float,
     positive_int,
@@ -168,18 +167,6 @@ def own_settings(kind: str, given: dict[str, Any] | None) -> dict[str, Any]:
             raise ConfigurationError(f"{flag} is for classifier and DeeBERT runs; this is a multitask run: use {use}")
         raise ConfigurationError(f"{flag} is for multitask runs; this is a {kind} run: use --{split}-file")
     return {k: v for k, v in given.items() if k not in DEEBERT_FLAGS}
-
-
-def read_trained(path: Path) -> dict:
-    """load_checkpoint(path), its refusal worded for predicting (which has no --resume to start again without)."""
-    try:
-        return load_checkpoint(path)
-    except ResumeError as e:
-        if "without --resume" not in str(e):
-            raise
-        said, cut, _ = str(e).replace("start again without --resume", "train the run again").partition("; it is trunc")
-        raise ResumeError(said + ("; it is truncated or damaged: copy it again from where the run wrote it, or give "
-                                  "another checkpoint of the run" if cut else "")) from None
 
 
 def read_export(path: Path) -> tuple[str, dict, dict[str, torch.Tensor]]:

@@ -127,6 +127,18 @@ def check_trained(state: dict, path: str | Path, run: str | Path | None = None, 
     return state
 
 
+def read_trained(path: str | Path) -> dict:
+    """load_checkpoint(path), its refusal worded for predicting (which has no --resume to start again without)."""
+    try:
+        return load_checkpoint(path)
+    except ResumeError as e:
+        if "without --resume" not in str(e):
+            raise
+        said, cut, _ = str(e).replace("start again without --resume", "train the run again").partition("; it is trunc")
+        raise ResumeError(said + ("; it is truncated or damaged: copy it again from where the run wrote it, or give "
+                                  "another checkpoint of the run" if cut else "")) from None
+
+
 def check_config(path: str | Path, stored: dict, current: dict) -> None:
     """A checkpoint continues only the run it was written by: its stored settings must agree with `current` (what
     tasks.core.resume.resume_config gives, and any extra keys) by the settings' own resume rule
