@@ -32,7 +32,7 @@ from minbert.multitask import TASK_NAMES
 
 from .core.errors import ConfigurationError, MissingFileError, directory_to_write, run_cli
 from .core.evaluation import gold_records, prediction_path, raw_path, read_raw, write_predictions
-from .core.runs import RUN_FILE, read_run_json, trained_files
+from .core.runs import RUN_FILE, prediction_folder, read_run_json, trained_files
 from .score import score_directory
 from .submit import SPLITS, make_submission
 
@@ -66,8 +66,7 @@ def raw_dir(directory: str | Path) -> Path:
     directory = Path(directory)
     if not (directory / RUN_FILE).is_file():
         return directory
-    given = read_run_json(directory)["settings"].get("run", {}).get("predictions_dir")
-    return Path(given) if given else directory / "predictions"
+    return prediction_folder(directory)
 
 
 def data_dir_of(run_dirs: list[str | Path], given: str | None) -> Path:

@@ -143,6 +143,26 @@ def test_a_run_given_twice_is_refused(tmp_path, capsys):
     assert "tasks.predict RUN --raw-outputs --out DIR" in err[0] and "same run" not in err[0]
 
 
+
+def test_runs_with_one_relative_predictions_dir_started_in_two_folders_are_two_runs(tmp_path, capsys, monkeypatch):
+    """A relative --predictions-dir is read from the folder each run was started in (run.json's cwd), not from
+    the ensemble's: two runs that wrote preds/ in x/ and y/ are averaged."""
+    data, ids = data_dir(tmp_path)
+    runs = []
+    for name in ("x", "y"):
+        started = tmp_path / name
+        write_raw(raw_path(started / "preds", "sst", "dev"), ids, torch.randn(len(ids), 5))
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        (run / "run.json").write_text(json.dumps({"command": "multitask", "cwd": str(started), "settings": {
+            "files": {"data_dir": str(data)}, "run": {"predictions_dir": "preds"}}}))
+        runs.append(str(run))
+    (tmp_path / "z").mkdir()
+    monkeypatch.chdir(tmp_path / "z")
+    assert run_cli(lambda: ensemble.main([*runs, "--out", str(tmp_path / "out")])) == 0, errors(capsys)
+    assert (tmp_path / "out" / "sst-dev-output.csv").is_file()
+
+
 def test_a_malformed_gold_row_is_named_by_its_line(tmp_path, capsys):
     data, ids = data_dir(tmp_path)
     runs = [run_dir(tmp_path, n, data, ids) for n in ("a", "b")]

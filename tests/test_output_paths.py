@@ -144,12 +144,13 @@ def test_predictions_are_never_written_into_another_runs_directory(tiny_dir, tmp
         ".../runs/classifier-sst-full-model-...), or give a folder outside other runs' prediction folders")), err
     flat = tmp_path / "flat"                        # a run that wrote its predictions to its --predictions-dir
     flat.mkdir()
-    (flat / "run.json").write_text(json.dumps({"settings": {"run": {"predictions_dir": str(flat / "a")}}}))
+    (flat / "run.json").write_text(json.dumps({"command": "classifier",
+                                               "settings": {"run": {"predictions_dir": str(flat / "a")}}}))
     code, _, err = cli(classifier.main, argv + ["--predictions-dir", str(flat / "a" / "x")], capsys)
     assert code == 1 and f"inside {flat / 'a'}, the prediction folder of another run ({flat})" in err, err
     from tasks.core.runs import run_paths
     own = tmp_path / "own"          # the run's own directory, a folder outside runs, and one beside a flat run's files
-    for where in (own / "preds", tmp_path / "elsewhere", flat / "b", other / "mine"):
+    for where in (own / "preds", tmp_path / "elsewhere", flat / "b", other / "mine", flat / "predictions"):
         settings = classifier.parse_settings(argv + ["--run-dir", str(own), "--predictions-dir", str(where)])
         assert run_paths(settings.run, "classifier").predictions == where
 

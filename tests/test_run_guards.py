@@ -194,7 +194,8 @@ def test_the_commands_a_resume_advises_are_shell_quoted_for_a_path_with_spaces(t
         "python", "-m", "tasks.multitask", "--resume", str(other)]
 
 
-@pytest.mark.parametrize("text", ["[1, 2]", '"a run"', "null"])
+@pytest.mark.parametrize("text", ["[1, 2]", '"a run"', "null", "{}", '{"command": "classifier"}',
+                                  '{"command": 3, "settings": {}}'])
 def test_a_run_json_that_is_not_an_object_is_one_line(tmp_path, text):
     """A run.json damaged into valid JSON of another shape: one line naming it, for resume, predict and export."""
     (tmp_path / "run.json").write_text(text)

@@ -23,7 +23,7 @@ from tasks.core.checkpoints import KILL_AT_STEP
 from tasks.core.errors import ConfigurationError, run_cli
 from tasks.core.runs import read_run_json
 from tasks.core.settings import dump
-from tasks.search.space import load_space
+from tasks.search.space import Param, load_space
 from tasks.search.study import trial_settings
 
 optuna = pytest.importorskip("optuna")
@@ -350,3 +350,13 @@ def test_a_recorded_run_reads_its_whole_curves_lines_and_one_that_left_a_searche
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: --record {run_dir}: the run left training.lr at its default "
                                                "(null) while the space samples it"), err
+
+
+def test_a_value_holds_only_where_optuna_would_take_it():
+    """Param.holds stands in for Optuna's containment check before a recorded trial is made: the same grid
+    tolerance, so a hand-typed value just off the grid is refused in one line, not by Optuna's traceback."""
+    optuna = pytest.importorskip("optuna")
+    grid = Param("training.epochs", low=0, high=1000, step=1.0)
+    dist = optuna.distributions.FloatDistribution(0, 1000, step=1.0)
+    for value in (500.0, 500.000001, 500 + 5e-9, 0.0, 1000.0, 999.99999999):
+        assert grid.holds(value) == dist._contains(dist.to_internal_repr(value)), value

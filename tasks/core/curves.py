@@ -90,9 +90,9 @@ class Curves:
         return plot_curves(self.path)
 
 
-def read_curves(path: str | Path) -> list[dict]:
+def read_curves(path: str | Path, quiet: bool = False) -> list[dict]:
     """The lines of a curves file (none if it does not exist). A last line cut short (an append the run did not
-    finish: a kill or a full disk mid-write) is left out with a note; any other line that is not JSON, or not an
+    finish: a kill or a full disk mid-write) is left out with a note (quiet: without); any other line that is not JSON, or not an
     object with a "kind" and an "epoch" (a step's with its "step" and "loss"), is one error naming FILE:LINE."""
     from .errors import ConfigurationError
 
@@ -106,8 +106,9 @@ def read_curves(path: str | Path) -> list[dict]:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             if n == numbered[-1][0]:
-                print(f"note: {path}:{n}: the last line is cut short (a write the run did not finish); left out",
-                      file=sys.stderr)
+                if not quiet:
+                        print(f"note: {path}:{n}: the last line is cut short (a write the run did not finish); left out",
+                          file=sys.stderr)
                 break
             raise ConfigurationError(f"{path}:{n}: not valid JSON ({e.msg}): a curves file is one JSON object a "
                                      "line, as a training run writes it") from None
@@ -177,7 +178,7 @@ def curves_file(given: str | Path) -> Path:
     elif not path.is_file():
         raise MissingFileError(f"{given}: no such file or directory (give a CHECKPOINT.curves.jsonl or a run "
                                "directory)")
-    if not read_curves(path):
+    if not read_curves(path, quiet=True):           # plot_curves reads it again, and says a cut line once
         raise ConfigurationError(f"{path}: the curves file is empty (no step or epoch lines): nothing to draw")
     return path
 

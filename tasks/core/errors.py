@@ -290,30 +290,26 @@ def another_run(path: str | Path, own: str | Path) -> tuple[Path, Path] | None:
     """(run directory, its prediction folder) of another run than `own` whose prediction folder `path` lies in: a
     command writing there would replace that run's files (None: no other run's; a flat run's folder beside it is
     not its prediction folder)."""
-    from .runs import RUN_FILE, read_run_json
+    from .runs import RUN_FILE
     own, where = Path(own).resolve(), Path(path).expanduser().resolve()
     for folder in (where, *where.parents):
         if folder == own:
             return None
         if (folder / RUN_FILE).is_file():
-            for preds in _prediction_folders(folder, read_run_json):
+            for preds in _prediction_folders(folder):
                 if where == preds or preds in where.parents:
                     return folder, preds
     return None
 
 
-def _prediction_folders(folder: Path, read_run_json: Callable) -> list[Path]:
-    """Where the run in `folder` writes its prediction files: predictions/, and --predictions-dir as run.json records
-    it (a relative one from the folder the run was started in)."""
-    found = [(folder / "predictions").resolve()]
+def _prediction_folders(folder: Path) -> list[Path]:
+    """Where the run in `folder` writes its prediction files (runs.prediction_folder; predictions/ for a run.json
+    that cannot be read)."""
+    from .runs import prediction_folder
     try:
-        record = read_run_json(folder)
-        given = record["settings"]["run"].get("predictions_dir")
-        if given:
-            found.append((Path(record.get("cwd") or ".") / given).expanduser().resolve())
-    except (ConfigurationError, KeyError, TypeError, AttributeError):
-        pass                                  # a damaged run.json: its predictions/ alone
-    return found
+        return [prediction_folder(folder).expanduser().resolve()]
+    except ConfigurationError:
+        return [(folder / "predictions").resolve()]
 
 
 def refuse_another_runs(path: str | Path, own: str | Path, flag: str) -> None:

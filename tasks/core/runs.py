@@ -337,10 +337,19 @@ def read_run_json(directory: str | Path) -> dict[str, Any]:
     if not path.exists():
         raise ConfigurationError(f"{directory}: not a run directory (no {RUN_FILE})")
     record = read_json(path, RUN_FILE)                 # strict: a key given twice or text not UTF-8 is one line
-    if not isinstance(record, dict):
+    if not isinstance(record, dict) or not isinstance(record.get("command"), str) or \
+            not isinstance(record.get("settings"), dict):
         raise ConfigurationError(f"{path}: not a run's record (a JSON object of command, settings, ...): copy it again "
                                  "from the run, or start a new run")
     return record
+
+
+def prediction_folder(directory: str | Path) -> Path:
+    """Where the run in `directory` wrote its prediction files: the --predictions-dir its run.json records (a relative
+    one from the folder the run was started in, run.json's cwd; the current folder for a record without it), else
+    DIRECTORY/predictions."""
+    given = read_run_json(directory)["settings"].get("run", {}).get("predictions_dir")
+    return Path(read_run_json(directory).get("cwd") or ".") / given if given else Path(directory) / "predictions"
 
 
 def trained_checkpoint(path: str | Path) -> Path:

@@ -78,7 +78,7 @@ class Param:
             return False
         if self.step:
             steps = (value - self.low) / self.step
-            return abs(steps - round(steps)) <= 1e-8 * max(1.0, abs(steps))
+            return abs(steps - round(steps)) < 1e-8           # Optuna's own tolerance: what it would accept
         return True
 
     def describe(self) -> str:
