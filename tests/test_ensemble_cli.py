@@ -172,3 +172,30 @@ def test_a_malformed_gold_row_is_named_by_its_line(tmp_path, capsys):
     assert run_cli(lambda: ensemble.main([*runs, "--out", str(tmp_path / "out")])) == 1
     err = errors(capsys)
     assert len(err) == 1 and f"{gold}:3: unparsable label" in err[0], err
+
+
+def test_read_raw_names_each_fault_as_written(tmp_path):
+    """read_raw's messages and rules one by one (mutation testing): unreadable, not UTF-8, a blank line skipped
+    (rows after it read), an empty id or no values, a width naming the line that set it, a diverged value."""
+    from tasks.core.data import DataError
+    from tasks.core.evaluation import read_raw
+    path = tmp_path / "sst-dev-raw.csv"
+
+    def said(body: bytes | str) -> str:
+        path.write_bytes(body if isinstance(body, bytes) else body.encode())
+        with pytest.raises(DataError) as e:
+            read_raw(path)
+        return str(e.value)
+
+    with pytest.raises(DataError, match=rf"^{tmp_path}: cannot read the raw outputs \(Is a directory\)$"):
+        read_raw(tmp_path)
+    assert said(b"id , values\na , 1 \xff\n") == f"{path}: not UTF-8 text (byte 18): not a file --raw-outputs wrote"
+    path.write_text("id , values\na , 1 2\n\nb , 3 4\n")
+    assert read_raw(path) == {"a": [1.0, 2.0], "b": [3.0, 4.0]}
+    assert said("id , values\n , 1 2\n") == f"{path}:2: expected 'id , values' (written by --raw-outputs), got ' , 1 2'"
+    assert said("id , values\na , \n").startswith(f"{path}:2: expected 'id , values'")
+    assert said("id , values\na , 1 2\nb , 3 4\nc , 5\n") == \
+        f"{path}:4: id c: 1 values, where line 2 has 2: write the file again with --raw-outputs"
+    assert said("id , values\na , 1 inf\n").endswith("is not finite: the run's outputs diverged; leave it out of the "
+                                                     "ensemble")
+    assert said("id , values\na , 1 , 2\n") == f"{path}:2: id a: value ',' is not a number"

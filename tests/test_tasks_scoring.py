@@ -290,3 +290,28 @@ def test_a_gold_file_with_too_few_labelled_rows_is_a_report_error(tmp_path, caps
     assert score.main([str(tmp_path / "p"), "--data-dir", str(tmp_path / "g")]) == 1
     out = capsys.readouterr().out
     assert f"error: {gold}: " in out and "labelled rows" in out, out
+
+
+def test_gold_rows_are_named_beside_the_prediction_file_counted_past_twenty_and_one_row_scores(tmp_path):
+    """The gold-row errors (mutation testing): each says the prediction file is not at fault, past 20 the rest are
+    one counted line, the unknown-ids error says the gold's bad rows were skipped, and one labelled SST row scores."""
+    def broken(rows):                                    # the first 23 rows' labels made bad
+        out = [rows[0]]
+        for row in rows[1:24]:
+            cells = row.rstrip("\n").split("\t")
+            out.append("\t".join(cells[:-1] + ["x"]) + "\n")
+        return out + rows[24:30]
+    gold, _ = gold_dir(tmp_path, "g", broken)
+    every = [line.split("\t")[1].strip() for line in gold.read_text().splitlines()[1:]]
+    pred = write_predictions(tmp_path / "p" / "sst-dev-output.csv", "sst", every, [1] * len(every))
+    report = check_predictions(pred, "sst", gold_records(tmp_path / "g", "sst", "dev"))
+    assert all(f"not of {pred}" in e for e in report.errors[:20]), report.errors[:2]
+    assert report.errors[20] == f"{gold}: 3 more bad rows of the gold file not listed"
+    assert "(its 23 bad row(s) above skipped)" in report.errors[-1]
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "ids-sst-dev.csv").write_text("".join(gold.read_text().splitlines(keepends=True)[:1] +
+                                                 gold.read_text().splitlines(keepends=True)[25:26]))
+    kept = gold.read_text().splitlines()[25].split("\t")[1].strip()
+    single = write_predictions(tmp_path / "q" / "sst-dev-output.csv", "sst", [kept], [1])
+    assert check_predictions(single, "sst", gold_records(one, "sst", "dev")).errors == []
