@@ -194,8 +194,8 @@ def test_read_raw_names_each_fault_as_written(tmp_path):
     assert read_raw(path) == {"a": [1.0, 2.0], "b": [3.0, 4.0]}
     assert said("id , values\n , 1 2\n") == f"{path}:2: expected 'id , values' (written by --raw-outputs), got ' , 1 2'"
     assert said("id , values\na , \n").startswith(f"{path}:2: expected 'id , values'")
-    assert said("id , values\na , 1 2\nb , 3 4\nc , 5\n") == \
-        f"{path}:4: id c: 1 values, where line 2 has 2: write the file again with --raw-outputs"
+    assert said("id , values\na , 1 2 3\nb , 3 4 5\nc , 5\n") == \
+        f"{path}:4: id c: 1 values, where line 2 has 3: write the file again with --raw-outputs"
     assert said("id , values\na , 1 inf\n").endswith("is not finite: the run's outputs diverged; leave it out of the "
                                                      "ensemble")
     assert said("id , values\na , 1 , 2\n") == f"{path}:2: id a: value ',' is not a number"

@@ -308,6 +308,9 @@ def test_gold_rows_are_named_beside_the_prediction_file_counted_past_twenty_and_
     assert all(f"not of {pred}" in e for e in report.errors[:20]), report.errors[:2]
     assert report.errors[20] == f"{gold}: 3 more bad rows of the gold file not listed"
     assert "(its 23 bad row(s) above skipped)" in report.errors[-1]
+    exactly = check_predictions(pred, "sst", _twenty_bad(gold_records(tmp_path / "g", "sst", "dev")))
+    assert not [e for e in exactly.errors if "more bad rows" in e] and len(
+        [e for e in exactly.errors if "a bad row of the gold file" in e]) == 20       # 20 listed, none counted
     one = tmp_path / "one"
     one.mkdir()
     (one / "ids-sst-dev.csv").write_text("".join(gold.read_text().splitlines(keepends=True)[:1] +
@@ -315,3 +318,9 @@ def test_gold_rows_are_named_beside_the_prediction_file_counted_past_twenty_and_
     kept = gold.read_text().splitlines()[25].split("\t")[1].strip()
     single = write_predictions(tmp_path / "q" / "sst-dev-output.csv", "sst", [kept], [1])
     assert check_predictions(single, "sst", gold_records(one, "sst", "dev")).errors == []
+
+
+def _twenty_bad(gold):
+    """gold with exactly MAX_LINE_ERRORS (20) of its skipped rows: all listed, no counted line."""
+    gold.skipped = gold.skipped[:20]
+    return gold
