@@ -296,20 +296,20 @@ def another_run(path: str | Path, own: str | Path) -> tuple[Path, Path] | None:
         if folder == own:
             return None
         if (folder / RUN_FILE).is_file():
-            for preds in _prediction_folders(folder):
-                if where == preds or preds in where.parents:
-                    return folder, preds
+            preds = _prediction_folder(folder)
+            if where == preds or preds in where.parents:
+                return folder, preds
     return None
 
 
-def _prediction_folders(folder: Path) -> list[Path]:
+def _prediction_folder(folder: Path) -> Path:
     """Where the run in `folder` writes its prediction files (runs.prediction_folder; predictions/ for a run.json
     that cannot be read)."""
     from .runs import prediction_folder
     try:
-        return [prediction_folder(folder).expanduser().resolve()]
+        return prediction_folder(folder).expanduser().resolve()
     except ConfigurationError:
-        return [(folder / "predictions").resolve()]
+        return (folder / "predictions").resolve()
 
 
 def refuse_another_runs(path: str | Path, own: str | Path, flag: str) -> None:

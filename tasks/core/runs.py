@@ -348,8 +348,9 @@ def prediction_folder(directory: str | Path) -> Path:
     """Where the run in `directory` wrote its prediction files: the --predictions-dir its run.json records (a relative
     one from the folder the run was started in, run.json's cwd; the current folder for a record without it), else
     DIRECTORY/predictions."""
-    given = read_run_json(directory)["settings"].get("run", {}).get("predictions_dir")
-    return Path(read_run_json(directory).get("cwd") or ".") / given if given else Path(directory) / "predictions"
+    record = read_run_json(directory)
+    given = record["settings"].get("run", {}).get("predictions_dir")
+    return Path(record.get("cwd") or ".") / given if given else Path(directory) / "predictions"
 
 
 def trained_checkpoint(path: str | Path) -> Path:
