@@ -92,8 +92,9 @@ class Curves:
 
 def read_curves(path: str | Path, quiet: bool = False) -> list[dict]:
     """The lines of a curves file (none if it does not exist). A last line cut short (an append the run did not
-    finish: a kill or a full disk mid-write) is left out with a note (quiet: without); any other line that is not JSON, or not an
-    object with a "kind" and an "epoch" (a step's with its "step" and "loss"), is one error naming FILE:LINE."""
+    finish: a kill or a full disk mid-write) is left out with a note (quiet: without); any other line that is not
+    JSON, or not an object with a "kind" and an "epoch" (a step's with its "step" and "loss"), is one error naming
+    FILE:LINE."""
     from .errors import ConfigurationError
 
     path = Path(path)
@@ -107,8 +108,8 @@ def read_curves(path: str | Path, quiet: bool = False) -> list[dict]:
         except json.JSONDecodeError as e:
             if n == numbered[-1][0]:
                 if not quiet:
-                        print(f"note: {path}:{n}: the last line is cut short (a write the run did not finish); left out",
-                          file=sys.stderr)
+                    print(f"note: {path}:{n}: the last line is cut short (a write the run did not finish); left "
+                          "out", file=sys.stderr)
                 break
             raise ConfigurationError(f"{path}:{n}: not valid JSON ({e.msg}): a curves file is one JSON object a "
                                      "line, as a training run writes it") from None
