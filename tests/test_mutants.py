@@ -1,6 +1,7 @@
 """Tests written to kill the mutants mutmut found surviving (tests/MUTATION.md): each checks a hand-computed value.
 
-tasks/core/evaluation.py: the metrics' edge cases, the prediction files' exact complaints, and the atomic write.
+tasks/core/evaluation.py: the metrics' edge cases (Pearson's clamps, _centred's exact scaling), the prediction files'
+exact complaints (a BOM, bytes not UTF-8, 20 bad lines listed, quotes cut at 80), the atomic write, write_raw's text.
 minbert/model.py: attention() and fused_attention() on their own against a loop, BERT's initialisation, the padding
 embedding, which attention the config selects, on_real_tokens without padding, the save / load wrappers.
 """
@@ -22,7 +23,16 @@ import minbert
 from minbert.model import attention, fused_attention, on_real_tokens
 from tasks.core import evaluation
 from tasks.core.data import PairExample, Records
-from tasks.core.evaluation import accuracy, check_predictions, gold_records, pearson, write_predictions
+from tasks.core.evaluation import (
+    Report,
+    accuracy,
+    check_predictions,
+    gold_records,
+    pearson,
+    read_predictions,
+    write_predictions,
+    write_raw,
+)
 
 
 def gold(labels: list[float], ids: list[str] | None = None) -> Records:
@@ -117,6 +127,63 @@ def test_a_wrong_header_is_named_and_an_empty_or_header_only_file_has_every_id_m
         path.write_text(text)
         report = check_predictions(path, "sts", gold([1.0, 2.0]))
         assert report.errors == ["2 missing ids of gold.csv have no prediction: id0, id1"]
+
+
+def test_pearson_is_clamped_where_rounding_leaves_minus_one_to_one_and_its_scaling_is_exact():
+    """x with itself: x @ x / |x|^2 rounds to 1 + 2**-52, and with -x to -(1 + 2**-52): r is 1.0 and -1.0 exactly.
+    _centred scales by a power of two to a top in [0.5, 1) (100 -> 100/128): exact, so a part 2**-923 of the largest
+    value still moves r; a value that is not finite is refused in so many words."""
+    x = [2.2, 4.833, 2.21, 0.0]
+    c = evaluation._centred(x)
+    assert (c @ c).item() / (c.norm() * c.norm()).item() == 1 + 2 ** -52          # what the clamp is for
+    assert pearson(x, x) == 1.0 and pearson(x, [-v for v in x]) == -1.0
+    assert evaluation._centred([100.0, 0.0, -25.0]).tolist() == [0.5859375, -0.1953125, -0.390625]
+    r = pearson([2.0 ** 1023, -(2.0 ** 1023), 0.0, 2.0 ** 100], [0.0, 0.0, 1.0, -1.0])
+    assert r == pytest.approx(-(2.0 ** -924), rel=1e-12, abs=0)
+    with pytest.raises(ValueError, match=r"^a value that is not finite \(nan or inf\)$"):
+        pearson([1.0, math.inf], [1.0, 2.0])
+
+
+def test_a_quoted_id_or_value_is_cut_after_80_characters_with_dots(tmp_path):
+    at80, at81, value = "i" * 80, "j" * 81, "v" * 81
+    path = sts_file(tmp_path, [(at80, "abc"), (at81, "abc"), ("k", value)])
+    report = Report("sts", str(path), "gold")
+    assert read_predictions(path, "sts", report) == {}
+    assert report.errors == [f"{path}:2: id {at80}: unparsable value 'abc'",
+                             f"{path}:3: id {'j' * 80}...: unparsable value 'abc'",
+                             f"{path}:4: id k: unparsable value '{'v' * 80}...'"]
+
+
+def test_a_bom_is_dropped_bytes_not_utf8_are_a_line_error_and_an_unreadable_file_one_error(tmp_path):
+    path = tmp_path / "sts-dev-output.csv"
+    path.write_bytes(b"\xef\xbb\xbfid \t Predicted_Similiary \na , 1.0 \n")
+    report = Report("sts", str(path), "gold")
+    assert read_predictions(path, "sts", report) == {"a": 1.0} and report.errors == report.warnings == []
+    path.write_bytes(b"id \t Predicted_Similiary \na , 1\xff \nb\x00 , 2 \nc , 3 \n")
+    report = Report("sts", str(path), "gold")
+    assert read_predictions(path, "sts", report) == {"c": 3.0}                     # read on after the bad lines
+    said = "bytes that are not UTF-8 text, or a NUL byte; save the file as UTF-8"
+    assert report.errors == [f"{path}:2: {said}", f"{path}:3: {said}"]
+    report = Report("sts", str(tmp_path), "gold")
+    assert read_predictions(tmp_path, "sts", report) == {}
+    assert report.errors == [f"{tmp_path}: cannot read the file (Is a directory)"]
+
+
+@pytest.mark.parametrize("bad, counted", [(20, []), (22, ["22 lines with errors; 2 more lines with errors not listed"])])
+def test_twenty_bad_lines_are_listed_and_the_rest_counted_in_one_line(tmp_path, bad, counted):
+    path = tmp_path / "sts-dev-output.csv"
+    path.write_text("id \t Predicted_Similiary \n" + "x\n" * bad + "a , 1.0 \n")
+    report = Report("sts", str(path), "gold")
+    assert read_predictions(path, "sts", report) == {"a": 1.0}
+    assert report.errors == [f"{path}:{n}: expected 'id , value', got 'x'" for n in range(2, 22)] + [
+        f"{path}: {c}" for c in counted]
+
+
+def test_write_raw_writes_its_header_and_exact_reprs(tmp_path):
+    path = write_raw(tmp_path / "sst-dev-raw.csv", ["a", "b"], torch.tensor([[1.0, -0.5], [0.1, 2.0]],
+                                                                             dtype=torch.float64))
+    assert path.read_text() == "id , output\na , 1.0 -0.5\nb , 0.1 2.0\n"
+    assert write_raw(path, ["a"], torch.tensor([1.5])).read_text() == "id , output\na , 1.5\n"
 
 
 # ---------------------------------------------------------------------------------------------- writing a file
