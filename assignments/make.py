@@ -43,7 +43,7 @@ BEGIN, END, STUB = "### BEGIN SOLUTION", "### END SOLUTION", "### STUB:"
 # assignments/ (the checker, the checks of the profile's groups and their fixtures, not the generator, the grader
 # or the stubs), the handout, tree_files/ (at the tree's root), and data.
 PACKAGES = ("minbert", "tasks")
-ASSIGNMENT_FILES = ("__init__.py", "check.py", "checks.py", "common.py", "isolation.py",
+ASSIGNMENT_FILES = ("__init__.py", "adamw_problem.py", "check.py", "checks.py", "common.py", "isolation.py",
                     "record.py")
 GROUP_CHECKS = {"multitask": "checks_multitask.py", "deebert": "checks_deebert.py", "smart": "checks_smart.py",
                 "pals": "checks_pals.py", "simcse": "checks_simcse.py"}     # each non-core group's checks

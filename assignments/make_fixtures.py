@@ -195,7 +195,7 @@ def adamw_fixture(g: torch.Generator | None = None) -> dict[str, torch.Tensor]:
 
     from minbert.optim import AdamW
 
-    from .checks import ADAMW_EPS, ADAMW_GROUPS, ADAMW_STEPS, adamw_problem, course_optimizer_test
+    from .adamw_problem import ADAMW_EPS, ADAMW_GROUPS, ADAMW_STEPS, adamw_problem, course_optimizer_test
     from .mistakes import adamw_fixture_keys
     init, grads = adamw_problem(g)
     out = {f"init_{i}": p for i, p in enumerate(init)}

@@ -12,7 +12,8 @@ import torch
 
 import minbert.optim
 from assignments import hidden
-from assignments.checks import ADAMW_GROUPS, ADAMW_STEPS, adamw_problem, check_adamw
+from assignments.adamw_problem import ADAMW_GROUPS, ADAMW_STEPS, adamw_problem
+from assignments.checks import check_adamw
 from assignments.common import Fail
 from assignments.mistakes import AdamWSpec, adamw_trajectory
 
@@ -61,7 +62,7 @@ def _problem(seed: int | None) -> tuple[list[torch.Tensor], list[list[torch.Tens
 def test_the_shipped_fixture_holds_the_eps_placements_far_apart(style: str) -> None:
     # the fixture's right trajectory and its eps_other_style one, as the check reads them: far beyond the tolerance
     # (before, sqrt(v) ~ 1 >> eps made them differ by 3.5 times the tolerance at one value, by luck)
-    from assignments.checks import adamw_trajectory_of
+    from assignments.adamw_problem import adamw_trajectory_of
     from assignments.common import load_fixture
     f = load_fixture("adamw")
     ratio = _ratio(adamw_trajectory_of(f, style, "eps_other_style"), adamw_trajectory_of(f, style, "right"))

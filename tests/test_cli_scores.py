@@ -24,7 +24,7 @@ from minbert.multitask import MultitaskBert, MultitaskConfig
 from tasks import score as score_cli
 from tasks.core import train as train_module
 from tasks.core.batching import pad as _pad
-from tasks.core.train import load_checkpoint
+from tasks.core.checkpoints import load_checkpoint
 from tasks.multitask import load, parse_settings, run
 
 pytestmark = pytest.mark.usefixtures("one_thread")

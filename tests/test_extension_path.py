@@ -76,7 +76,7 @@ def test_rdrop_is_one_module_one_section_one_registration(monkeypatch):
     assert [" ".join(line.split()) for line in outside] == ["rdrop R-Drop's regulariser -> minbert.rdrop",
                                                              "rdrop: RDrop = section(RDrop)"]
     assert [t.name for t in TERMS["multitask"]].count("rdrop") == 1      # its one registration, wherever yours go
-    for code in (multitask.run, train.fit, train._Loop):                      # nor any other extension's
+    for code in (multitask.run, train.fit, train._Loop, train.LoopCheckpoint):  # nor any other extension's
         assert not {"smart", "pcgrad", "surgery", "embedding"} & set(inspect.getsource(code).lower().split()), code
 
 

@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from assignments.checks import adamw_problem, adamw_style, check_adamw
+from assignments.adamw_problem import adamw_problem, adamw_style
+from assignments.checks import check_adamw
 from assignments.common import Fail
 
 # ---------------------------------------------------------------- AdamW, written out as a student might
@@ -177,7 +178,7 @@ def test_adamw_float32_decay_hint(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_adamw_problem_first_step_by_hand() -> None:
     # the hints' equations at step 1 of the check's first parameter, computed here from the paper's algorithm:
     # m = (1 - b1) g, v = (1 - b2) g^2, so m_hat / sqrt(v_hat) = g / |g| and p1 = p0 (1 - lr wd) - lr sign(g)
-    from assignments.checks import ADAMW_GROUPS
+    from assignments.adamw_problem import ADAMW_GROUPS
     from assignments.mistakes import AdamWSpec, adamw_trajectory
     init, grads = adamw_problem()
     lr, wd = ADAMW_GROUPS[0]["lr"], ADAMW_GROUPS[0]["weight_decay"]

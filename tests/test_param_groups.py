@@ -9,10 +9,10 @@ import minbert
 from minbert.multitask import MultitaskBert, MultitaskConfig
 from minbert.param_groups import no_decay, param_groups, unfreeze_step
 from tasks.classifier import parse_settings
+from tasks.core.checkpoints import check_config
 from tasks.core.errors import ResumeError
 from tasks.core.recipe import Recipe
 from tasks.core.resume import before_values, resume_config
-from tasks.core.train import check_config
 
 
 class Classifier(nn.Module):

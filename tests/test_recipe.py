@@ -15,10 +15,10 @@ from torch import nn
 
 import minbert
 from tasks.classifier import SentimentClassifier, build_parser, classification_loss, parse_settings
-from tasks.core.checkpoints import load_checkpoint
+from tasks.core.checkpoints import check_config, load_checkpoint
 from tasks.core.recipe import OPTIMIZERS, LinearSchedule, make_optimizer
 from tasks.core.resume import resume_config
-from tasks.core.train import Interrupted, check_config, watching
+from tasks.core.train import Interrupted, watching
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 # the recipe flags at their defaults, written out here (tasks.core.recipe.Recipe is what they are checked against)

@@ -7,6 +7,7 @@
     data.py           the task files' readers (errors with file and line)
     batching.py       the one batching pipeline: a file tokenised once, batches drawn, cut and padded from its ids
     train.py          the one training loop: epochs, dev selection, checkpoints (also mid-epoch), exact resume
+    loop_checkpoint.py what the loop saves into its checkpoint and restores from one (train.py's _Loop inherits it)
     loop.py           what the loop takes (Work, FitOptions) and gives (FitResult); watching(), to follow it
     terms.py          the extension point of a command's objective: registered terms
     checkpoints.py    training checkpoints, written atomically, read back checked, RNG states

@@ -50,24 +50,15 @@ from tqdm import tqdm
 
 from . import distributed as dp
 from .batching import pad_lengths, position_limit, step_groups, to_device
-from .checkpoints import (
-    CHECKPOINT_KEYS,
-    KILL_AT_STEP,
-    check_config,
-    check_data_files,
-    load_checkpoint,
-    maybe_kill,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-)
+from .checkpoints import KILL_AT_STEP, maybe_kill, rng_state, set_rng_state
 from .curves import Curves, curves_path
 from .data import files_read
 from .distributed import is_main_process, rank, world_size
 from .errors import diverged
 from .evaluation import evaluating
-from .graphs import StepGraphs, check_graphs, float_learning_rates
+from .graphs import StepGraphs, check_graphs
 from .loop import FitOptions, FitResult, Interrupted, Work, after_epoch, check_settings, watching  # noqa: F401 - fit()'s surface
+from .loop_checkpoint import LoopCheckpoint
 from .precision import cpu_has_bf16, resolve_precision
 from .recipe import LinearSchedule, Recipe, autocast, unfreezing
 from .step import PAD_MULTIPLE, LossReads, Taken, attention_kernels, compiled, read_every
@@ -121,7 +112,7 @@ def fit(work: Work, recipe: Recipe, options: FitOptions, terms: TermSet | None =
     return loop.best
 
 
-class _Loop:
+class _Loop(LoopCheckpoint):
     """fit()'s parts and the state they share: the step count, the history, the best epoch, the scaler, the
     schedule; everything a checkpoint holds besides the model and the optimiser."""
 
@@ -163,37 +154,6 @@ class _Loop:
         self.curve: Curves | None = None
         self.epoch_rng: dict | None = None          # the RNG states at the epoch's start (batches() drew from them)
         self.data_files = files_read()               # the task files read for this run: what the checkpoint records
-
-    def restore(self, resume: str | Path) -> None:
-        """The state of a checkpoint: model, optimiser, epochs done, best epoch, history, steps, RNG states."""
-        state = load_checkpoint(resume, required=CHECKPOINT_KEYS)  # on the CPU: RNG states must stay there
-        check_config(resume, state.get("config", {}), self.options.config)
-        check_data_files(resume, state.get("data_files"), self.data_files)
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.start, self.history = state["epoch"], list(state["history"])
-        self.best = FitResult(state["best_epoch"], state["best_score"], state["best_state"], self.history)
-        self.step, self.base_lrs = state.get("optimizer_steps", 0), state.get("base_lrs", self.base_lrs)
-        places = state.get("within_ranks")
-        self.within = places[self.me] if places and len(places) == self.world else state.get("within_epoch")
-        if self.scaler.is_enabled() and state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
-        terms = state.get("terms_ranks") or [state.get("terms", (self.within or {}).get("terms", {}))]  # older: within's
-        self.terms.load_state(terms[self.me] if len(terms) == self.world else terms[0], state.get("term_keys", {}))
-        rngs = state.get("rng_ranks") or [state["rng"]]
-        if len(rngs) != self.world:
-            self.say(f"{resume} was written by {len(rngs)} process(es), now {self.world}: dropout draws other random "
-                     "numbers than an uninterrupted run would")
-        set_rng_state(rngs[self.me] if len(rngs) == self.world else state["rng"])
-        within = f" and {self.within['groups']} optimiser steps of the next" if self.within else ""
-        self.say(f"resumed from {resume}: {self.start} epochs done{within}, best dev {self.metric} "
-                 f"{self.best.best_score:.4f} (epoch {self.best.best_epoch})")
-        was = state.get("planned_epochs")
-        if was not in (None, self.options.epochs) and (self.recipe.warmup_ratio is not None
-                                                        or self.recipe.gradual_unfreezing > 0):
-            self.say(f"note: the run was started for {was} epochs and goes on for {self.options.epochs}: its "
-                     "learning-rate schedule is laid out again over the new number of steps, so the result is "
-                     f"neither the {was}-epoch run's nor an uninterrupted {self.options.epochs}-epoch run's")
 
     def train_epoch(self, epoch: int) -> tuple[float, dict[str, list[float]], float]:
         """One epoch of optimiser steps: (the mean training loss, per task [loss sum, batches], seconds)."""
@@ -395,29 +355,3 @@ class _Loop:
                  f"dev {self.metric} {scores[self.metric]:.4f}{' (best so far)' if improved else ''}, "
                  f"{train_time:.0f}s training + {record['eval_seconds']:.0f}s eval")
         return record
-
-    def save(self, epoch: int, within: dict | None = None) -> None:
-        """The checkpoint after `epoch`, or within it after `within["groups"]` optimiser steps (rank 0 writes it,
-        holding every rank's RNG state and, within an epoch, every rank's loss sums)."""
-        rngs = dp.all_gather(rng_state()) if self.parallel else [rng_state()]
-        terms = (dp.all_gather(self.terms.state()) if self.parallel else [self.terms.state()]) if self.terms.active else []
-        places = (dp.all_gather(within) if self.parallel else [within]) if within is not None else None
-        if self.main:
-            if places is not None and self.curve is not None:
-                self.curve.sync()                    # the steps logged so far, as the checkpoint has them
-            save_checkpoint(self.options.checkpoint, {
-                "model": self.model.state_dict(), "optimizer": float_learning_rates(self.optimizer.state_dict()),
-                "epoch": epoch + 1 if within is None else epoch,
-                **({"within_epoch": within, "within_ranks": places} if within is not None else {}),
-                "best_epoch": self.best.best_epoch, "best_score": self.best.best_score,
-                "best_state": self.best.best_state, "history": self.history, "rng": rngs[0], "config": dict(self.options.config),
-                "optimizer_steps": self.step, "base_lrs": self.base_lrs, "scaler": self.scaler.state_dict(),
-                "planned_epochs": self.options.epochs,   # --epochs is free on resume: the schedule's span says so
-                "data_files": self.data_files,           # --resume refuses a file changed since
-                **({"rng_ranks": rngs} if self.parallel else {}),
-                **({"terms": terms[0], "term_keys": self.terms.keys} if terms else {}),
-                **({"terms_ranks": terms} if terms and self.parallel else {}),
-            })
-        if self.parallel:
-            dp.barrier()  # the epoch ends when its checkpoint is on disk, for every rank
-
