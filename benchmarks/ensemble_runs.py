@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -35,6 +34,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import stats
 
 from tasks import multitask
+from tasks.core.evaluation import write_text
 from tasks.ensemble import ensemble, raw_dir
 from tasks.score import score_directory
 
@@ -97,11 +97,8 @@ def finished_members(members: list[str], data_dir: str, runs: Path) -> dict:
 
 
 def write_table(path: Path, table: dict) -> None:
-    """Write the results JSON atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(table, indent=1))
-    os.replace(tmp, path)
+    """Write the results JSON atomically (write_text: fsynced, renamed; a failed write keeps the previous one)."""
+    write_text(path, json.dumps(table, indent=1))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import stats
 
 from tasks import multitask
+from tasks.core.evaluation import write_text
 
 ROWS = [(design, schedule, mode) for design in ("bi-encoder", "cross-encoder")
         for schedule in ("sequential", "round-robin") for mode in ("last-linear-layer", "full-model")]
@@ -104,10 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                             "epochs": args.epochs, "dev": summary["dev"], "best_epoch": summary["best_epoch"],
                             "trainable": summary.get("trainable", 0), "minutes": minutes,
                             "history": summary["history"], "argv": row_argv})
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp_out = out.with_suffix(".tmp")
-            tmp_out.write_text(json.dumps(results, indent=1))
-            os.replace(tmp_out, out)
+            write_text(out, json.dumps(results, indent=1))
             print(table(results), flush=True)
     print(table(results))
     rows_seen = list(dict.fromkeys(r["row"] for r in results if "row" in r))

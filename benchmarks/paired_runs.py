@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import stats
 
 from tasks import multitask
+from tasks.core.evaluation import write_text
 
 
 def dev_line(dev: dict) -> str:
@@ -95,10 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append({"row": args.row, "seed": seed, "flags": extra, "dev": summary["dev"],
                         "best_epoch": summary["best_epoch"], "minutes": minutes, "history": summary["history"],
                         **started, **{k: summary[k] for k in ("smart", "toolkit", "rdrop") if k in summary}})
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp_out = out.with_suffix(".tmp")
-        tmp_out.write_text(json.dumps(results, indent=1))
-        os.replace(tmp_out, out)
+        write_text(out, json.dumps(results, indent=1))
         print(f"== {args.row} seed {seed}: {dev_line(summary['dev'])}, {minutes:.1f} min", flush=True)
     if args.baseline is not None:
         print(stats.markdown_table(stats.load_rows([out], "overall"), args.baseline, "overall"))

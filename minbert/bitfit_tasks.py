@@ -4,8 +4,6 @@ kilobytes, switched in and out of one frozen backbone (SharedBackbone)."""
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -15,6 +13,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from .bitfit import bias_snapshot, check_encoder, term_of
+from .files import replacing
 from .model import BertModel
 
 TASK_FORMAT = "minbert-bitfit-task/1"
@@ -47,26 +46,9 @@ def save_task(path: str | Path, model: BertModel, head: nn.Module | None = None,
         tensors.update({f"head.{k}": v.detach().cpu().contiguous().clone() for k, v in head.state_dict().items()})
     meta = {"format": TASK_FORMAT, "backbone": backbone_fingerprint(model), **dict(metadata or {})}
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:                           # a temporary file beside it, fsynced and renamed; removed if anything fails
+    with replacing(path, sync=True) as tmp:   # a temporary file beside it, fsynced and renamed; removed if it fails
         save_file(tensors, tmp, metadata={k: str(v) for k, v in meta.items()})
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
     return path.stat().st_size
-
-
-def _umask() -> int:
-    """This process's umask, for the mode a new file gets (mkstemp's files are private)."""
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return umask
 
 
 def load_task(path: str | Path, model: BertModel, head: nn.Module | None = None,

@@ -18,6 +18,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .config import BertConfig
+from .files import replacing, write_text
 from .model import BertModel
 
 log = logging.getLogger("minbert")
@@ -302,14 +303,11 @@ def load_pretrained(
 
 
 def save_pretrained(model: BertModel, directory: str | Path) -> None:
-    """Write config.json and model.safetensors that Hugging Face transformers' BertModel loads; atomic per file."""
+    """Write config.json and model.safetensors that Hugging Face transformers' BertModel loads; atomic per file
+    (files.replacing: fsynced, then renamed; a failed write keeps the previous file and leaves no temporary)."""
     from safetensors.torch import save_file
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in to_hf_state_dict(model).items()}
-    tmp = directory / ".model.safetensors.tmp"
-    save_file(tensors, tmp, metadata={"format": "pt"})
-    os.replace(tmp, directory / "model.safetensors")
-    tmp = directory / ".config.json.tmp"
-    tmp.write_text(json.dumps(model.config.to_hf_dict(), indent=2) + "\n")
-    os.replace(tmp, directory / "config.json")
+    with replacing(directory / "model.safetensors", sync=True) as tmp:
+        save_file(tensors, tmp, metadata={"format": "pt"})
+    write_text(directory / "config.json", json.dumps(model.config.to_hf_dict(), indent=2) + "\n")

@@ -31,6 +31,7 @@ import minbert
 
 from .core.checkpoints import trained_encoder
 from .core.errors import ConfigurationError, MissingFileError, figure_to_write, run_cli
+from .core.figures import save_figure
 from .core.recipe import ATTENTIONS, ATTN_IMPLEMENTATION, DEFAULT_ATTENTION
 from .core.runs import RUN_FILE, no_checkpoint, read_run_json, trained_checkpoint
 from .core.settings import parse, setting
@@ -84,11 +85,7 @@ def draw(probs: torch.Tensor, tokens: list[str], title: str, out: str | Path) ->
         ax.set_yticks(range(T), tokens, fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out, dpi=100)
 
 
 def encoder(model: str, attention: str) -> tuple[minbert.BertModel, str, str]:

@@ -26,6 +26,7 @@ TESTS = {
     "minbert/optim.py": ["tests/test_optim.py", "tests/test_mutants_optim.py"],
     "minbert/smart.py": ["tests/test_smart.py", "tests/test_catches.py", "tests/test_mutants_smart.py"],
     "minbert/deebert.py": ["tests/test_deebert.py", "tests/test_mutants_deebert.py"],
+    "minbert/files.py": ["tests/test_files.py", "tests/test_full_disk.py"],
     "tasks/core/evaluation.py": ["tests/test_tasks_scoring.py", "tests/test_catches.py", "tests/test_mutants.py",
                                  "tests/test_ensemble_cli.py"],
     "assignments/standing.py": ["tests/test_leaderboard.py", "tests/test_leaderboard_abuse.py",

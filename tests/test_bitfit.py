@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -229,6 +230,27 @@ def test_heatmap_is_written(tiny_config, tmp_path):
     change = {t: [0.1 * i, 0.2] for i, t in enumerate(LAYER_TERMS)}
     plot_bias_change(change, tmp_path / "fig.png", "test")
     assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("name, magic", [("fig.pdf", b"%PDF"), ("fig.svg", b"<?xml"), ("fig.v2.png", b"\x89PNG")])
+def test_the_heatmap_is_written_in_the_format_its_name_says(tmp_path, name, magic):
+    """matplotlib's format is the name's extension (the temporary's name says nothing): a .pdf is a PDF."""
+    plot_bias_change({t: [0.1, 0.2] for t in LAYER_TERMS}, tmp_path / name)
+    assert [p.name for p in tmp_path.iterdir()] == [name] and (tmp_path / name).read_bytes().startswith(magic)
+
+
+def test_a_failed_heatmap_leaves_the_previous_figure_and_no_temporary(tmp_path, monkeypatch):
+    import matplotlib.figure
+    path = tmp_path / "fig.png"
+    path.write_bytes(b"before")
+
+    def savefig(self, fname, *args, **kwargs):
+        Path(fname).write_bytes(b"partial")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    with pytest.raises(OSError, match="No space left"):
+        plot_bias_change({t: [0.1, 0.2] for t in LAYER_TERMS}, path)
+    assert [p.name for p in tmp_path.iterdir()] == ["fig.png"] and path.read_bytes() == b"before"
 
 
 def test_task_files_round_trip_and_switching_is_exact(minilm, tokenizer, tmp_path):

@@ -284,3 +284,57 @@ def test_transformers_reads_our_save(minilm: minbert.BertModel, tmp_path: Path) 
     again = minbert.Tokenizer.from_pretrained(str(tmp_path))(["A cat sat on the mat.", "Hello"],
                                                               ["A dog.", "A longer second sentence here."])
     assert all(torch.equal(again[k], batch[k]) for k in ("input_ids", "attention_mask", "token_type_ids"))
+
+
+# ---------------------------------------------------------------- save_pretrained writes each file atomically
+
+def _failing_save_file(tensors, path, *args, **kwargs) -> None:
+    """safetensors' save_file failing half-way: part of the file written, then an error."""
+    Path(path).write_bytes(b"partial")
+    raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize("fail", ["weights", "fsync 1", "fsync 2"])
+def test_a_failed_save_pretrained_keeps_the_previous_files_and_leaves_no_temporary(
+        tiny_config: minbert.BertConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: str) -> None:
+    """save_file raising, or a full disk at the weights' or the config's fsync: the earlier save is whole."""
+    import os
+
+    import safetensors.torch
+    minbert.BertModel(tiny_config).save_pretrained(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    if fail == "weights":
+        monkeypatch.setattr(safetensors.torch, "save_file", _failing_save_file)
+    else:
+        calls = []
+
+        def fsync(fd: int) -> None:
+            calls.append(fd)
+            if len(calls) == int(fail.split()[1]):
+                raise OSError(28, "No space left on device")
+        monkeypatch.setattr(os, "fsync", fsync)
+    torch.manual_seed(1)
+    with pytest.raises(OSError, match="No space left"):
+        minbert.BertModel(tiny_config).save_pretrained(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+    assert (tmp_path / "config.json").read_bytes() == before["config.json"]
+    if fail != "fsync 2":                              # the weights are replaced before the config is written
+        assert (tmp_path / "model.safetensors").read_bytes() == before["model.safetensors"]
+
+
+def test_two_save_pretrained_into_one_folder_use_their_own_temporaries(
+        tiny_config: minbert.BertConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each write has a fresh temporary beside its file (mkstemp), not one fixed name two writers would share."""
+    import safetensors.torch
+    real, seen = safetensors.torch.save_file, []
+
+    def spy(tensors, path, *args, **kwargs) -> None:
+        seen.append(Path(path))
+        real(tensors, path, *args, **kwargs)
+    monkeypatch.setattr(safetensors.torch, "save_file", spy)
+    model = minbert.BertModel(tiny_config)
+    model.save_pretrained(tmp_path)
+    model.save_pretrained(tmp_path)
+    assert len(seen) == 2 and seen[0] != seen[1] and all(p.parent == tmp_path for p in seen)
+    assert all(p.name.startswith(".model.safetensors.") for p in seen)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]

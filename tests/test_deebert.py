@@ -6,6 +6,7 @@ import copy
 import csv
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +22,7 @@ from tasks.core.data import TASKS
 from tasks.core.errors import ConfigurationError
 from tasks.core.evaluation import check_predictions
 from tasks.deebert import timing as deebert_timing
-from tasks.deebert.report import savings
+from tasks.deebert.report import plot_per_layer, savings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -428,3 +429,20 @@ def test_the_benchmark_resumes_by_seed_and_writes_the_tables_json(tiny_dir, tmp_
         chosen = [r for r in table["paired"] if r["seed"] == sweep["seed"]
                   and r["row"] == f"chosen-b{sweep['eval_batch_size']}"]
         assert [r["setting"] for r in chosen] == ([sweep["chosen"]] if sweep["chosen"] else [])
+
+
+def test_a_report_figure_is_written_in_the_format_its_name_says_and_a_failed_one_leaves_nothing(tmp_path,
+                                                                                              monkeypatch):
+    """A .pdf name gets a PDF (not PNG bytes); savefig failing keeps the previous figure and leaves no temporary."""
+    plot_per_layer([0.5, 0.6], tmp_path / "per_layer.pdf", "accuracy")
+    assert (tmp_path / "per_layer.pdf").read_bytes().startswith(b"%PDF")
+    import matplotlib.figure
+
+    def savefig(self, fname, *args, **kwargs):
+        Path(fname).write_bytes(b"partial")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    with pytest.raises(OSError, match="No space left"):
+        plot_per_layer([0.5, 0.6], tmp_path / "per_layer.pdf", "accuracy")
+    assert [p.name for p in tmp_path.iterdir()] == ["per_layer.pdf"]
+    assert (tmp_path / "per_layer.pdf").read_bytes().startswith(b"%PDF")

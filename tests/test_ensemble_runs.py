@@ -121,3 +121,18 @@ def test_the_toolkits_page_states_the_best_ensembles_the_results_hold():
     assert best["dev"]["overall"] == max(e["dev"]["overall"] for e in full["ensembles"])
     assert (f"of the three `make train` runs alone, {main['ensembles'][0]['dev']['overall']:.4f} (its members "
             f"{min(members):.4f}-{max(members):.4f}) in {sum(main['minutes'].values()):.1f} minutes") in page
+
+
+def test_the_results_table_is_written_atomically(tmp_path, monkeypatch):
+    """A full disk (ENOSPC at the fsync) keeps the previous table and leaves no temporary beside it."""
+    import errno
+    import os
+    path = tmp_path / "results.json"
+    ensemble_runs.write_table(path, {"members": {}})
+
+    def fsync(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError, match="No space left"):
+        ensemble_runs.write_table(path, {"members": {"1": {}}})
+    assert json.loads(path.read_text()) == {"members": {}} and [p.name for p in tmp_path.iterdir()] == ["results.json"]

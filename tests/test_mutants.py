@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 import minbert
 from minbert.model import attention, fused_attention, on_real_tokens
-from tasks.core import evaluation
 from tasks.core.data import PairExample, Records
 from tasks.core.evaluation import (
     Report,
@@ -195,7 +194,7 @@ def test_write_predictions_is_atomic_public_and_makes_its_directories(tmp_path, 
     def spy(src, dst):
         moves.append((Path(src), Path(dst)))
         real(src, dst)
-    monkeypatch.setattr(evaluation.os, "replace", spy)
+    monkeypatch.setattr(os, "replace", spy)
     path = write_predictions(tmp_path / "a" / "b" / "sts-dev-output.csv", "sts", ["x", "y"], [1.0, 2.5])
     assert path.read_text() == "id \t Predicted_Similiary \nx , 1.0 \ny , 2.5 \n"
     assert path.stat().st_mode & 0o777 == 0o644

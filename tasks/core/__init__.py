@@ -20,5 +20,6 @@
     curves.py         per-step losses and per-epoch dev figures: JSON lines, a PNG
     starter_flags.py  the course starter code's flag spellings
     unfinished.py     a run on a student tree with an unwritten part names the part
+    figures.py        a figure written atomically, in the format its name says
     bitfit_figure.py  BitFit's Figure 1 as a PNG
 """

@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
 
+from .figures import save_figure
+
 
 def plot_bias_change(change: Mapping[str, Sequence[float]], path: str | Path, title: str = "") -> None:
-    """Save Figure 1 of Ben-Zaken et al. (2022): a heatmap of mean |b0 - bF|, terms by layers, as a PNG."""
+    """Save Figure 1 of Ben-Zaken et al. (2022): a heatmap of mean |b0 - bF|, terms by layers (a PNG, or the
+    format the name's extension says: save_figure)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -26,8 +28,4 @@ def plot_bias_change(change: Mapping[str, Sequence[float]], path: str | Path, ti
     ax.set_title(title or "mean |b0 - bF|")
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
-    tmp = Path(path).with_suffix(".tmp.png")
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path, dpi=120)

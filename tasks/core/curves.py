@@ -135,6 +135,8 @@ def plot_curves(path: str | Path, out: str | Path | None = None) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .figures import save_figure
+
     lines = read_curves(path)
     steps = [x for x in lines if x["kind"] == "step"]
     epochs = [x for x in lines if x["kind"] == "epoch"]
@@ -150,12 +152,8 @@ def plot_curves(path: str | Path, out: str | Path | None = None) -> Path:
     right.set(xlabel="epoch", ylabel="dev", title="dev figures")
     if epochs:
         right.legend()
-    out = Path(out) if out else Path(path).with_suffix(".png")
-    out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out or Path(path).with_suffix(".png"), dpi=100)
 
 
 def curves_file(given: str | Path) -> Path:

@@ -16,9 +16,7 @@ predicts through it (and fit() evaluates in the same `evaluating` block).
 from __future__ import annotations
 
 import math
-import os
 import re
-import tempfile
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -27,6 +25,9 @@ from typing import TypeVar
 
 import torch
 from torch import nn
+
+# the atomic writers live in the library; the commands' writers import them from here too
+from minbert.files import new_file_mode, replacing, write_text  # noqa: F401
 
 from .batching import to_device
 from .data import TASKS, DataError, Records
@@ -141,45 +142,6 @@ def write_predictions(path: str | Path, task: str, ids: Sequence[str], values: S
         raise ValueError(f"{len(ids)} ids but {len(values)} predictions")
     text = f"id \t {board.column} \n" + "".join(f"{i} , {board.format(v)} \n" for i, v in zip(ids, values))
     return write_text(path, text)
-
-
-def new_file_mode() -> int:
-    """The mode open() gives a new file under this process's umask (0o644 under the usual 022)."""
-    try:                                     # Linux says it (4.7 and newer) without changing it
-        line = next(ln for ln in Path("/proc/self/status").read_text().splitlines() if ln.startswith("Umask:"))
-        umask = int(line.split()[1], 8)
-    except (OSError, StopIteration, ValueError, IndexError):
-        umask = os.umask(0o022)              # elsewhere, read by setting it (os has no getter): 022 meanwhile
-        os.umask(umask)
-    return 0o666 & ~umask
-
-
-@contextmanager
-def replacing(path: str | Path) -> Iterator[Path]:
-    """A temporary file beside `path` for the block to write; when the block ends it replaces `path` in one rename
-    (with the mode a new file gets, new_file_mode: mkstemp's files are private), and when the block fails it is
-    removed, `path` left as it was. Every atomic writer of the commands (checkpoints, predictions, zips, figures)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.chmod(tmp, new_file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def write_text(path: str | Path, text: str) -> Path:
-    """Write a text file atomically (replacing): fsynced before the rename, so a crash or a full disk keeps the
-    previous file."""
-    with replacing(path) as tmp, open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    return Path(path)
 
 
 @dataclass

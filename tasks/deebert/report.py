@@ -10,12 +10,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..core.evaluation import write_text
+from ..core.figures import save_figure
 
 
 def format_table(table: dict) -> str:
@@ -89,7 +89,7 @@ def plot_curve(points: Sequence[dict], path: str | Path, quality: str, title: st
     ax.set_title(title)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    _save(fig, plt, path)
+    _save(fig, path)
 
 
 def plot_exit_histograms(histograms: dict[str, Sequence[int]], path: str | Path, title: str = "") -> None:
@@ -104,7 +104,7 @@ def plot_exit_histograms(histograms: dict[str, Sequence[int]], path: str | Path,
         ax.set_title(name, fontsize=9)
     axes[0][0].set_ylabel("samples")
     fig.suptitle(title, fontsize=10)
-    _save(fig, plt, path)
+    _save(fig, path)
 
 
 def plot_per_layer(values: Sequence[float], path: str | Path, quality: str, title: str = "") -> None:
@@ -117,7 +117,7 @@ def plot_per_layer(values: Sequence[float], path: str | Path, quality: str, titl
     ax.set_ylabel(quality)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    _save(fig, plt, path)
+    _save(fig, path)
 
 
 def _pyplot():
@@ -127,11 +127,7 @@ def _pyplot():
     return plt
 
 
-def _save(fig, plt, path: str | Path) -> None:
+def _save(fig, path: str | Path) -> None:
+    """The figure laid out and written (save_figure: the format its name says, atomically)."""
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path, dpi=120)

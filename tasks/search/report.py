@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import UserError
-from ..core.evaluation import replacing, write_text
+from ..core.evaluation import write_text
+from ..core.figures import save_figure
 from ..core.runs import RUN_FILE, read_run_json
 
 FIXED_COLUMNS = ("number", "state", "value")
@@ -102,13 +103,8 @@ def best_settings(best: Any) -> dict:
 
 
 def _save(fig: Any, path: Path) -> None:
-    """A figure as a PNG, atomically."""
-    import matplotlib.pyplot as plt
-    try:
-        with replacing(path) as tmp:
-            fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-    finally:
-        plt.close(fig)
+    """A figure as a PNG, atomically (save_figure)."""
+    save_figure(fig, path, dpi=120, bbox_inches="tight")
 
 
 def plots(optuna: Any, study: Any, trials: list[Any], study_dir: Path) -> list[str]:

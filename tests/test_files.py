@@ -1,0 +1,102 @@
+"""minbert/files.py, the one atomic writer: the previous file kept and no temporary left when a write fails, a fresh
+temporary per write, fsync before the rename, and the mode a new file gets under the umask (read, not changed)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+from torch import nn
+
+import minbert
+from minbert import bitfit_tasks
+from minbert.bitfit import freeze
+from minbert.files import new_file_mode, replacing, write_text
+
+PROC = Path("/proc/self/status")
+
+
+@pytest.fixture
+def umask():
+    """Set the process's umask for the test; the previous one put back after."""
+    real = os.umask                                     # the real one, whatever a test patches
+    old = real(0o022)
+    yield real
+    real(old)
+
+
+def test_a_failed_block_keeps_the_previous_file_and_removes_its_temporary(tmp_path: Path) -> None:
+    path = write_text(tmp_path / "out.txt", "before")
+    with pytest.raises(KeyboardInterrupt), replacing(path) as tmp:
+        tmp.write_text("half")
+        raise KeyboardInterrupt                         # any exception, not only an OSError
+    assert path.read_text() == "before" and [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_each_write_has_its_own_temporary_beside_the_file_in_new_folders(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "folder" / "out.bin"
+    with replacing(path) as first, replacing(path) as second:      # two writers into one folder at once
+        assert first != second and first.parent == second.parent == path.parent
+        assert first.name.startswith(".out.bin.") and second.name.startswith(".out.bin.")
+        first.write_bytes(b"1")
+        second.write_bytes(b"2")
+    assert path.read_bytes() == b"1" and [p.name for p in path.parent.iterdir()] == ["out.bin"]
+
+
+def test_sync_fsyncs_the_temporary_before_the_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk shows at fsync: with sync=True the previous file stays; without it the rename happens."""
+    path = write_text(tmp_path / "data.bin", "before")
+
+    def fsync(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError, match="No space left"), replacing(path, sync=True) as tmp:
+        tmp.write_bytes(b"after")
+    assert path.read_text() == "before" and [p.name for p in tmp_path.iterdir()] == ["data.bin"]
+    with replacing(path) as tmp:
+        tmp.write_bytes(b"after")
+    assert path.read_bytes() == b"after"
+
+
+@pytest.mark.parametrize("mask", [0o002, 0o022, 0o077])
+def test_every_writer_gives_the_mode_a_new_file_gets(mask: int, umask, tiny_config, tmp_path: Path) -> None:
+    """mkstemp's own mode is 0600: replacing gives its files the umask's mode (save_pretrained, task files too)."""
+    umask(mask)
+    model = minbert.BertModel(tiny_config)
+    model.save_pretrained(tmp_path / "model")
+    freeze(model, "all")
+    bitfit_tasks.save_task(tmp_path / "task.safetensors", model, nn.Linear(32, 3))
+    write_text(tmp_path / "out.txt", "x")
+    written = [tmp_path / "model" / "config.json", tmp_path / "model" / "model.safetensors",
+               tmp_path / "task.safetensors", tmp_path / "out.txt"]
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in written} == {p.name: oct(0o666 & ~mask) for p in written}
+
+
+@pytest.mark.skipif(not PROC.is_file() or "Umask:" not in PROC.read_text(), reason="no Umask line in /proc (Linux)")
+@pytest.mark.parametrize("mask", [0o002, 0o077])
+def test_new_file_mode_reads_the_umask_on_linux_without_setting_it(mask: int, umask,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """/proc/self/status says the umask: setting it, even for a moment, would change it for every thread."""
+    umask(mask)
+
+    def set_umask(value: int) -> int:
+        raise AssertionError("os.umask called where /proc/self/status says the umask")
+    monkeypatch.setattr(os, "umask", set_umask)
+    assert new_file_mode() == 0o666 & ~mask
+
+
+@pytest.mark.parametrize("mask", [0o002, 0o077])
+def test_new_file_mode_without_proc_reads_the_umask_by_setting_it_and_puts_it_back(
+        mask: int, umask, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = Path.read_text
+
+    def read_text(self: Path, *args, **kwargs) -> str:
+        if self == PROC:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(self))
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(Path, "read_text", read_text)
+    umask(mask)
+    assert new_file_mode() == 0o666 & ~mask
+    assert umask(mask) == mask                          # the umask it found is the one it left
