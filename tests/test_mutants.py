@@ -24,6 +24,7 @@ from minbert.model import attention, fused_attention, on_real_tokens
 from tasks.core.data import PairExample, Records
 from tasks.core.evaluation import (
     Report,
+    _centred,
     accuracy,
     check_predictions,
     gold_records,
@@ -133,10 +134,10 @@ def test_pearson_is_clamped_where_rounding_leaves_minus_one_to_one_and_its_scali
     _centred scales by a power of two to a top in [0.5, 1) (100 -> 100/128): exact, so a part 2**-923 of the largest
     value still moves r; a value that is not finite is refused in so many words."""
     x = [2.2, 4.833, 2.21, 0.0]
-    c = evaluation._centred(x)
+    c = _centred(x)
     assert (c @ c).item() / (c.norm() * c.norm()).item() == 1 + 2 ** -52          # what the clamp is for
     assert pearson(x, x) == 1.0 and pearson(x, [-v for v in x]) == -1.0
-    assert evaluation._centred([100.0, 0.0, -25.0]).tolist() == [0.5859375, -0.1953125, -0.390625]
+    assert _centred([100.0, 0.0, -25.0]).tolist() == [0.5859375, -0.1953125, -0.390625]
     r = pearson([2.0 ** 1023, -(2.0 ** 1023), 0.0, 2.0 ** 100], [0.0, 0.0, 1.0, -1.0])
     assert r == pytest.approx(-(2.0 ** -924), rel=1e-12, abs=0)
     with pytest.raises(ValueError, match=r"^a value that is not finite \(nan or inf\)$"):
