@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from minbert.files import write_text
 from tasks.core.errors import positive_float, positive_int
 
 from .check import describe, format_result, format_total, group_totals
@@ -257,11 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print_table(res)
-    out = Path(args.out or "results.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(json.dumps({k: v for k, v in res.items() if k not in ("parts", "groups")}, indent=2) + "\n")
-    os.replace(tmp, out)
+    out = write_text(args.out or "results.json",           # atomic: a kill or a full disk keeps the previous file
+                     json.dumps({k: v for k, v in res.items() if k not in ("parts", "groups")}, indent=2) + "\n")
     print(f"wrote {out}")
     return 0
 

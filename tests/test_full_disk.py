@@ -87,3 +87,22 @@ def test_cli_reports_a_full_disk_in_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith(f"error: {tmp_path / 'run.pt'}: No space left on device; ")
     assert "previous version is intact" in proc.stderr
+
+
+def test_the_graders_results_json_survives_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """assignments.grade's results.json (what Gradescope reads): the previous file kept, no temporary left (the
+    grading itself stubbed: the write is what is tested)."""
+    from assignments import grade
+    monkeypatch.setattr(grade, "grade", lambda *a, **k: {"score": 1.0, "max_score": 2.0, "tests": []})
+    monkeypatch.setattr(grade, "print_table", lambda res: None)
+    out = tmp_path / "results.json"
+    out.write_text("previous")
+    (tmp_path / "submission").mkdir()
+    argv = [str(tmp_path / "submission"), "--seed", "1", "--out", str(out)]
+    _full_disk(monkeypatch)
+    with pytest.raises(OSError):
+        grade.main(argv)
+    assert out.read_text() == "previous" and _only(tmp_path) == ["results.json", "submission"]
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+    assert grade.main(argv) == 0
+    assert '"score": 1.0' in out.read_text() and _only(tmp_path) == ["results.json", "submission"]
