@@ -1,8 +1,9 @@
 """Writing a file atomically: a temporary file beside it, renamed over it when whole, removed when the write fails.
 
 The library's and the commands' writers go through `replacing` (checkpoints, save_pretrained, BitFit task files,
-prediction files, reports, zips, figures, the grader's results.json), so a crash, a full disk or an error half-way keeps the previous file and leaves no
-temporary behind, and two writers into one folder never share a temporary's name.
+prediction files, reports, zips, figures, the grader's results.json), so a crash, a full disk or an error half-way
+keeps the previous file and leaves no temporary behind, and two writers into one folder never share a temporary's
+name.
 """
 
 from __future__ import annotations
