@@ -87,3 +87,12 @@ def test_requirements_test_txt_states_no_suite_timing_and_points_to_the_tests_re
     assert re.search(r"\*\*How long the suite takes\*\* \(this is the one place the figure is kept; "
                      r"requirements-test.txt points here\): at [0-9a-f]{7}, .*?: make test \d+ passed, \d+ skipped in "
                      r"\d+ min \d+ s", readme)
+
+
+def test_every_core_module_has_its_line_in_the_cores_docstring():
+    """tasks/core/__init__.py's table of modules is where a reader starts: every module of the core is in it, and
+    nothing that is not one."""
+    import tasks.core
+    listed = re.findall(r"^    (\w+\.py) ", tasks.core.__doc__, flags=re.M)
+    modules = sorted(p.name for p in (TASKS / "core").glob("*.py") if p.name != "__init__.py")
+    assert sorted(listed) == modules

@@ -1,6 +1,7 @@
 """The shared core of the task commands; it imports minbert, never a command.
 
     settings.py       typed settings: flags generated from dataclass fields, --config FILE, --print-config
+    config_files.py   the one reader of hand-written JSON (--config, space files, run.json): strict, errors by line
     resume.py         the one resume rule, from the settings' fields: what a resumed run may change, older runs
     runs.py           a directory per run: run.json, the checkpoint, curves, predictions/; --resume DIR
     training_setup.py the Training section every command shares, set-up, reading a split, writing predictions
@@ -9,6 +10,8 @@
     train.py          the one training loop: epochs, dev selection, checkpoints (also mid-epoch), exact resume
     loop_checkpoint.py what the loop saves into its checkpoint and restores from one (train.py's _Loop inherits it)
     loop.py           what the loop takes (Work, FitOptions) and gives (FitResult); watching(), to follow it
+    step.py           the step on a GPU that never waits for it: losses summed on the device, read every N steps
+    graphs.py         --cuda-graphs: a whole optimiser step captured per batch shape and replayed
     terms.py          the extension point of a command's objective: registered terms
     checkpoints.py    training checkpoints, written atomically, read back checked, RNG states
     recipe.py         the fine-tuning recipe (warm-up and decay, clipping, accumulation, the optimiser)
@@ -20,6 +23,7 @@
     curves.py         per-step losses and per-epoch dev figures: JSON lines, a PNG
     starter_flags.py  the course starter code's flag spellings
     unfinished.py     a run on a student tree with an unwritten part names the part
+    tree.py           which tree this is: the reference, or a student tree of a profile
     figures.py        a figure written atomically, in the format its name says
     bitfit_figure.py  BitFit's Figure 1 as a PNG
 """
