@@ -13,10 +13,11 @@ is rewritten atomically after each submission, sorted by name, and each submissi
 assignments/batch_options.py). A second run with those options skips the rows already graded whose entry is unchanged
 (same hash); with other options it is refused, unless --regrade, which grades every one again; the grader's own
 errors are always retried. An entry whose name has a row graded from another folder (a late upload graded into the
-same CSV) is refused, naming both folders, unless --regrade (the record keeps each row's folder). The rows of entries
-no longer in DIR (a resubmission under a new name, an upload taken out) are dropped, said on the console with their
-names; their NAME.json stay. The summary's bad uploads count those
-skipped as unchanged too. The CSV (with its .options.json and results folder) may not lie inside DIR, where a later
+same CSV) is refused, naming both folders, unless --regrade (the record keeps each row's folder). The rows graded
+from DIR whose entries are no longer in it (a resubmission under a new name, an upload taken out) are dropped, said
+on the console with their names; their NAME.json stay. Another folder's rows (and those of a record older than its
+sources, of two folders) are kept, with a note naming the folders. The summary's bad uploads count those skipped as
+unchanged too. The CSV (with its .options.json and results folder) may not lie inside DIR, where a later
 run would take them for submissions; nor is an entry holding a Gradescope export (its submission_metadata.yml at its
 top or one folder down) graded as one submission: it is a bad upload that names the folder to give --batch. A graded
 file found twice at the same depth with other bytes (draft/ and final/) is not guessed at: its parts score 0, naming
@@ -159,9 +160,10 @@ def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = Fal
 
     One submission's failure is its own row (error, bad upload); the CSV is rewritten after each submission. Rows
     already graded whose entry is unchanged are skipped unless regrade; a row graded from another folder with the name
-    of an entry of this one is refused (ValueError) unless regrade, which grades the entry over it; the rows of entries
-    no longer in folder are dropped (said on stderr; their NAME.json stay). grade_kwargs go to each grade_fn call; a
-    CSV whose grades were made with other ones is refused (ValueError) unless regrade, which starts it again.
+    of an entry of this one is refused (ValueError) unless regrade, which grades the entry over it; the rows graded from
+    folder whose entries are gone are dropped (said on stderr; their NAME.json stay), another folder's (or an unknown
+    one's) kept with a note. grade_kwargs go to each grade_fn call; a CSV whose grades were made with other ones is
+    refused (ValueError) unless regrade, which starts it again.
     """
     from tqdm.auto import tqdm
     folder, csv_path, grade_fn = Path(folder), Path(csv_path), grade_fn or grade
@@ -175,7 +177,6 @@ def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = Fal
         write_csv(csv_path, parts, rows, with_students)     # the grades made with other options go before any new one
     here = str(folder.resolve())
     old = (read_record(options_path(csv_path)) or {}) if rows else {}
-    before = old.get("folders") if rows else []    # None: not recorded
     entries = submissions(folder, exclude=(csv_path, out_dir, options_path(csv_path)))
     names = {e.name for e in entries}
     sources = row_sources(old, rows)
@@ -185,26 +186,30 @@ def grade_batch(folder: str | Path, csv_path: str | Path, *, regrade: bool = Fal
     if taken:
         print(f"note: --regrade: {other_folders(taken, SHOWN)} graded again from {here}", file=sys.stderr)
     gone = sorted(set(rows) - names)
-    dropped = set(gone) if before == [here] else set()
-    write_record(options_path(csv_path), {**record, "folders": sorted({*(before or []), here}), "sources": dict(sorted({
-        **{name: src for name, src in sources.items() if src is not None and name not in dropped},
-        **dict.fromkeys(names, here)}.items()))})
+    dropped = [name for name in gone if sources[name] == here]    # this folder's: a resubmission, an upload taken out
+    kept = [name for name in gone if sources[name] != here]       # another folder's (or not known): left to that one
+    unknown = [name for name in kept if sources[name] is None]    # a record older than "sources" names two folders
+    legacy = old.get("folders") if unknown else None              # kept only while a row's folder is one of these
+    known = {name: src for name, src in sources.items() if src is not None and name not in dropped}
+    write_record(options_path(csv_path), {**record, **({"folders": legacy} if legacy else {}),
+                                          "sources": dict(sorted({**known, **dict.fromkeys(names, here)}.items()))})
     by_name = students(folder)                     # a Gradescope export's students, by submission; else None
     with_students = with_students or by_name is not None
     for name, row in rows.items() if by_name is not None else ():
         row.update(cells_for(by_name, name))
     out_dir.mkdir(parents=True, exist_ok=True)
-    if gone and before != [here]:                  # the CSV holds other folders' grades too (or says not): kept
-        whose = ", ".join(f for f in before if f != here) if before else "folders the CSV's record does not name"
-        print(f"note: {len(gone)} row{'s' if len(gone) > 1 else ''} of entries not in {folder} kept: the CSV also "
-              f"holds grades from {whose}", file=sys.stderr)
-    elif gone:                                     # a resubmission under a new name, an upload taken out: not a grade
-        for name in gone:
+    if kept:                                       # they are their own folder's to drop, when it is graded
+        whose = sorted({sources[name] for name in kept if sources[name] is not None}
+                       | {f for f in legacy or [] if f != here}) or ["folders the CSV's record does not name"]
+        print(f"note: {len(kept)} row{'s' if len(kept) > 1 else ''} of entries not in {folder} kept: the CSV also "
+              f"holds grades from {', '.join(whose)}", file=sys.stderr)
+    if dropped:
+        for name in dropped:
             del rows[name]
         write_csv(csv_path, parts, rows, with_students)
-        more = f", ... ({len(gone) - SHOWN} more)" if len(gone) > SHOWN else ""
-        print(f"{len(gone)} row{'s' if len(gone) > 1 else ''} of entries no longer in {folder} dropped: "
-              f"{', '.join(gone[:SHOWN])}{more} (their results stay in {out_dir}/)", file=sys.stderr)
+        more = f", ... ({len(dropped) - SHOWN} more)" if len(dropped) > SHOWN else ""
+        print(f"{len(dropped)} row{'s' if len(dropped) > 1 else ''} of entries no longer in {folder} dropped: "
+              f"{', '.join(dropped[:SHOWN])}{more} (their results stay in {out_dir}/)", file=sys.stderr)
     counts = dict.fromkeys(("graded", "skipped", "errors", "bad uploads", "bad uploads skipped"), 0)
     t0 = time.perf_counter()
     with tqdm(total=len(entries), unit="submission", desc="grading", file=sys.stderr, dynamic_ncols=True) as bar:

@@ -6,10 +6,12 @@ time limit per part, --hide-hints, a hash of the grading seed (never the seed it
 (assignments/provenance.py) and a hash of the code it grades with (its minbert/, tasks/ and assignments/ files as they
 are on disk: an uncommitted change to a check or to the reference changes it); not --jobs nor --as-user. A run with the options of the record grades only what is new
 or changed; a run with other options is refused, naming what changed, unless --regrade (then the CSV starts again).
-Beside them, not compared, "folders": the batch folders whose grades the CSV holds (a row of an entry gone from the
-folder is dropped only when the CSV holds one folder's grades: a late folder graded into the same CSV keeps the
-on-time folder's rows), and "sources": the folder each row's entry was graded from, so that an entry of another
-folder with a row's name is refused rather than put over that row (unless --regrade).
+Beside them, not compared, "sources": the folder each row's entry was graded from, so that an entry of another
+folder with a row's name is refused rather than put over that row (unless --regrade), and a row whose entry is gone
+is dropped by its own folder's run alone (a late folder graded into the same CSV keeps the on-time folder's rows, and
+the on-time folder's rerun keeps the late rows). "folders", the batch folders graded into the CSV, is what a record
+older than its "sources" has instead: read for its one folder (every row's), and written again only while a row's
+folder is not known (one of several), for the note that keeps such a row.
 """
 
 from __future__ import annotations

@@ -198,8 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch", metavar="DIR", help="grade every submission in DIR (each a .zip or a folder) into "
                     "--csv, each with the options below (assignments/batch.py)")
     ap.add_argument("--csv", help="with --batch: the CSV of grades, one row per submission (default: grades.csv), "
-                    "outside DIR; each one's full results go beside it (grades/NAME.json); a rerun drops the rows of "
-                    "entries no longer in DIR")
+                    "outside DIR; each one's full results go beside it (grades/NAME.json); a rerun drops the rows it "
+                    "graded from DIR whose entries are gone from it")
     ap.add_argument("--regrade", action="store_true",
                     help="with --batch: grade again the submissions already in the CSV whose entry is unchanged; "
                          "the CSV starts again when its grades were made with other options")

@@ -83,8 +83,86 @@ def test_a_record_without_sources_takes_its_one_folder_for_every_row(tmp_path: P
     path = tmp_path / "grades.options.json"
     record = json.loads(path.read_text())
     del record["sources"]
-    path.write_text(json.dumps(record))
+    path.write_text(json.dumps({**record, "folders": [str(batch.resolve())]}))     # as such a record was written
     with pytest.raises(ValueError, match=f"alice .*{batch.resolve()}"):
         grade_batch(late, out, grade_fn=fake_grade())
     grade_batch(batch, out, grade_fn=fake_grade())                     # its own folder: graded on
-    assert json.loads(path.read_text())["sources"] == {"alice": str(batch.resolve()), "bob": str(batch.resolve())}
+    record = json.loads(path.read_text())
+    assert record["sources"] == {"alice": str(batch.resolve()), "bob": str(batch.resolve())}
+    assert "folders" not in record                                     # every row's folder is known: not needed
+
+
+def two_folders(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """on-time/alice and on-time/bob, late/carol (a late upload under a new name), all full marks."""
+    on_time, late = tmp_path / "on-time", tmp_path / "late"
+    for folder, name in ((on_time, "alice"), (on_time, "bob"), (late, "carol")):
+        (folder / name).mkdir(parents=True)
+        (folder / name / "model.py").write_text("PASS")
+    return on_time, late, tmp_path / "grades.csv"
+
+
+def said_lines(capsys) -> list[str]:
+    """The console's lines before the progress bar (the notes and the dropped rows)."""
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith(("note: ", "1 row", "2 rows"))]
+
+
+def test_a_folders_gone_entry_is_dropped_though_another_folder_was_graded_into_the_csv(tmp_path: Path,
+                                                                                       capsys) -> None:
+    """The on-time folder's bob resubmits as bob2 after late uploads were graded into the same CSV: rerun, the
+    on-time folder drops bob's row (it was graded from there) and keeps carol's (the late folder's), saying both."""
+    on_time, late, out = two_folders(tmp_path)
+    grade_batch(on_time, out, grade_fn=fake_grade())
+    capsys.readouterr()
+    grade_batch(late, out, grade_fn=fake_grade())
+    assert said_lines(capsys) == [(f"note: 2 rows of entries not in {late} kept: the CSV also holds grades from "
+                                   f"{on_time.resolve()}")]
+    (on_time / "bob").rename(on_time / "bob2")
+    rows = grade_batch(on_time, out, grade_fn=fake_grade())
+    assert [r["submission"] for r in rows] == ["alice", "bob2", "carol"] == list(rows_of(out))
+    assert said_lines(capsys) == [
+        f"note: 1 row of entries not in {on_time} kept: the CSV also holds grades from {late.resolve()}",
+        f"1 row of entries no longer in {on_time} dropped: bob (their results stay in {tmp_path / 'grades'}/)"]
+    assert (tmp_path / "grades" / "bob.json").is_file()
+    record = json.loads((tmp_path / "grades.options.json").read_text())
+    assert record["sources"] == {"alice": str(on_time.resolve()), "bob2": str(on_time.resolve()),
+                                 "carol": str(late.resolve())}
+    assert "folders" not in record                                     # every row's folder is known
+
+
+def test_another_folders_gone_entry_is_kept_until_that_folder_is_graded(tmp_path: Path, capsys) -> None:
+    """late/carol taken out: the on-time folder's rerun keeps carol's row (a note names the late folder); the late
+    folder's rerun drops it and keeps the on-time rows."""
+    on_time, late, out = two_folders(tmp_path)
+    grade_batch(on_time, out, grade_fn=fake_grade())
+    grade_batch(late, out, grade_fn=fake_grade())
+    capsys.readouterr()
+    (late / "carol" / "model.py").unlink()
+    (late / "carol").rmdir()
+    assert [r["submission"] for r in grade_batch(on_time, out, grade_fn=fake_grade())] == ["alice", "bob", "carol"]
+    assert said_lines(capsys) == [(f"note: 1 row of entries not in {on_time} kept: the CSV also holds grades from "
+                                   f"{late.resolve()}")]
+    assert [r["submission"] for r in grade_batch(late, out, grade_fn=fake_grade())] == ["alice", "bob"]
+    assert said_lines(capsys) == [
+        f"note: 2 rows of entries not in {late} kept: the CSV also holds grades from {on_time.resolve()}",
+        f"1 row of entries no longer in {late} dropped: carol (their results stay in {tmp_path / 'grades'}/)"]
+
+
+def test_a_gone_row_of_a_folder_the_record_does_not_tell_is_kept(tmp_path: Path, capsys) -> None:
+    """A record older than its "sources" that names two folders: a gone row's folder is not known, so it is kept (the
+    note names the record's other folders), and the record keeps naming them while such a row is left."""
+    on_time, late, out = two_folders(tmp_path)
+    grade_batch(on_time, out, grade_fn=fake_grade())
+    grade_batch(late, out, grade_fn=fake_grade())
+    path = tmp_path / "grades.options.json"
+    record = json.loads(path.read_text())
+    del record["sources"]
+    path.write_text(json.dumps({**record, "folders": sorted([str(on_time.resolve()), str(late.resolve())])}))
+    (late / "carol").rename(late / "dave")
+    capsys.readouterr()
+    rows = grade_batch(late, out, grade_fn=fake_grade())
+    assert [r["submission"] for r in rows] == ["alice", "bob", "carol", "dave"]
+    assert said_lines(capsys) == [(f"note: 3 rows of entries not in {late} kept: the CSV also holds grades from "
+                                   f"{on_time.resolve()}")]
+    record = json.loads(path.read_text())
+    assert record["sources"] == {"dave": str(late.resolve())}
+    assert record["folders"] == sorted([str(on_time.resolve()), str(late.resolve())])

@@ -405,23 +405,3 @@ def test_a_rerun_drops_the_rows_of_entries_no_longer_in_the_folder(tmp_path: Pat
         "graded 1, skipped 3, errors 1, bad uploads 1 (1 unchanged, skipped) in ")
     assert (tmp_path / "grades" / "bob.json").is_file()          # its full results stay beside the CSV
 
-
-def test_a_second_folder_graded_into_the_same_csv_keeps_the_first_folders_rows(tmp_path: Path, capsys) -> None:
-    """Late uploads graded into the on-time folder's CSV: the on-time rows stay (a note says why), and then neither
-    folder's rerun drops the other's rows; the record names both folders."""
-    on_time, late, out = tmp_path / "on-time", tmp_path / "late", tmp_path / "grades.csv"
-    for folder, names in ((on_time, ("alice", "bob")), (late, ("carol",))):
-        for name in names:
-            (folder / name).mkdir(parents=True)
-            (folder / name / "model.py").write_text("PASS")
-    grade_batch(on_time, out, grade_fn=fake_grade())
-    capsys.readouterr()
-    rows = grade_batch(late, out, grade_fn=fake_grade())
-    assert [r["submission"] for r in rows] == ["alice", "bob", "carol"] == [r["submission"] for r in read_rows(out)]
-    assert (f"note: 2 rows of entries not in {late} kept: the CSV also holds grades from {on_time.resolve()}"
-            in capsys.readouterr().err)
-    assert json.loads((tmp_path / "grades.options.json").read_text())["folders"] == sorted(
-        [str(on_time.resolve()), str(late.resolve())])
-    shutil.rmtree(on_time / "bob")
-    rows = grade_batch(on_time, out, grade_fn=fake_grade())              # bob gone, but the CSV holds two folders
-    assert [r["submission"] for r in rows] == ["alice", "bob", "carol"]
