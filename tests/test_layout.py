@@ -93,6 +93,6 @@ def test_every_core_module_has_its_line_in_the_cores_docstring():
     """tasks/core/__init__.py's table of modules is where a reader starts: every module of the core is in it, and
     nothing that is not one."""
     import tasks.core
-    listed = re.findall(r"^    (\w+\.py) ", tasks.core.__doc__, flags=re.M)
+    listed = re.findall(r"^    (\w+\.py) ", tasks.core.__doc__, flags=re.MULTILINE)
     modules = sorted(p.name for p in (TASKS / "core").glob("*.py") if p.name != "__init__.py")
     assert sorted(listed) == modules
