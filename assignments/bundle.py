@@ -78,7 +78,7 @@ def reference_files() -> tuple[dict[str, Path], str, list[str]]:
 
 def write_zip(out: Path, entries: dict[str, Path | bytes]) -> Path:
     """The zip of entries (name -> a file or bytes), sorted, fixed timestamps, scripts executable; atomically."""
-    with replacing(out) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+    with replacing(out, sync=True) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for name in sorted(entries):
             info = zipfile.ZipInfo(name, STAMP)
             info.compress_type = zipfile.ZIP_DEFLATED

@@ -18,7 +18,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .config import BertConfig
-from .files import replacing, write_text
+from .files import fsync_file, replacing
 from .model import BertModel
 
 log = logging.getLogger("minbert")
@@ -303,11 +303,15 @@ def load_pretrained(
 
 
 def save_pretrained(model: BertModel, directory: str | Path) -> None:
-    """Write config.json and model.safetensors that Hugging Face transformers' BertModel loads; atomic per file
-    (files.replacing: fsynced, then renamed; a failed write keeps the previous file and leaves no temporary)."""
+    """Write config.json and model.safetensors that Hugging Face transformers' BertModel loads: both written to
+    temporaries and fsynced before either is renamed over its previous file (files.replacing), so a failed write keeps
+    both previous files (never new weights beside an old config) and leaves no temporary."""
     from safetensors.torch import save_file
     directory = Path(directory)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in to_hf_state_dict(model).items()}
-    with replacing(directory / "model.safetensors", sync=True) as tmp:
-        save_file(tensors, tmp, metadata={"format": "pt"})
-    write_text(directory / "config.json", json.dumps(model.config.to_hf_dict(), indent=2) + "\n")
+    with replacing(directory / "model.safetensors") as weights:
+        save_file(tensors, weights, metadata={"format": "pt"})
+        fsync_file(weights)
+        with replacing(directory / "config.json") as config:       # renamed first, then the weights: both whole
+            config.write_text(json.dumps(model.config.to_hf_dict(), indent=2) + "\n")
+            fsync_file(config)

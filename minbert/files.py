@@ -8,6 +8,7 @@ name.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
@@ -39,13 +40,51 @@ def replacing(path: str | Path, *, sync: bool = False) -> Iterator[Path]:
     try:
         yield Path(tmp)
         if sync:
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
+            fsync_file(tmp)
         os.chmod(tmp, new_file_mode())
         os.replace(tmp, path)
+    except Exception as e:
+        named = os_error_of(e, path)                 # asked before the temporary goes: it may be what filled the disk
+        os.unlink(tmp)
+        if named is None:
+            raise
+        raise named from e
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+DISK_FULL_TEXTS = ("No space left on device", "os error 28")   # safetensors' SafetensorError says the errno in words
+
+
+def os_error_of(e: Exception, path: Path) -> OSError | None:
+    """What a failed write of `path` says to a user (None: keep `e` as it is, a bug keeps its traceback): an OSError
+    that names no file gets `path` (a write() or flush() names none); an error of another type from a serialiser
+    (safetensors' SafetensorError, torch.save's RuntimeError) on a full disk becomes the OSError ENOSPC that names
+    `path` -- a full disk told by the error's text, or (those two types) by the disk having under 1 MiB left."""
+    if isinstance(e, OSError):
+        if e.filename is None and e.errno is not None:
+            return OSError(e.errno, e.strerror or os.strerror(e.errno), str(path))
+        return None
+    serialiser = isinstance(e, RuntimeError) or type(e).__name__ == "SafetensorError"
+    if any(t in str(e) for t in DISK_FULL_TEXTS) or (serialiser and _nearly_full(path.parent)):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    return None
+
+
+def _nearly_full(folder: Path) -> bool:
+    """Whether the file system of `folder` has under 1 MiB left for this process (False where it cannot say)."""
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):                 # AttributeError: no statvfs (Windows)
+        return False
+    return st.f_bavail * st.f_frsize < 2 ** 20
+
+
+def fsync_file(path: str | Path) -> None:
+    """Flush a written file's bytes to the disk (a full disk says so here, if not at the write)."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
 
 
 def write_text(path: str | Path, text: str) -> Path:

@@ -297,10 +297,20 @@ def _failing_save_file(tensors, path, *args, **kwargs) -> None:
     raise OSError(28, "No space left on device")
 
 
-@pytest.mark.parametrize("fail", ["weights", "fsync 1", "fsync 2"])
+def _full_disk_safetensors(tensors, path, *args, **kwargs) -> None:
+    """save_file on a really full disk: safetensors raises its own error type (no OSError), the errno in words."""
+    from safetensors import SafetensorError
+    Path(path).write_bytes(b"partial")
+    raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+
+@pytest.mark.parametrize("fail", ["weights", "safetensors", "fsync 1", "fsync 2"])
 def test_a_failed_save_pretrained_keeps_the_previous_files_and_leaves_no_temporary(
         tiny_config: minbert.BertConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: str) -> None:
-    """save_file raising, or a full disk at the weights' or the config's fsync: the earlier save is whole."""
+    """save_file raising (an OSError naming no file; safetensors' own error on a full disk), or a full disk at the
+    weights' or the config's fsync: both files of the earlier save are kept (both are synced before either is
+    renamed), no temporary is left, and the error is an OSError naming the file, which the commands print in a line."""
+    import errno
     import os
 
     import safetensors.torch
@@ -308,6 +318,8 @@ def test_a_failed_save_pretrained_keeps_the_previous_files_and_leaves_no_tempora
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     if fail == "weights":
         monkeypatch.setattr(safetensors.torch, "save_file", _failing_save_file)
+    elif fail == "safetensors":
+        monkeypatch.setattr(safetensors.torch, "save_file", _full_disk_safetensors)
     else:
         calls = []
 
@@ -317,12 +329,12 @@ def test_a_failed_save_pretrained_keeps_the_previous_files_and_leaves_no_tempora
                 raise OSError(28, "No space left on device")
         monkeypatch.setattr(os, "fsync", fsync)
     torch.manual_seed(1)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OSError, match="No space left") as e:
         minbert.BertModel(tiny_config).save_pretrained(tmp_path)
+    named = "config.json" if fail == "fsync 2" else "model.safetensors"
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / named)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
-    assert (tmp_path / "config.json").read_bytes() == before["config.json"]
-    if fail != "fsync 2":                              # the weights are replaced before the config is written
-        assert (tmp_path / "model.safetensors").read_bytes() == before["model.safetensors"]
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
 def test_two_save_pretrained_into_one_folder_use_their_own_temporaries(

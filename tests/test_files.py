@@ -100,3 +100,56 @@ def test_new_file_mode_without_proc_reads_the_umask_by_setting_it_and_puts_it_ba
     umask(mask)
     assert new_file_mode() == 0o666 & ~mask
     assert umask(mask) == mask                          # the umask it found is the one it left
+
+
+class _Fs:
+    """os.statvfs's answer with `left` bytes available."""
+    def __init__(self, left: int):
+        self.f_bavail, self.f_frsize = left // 4096, 4096
+
+
+@pytest.mark.parametrize(("raised", "left", "expected"), [
+    (OSError(errno.ENOSPC, "No space left on device"), 10 ** 9, "ENOSPC named"),           # write()/flush(): no file
+    (OSError(errno.EIO, "Input/output error"), 10 ** 9, "EIO named"),
+    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 20992 vs 20944"), 0, "ENOSPC named"),
+    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 20992 vs 20944"), 10 ** 9, "as raised"),
+    (ValueError("a bug, on a full disk all the same"), 0, "as raised"),
+    (Exception("Error while serializing: I/O error: No space left on device (os error 28)"), 10 ** 9, "ENOSPC named"),
+])
+def test_a_failed_write_is_an_os_error_naming_the_file_or_stays_as_raised(raised: Exception, left: int, expected: str,
+                                                                          tmp_path: Path, monkeypatch) -> None:
+    """What run_cli prints in one line (an OSError naming the file) for a write that failed on the disk, however the
+    writer said it: a write() naming no file, safetensors' and torch.save's own errors on a full disk (told by their
+    text, or by the disk having under 1 MiB left); any other error keeps its type and traceback (it may be a bug)."""
+    path = write_text(tmp_path / "f.txt", "old")
+    monkeypatch.setattr(os, "statvfs", lambda folder: _Fs(left))
+    with pytest.raises(BaseException) as e, replacing(path) as tmp:
+        tmp.write_text("half")
+        raise raised
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]
+    if expected == "as raised":
+        assert e.value is raised
+    else:
+        assert type(e.value) is OSError and e.value.__cause__ is raised and e.value.filename == str(path)
+        assert e.value.errno == (errno.EIO if expected == "EIO named" else errno.ENOSPC)
+
+
+def test_a_checkpoint_on_a_full_disk_is_one_line_from_a_command(tmp_path: Path, monkeypatch, capsys) -> None:
+    """torch.save on a really full disk raises a RuntimeError (its zip writer's short write), not an OSError: the
+    command still ends in the one line docs/errors.md shows, naming the checkpoint, and the previous one is kept."""
+    import torch
+
+    from tasks.core import checkpoints
+    from tasks.core.errors import run_cli
+    path = checkpoints.save_checkpoint(tmp_path / "checkpoint.pt", {"epoch": 1})
+
+    def short_write(state, f, *a, **k):
+        f.write(b"PK")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 20")
+    monkeypatch.setattr(torch, "save", short_write)
+    monkeypatch.setattr(os, "statvfs", lambda folder: _Fs(0))
+    assert run_cli(lambda: checkpoints.save_checkpoint(path, {"epoch": 2})) == 1
+    assert capsys.readouterr().err.startswith(f"error: {path}: No space left on device; every file is written")
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True) == {"epoch": 1} and sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint.pt"]

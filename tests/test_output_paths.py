@@ -223,3 +223,16 @@ def test_a_submission_zip_is_written_when_out_is_a_zip_to_replace(tmp_path, caps
                                        str(tmp_path / "old.zip")], capsys)
     assert code == 0, err
     assert zipfile.ZipFile(tmp_path / "old.zip").namelist() == ["predictions/sst-dev-output.csv"]
+
+
+def test_a_pgf_figure_without_its_tex_system_is_refused_before_the_work(tmp_path, capsys, monkeypatch):
+    """matplotlib writes .pgf through a TeX system (pgf.texsystem, xelatex by default): without it the name is refused
+    by the flag's check, not by a traceback after the command's work."""
+    import shutil
+    lines = [{"kind": "step", "epoch": 1, "step": 1, "loss": 1.0}, {"kind": "epoch", "epoch": 1, "dev_accuracy": 0.5}]
+    (tmp_path / "c.curves.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    real = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name.endswith("latex") else real(name, *a, **k))
+    code, _, err = cli(curves.main, [str(tmp_path / "c.curves.jsonl"), "--out", str(tmp_path / "c.pgf")], capsys)
+    assert code == 2 and "matplotlib writes a .pgf figure through xelatex, which is not installed here" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.curves.jsonl"]

@@ -20,10 +20,10 @@
     finetune.py       fine-tune modes: which parameters train (full, frozen, BitFit and its controls)
     evaluation.py     the one prediction loop; metrics, prediction and raw-output files in the leaderboard's format
     errors.py         the one error path: user errors as one line, flag checks
-    curves.py         per-step losses and per-epoch dev figures: JSON lines, a PNG
+    curves.py         per-step losses and per-epoch dev figures: JSON lines, a figure (PNG by default)
     starter_flags.py  the course starter code's flag spellings
     unfinished.py     a run on a student tree with an unwritten part names the part
     tree.py           which tree this is: the reference, or a student tree of a profile
     figures.py        a figure written atomically, in the format its name says
-    bitfit_figure.py  BitFit's Figure 1 as a PNG
+    bitfit_figure.py  BitFit's Figure 1 as a figure (PNG by default)
 """

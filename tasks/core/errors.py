@@ -283,6 +283,14 @@ def figure_to_write(text: str) -> str:
         if suffix not in known:
             raise argparse.ArgumentTypeError(f"{text}: matplotlib writes no .{suffix} figure; end the name with .png "
                                               f"(or {', '.join(f'.{k}' for k in sorted(known) if k != 'png')})")
+        if suffix == "pgf":                          # written through a TeX system: refused here, not after the work
+            import shutil
+
+            import matplotlib
+            tex = matplotlib.rcParams["pgf.texsystem"]
+            if shutil.which(tex) is None:
+                raise argparse.ArgumentTypeError(f"{text}: matplotlib writes a .pgf figure through {tex}, which is not "
+                                                  "installed here: end the name with .png, .pdf or .svg")
     return text
 
 

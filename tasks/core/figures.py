@@ -17,7 +17,7 @@ def save_figure(fig: Any, path: str | Path, **savefig: Any) -> Path:
     if not path.suffix:
         path = path.with_name(f"{path.name}.png")
     try:
-        with replacing(path) as tmp:
+        with replacing(path, sync=True) as tmp:
             fig.savefig(tmp, format=path.suffix[1:].lower(), **savefig)
     finally:
         plt.close(fig)
