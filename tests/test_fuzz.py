@@ -156,7 +156,7 @@ def test_the_training_checkpoint_loader_gives_a_state_or_a_resume_error(tiny_fil
     except ResumeError as e:
         assert str(e).startswith(str(path)), e
         return
-    assert state["epoch"] == 1 or isinstance(state["epoch"], int)
+    assert isinstance(state["epoch"], int)           # a damaged byte may leave another number: still a state
 
 
 @FUZZ
