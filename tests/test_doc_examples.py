@@ -1,6 +1,7 @@
 """The examples the pages show, run or computed as written: README's First use block, docs/leaderboard.md's measured
 figures and stated defaults, the handout's part 2 and extension defaults, its not-written example (its line taken from
-a made part1 tree, its message from that tree's command) and its wrong-shape example (the model's own message)."""
+a made part1 tree, its message from that tree's command), its wrong-shape example (the model's own message) and
+docs/training.md's new command on the shared loop (run as `python -m tasks.mycommand`, one epoch)."""
 
 from __future__ import annotations
 
@@ -114,3 +115,40 @@ def test_the_handouts_wrong_shape_example_is_the_message_the_model_raises() -> N
         layer(torch.zeros(8, 11, 32), torch.zeros(8, 1, 1, 11))
     shown = re.search(r"e\.g\. `error: (attention\(\) returned shape .*?), \.\.\.`", flat(HANDOUT))[1]
     assert str(e.value).startswith(shown), (str(e.value), shown)
+
+
+def test_the_training_pages_new_cli_runs_as_written_one_epoch(tmp_path: Path, tiny_dir: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/training.md's "A new CLI on the shared loop" block, run unchanged as `python -m tasks.mycommand` would run
+    it (as __main__, its flags on the command line) on the tiny random model and a few rows of SST in data/: one epoch
+    trains, and runs/mycommand-DATE-TIME/ holds run.json (the command, its settings, its result), the checkpoint and
+    the curves; the exit status is 0."""
+    import importlib.machinery
+    import json
+    import sys
+    import types
+
+    from conftest import DATA
+
+    from tasks.core.runs import CHECKPOINT
+    page = (ROOT / "docs" / "training.md").read_text()
+    block = re.search(r"## A new CLI on the shared loop\n.*?```python\n(.*?)```", page, re.DOTALL)[1]
+    (tmp_path / "data").mkdir()
+    for name, rows in (("ids-sst-train.csv", 16), ("ids-sst-dev.csv", 8)):
+        lines = (DATA / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        (tmp_path / "data" / name).write_text("".join(lines[:1 + rows]), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["mycommand", "--model", str(tiny_dir), "--epochs", "1", "--batch-size", "8",
+                                      "--device", "cpu", "--threads", "1", "--no-progress"])
+    main = types.ModuleType("__main__")                        # what `python -m tasks.mycommand` runs the file as
+    main.__spec__ = importlib.machinery.ModuleSpec("tasks.mycommand", None)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    with pytest.raises(SystemExit) as exited:
+        exec(compile(block, "docs/training.md (A new CLI)", "exec", dont_inherit=True), main.__dict__)  # noqa: S102
+    assert exited.value.code == 0
+    run, = (tmp_path / "runs").iterdir()                      # $MINBERT_RUNS (the tests' runs/): runs/mycommand-DATE-TIME
+    assert re.fullmatch(r"mycommand-\d{8}-\d{6}", run.name), run.name
+    record = json.loads((run / "run.json").read_text())
+    assert record["command"] == "mycommand" and record["settings"]["training"]["epochs"] == 1
+    assert record["result"]["best_epoch"] == 1 and 0 <= record["result"]["dev_accuracy"] <= 1
+    assert (run / CHECKPOINT).is_file() and list(run.glob("*curves*"))
