@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
+from test_doc_claims import help_text
 from test_faults import killed
 from test_typed_runs import classifier_argv, deebert_argv, simcse_argv
 
@@ -63,3 +65,14 @@ def test_killed_mid_epoch_resumes_from_the_step_checkpoint_to_the_same_run(comma
     curves = split / ckpt.replace(".pt", ".curves.jsonl")
     steps = [line for line in curves.read_text().splitlines() if '"step"' in line]
     assert len(steps) == done["optimizer_steps"]                    # each step's loss logged once
+
+
+def test_the_resume_help_and_docs_say_a_killed_run_goes_on_from_its_last_step_checkpoint():
+    """--resume's help (every training command's, DeeBERT's own) and docs/runs.md: a killed run repeats the epoch in
+    progress, or with --save-every N goes on from its last step checkpoint."""
+    said = "a killed run repeats the epoch in progress; with --save-every N, from its last step checkpoint"
+    for module in ("tasks.classifier", "tasks.multitask", "tasks.simcse", "tasks.deebert"):
+        assert said in " ".join(help_text(module, []).split()), module
+    page = " ".join((ROOT / "docs" / "runs.md").read_text(encoding="utf-8").split())
+    assert ("(a run killed mid-epoch repeats that epoch; with `--save-every N`, it goes on from its last step "
+            "checkpoint)") in page

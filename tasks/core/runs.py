@@ -57,7 +57,8 @@ class RunOptions:
     resume: str | None = setting(None, parse=existing_path, metavar="DIR", on_resume="free", in_config=False,
                                  help="continue the run in this directory (or a checkpoint file written by an older "
                                       "version) with the settings it started with, to the same result as an "
-                                      "uninterrupted run; a killed run repeats the epoch in progress")
+                                      "uninterrupted run; a killed run repeats the epoch in progress; with "
+                                      "--save-every N, from its last step checkpoint")
     checkpoint: str | None = setting(None, parse=file_to_write, metavar="PATH", on_resume="free",
                                      help="the training checkpoint, written after every epoch (none: RUN_DIR/"
                                           "checkpoint.pt)")
