@@ -125,6 +125,33 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_the_checkpoint(tiny_
     assert "Start a new run with a lower --lr" in err and "--resume it" not in err     # a resume would refuse --lr
 
 
+def test_a_nan_loss_after_a_step_checkpoint_of_epoch_1_says_no_epoch_finished(tiny_dir, tmp_path, monkeypatch):
+    """With --save-every, a NaN in epoch 1 leaves a checkpoint holding no finished epoch: the message says so and
+    advises a new run, not tasks.predict (which refuses such a checkpoint) nor a resume (which would diverge again);
+    docs/errors.md's fault row quotes both messages."""
+    real = classifier.classification_loss
+    calls = []
+
+    def loss(model, batch):   # the 3rd batch of epoch 1 diverges, after two step checkpoints
+        calls.append(1)
+        value = real(model, batch)
+        return value * math.nan if len(calls) == 3 else value
+    monkeypatch.setattr(classifier, "classification_loss", loss)
+    argv = cli_argv("classifier", tiny_dir, tmp_path, "nan1") + ["--save-every", "1"]
+    with pytest.raises(TrainingError) as e:
+        classifier.run(classifier.parse_settings(argv))
+    said = str(e.value)
+    assert load_checkpoint(tmp_path / "nan1.pt")["epoch"] == 0                 # a step checkpoint of epoch 1
+    assert said == (f"the training loss is nan in epoch 1, optimiser step 3; {tmp_path / 'nan1.pt'} holds no finished "
+                    "epoch (a step checkpoint of epoch 1: resumed, the run would diverge again, a resume repeats it "
+                    "exactly). Start a new run with a lower --lr or --max-grad-norm, or check the data for extreme "
+                    "labels"), said
+    row = " ".join(next(line for line in (ROOT / "docs" / "errors.md").read_text(encoding="utf-8").splitlines()
+                        if line.startswith("| the loss becomes NaN or inf |")).split())
+    assert "still holds the last finished epoch (tasks.predict can use it;" in row
+    assert "holds no finished epoch (a step checkpoint of epoch 1: resumed, the run would diverge again" in row
+
+
 def torchrun(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
     """tasks.classifier under torchrun: two CPU processes (gloo), one thread each."""
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",

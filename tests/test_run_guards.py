@@ -4,6 +4,7 @@ resumes that directory; a run directory of another command names that command.""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -192,6 +193,37 @@ def test_the_commands_a_resume_advises_are_shell_quoted_for_a_path_with_spaces(t
         classifier.parse_settings(["--resume", str(other)])
     assert shlex.split(str(e.value).split("not tasks.classifier: ", 1)[1]) == [
         "python", "-m", "tasks.multitask", "--resume", str(other)]
+
+
+def test_a_run_without_its_checkpoint_is_advised_a_restart_that_run_paths_accepts(tiny_dir, tmp_path):
+    """Unfinished, the restart in its own directory; finished (run.json has its result, which a new run in the same
+    directory is refused for), putting the checkpoint back or the restart in a new directory: each advised command
+    passes run_paths, and --resume, predict and export say the same."""
+    def advised(run: Path) -> list[str]:
+        with pytest.raises(MissingFileError) as e:
+            run_paths(classifier.parse_settings(["--resume", str(run)]).run, "classifier")
+        for other in (lambda: predict.main([str(run), "--out", str(tmp_path / "out")]),
+                      lambda: export.main([str(run), str(tmp_path / "exported")])):
+            with pytest.raises(MissingFileError) as again:
+                other()
+            assert str(again.value) == str(e.value)
+        return str(e.value).split(": python -m tasks.classifier ", 1)[1].split()
+
+    run = tmp_path / "run"
+    recorded(classifier_argv(tiny_dir, tmp_path), run)                     # stopped before its first checkpoint
+    argv = advised(run)
+    assert argv == ["--config", str(run / "run.json"), "--run-dir", str(run)]
+    assert run_paths(classifier.parse_settings(argv).run, "classifier").dir == run
+    record = read_run_json(run)                                            # finished, its checkpoint since moved
+    (run / "run.json").write_text(json.dumps(record | {"result": {"best_epoch": 1}}))
+    with pytest.raises(MissingFileError) as e:
+        run_paths(classifier.parse_settings(["--resume", str(run)]).run, "classifier")
+    assert str(e.value) == (f"{run}: no checkpoint ({run / 'checkpoint.pt'} is missing: the run finished and the "
+                            f"file was moved or deleted); put it back there, or start the run again in a new "
+                            f"directory: python -m tasks.classifier --config {run / 'run.json'} --run-dir "
+                            f"{tmp_path / 'run-again'}")
+    argv = advised(run)
+    assert run_paths(classifier.parse_settings(argv).run, "classifier").dir == tmp_path / "run-again"
 
 
 @pytest.mark.parametrize("text", ["[1, 2]", '"a run"', "null", "{}", '{"command": "classifier"}',

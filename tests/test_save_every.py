@@ -3,10 +3,13 @@ ends with the same weights, history and predictions as an uninterrupted run, in 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
+from test_doc_claims import help_text
 from test_faults import killed
 from test_typed_runs import classifier_argv, deebert_argv, simcse_argv
 
@@ -63,3 +66,41 @@ def test_killed_mid_epoch_resumes_from_the_step_checkpoint_to_the_same_run(comma
     curves = split / ckpt.replace(".pt", ".curves.jsonl")
     steps = [line for line in curves.read_text().splitlines() if '"step"' in line]
     assert len(steps) == done["optimizer_steps"]                    # each step's loss logged once
+
+
+def test_the_resume_help_and_docs_say_a_killed_run_goes_on_from_its_last_step_checkpoint():
+    """--resume's help (every training command's, DeeBERT's own) and docs/runs.md: a killed run repeats the epoch in
+    progress, or with --save-every N goes on from its last step checkpoint."""
+    said = "a killed run repeats the epoch in progress; with --save-every N, from its last step checkpoint"
+    for module in ("tasks.classifier", "tasks.multitask", "tasks.simcse", "tasks.deebert"):
+        assert said in " ".join(help_text(module, []).split()), module
+    page = " ".join((ROOT / "docs" / "runs.md").read_text(encoding="utf-8").split())
+    assert ("(a run killed mid-epoch repeats that epoch; with `--save-every N`, it goes on from its last step "
+            "checkpoint)") in page
+
+
+def test_a_resume_with_no_finished_epoch_says_so_not_a_best_score_of_minus_inf(tiny_dir, tmp_path, monkeypatch,
+                                                                              capsys):
+    """Stopped after a step checkpoint of epoch 1, the resume line says no epoch has finished yet (no best dev score
+    of -inf at epoch 0); after one, the epochs done and the best epoch."""
+    real, calls = classifier.classification_loss, []
+
+    def loss(model, batch):   # stopped in the 3rd step of epoch 1, after the step checkpoint of step 2
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(model, batch)
+    monkeypatch.setattr(classifier, "classification_loss", loss)
+    run = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        classifier.run(classifier.parse_settings(classifier_argv(tiny_dir, tmp_path) + [
+            "--run-dir", str(run), "--save-every", "2", "--epochs", "1"]))
+    monkeypatch.setattr(classifier, "classification_loss", real)
+    capsys.readouterr()
+    classifier.run(classifier.parse_settings(["--resume", str(run)]))
+    out = "".join(capsys.readouterr())
+    assert f"resumed from {run / 'checkpoint.pt'}: no epoch finished yet, 2 optimiser steps of epoch 1 done\n" in out
+    assert "-inf" not in out
+    classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "2"]))
+    assert re.search(rf"resumed from {re.escape(str(run / 'checkpoint.pt'))}: 1 epochs done, best dev accuracy "
+                     r"\d\.\d{4} \(epoch 1\)\n", "".join(capsys.readouterr()))

@@ -60,7 +60,7 @@ def test_a_diverged_run_names_predict_as_the_tree_has_it(tree: Path, tmp_path: P
     """The NaN-loss stop (common with a buggy stub) names tasks.predict, which a default-project tree lacks."""
     (tmp_path / "checkpoint.pt").write_bytes(b"x")
     code = ("from tasks.core.errors import diverged\ntry:\n    diverged(float('nan'), 0, 3, 'sst', 'epoch', "
-            f"{str(tmp_path / 'checkpoint.pt')!r})\nexcept Exception as e:\n    print(e)")
+            f"{str(tmp_path / 'checkpoint.pt')!r}, 1)\nexcept Exception as e:\n    print(e)")
     said = {}
     for where in (tree, ROOT):
         proc = warm.run([sys.executable, "-c", code], cwd=where, env={**ENV, "PYTHONPATH": str(where)},

@@ -64,11 +64,19 @@ PATH_ERRNOS = frozenset({errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.EEXIST
                          errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP})
 
 
-def diverged(value: float, epoch: int, step: int, task: str | None, unit: str, checkpoint: str | Path | None) -> None:
-    """Stop a run whose loss became NaN or infinite, naming where; the last checkpoint on disk is left as it is."""
-    kept = (f"{checkpoint} still holds the last finished {unit} ({command('predict')} can use it; resumed, the run "
-            "would diverge again: a resume repeats it exactly)"
-            if checkpoint is not None and Path(checkpoint).is_file() else "no checkpoint had been written yet")
+def diverged(value: float, epoch: int, step: int, task: str | None, unit: str, checkpoint: str | Path | None,
+             finished: int) -> None:
+    """Stop a run whose loss became NaN or infinite, naming where; the last checkpoint on disk is left as it is.
+    `finished`: the loop's finished epochs (rounds), which say what a checkpoint on disk holds (a --save-every step
+    checkpoint of the first holds none, and tasks.predict refuses it)."""
+    if checkpoint is None or not Path(checkpoint).is_file():
+        kept = "no checkpoint had been written yet"
+    elif finished:
+        kept = (f"{checkpoint} still holds the last finished {unit} ({command('predict')} can use it; resumed, the run "
+                "would diverge again: a resume repeats it exactly)")
+    else:
+        kept = (f"{checkpoint} holds no finished {unit} (a step checkpoint of {unit} {epoch + 1}: resumed, the run "
+                "would diverge again, a resume repeats it exactly)")
     raise TrainingError(f"the training loss is {value} in {unit} {epoch + 1}, optimiser step {step + 1}"
                         f"{f', task {task}' if task else ''}; {kept}. Start a new run with a lower --lr or "
                         "--max-grad-norm, or check the data for extreme labels")

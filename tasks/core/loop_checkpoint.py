@@ -43,9 +43,14 @@ class LoopCheckpoint:
             self.say(f"{resume} was written by {len(rngs)} process(es), now {self.world}: dropout draws other random "
                      "numbers than an uninterrupted run would")
         set_rng_state(rngs[self.me] if len(rngs) == self.world else state["rng"])
-        within = f" and {self.within['groups']} optimiser steps of the next" if self.within else ""
-        self.say(f"resumed from {resume}: {self.start} epochs done{within}, best dev {self.metric} "
-                 f"{self.best.best_score:.4f} (epoch {self.best.best_epoch})")
+        unit = self.unit
+        if not self.history:                         # a step checkpoint of the first epoch: no best score yet
+            within = f", {self.within['groups']} optimiser steps of {unit} 1 done" if self.within else ""
+            self.say(f"resumed from {resume}: no {unit} finished yet{within}")
+        else:
+            within = f" and {self.within['groups']} optimiser steps of the next" if self.within else ""
+            self.say(f"resumed from {resume}: {self.start} {unit}s done{within}, best dev {self.metric} "
+                     f"{self.best.best_score:.4f} ({unit} {self.best.best_epoch})")
         was = state.get("planned_epochs")
         if was not in (None, self.options.epochs) and (self.recipe.warmup_ratio is not None
                                                         or self.recipe.gradual_unfreezing > 0):

@@ -57,7 +57,8 @@ class RunOptions:
     resume: str | None = setting(None, parse=existing_path, metavar="DIR", on_resume="free", in_config=False,
                                  help="continue the run in this directory (or a checkpoint file written by an older "
                                       "version) with the settings it started with, to the same result as an "
-                                      "uninterrupted run; a killed run repeats the epoch in progress")
+                                      "uninterrupted run; a killed run repeats the epoch in progress; with "
+                                      "--save-every N, from its last step checkpoint")
     checkpoint: str | None = setting(None, parse=file_to_write, metavar="PATH", on_resume="free",
                                      help="the training checkpoint, written after every epoch (none: RUN_DIR/"
                                           "checkpoint.pt)")
@@ -259,14 +260,22 @@ def check_new_checkpoint(checkpoint: Path, directory: Path, explicit_dir: bool) 
 
 def no_checkpoint(run_dir: str | Path, kind: str, checkpoint: str | Path) -> MissingFileError:
     """The one message for a run directory without its checkpoint (stopped before writing it, or the file moved):
-    what starts it again in the same directory (a DeeBERT run with stage 1's checkpoint: --resume), shell-quoted."""
+    what starts it again in the same directory (a DeeBERT run with stage 1's checkpoint: --resume), shell-quoted; a
+    finished run (run.json has its result, so run_paths refuses a new run there): put the file back, or start the run
+    again in a new directory."""
     quoted = shlex.quote(str(run_dir))
+    config = shlex.quote(str(Path(run_dir) / RUN_FILE))
     if kind == "deebert" and (Path(run_dir) / "stage1.pt").is_file():
         return MissingFileError(f"{run_dir}: no checkpoint ({checkpoint} is missing: stage 2 did not finish an epoch, "
                                 f"or the file was moved); python -m tasks.deebert --resume {quoted} first")
+    if (Path(run_dir) / RUN_FILE).is_file() and "result" in read_run_json(run_dir):
+        new = next(p for n in range(1, 1000) if not (p := Path(f"{Path(run_dir)}-again{'' if n == 1 else n}")).exists())
+        return MissingFileError(f"{run_dir}: no checkpoint ({checkpoint} is missing: the run finished and the file "
+                                f"was moved or deleted); put it back there, or start the run again in a new "
+                                f"directory: python -m tasks.{kind} --config {config} --run-dir {shlex.quote(str(new))}")
     return MissingFileError(f"{run_dir}: no checkpoint ({checkpoint} is missing: the run stopped before writing it, or "
                             f"the file was moved); start the run again in its directory: python -m tasks.{kind} "
-                            f"--config {shlex.quote(str(Path(run_dir) / RUN_FILE))} --run-dir {quoted}")
+                            f"--config {config} --run-dir {quoted}")
 
 
 def environment() -> dict[str, Any]:

@@ -272,7 +272,7 @@ class _Loop(LoopCheckpoint):
             group_loss = 0.0
             for value, t in taken:
                 if not math.isfinite(value):
-                    diverged(value, epoch, step, t.task, self.unit, checkpoint)
+                    diverged(value, epoch, step, t.task, self.unit, checkpoint, len(self.history))
                 group_loss += value / len(taken)
                 share = value * (t.mine / t.size)         # this rank's part of the batch's mean loss
                 sums["total"], sums["n"] = sums["total"] + share, sums["n"] + 1

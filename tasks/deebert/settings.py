@@ -154,8 +154,9 @@ class DeeBertRun(RunOptions):
     resume: str | None = setting(None, parse=existing_path, metavar="DIR", on_resume="free", in_config=False,
                                  help="continue the run in this directory from its stage checkpoints, with the "
                                       "settings it started with, to the same result as an uninterrupted run (a "
-                                      "killed run repeats the epoch in progress); to load a trained model and only "
-                                      "sweep it, see --from-run")
+                                      "killed run repeats the epoch in progress; with --save-every N, from its "
+                                      "last step checkpoint); to load a trained model and only sweep it, see "
+                                      "--from-run")
     checkpoint: None = dropped()   # two checkpoints, RUN_DIR/stage1.pt and stage2.pt
     eval_batch_size: int = setting(1, parse=positive_int, on_resume="free",
                                    help="batch size of the timed sweep: 1 is the paper's setting; larger uses batched "
