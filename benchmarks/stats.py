@@ -1,5 +1,6 @@
-"""Paired-seed statistics for the comparison tables: each row's mean and sd over seeds, and its paired difference
-against a baseline row (mean, sd, 95% t interval, whether the interval excludes 0), as a markdown table.
+"""Paired-seed statistics for the comparison tables: each row's mean and sd over the seeds it shares with a baseline
+row, and its paired difference against it (mean, sd, 95% t interval, whether the interval excludes 0), as a markdown
+table.
 
     python benchmarks/stats.py benchmarks/results/power.json --baseline baseline [--metric overall]
 
@@ -7,8 +8,9 @@ Reads the JSON lists benchmarks/paired_runs.py writes (rows {"row", "seed", "dev
 dicts with "row", "seed" and the metric works). The metric is looked up in the row's "dev" dict first, then at
 the top level; a dotted name ("test.sst_accuracy") walks nested dicts. The difference pairs a row with the
 baseline on the seeds both have (same seed: same data sample, initial heads and data order), so the
-seed-to-seed variation both share cancels. No scipy: the t quantiles for 1-30 degrees of freedom are a table,
-beyond it a Cornish-Fisher expansion (error < 1e-4).
+seed-to-seed variation both share cancels; a seed the baseline lacks is named in the table and left out. A NaN
+or infinite value is an error naming its file, row and seed. No scipy: the t quantiles for 1-30 degrees of freedom
+are a table, beyond it a Cornish-Fisher expansion (error < 1e-4).
 """
 
 from __future__ import annotations
@@ -86,26 +88,38 @@ def load_rows(paths: list[str | Path], metric: str) -> dict[str, dict[int, float
     """{row: {seed: metric}} from paired_runs-style JSON files (rows in first-seen order).
 
     A record whose dev figures lack a dev metric (a single-task row has no overall score and one task's figure)
-    is left out of that metric's rows; any other missing key raises."""
+    is left out of that metric's rows; any other missing key raises, and so does a NaN or infinite value (ValueError
+    naming the file, row and seed)."""
     rows: dict[str, dict[int, float]] = {}
     for path in paths:
         for record in json.loads(Path(path).read_text()):
             if metric in DEV_METRICS and "dev" in record and metric not in record["dev"]:
                 continue
-            rows.setdefault(record["row"], {})[int(record["seed"])] = metric_of(record, metric)
+            value = metric_of(record, metric)
+            if not math.isfinite(value):
+                raise ValueError(f"{path}: row {record['row']!r}, seed {record['seed']}: {metric} is {value}; "
+                                 "rerun that seed or remove its record")
+            rows.setdefault(record["row"], {})[int(record["seed"])] = value
     return rows
 
 
 def markdown_table(rows: dict[str, dict[int, float]], baseline: str, metric: str, scale: float = 100.0) -> str:
-    """One line per row: seeds, mean +- sd, and the paired difference against `baseline` with its 95% interval."""
+    """One line per row: seeds, mean +- sd, and the paired difference against `baseline` with its 95% interval.
+
+    A row's mean and sd are over the seeds it shares with the baseline (those its difference uses); its other seeds
+    are named as left out. A row sharing no seed shows its own seeds' mean."""
     if baseline not in rows:
         raise ValueError(f"no baseline row {baseline!r}; rows: {', '.join(rows)}")
     lines = [f"| row | seeds | {metric} mean | sd | diff vs {baseline} | 95% interval | excludes 0 |",
              "|---|---|---|---|---|---|---|"]
     for name, values in rows.items():
-        mean, sd = mean_sd(list(values.values()))
-        cells = [name, ",".join(str(s) for s in sorted(values)), f"{mean * scale:.2f}",
-                 "-" if math.isnan(sd) else f"{sd * scale:.2f}"]
+        paired = sorted(set(values) & set(rows[baseline])) or sorted(values)
+        unpaired = sorted(set(values) - set(paired))
+        mean, sd = mean_sd([values[s] for s in paired])
+        seeds = ",".join(str(s) for s in paired)
+        if unpaired:
+            seeds += f" ({','.join(str(s) for s in unpaired)} unpaired, left out)"
+        cells = [name, seeds, f"{mean * scale:.2f}", "-" if math.isnan(sd) else f"{sd * scale:.2f}"]
         if name == baseline:
             cells += ["-", "-", "-"]
         else:
@@ -127,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--metric", default="overall", help="dev metric (default overall), or a dotted key")
     p.add_argument("--scale", type=float, default=100.0, help="multiply values by this (default 100: points)")
     args = p.parse_args(argv)
-    print(markdown_table(load_rows(args.results, args.metric), args.baseline, args.metric, args.scale))
+    try:
+        print(markdown_table(load_rows(args.results, args.metric), args.baseline, args.metric, args.scale))
+    except ValueError as e:                                         # a bad value or row: one line, exit 2
+        p.error(str(e))
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,31 @@ def test_markdown_table_prints_no_nan_for_a_row_with_one_seed_or_none_shared():
     assert lines[2] == "| baseline | 1 | 50.00 | - | - | - | - |"
     assert lines[3] == "| one | 1 | 53.00 | - | +3.00 (n=1) | needs 2 paired seeds | - |"
     assert lines[4] == "| apart | 2 | 40.00 | - | no shared seed | needs 2 paired seeds | - |"
+
+
+def test_load_rows_rejects_a_non_finite_value_naming_the_file_row_and_seed(tmp_path, capsys):
+    path = tmp_path / "runs.json"                                   # json writes and reads NaN and Infinity
+    for bad in (math.nan, math.inf):
+        path.write_text(json.dumps([{"row": "baseline", "seed": s, "dev": {"overall": 0.6}} for s in (1, 2)]
+                                   + [{"row": "x", "seed": 1, "dev": {"overall": 0.7}},
+                                      {"row": "x", "seed": 2, "dev": {"overall": bad}}]))
+        message = re.escape(f"{path}: row 'x', seed 2: overall is {bad}")
+        with pytest.raises(ValueError, match=message):
+            stats.load_rows([path], "overall")
+    with pytest.raises(SystemExit) as exit_:                        # the command: one line, no traceback
+        stats.main([str(path), "--baseline", "baseline"])
+    assert exit_.value.code == 2 and re.search(message, capsys.readouterr().err)
+
+
+def test_markdown_table_means_a_row_over_the_seeds_it_shares_with_the_baseline():
+    rows = {"b": {1: 0.4, 2: 0.5, 3: 0.6}, "r": {1: 0.5, 2: 0.6, 3: 0.7, 4: 0.1}}   # seed 4 unpaired, far below
+    lines = stats.markdown_table(rows, "b", "overall").splitlines()
+    # the mean and sd are the paired seeds' (60.00 against the baseline's 50.00, as the difference says), and the
+    # seed left out is named
+    assert lines[3] == "| r | 1,2,3 (4 unpaired, left out) | 60.00 | 10.00 | +10.00 (n=3) | [+10.00, +10.00] | yes |"
+    rows = {"baseline": {1: 0.50}, "apart": {2: 0.40, 3: 0.42}}    # no shared seed: the row's own seeds
+    assert stats.markdown_table(rows, "baseline", "overall").splitlines()[3] == (
+        "| apart | 2,3 | 41.00 | 1.41 | no shared seed | needs 2 paired seeds | - |")
 
 
 def test_paired_runs_writes_rows_per_seed_with_smarts_log_and_the_paired_table(tiny_dir, files, tmp_path, capsys):  # noqa: F811
