@@ -166,7 +166,7 @@ CASES = [
     Case(README, "rdrop", "rdrop 1.0", "baseline", TASKS, "(baseline sd {0.bsd:.2f}): overall {0.m:+.2f} " + iv(0)
          + ", SST {1.m:+.2f}, Quora {2.m:+.2f}, STS r {3.m:+.2f} (none resolved)"),
     Case(README, "search", "search trial 4", "main job", TASKS, "mean {0.rm1:.4f} against {0.bm1:.4f}, "
-         "{0.m:+.2f} points " + iv(0) + ", a tie (SST {1.m:+.2f}, Quora {2.m:+.2f}, STS r {3.m:+.2f}, none resolved)"),
+         "{0.m:+.2f} points " + iv(0) + ", not resolved (SST {1.m:+.2f}, Quora {2.m:+.2f}, STS r {3.m:+.2f}, none resolved)"),
     Case(README, "search", "main job, gradual unfreezing 0.1", "main job", ("overall",),
          "{0.m:+.2f} points " + iv()),
     Case(README, "bitfit", "bitfit all", "frozen", ("accuracy",),
