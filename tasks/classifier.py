@@ -39,7 +39,7 @@ from .core.recipe import Recipe
 from .core.resume import resume_config
 from .core.runs import RunOptions, RunPaths, parse_run, run_paths, write_run_json
 from .core.settings import parser_for, section, setting
-from .core.starter_flags import translate
+from .core.starter_flags import check_outputs, translate
 from .core.train import FitOptions, Work, fit
 from .core.training_setup import Training, load_split, start, write_split
 
@@ -221,7 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_settings(argv: list[str] | None = None) -> Settings:
     """The settings from the command line (the course's starter spellings too), --config and --resume DIR."""
-    return parse_run(Settings, translate(argv, "classifier"), "python -m tasks.classifier", __doc__)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return parse_run(Settings, translate(argv, "classifier"), "python -m tasks.classifier", __doc__,
+                     check=lambda values: check_outputs(argv, "classifier", values.get("task", Settings.task)))
 
 
 def main(argv: list[str] | None = None) -> int:

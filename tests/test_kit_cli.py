@@ -12,6 +12,7 @@ import warm
 from assignments.make import ROOT, generate
 from tasks import classifier, multitask
 from tasks.core.errors import ConfigurationError, run_cli
+from tasks.core.runs import run_paths, write_run_json
 from tasks.core.starter_flags import STARTER_ALIASES, table_markdown, translate
 
 
@@ -49,6 +50,22 @@ def test_starter_out_path_must_name_the_file_minbert_writes() -> None:
     with pytest.raises(ConfigurationError, match="one folder"):
         translate(["--sst_dev_out", "a/sst-dev-output.csv", "--sts_dev_out", "b/sts-dev-output.csv"], "multitask")
     assert translate(["--train", "x"], "multitask") == ["--train", "x"]      # not a multitask alias: left alone
+
+
+def test_classifier_out_path_names_the_file_of_the_task_from_config(tmp_path, capsys) -> None:
+    config = tmp_path / "cf.json"
+    config.write_text('{"task": "cfimdb"}')
+    got = classifier.parse_settings(["--config", str(config), "--dev_out", "pp/cfimdb-dev-output.csv"])
+    assert got.task == "cfimdb" and got.run.predictions_dir == "pp"
+    with pytest.raises(ConfigurationError, match="writes the cfimdb test predictions to --predictions-dir/cfimdb-test"):
+        classifier.parse_settings(["--config", str(config), "--test_out", "pp/sst-test-output.csv", "--print-config"])
+    assert capsys.readouterr().out == ""                                   # refused before any config is printed
+    with pytest.raises(ConfigurationError, match="writes the sst dev predictions"):     # a flag beats the file
+        classifier.parse_settings(["--config", str(config), "--task", "sst", "--dev_out", "pp/cfimdb-dev-output.csv"])
+    run = classifier.parse_settings(["--task", "cfimdb", "--run-dir", str(tmp_path / "r")])
+    write_run_json(run_paths(run.run, "classifier"), "classifier", run)                 # a cfimdb run, resumed
+    resumed = classifier.parse_settings(["--resume", str(tmp_path / "r"), "--dev_out", "pp/cfimdb-dev-output.csv"])
+    assert resumed.task == "cfimdb" and resumed.run.predictions_dir == "pp"
 
 
 def test_alias_table_lists_every_alias_once() -> None:

@@ -85,6 +85,25 @@ def test_what_a_resumed_run_may_change_is_a_property_of_the_field():
     assert resume_differences(stored | {"where": "there"}, resume_config(Toy())) == []    # stored once, free now
 
 
+@dataclass
+class ToyMoot:
+    """A setting that has no effect at another's value (moot_when)."""
+
+    decay: float = setting(0.0, parse=float, help="a decay")
+    spare: bool = setting(False, before=True, moot_when=("decay", 0.0), help="what the decay spares, moot at 0")
+
+
+def test_a_moot_setting_is_named_on_resume_only_when_its_own_value_changed():
+    stored = dict(resume_config(ToyMoot()))                                               # decay 0: spare is moot
+    assert resume_differences(stored, resume_config(ToyMoot(spare=True))) == []           # moot both times
+    assert resume_differences(stored, resume_config(ToyMoot(decay=0.1))) == ["decay: checkpoint 0.0, now 0.1"]
+    assert resume_differences(stored, resume_config(ToyMoot(decay=0.1, spare=True))) == [
+        "decay: checkpoint 0.0, now 0.1", "spare: checkpoint False, now True"]
+    older = {"decay": 0.1}                                                   # before `spare`: it ran as True
+    assert resume_differences(older, resume_config(ToyMoot(decay=0.1))) == ["spare: checkpoint True, now False"]
+    assert resume_differences({"decay": 0.0}, resume_config(ToyMoot())) == []
+
+
 # a later version of Toy: its section gains a setting (with the value runs had before it, not today's default), and a
 # field gains an older spelling of a value
 @dataclass

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -315,6 +316,20 @@ def test_deebert_run_directory_round_trips_resumes_after_sigkill_and_predicts(ti
     assert not (tmp_path / "batched").exists() and not (tmp_path / "patience").exists()
     with pytest.raises(ConfigurationError, match="--resume continues training and --from-run"):
         deebert.parse_settings(["--resume", str(split), "--from-run", str(whole)])
+
+
+def test_deebert_run_json_as_config_for_a_new_run_directory_writes_its_predictions_there(tiny_dir, tmp_path):
+    from tasks import deebert
+    first = deebert.parse_settings(deebert_argv(tiny_dir, tmp_path) + ["--run-dir", str(tmp_path / "A"),
+                                                                      "--predictions-dir", str(tmp_path / "pa")])
+    write_run_json(run_paths(first.run, "deebert", "sst2"), "deebert", first)          # run A, as recorded at its start
+    config = ["--config", str(tmp_path / "A" / "run.json")]
+    again = deebert.parse_settings(config + ["--run-dir", str(tmp_path / "B")])
+    assert run_paths(again.run, "deebert", "sst2").predictions == tmp_path / "B" / "predictions"   # B's own, not A's
+    assert replace(again, run=first.run) == first
+    given = deebert.parse_settings(config + ["--run-dir", str(tmp_path / "B"), "--predictions-dir", str(tmp_path / "pb")])
+    assert given.run.predictions_dir == str(tmp_path / "pb")                           # a flag still says where
+    assert deebert.parse_settings(config + ["--run-dir", str(tmp_path / "A")]).run.predictions_dir == str(tmp_path / "pa")
 
 
 def test_a_run_stopped_before_its_first_checkpoint_starts_again_in_its_directory(tiny_dir, tmp_path):

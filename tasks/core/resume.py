@@ -73,9 +73,11 @@ def resume_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[
     """Whether a checkpoint's stored settings may continue as `current` (resume_config() and any extra keys), one
     'path: checkpoint X, now Y' per setting that differs; [] when it may. The one resume rule, from the fields alone:
     settings free on resume are not compared, a setting the run predates counts as its `before`, older spellings as
-    today's values, a moot setting (`moot_when`) as None; of a checkpoint from before typed settings (flat names)
-    only what it recorded or a `before` covers is asked. A plain dict (no settings class) must agree key for key. A
-    setting the checkpoint lacks that declares no `before` is named as such, with where to declare it."""
+    today's values, a moot setting (`moot_when`) only when it has an effect in the checkpoint or now (then by its
+    own values, so a change to what makes it moot names that setting alone); of a checkpoint from before typed
+    settings (flat names) only what it recorded or a `before` covers is asked. A plain dict (no settings class) must
+    agree key for key. A setting the checkpoint lacks that declares no `before` is named as such, with where to
+    declare it."""
     cls, newer = getattr(current, "cls", None), set()
     if cls is None:
         was, now, asked = dict(stored), dict(current), set(stored) | set(current)
@@ -85,7 +87,8 @@ def resume_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[
         now = {k: specs[k].today(v) if k in specs else v for k, v in current.items()}
         asked = set(was) if is_flat(stored) else set(was) | set(now)
         asked = {k for k in asked if k not in specs or specs[k].on_resume == "same"}
-        was, now = _moot(specs, was, now), _moot(specs, now, now)   # what the checkpoint lacks: as it is now
+        moot_then = _moot(specs, was, now) | (set(now) - set(was))   # what the checkpoint lacks: as it is now
+        asked -= moot_then & _moot(specs, now, now)   # of no effect then and now; moot on one side: its values compare
         if all(was.get(k) == now.get(k) for k in asked if k not in specs):    # the same command ('command': ...)
             newer = {k for k in asked if k not in was and k in specs and specs[k].before is NEW}   # no `before`
     return [f"{k}: the run predates this setting (now {now.get(k)!r}): declare before=VALUE, what runs ran with before "
@@ -101,9 +104,9 @@ def _declared_in(cls: type, path: str) -> str:
     return f"class {cls.__name__} in {file.relative_to(ROOT) if file.is_relative_to(ROOT) else file}"
 
 
-def _moot(specs: dict[str, Spec], values: dict[str, Any], otherwise: dict[str, Any]) -> dict[str, Any]:
-    """`values` with each setting whose moot_when holds there (a setting of that name at that value, taken from
-    `otherwise` where `values` lacks it) as None."""
+def _moot(specs: dict[str, Spec], values: dict[str, Any], otherwise: dict[str, Any]) -> set[str]:
+    """The settings of `values` whose moot_when holds there (a setting of that name at that value, taken from
+    `otherwise` where `values` lacks it)."""
     by_name = {k.rsplit(".", 1)[-1]: v for k, v in (otherwise | values).items()}
-    return {k: None if k in specs and specs[k].moot_when is not None
-            and by_name.get(specs[k].moot_when[0], NEW) == specs[k].moot_when[1] else v for k, v in values.items()}
+    return {k for k in values if k in specs and specs[k].moot_when is not None
+            and by_name.get(specs[k].moot_when[0], NEW) == specs[k].moot_when[1]}

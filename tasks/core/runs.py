@@ -16,6 +16,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -111,18 +112,25 @@ def default_run_dir(*parts: str) -> Path:
     return path
 
 
-def parse_run(cls: type, argv: list[str] | None, prog: str, description: str | None) -> Any:
+def parse_run(cls: type, argv: list[str] | None, prog: str, description: str | None,
+              check: Callable[[dict[str, Any]], None] | None = None) -> Any:
     """A training command's settings: its defaults < the run directory's run.json (with --resume DIR) < --config
     FILE < the flags given. A run's run.json given as --config FILE for a new run in another directory leaves out
-    where that run wrote (its --checkpoint, --predictions-dir): the new run writes in its own directory."""
+    where that run wrote (its --checkpoint, --predictions-dir): the new run writes in its own directory. check(values)
+    gets {dotted path: value} of the run.json, the --config file and the flags together, before --print-config."""
     given: dict[str, Any] = {}
+    argv = list(sys.argv[1:] if argv is None else argv)
 
     def base(flags: dict[str, Any]) -> dict[str, Any]:
         given.update(flags)
-        return resume_base(flags.get("run.resume"), cls)
+        start = resume_base(flags.get("run.resume"), cls)
+        if check is not None:
+            config = config_file(argv)
+            check(start | (read_config(config, cls) if config is not None else {}) | flags)
+        return start
 
     settings = parse(cls, argv, prog, description, base=base)
-    return own_paths(settings, given, config_file(list(sys.argv[1:] if argv is None else argv)))
+    return own_paths(settings, given, config_file(argv))
 
 
 def config_file(argv: list[str]) -> Path | None:

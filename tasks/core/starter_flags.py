@@ -50,18 +50,40 @@ STARTER_ALIASES: tuple[Alias, ...] = (
 # --sst_train, --para_dev, --sts_test, ... (every --{task}_{split}) as aliases of its own --{task}-{split}.
 
 
-def _task_of(argv: list[str]) -> str:
-    """The classifier's --task in argv (its default, sst, when absent)."""
+def _outputs(argv: list[str], table: dict[str, Alias]) -> list[tuple[str, str, Alias]]:
+    """The --*_out flags of argv: (flag, path, alias) each."""
+    found = []
     for i, a in enumerate(argv):
-        if a == "--task" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--task="):
-            return a.split("=", 1)[1]
-    return "sst"
+        flag, sep, inline = a.partition("=")
+        alias = table.get(flag)
+        if alias is not None and alias.output is not None:
+            if sep:
+                found.append((flag, inline, alias))
+            elif i + 1 < len(argv):
+                found.append((flag, argv[i + 1], alias))
+    return found
+
+
+def _check_name(flag: str, value: str, task: str, split: str) -> None:
+    want = f"{task}-{split}-output.csv"
+    if Path(value).name != want:
+        raise ConfigurationError(f"{flag} {value}: minbert writes the {task} {split} predictions to "
+                                 f"--predictions-dir/{want}; name that file (e.g. {flag} predictions/{want})")
+
+
+def check_outputs(argv: list[str] | None, cli: str, task: str) -> None:
+    """The classifier's --dev_out/--test_out must name the file of the task the settings end with (from the flags,
+    --config or a resumed run's run.json): {task}-{split}-output.csv."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    table = {a.starter: a for a in STARTER_ALIASES if cli in a.clis}
+    for flag, value, alias in _outputs(argv, table):
+        if not alias.output[0]:
+            _check_name(flag, value, task, alias.output[1])
 
 
 def translate(argv: list[str] | None, cli: str) -> list[str]:
-    """argv (default sys.argv[1:]) with every starter spelling of this CLI's table replaced by minbert's own."""
+    """argv (default sys.argv[1:]) with every starter spelling of this CLI's table replaced by minbert's own (the
+    classifier's --dev_out/--test_out give the folder here; check_outputs checks their names against the task)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     table = {a.starter: a for a in STARTER_ALIASES if cli in a.clis}
     out: list[str] = []
@@ -87,13 +109,9 @@ def translate(argv: list[str] | None, cli: str) -> list[str]:
         if alias.values:
             value = dict(alias.values).get(value, value)
         if alias.output is not None:
-            task = alias.output[0] or _task_of(argv)
-            want = f"{task}-{alias.output[1]}-output.csv"
-            path = Path(value)
-            if path.name != want:
-                raise ConfigurationError(f"{flag} {value}: minbert writes the {task} {alias.output[1]} predictions to "
-                                 f"--predictions-dir/{want}; name that file (e.g. {flag} predictions/{want})")
-            out_dirs[flag] = str(path.parent)
+            if alias.output[0]:                          # the multitask's flags name their task
+                _check_name(flag, value, *alias.output)
+            out_dirs[flag] = str(Path(value).parent)
             continue
         out.extend([alias.ours, value])
     if len(set(out_dirs.values())) > 1:

@@ -46,7 +46,17 @@ from ..core.errors import ConfigurationError, ResumeError
 from ..core.evaluation import predict_batches, raw_path, write_raw
 from ..core.recipe import autocast
 from ..core.resume import resume_config, stored_values
-from ..core.runs import RUN_FILE, STAGE2, RunPaths, resume_base, run_paths, trained_checkpoint, write_run_json
+from ..core.runs import (
+    RUN_FILE,
+    STAGE2,
+    RunPaths,
+    config_file,
+    own_paths,
+    resume_base,
+    run_paths,
+    trained_checkpoint,
+    write_run_json,
+)
 from ..core.settings import build, dump, parse, parser_for, read_config
 from ..core.train import FitOptions, Work, fit
 from ..core.training_setup import start, write_split
@@ -312,9 +322,17 @@ def start_from(resume: str | None, resume_training: bool, run_dir: str | None, f
 
 
 def parse_settings(argv: list[str] | None = None) -> Settings:
-    """The settings from the command line, --config, and --resume DIR's or --from-run DIR's run.json."""
-    return parse(Settings, argv, prog="python -m tasks.deebert", description=__doc__, base=lambda given: start_from(
-        *(given.get(k) for k in ("run.resume", "run.resume_training", "run.run_dir", "sweep.from_run"))))
+    """The settings from the command line, --config, and --resume DIR's or --from-run DIR's run.json. A run's run.json
+    given as --config for a new run in another directory leaves out its --predictions-dir (as parse_run does)."""
+    given: dict = {}
+
+    def base(flags: dict) -> dict:
+        given.update(flags)
+        return start_from(*(flags.get(k) for k in ("run.resume", "run.resume_training", "run.run_dir",
+                                                   "sweep.from_run")))
+
+    settings = parse(Settings, argv, prog="python -m tasks.deebert", description=__doc__, base=base)
+    return own_paths(settings, given, config_file(list(sys.argv[1:] if argv is None else argv)))
 
 
 def main(argv: list[str] | None = None) -> int:
