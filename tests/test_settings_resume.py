@@ -202,3 +202,31 @@ def test_a_hand_written_json_file_refuses_a_key_given_twice_and_text_that_is_not
     (run / "run.json").write_text('{"command": "toy", "items": [{"a": 1}, {"a": 2, "a": 3}]}')
     with pytest.raises(ConfigurationError, match=r":1: key 'items\[1\].a' given twice"):
         read_run_json(run)
+
+
+@dataclass
+class Choices:
+    """Optional settings with choices and lists, as deebert's sweep has them."""
+
+    mode: str | None = setting(None, choices=("x", "y"), help="a mode")
+    cuts: list[float] | None = setting(None, item=float, help="cut points")
+    counts: list[int] | None = setting(None, item=int, help="counts")
+    path: str | None = setting(None, help="a path")
+
+
+def test_a_config_file_refuses_a_number_given_as_a_string_and_keeps_strings(tmp_path):
+    """A JSON string for a numeric setting is the wrong type ("3" is not 3), as a float for an int is; a path or a
+    choice stays a string."""
+    path = tmp_path / "toy.json"
+    for data, message in (({"size": "3"}, r"setting 'size': must be a number, not '3'"),
+                          ({"inner": {"rate": "1e-3"}}, r"setting 'inner.rate': must be a number, not '1e-3'")):
+        path.write_text(json.dumps(data))
+        with pytest.raises(ConfigurationError, match=rf"^{path}: {message}$"):
+            parse(Toy, ["--config", str(path)], "toy")
+    path.write_text(json.dumps({"cuts": [0.5, "1"]}))
+    with pytest.raises(ConfigurationError, match=rf"^{path}: setting 'cuts': must be a number, not '1'$"):
+        parse(Choices, ["--config", str(path)], "toy")
+    path.write_text(json.dumps({"size": 4, "where": "3", "inner": {"rate": 1, "names": "a,b"}}))
+    assert parse(Toy, ["--config", str(path)], "toy") == Toy(size=4, where="3", inner=Inner(1.0, "a,b"))
+    path.write_text(json.dumps({"mode": "x", "cuts": [0.5, 1], "counts": [2], "path": "12"}))
+    assert parse(Choices, ["--config", str(path)], "toy") == Choices("x", [0.5, 1.0], [2], "12")

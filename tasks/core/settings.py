@@ -249,10 +249,12 @@ def check_value(path: str, f: dataclasses.Field, tp: Any, value: Any, source: st
         if not isinstance(value, bool):
             raise bad(f"must be true or false, not {value!r}")
         return value
+    kind = base                                          # what each JSON value must be (a list: each item)
     if typing.get_origin(base) is list:
         if not isinstance(value, list):
             raise bad(f"must be a list, not {value!r}")
-        parse = spec.item or typing.get_args(base)[0]
+        kind = typing.get_args(base)[0]
+        parse = spec.item or kind
         items = value
     elif spec.item is not None:                          # a string of comma-separated items
         if not isinstance(value, str):
@@ -268,6 +270,8 @@ def check_value(path: str, f: dataclasses.Field, tp: Any, value: Any, source: st
     for v in items:
         if base is str and not isinstance(v, str):
             raise bad(f"must be a string, not {v!r}")
+        if kind in (int, float) and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise bad(f"must be a number, not {v!r}")      # "3" is not 3: a JSON string is the wrong type
         try:
             checked = parse(spec.today(str(v)))
         except (argparse.ArgumentTypeError, ValueError, TypeError) as e:
