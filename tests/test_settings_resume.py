@@ -230,3 +230,12 @@ def test_a_config_file_refuses_a_number_given_as_a_string_and_keeps_strings(tmp_
     assert parse(Toy, ["--config", str(path)], "toy") == Toy(size=4, where="3", inner=Inner(1.0, "a,b"))
     path.write_text(json.dumps({"mode": "x", "cuts": [0.5, 1], "counts": [2], "path": "12"}))
     assert parse(Choices, ["--config", str(path)], "toy") == Choices("x", [0.5, 1.0], [2], "12")
+
+
+def test_an_empty_list_in_a_config_file_is_refused_as_the_flag_refuses_it(tmp_path):
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps({"cuts": []}))
+    with pytest.raises(ConfigurationError, match=rf"^{path}: setting 'cuts': give at least one value"):
+        parse(Choices, ["--config", str(path)], "toy")
+    with pytest.raises(SystemExit):
+        parse(Choices, ["--cuts", ""], "toy")

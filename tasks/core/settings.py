@@ -253,6 +253,8 @@ def check_value(path: str, f: dataclasses.Field, tp: Any, value: Any, source: st
     if typing.get_origin(base) is list:
         if not isinstance(value, list):
             raise bad(f"must be a list, not {value!r}")
+        if not value:                                    # as the flag refuses `--f ""`
+            raise bad(f"give at least one value{' (or null: none)' if optional else ''}")
         kind = typing.get_args(base)[0]
         parse = spec.item or kind
         items = value
