@@ -239,3 +239,13 @@ def test_an_empty_list_in_a_config_file_is_refused_as_the_flag_refuses_it(tmp_pa
         parse(Choices, ["--config", str(path)], "toy")
     with pytest.raises(SystemExit):
         parse(Choices, ["--cuts", ""], "toy")
+
+
+def test_an_action_in_a_config_file_is_refused_not_dropped(tmp_path):
+    """`run.resume` is an action, not a setting: a file that gives it would start a fresh run; the file is refused,
+    as a search space refuses it."""
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps({"size": 3, "run": {"resume": str(tmp_path)}}))
+    with pytest.raises(ConfigurationError, match=rf"^{path}: 'run.resume' is an action, not a setting: give --resume "
+                                                  r"DIR on the command line$"):
+        parse(ToyRun, ["--config", str(path)], "toy")

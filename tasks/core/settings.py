@@ -303,7 +303,16 @@ def flatten(cls: type, data: dict, source: str, prefix: str = "", trusted: bool 
             out |= flatten(tp, value, source, f"{prefix}{key}.", trusted)
         elif spec_of(f).in_config:
             out[prefix + key] = spec_of(f).today(value) if trusted else check_value(prefix + key, f, tp, value, source)
+        elif not trusted:                                # dropped, the command would do other than the file says
+            raise an_action(prefix + key, f, tp, source)
     return out
+
+
+def an_action(path: str, f: dataclasses.Field, tp: Any, source: str) -> ConfigurationError:
+    """The error for an action (in_config=False, such as run.resume) given in a file: it is the command line's."""
+    spec, flag = spec_of(f), _flags(path, f, tp)[0]
+    value = f" {spec.metavar or f.name.upper()}" if _base(tp)[0] is not bool else ""
+    return ConfigurationError(f"{source}: {path!r} is an action, not a setting: give {flag}{value} on the command line")
 
 
 def build(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
