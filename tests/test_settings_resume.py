@@ -249,3 +249,19 @@ def test_an_action_in_a_config_file_is_refused_not_dropped(tmp_path):
     with pytest.raises(ConfigurationError, match=rf"^{path}: 'run.resume' is an action, not a setting: give --resume "
                                                   r"DIR on the command line$"):
         parse(ToyRun, ["--config", str(path)], "toy")
+
+
+def test_an_optional_setting_with_choices_or_a_list_takes_none_on_the_command_line(tmp_path, capsys):
+    """As null in a file switches it off, so does `none` after its flag (`--pals none`, `--thresholds none`)."""
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps({"mode": "x", "cuts": [0.5], "counts": [2]}))
+    flags = ["--mode", "none", "--cuts", "none", "--counts", "None"]
+    assert parse(Choices, ["--config", str(path), *flags], "toy") == Choices()
+    assert parse(Choices, ["--mode", "y", "--cuts", "0.5,1"], "toy") == Choices("y", [0.5, 1.0])
+    for bad in (["--mode", "z"], ["--cuts", "none,1"], ["--mode"]):
+        with pytest.raises(SystemExit):
+            parse(Choices, bad, "toy")
+    assert "invalid choice: 'z'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse(Choices, ["--help"], "toy")
+    assert "--mode {x,y,none}" in capsys.readouterr().out

@@ -159,11 +159,14 @@ class ListAction(argparse.Action):
     """`--f a,b,c`, `--f a b c` and `--f a,b c` give the same list, each item parsed."""
 
     def __init__(self, option_strings: list[str], dest: str, item: Callable[[str], Any] = str, joined: bool = False,
-                 **kwargs):
-        self.item, self.joined = item, joined
+                 optional: bool = False, **kwargs):
+        self.item, self.joined, self.optional = item, joined, optional
         super().__init__(option_strings, dest, nargs="+", **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if self.optional and [value.strip().lower() for value in values] == ["none"]:   # switched off, as null is
+            setattr(namespace, self.dest, None)
+            return
         parts = [part.strip() for value in values for part in value.split(",") if part.strip()]
         if not parts:
             parser.error(f"{option_string}: give at least one value")
@@ -197,6 +200,13 @@ def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse_or_none
 
 
+class _OrNone(tuple):
+    """An optional setting's choices: `none` among them as argparse lists them; its value, None, is one."""
+
+    def __contains__(self, value: object) -> bool:
+        return value is None or tuple.__contains__(self, value)
+
+
 def _read_legacy(spec: Spec, parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """The field's parser, an older spelling read as today's value first."""
     if not spec.legacy:
@@ -218,14 +228,14 @@ def _add_flag(parser: Any, path: str, f: dataclasses.Field, tp: Any, default: An
         kw["action"] = "store_false" if default is True else "store_true"
     else:
         if typing.get_origin(base) is list:
-            kw["action"], kw["item"] = ListAction, spec.item or typing.get_args(base)[0]
+            kw["action"], kw["item"], kw["optional"] = ListAction, spec.item or typing.get_args(base)[0], optional
         elif spec.item is not None:                      # a string of comma-separated items, `a,b` or `a b`
-            kw["action"], kw["item"], kw["joined"] = ListAction, spec.item, True
+            kw["action"], kw["item"], kw["joined"], kw["optional"] = ListAction, spec.item, True, optional
         else:
             parse = _read_legacy(spec, spec.parse or base)
             kw["type"] = _or_none(parse) if optional else parse
         if spec.choices is not None:
-            kw["choices"] = spec.choices
+            kw["choices"] = _OrNone((*spec.choices, "none")) if optional else spec.choices
         if spec.metavar is not None or spec.choices is None:
             kw["metavar"] = spec.metavar or f.name.upper()
         if "default" not in help:
