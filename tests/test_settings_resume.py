@@ -265,3 +265,27 @@ def test_an_optional_setting_with_choices_or_a_list_takes_none_on_the_command_li
     with pytest.raises(SystemExit):
         parse(Choices, ["--help"], "toy")
     assert "--mode {x,y,none}" in capsys.readouterr().out
+
+
+@dataclass
+class Helps:
+    """Help texts that mention the word default."""
+
+    model: str = setting("small", help="a model: 'small' (the offline default) or a directory")
+    preset: str = setting("b", choices=("a", "b"), help="a preset. Default: b, not a")
+    space: str | None = setting(None, help="a file (required, no default)")
+
+
+def test_help_shows_each_default_unless_the_text_states_it(capsys):
+    with pytest.raises(SystemExit):
+        parse(Helps, ["--help"], "toy")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(the offline default) or a directory (default: small)" in text
+    assert "Default: b, not a" in text and "(default: b)" not in text and "no default) (default" not in text
+    from tasks import classifier
+    with pytest.raises(SystemExit):
+        classifier.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for default in ("weights (default: minilm)", "(default: full-model)", "files live (default: data)",
+                    "(tasks/core/step.py) (default: off)"):
+        assert default in text, default

@@ -238,9 +238,16 @@ def _add_flag(parser: Any, path: str, f: dataclasses.Field, tp: Any, default: An
             kw["choices"] = _OrNone((*spec.choices, "none")) if optional else spec.choices
         if spec.metavar is not None or spec.choices is None:
             kw["metavar"] = spec.metavar or f.name.upper()
-        if "default" not in help:
+        if not _states_default(help):
             help += f" (default: {_shown(default)}{'; none switches it off' if optional and default is not None else ''})"
     parser.add_argument(*_flags(path, f, tp), help=help, **kw)
+
+
+def _states_default(help: str) -> bool:
+    """Whether a help text says its default itself ("(default: x)", "Default: x", "no default"), not merely uses the
+    word ("the offline default", "default lr 0.001")."""
+    text = help.lower()
+    return "default:" in text or "no default" in text
 
 
 def check_value(path: str, f: dataclasses.Field, tp: Any, value: Any, source: str) -> Any:
