@@ -46,7 +46,7 @@ def test_flags_are_generated_with_their_spellings_defaults_and_checks(capsys):
     assert parse(Toy, [], "toy") == Toy()
     got = parse(Toy, ["--size", "5", "--fast", "--no-shuffle", "--rate", "none", "--names", "a", "b,c"], "toy")
     assert got == Toy(5, True, False, "out", Inner(None, "a,b,c"))
-    for bad in (["--size", "x"], ["--names", "a,z"], ["--shuffle"]):
+    for bad in (["--size", "x"], ["--names", "a,z"], ["--fast=yes"]):
         with pytest.raises(SystemExit):
             parse(Toy, bad, "toy")
     with pytest.raises(SystemExit):
@@ -289,3 +289,19 @@ def test_help_shows_each_default_unless_the_text_states_it(capsys):
     for default in ("weights (default: minilm)", "(default: full-model)", "files live (default: data)",
                     "(tasks/core/step.py) (default: off)"):
         assert default in text, default
+
+
+def test_a_switch_has_both_spellings_so_a_flag_beats_a_config_files_value(tmp_path, capsys):
+    """`--fast`/`--no-fast` and `--no-shuffle`/`--shuffle`: today's spelling first in --help, the other one undoes a
+    file's (or a resumed run's) value."""
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps({"fast": True, "shuffle": False}))
+    assert parse(Toy, ["--config", str(path), "--no-fast", "--shuffle"], "toy") == Toy()
+    assert parse(Toy, ["--config", str(path)], "toy") == Toy(fast=True, shuffle=False)
+    assert parse(Toy, ["--fast", "--no-shuffle"], "toy") == Toy(fast=True, shuffle=False)
+    assert parse(Toy, ["--fast", "--no-fast"], "toy").fast is False                     # the last one wins
+    with pytest.raises(SystemExit):
+        parse(Toy, ["--help"], "toy")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--fast, --no-fast go fast (--no-fast: the opposite)" in text
+    assert "--no-shuffle, --shuffle keep the order (--shuffle: the opposite)" in text

@@ -177,6 +177,17 @@ class ListAction(argparse.Action):
         setattr(namespace, self.dest, ",".join(map(str, items)) if self.joined else items)
 
 
+class Switch(argparse.Action):
+    """A boolean setting's two spellings, `--x` (true) and `--no-x` (false), today's first; the last one given wins."""
+
+    def __init__(self, option_strings: list[str], dest: str, on: str, **kwargs):
+        self.on = on
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, option_string == self.on)
+
+
 def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """A flag for every leaf field of `cls` (dest = its dotted path); each section becomes an argument group."""
     groups: dict[str, Any] = {}
@@ -224,8 +235,14 @@ def _add_flag(parser: Any, path: str, f: dataclasses.Field, tp: Any, default: An
     kw: dict[str, Any] = {"dest": path, "default": default}
     default = _default(f)
     help = spec.help
+    flags = _flags(path, f, tp)
     if base is bool:
         kw["action"] = "store_false" if default is True else "store_true"
+        if not spec.flags and spec.in_config:           # and the other spelling, to undo a file's or a run's value
+            name = f.name.replace("_", "-")
+            flags.append(f"--{name}" if default is True else f"--no-{name}")
+            kw["action"], kw["on"] = Switch, flags[1] if default is True else flags[0]
+            help += f" ({flags[1]}: the opposite)"
     else:
         if typing.get_origin(base) is list:
             kw["action"], kw["item"], kw["optional"] = ListAction, spec.item or typing.get_args(base)[0], optional
@@ -240,7 +257,7 @@ def _add_flag(parser: Any, path: str, f: dataclasses.Field, tp: Any, default: An
             kw["metavar"] = spec.metavar or f.name.upper()
         if not _states_default(help):
             help += f" (default: {_shown(default)}{'; none switches it off' if optional and default is not None else ''})"
-    parser.add_argument(*_flags(path, f, tp), help=help, **kw)
+    parser.add_argument(*flags, help=help, **kw)
 
 
 def _states_default(help: str) -> bool:
