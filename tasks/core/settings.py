@@ -39,6 +39,7 @@ from typing import Any
 
 from .config_files import read_json
 from .errors import ConfigurationError
+from .flag_actions import ListAction, OrNone, Switch, or_none, shown, states_default
 
 ON_RESUME = ("same", "free")
 NEW = object()              # before=NEW: the setting has existed since run directories have (no older value to assume)
@@ -149,45 +150,6 @@ def _flags(path: str, f: dataclasses.Field, tp: Any) -> list[str]:
     return [f"--no-{name}" if _base(tp)[0] is bool and _default(f) is True else f"--{name}"]
 
 
-def _shown(value: Any) -> str:
-    if isinstance(value, list):
-        return ",".join(map(str, value)) if value else "none"
-    return "none" if value is None else str(value)
-
-
-class ListAction(argparse.Action):
-    """`--f a,b,c`, `--f a b c` and `--f a,b c` give the same list, each item parsed."""
-
-    def __init__(self, option_strings: list[str], dest: str, item: Callable[[str], Any] = str, joined: bool = False,
-                 optional: bool = False, **kwargs):
-        self.item, self.joined, self.optional = item, joined, optional
-        super().__init__(option_strings, dest, nargs="+", **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        if self.optional and [value.strip().lower() for value in values] == ["none"]:   # switched off, as null is
-            setattr(namespace, self.dest, None)
-            return
-        parts = [part.strip() for value in values for part in value.split(",") if part.strip()]
-        if not parts:
-            parser.error(f"{option_string}: give at least one value")
-        try:
-            items = [self.item(part) for part in parts]
-        except (argparse.ArgumentTypeError, ValueError) as e:
-            parser.error(f"{option_string}: {e}")
-        setattr(namespace, self.dest, ",".join(map(str, items)) if self.joined else items)
-
-
-class Switch(argparse.Action):
-    """A boolean setting's two spellings, `--x` (true) and `--no-x` (false), today's first; the last one given wins."""
-
-    def __init__(self, option_strings: list[str], dest: str, on: str, **kwargs):
-        self.on = on
-        super().__init__(option_strings, dest, nargs=0, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        setattr(namespace, self.dest, option_string == self.on)
-
-
 def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """A flag for every leaf field of `cls` (dest = its dotted path); each section becomes an argument group."""
     groups: dict[str, Any] = {}
@@ -201,21 +163,6 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
                 _add_flag(group, path, leaf, leaf_tp)
         else:
             _add_flag(parser, f.name, f, tp)
-
-
-def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """A parser that also takes 'none' (a setting that may be switched off, such as --warmup-ratio none)."""
-    def parse_or_none(text: str) -> Any:
-        return None if text.strip().lower() == "none" else parse(text)
-    parse_or_none.__name__ = getattr(parse, "__name__", "value")
-    return parse_or_none
-
-
-class _OrNone(tuple):
-    """An optional setting's choices: `none` among them as argparse lists them; its value, None, is one."""
-
-    def __contains__(self, value: object) -> bool:
-        return value is None or tuple.__contains__(self, value)
 
 
 def _read_legacy(spec: Spec, parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -250,21 +197,14 @@ def _add_flag(parser: Any, path: str, f: dataclasses.Field, tp: Any, default: An
             kw["action"], kw["item"], kw["joined"], kw["optional"] = ListAction, spec.item, True, optional
         else:
             parse = _read_legacy(spec, spec.parse or base)
-            kw["type"] = _or_none(parse) if optional else parse
+            kw["type"] = or_none(parse) if optional else parse
         if spec.choices is not None:
-            kw["choices"] = _OrNone((*spec.choices, "none")) if optional else spec.choices
+            kw["choices"] = OrNone((*spec.choices, "none")) if optional else spec.choices
         if spec.metavar is not None or spec.choices is None:
             kw["metavar"] = spec.metavar or f.name.upper()
-        if not _states_default(help):
-            help += f" (default: {_shown(default)}{'; none switches it off' if optional and default is not None else ''})"
+        if not states_default(help):
+            help += f" (default: {shown(default)}{'; none switches it off' if optional and default is not None else ''})"
     parser.add_argument(*flags, help=help, **kw)
-
-
-def _states_default(help: str) -> bool:
-    """Whether a help text says its default itself ("(default: x)", "Default: x", "no default"), not merely uses the
-    word ("the offline default", "default lr 0.001")."""
-    text = help.lower()
-    return "default:" in text or "no default" in text
 
 
 def check_value(path: str, f: dataclasses.Field, tp: Any, value: Any, source: str) -> Any:
