@@ -446,3 +446,14 @@ def test_a_report_figure_is_written_in_the_format_its_name_says_and_a_failed_one
         plot_per_layer([0.5, 0.6], tmp_path / "per_layer.pdf", "accuracy")
     assert [p.name for p in tmp_path.iterdir()] == ["per_layer.pdf"]
     assert (tmp_path / "per_layer.pdf").read_bytes().startswith(b"%PDF")
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--max-drop", "nan", "must be a finite number"), ("--threshold", "nan", "must be a finite number"),
+    ("--threshold", "-1", "0 or more"), ("--change-threshold", "inf", "must be a finite number"),
+    ("--change-threshold", "-0.1", "0 or more")])
+def test_the_sweep_numbers_are_finite_and_in_their_range(flag, value, message, capsys):
+    with pytest.raises(SystemExit):
+        cli.parse_settings([flag, value])
+    assert message in capsys.readouterr().err
+    assert cli.parse_settings(["--max-drop", "0.01", "--threshold", "0.3"]).sweep.threshold == 0.3

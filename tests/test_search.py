@@ -212,7 +212,7 @@ def test_a_killed_workers_trial_is_retried_from_its_checkpoint(tiny_dir, tmp_pat
      r"\(params\): unknown setting 'training.learning_rate'; known in training: batch_size, .*, lr, "),
     ({"params": {"training.lr": {"low": -1, "high": 1e-3}}}, r"'training.lr' low: setting 'training.lr': must be positive"),
     ({"params": {"training.lr": {"low": 1e-3, "high": 1e-5}}}, r"'training.lr': low 0.001 is above high 1e-05"),
-    ({"params": {"training.batch_size": {"choices": [16, "big"]}}}, r"setting 'training.batch_size': not an integer"),
+    ({"params": {"training.batch_size": {"choices": [16, "big"]}}}, r"setting 'training.batch_size': must be a number, not 'big'"),
     ({"fixed": {"training.epochs": 0}}, r"\(fixed\): setting 'training.epochs': must be a positive integer"),
     ({"fixed": {"run.run_dir": "x"}}, r"'run.run_dir' is the search's to set"),
     ({"command": "train"}, r"command must be one of classifier, multitask, simcse, deebert"),

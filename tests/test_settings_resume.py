@@ -46,7 +46,7 @@ def test_flags_are_generated_with_their_spellings_defaults_and_checks(capsys):
     assert parse(Toy, [], "toy") == Toy()
     got = parse(Toy, ["--size", "5", "--fast", "--no-shuffle", "--rate", "none", "--names", "a", "b,c"], "toy")
     assert got == Toy(5, True, False, "out", Inner(None, "a,b,c"))
-    for bad in (["--size", "x"], ["--names", "a,z"], ["--shuffle"]):
+    for bad in (["--size", "x"], ["--names", "a,z"], ["--fast=yes"]):
         with pytest.raises(SystemExit):
             parse(Toy, bad, "toy")
     with pytest.raises(SystemExit):
@@ -221,3 +221,106 @@ def test_a_hand_written_json_file_refuses_a_key_given_twice_and_text_that_is_not
     (run / "run.json").write_text('{"command": "toy", "items": [{"a": 1}, {"a": 2, "a": 3}]}')
     with pytest.raises(ConfigurationError, match=r":1: key 'items\[1\].a' given twice"):
         read_run_json(run)
+
+
+@dataclass
+class Choices:
+    """Optional settings with choices and lists, as deebert's sweep has them."""
+
+    mode: str | None = setting(None, choices=("x", "y"), help="a mode")
+    cuts: list[float] | None = setting(None, item=float, help="cut points")
+    counts: list[int] | None = setting(None, item=int, help="counts")
+    path: str | None = setting(None, help="a path")
+
+
+def test_a_config_file_refuses_a_number_given_as_a_string_and_keeps_strings(tmp_path):
+    """A JSON string for a numeric setting is the wrong type ("3" is not 3), as a float for an int is; a path or a
+    choice stays a string."""
+    path = tmp_path / "toy.json"
+    for data, message in (({"size": "3"}, r"setting 'size': must be a number, not '3'"),
+                          ({"inner": {"rate": "1e-3"}}, r"setting 'inner.rate': must be a number, not '1e-3'")):
+        path.write_text(json.dumps(data))
+        with pytest.raises(ConfigurationError, match=rf"^{path}: {message}$"):
+            parse(Toy, ["--config", str(path)], "toy")
+    path.write_text(json.dumps({"cuts": [0.5, "1"]}))
+    with pytest.raises(ConfigurationError, match=rf"^{path}: setting 'cuts': must be a number, not '1'$"):
+        parse(Choices, ["--config", str(path)], "toy")
+    path.write_text(json.dumps({"size": 4, "where": "3", "inner": {"rate": 1, "names": "a,b"}}))
+    assert parse(Toy, ["--config", str(path)], "toy") == Toy(size=4, where="3", inner=Inner(1.0, "a,b"))
+    path.write_text(json.dumps({"mode": "x", "cuts": [0.5, 1], "counts": [2], "path": "12"}))
+    assert parse(Choices, ["--config", str(path)], "toy") == Choices("x", [0.5, 1.0], [2], "12")
+
+
+def test_an_empty_list_in_a_config_file_is_refused_as_the_flag_refuses_it(tmp_path):
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps({"cuts": []}))
+    with pytest.raises(ConfigurationError, match=rf"^{path}: setting 'cuts': give at least one value"):
+        parse(Choices, ["--config", str(path)], "toy")
+    with pytest.raises(SystemExit):
+        parse(Choices, ["--cuts", ""], "toy")
+
+
+def test_an_action_in_a_config_file_is_refused_not_dropped(tmp_path):
+    """`run.resume` is an action, not a setting: a file that gives it would start a fresh run; the file is refused,
+    as a search space refuses it."""
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps({"size": 3, "run": {"resume": str(tmp_path)}}))
+    with pytest.raises(ConfigurationError, match=rf"^{path}: 'run.resume' is an action, not a setting: give --resume "
+                                                  r"DIR on the command line$"):
+        parse(ToyRun, ["--config", str(path)], "toy")
+
+
+def test_an_optional_setting_with_choices_or_a_list_takes_none_on_the_command_line(tmp_path, capsys):
+    """As null in a file switches it off, so does `none` after its flag (`--pals none`, `--thresholds none`)."""
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps({"mode": "x", "cuts": [0.5], "counts": [2]}))
+    flags = ["--mode", "none", "--cuts", "none", "--counts", "None"]
+    assert parse(Choices, ["--config", str(path), *flags], "toy") == Choices()
+    assert parse(Choices, ["--mode", "y", "--cuts", "0.5,1"], "toy") == Choices("y", [0.5, 1.0])
+    for bad in (["--mode", "z"], ["--cuts", "none,1"], ["--mode"]):
+        with pytest.raises(SystemExit):
+            parse(Choices, bad, "toy")
+    assert "invalid choice: 'z'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse(Choices, ["--help"], "toy")
+    assert "--mode {x,y,none}" in capsys.readouterr().out
+
+
+@dataclass
+class Helps:
+    """Help texts that mention the word default."""
+
+    model: str = setting("small", help="a model: 'small' (the offline default) or a directory")
+    preset: str = setting("b", choices=("a", "b"), help="a preset. Default: b, not a")
+    space: str | None = setting(None, help="a file (required, no default)")
+
+
+def test_help_shows_each_default_unless_the_text_states_it(capsys):
+    with pytest.raises(SystemExit):
+        parse(Helps, ["--help"], "toy")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(the offline default) or a directory (default: small)" in text
+    assert "Default: b, not a" in text and "(default: b)" not in text and "no default) (default" not in text
+    from tasks import classifier
+    with pytest.raises(SystemExit):
+        classifier.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for default in ("weights (default: minilm)", "(default: full-model)", "files live (default: data)",
+                    "(tasks/core/step.py) (default: off)"):
+        assert default in text, default
+
+
+def test_a_switch_has_both_spellings_so_a_flag_beats_a_config_files_value(tmp_path, capsys):
+    """`--fast`/`--no-fast` and `--no-shuffle`/`--shuffle`: today's spelling first in --help, the other one undoes a
+    file's (or a resumed run's) value."""
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps({"fast": True, "shuffle": False}))
+    assert parse(Toy, ["--config", str(path), "--no-fast", "--shuffle"], "toy") == Toy()
+    assert parse(Toy, ["--config", str(path)], "toy") == Toy(fast=True, shuffle=False)
+    assert parse(Toy, ["--fast", "--no-shuffle"], "toy") == Toy(fast=True, shuffle=False)
+    assert parse(Toy, ["--fast", "--no-fast"], "toy").fast is False                     # the last one wins
+    with pytest.raises(SystemExit):
+        parse(Toy, ["--help"], "toy")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--fast, --no-fast go fast (--no-fast: the opposite)" in text
+    assert "--no-shuffle, --shuffle keep the order (--shuffle: the opposite)" in text

@@ -82,3 +82,14 @@ def test_a_multitask_run_directory_resumes_after_sigkill_predicts_and_exports(ti
                          "--eval-batch-size", "8"]) == 0
     for name in SIX:
         assert (tmp_path / "from-export" / name).read_text() == (whole / "predictions" / name).read_text(), name
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--embedding-loss-weight", "nan", "must be a finite number"), ("--embedding-loss-weight", "-1", "0 or more"),
+    ("--cosent-lambda", "-1", "must be positive"), ("--cosent-lambda", "inf", "must be a finite number"),
+    ("--mnrl-scale", "0", "must be positive"), ("--sts-head-bias", "inf", "must be a finite number")])
+def test_the_loss_weights_scales_and_the_head_bias_are_finite_numbers_in_their_range(flag, value, message, capsys):
+    with pytest.raises(SystemExit):
+        multitask.parse_settings([flag, value])
+    assert message in capsys.readouterr().err
+    assert multitask.parse_settings(["--sts-head-bias", "-0.5", "--embedding-loss-weight", "0"]).design.sts_head_bias == -0.5

@@ -1,6 +1,7 @@
 """The shared core of the task commands; it imports minbert, never a command.
 
     settings.py       typed settings: flags generated from dataclass fields, --config FILE, --print-config
+    flag_actions.py   its argparse parts: list and switch (--x/--no-x) actions, `none` for an optional setting
     config_files.py   the one reader of hand-written JSON (--config, space files, run.json): strict, errors by line
     resume.py         the one resume rule, from the settings' fields: what a resumed run may change, older runs
     runs.py           a directory per run: run.json, the checkpoint, curves, predictions/; --resume DIR

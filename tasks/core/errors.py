@@ -163,6 +163,11 @@ def _number(kind: type, text: str) -> float | int:
     return value
 
 
+def finite_float(text: str) -> float:
+    """A finite number of either sign (a bias, a tolerance)."""
+    return _number(float, text)
+
+
 def positive_int(text: str) -> int:
     """An integer >= 1 (sizes, counts, epochs)."""
     value = _number(int, text)

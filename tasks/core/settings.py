@@ -39,6 +39,7 @@ from typing import Any
 
 from .config_files import read_json
 from .errors import ConfigurationError
+from .flag_actions import ListAction, OrNone, Switch, or_none, shown, states_default
 
 ON_RESUME = ("same", "free")
 NEW = object()              # before=NEW: the setting has existed since run directories have (no older value to assume)
@@ -149,31 +150,6 @@ def _flags(path: str, f: dataclasses.Field, tp: Any) -> list[str]:
     return [f"--no-{name}" if _base(tp)[0] is bool and _default(f) is True else f"--{name}"]
 
 
-def _shown(value: Any) -> str:
-    if isinstance(value, list):
-        return ",".join(map(str, value)) if value else "none"
-    return "none" if value is None else str(value)
-
-
-class ListAction(argparse.Action):
-    """`--f a,b,c`, `--f a b c` and `--f a,b c` give the same list, each item parsed."""
-
-    def __init__(self, option_strings: list[str], dest: str, item: Callable[[str], Any] = str, joined: bool = False,
-                 **kwargs):
-        self.item, self.joined = item, joined
-        super().__init__(option_strings, dest, nargs="+", **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        parts = [part.strip() for value in values for part in value.split(",") if part.strip()]
-        if not parts:
-            parser.error(f"{option_string}: give at least one value")
-        try:
-            items = [self.item(part) for part in parts]
-        except (argparse.ArgumentTypeError, ValueError) as e:
-            parser.error(f"{option_string}: {e}")
-        setattr(namespace, self.dest, ",".join(map(str, items)) if self.joined else items)
-
-
 def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """A flag for every leaf field of `cls` (dest = its dotted path); each section becomes an argument group."""
     groups: dict[str, Any] = {}
@@ -187,14 +163,6 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
                 _add_flag(group, path, leaf, leaf_tp)
         else:
             _add_flag(parser, f.name, f, tp)
-
-
-def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """A parser that also takes 'none' (a setting that may be switched off, such as --warmup-ratio none)."""
-    def parse_or_none(text: str) -> Any:
-        return None if text.strip().lower() == "none" else parse(text)
-    parse_or_none.__name__ = getattr(parse, "__name__", "value")
-    return parse_or_none
 
 
 def _read_legacy(spec: Spec, parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -214,23 +182,29 @@ def _add_flag(parser: Any, path: str, f: dataclasses.Field, tp: Any, default: An
     kw: dict[str, Any] = {"dest": path, "default": default}
     default = _default(f)
     help = spec.help
+    flags = _flags(path, f, tp)
     if base is bool:
         kw["action"] = "store_false" if default is True else "store_true"
+        if not spec.flags and spec.in_config:           # and the other spelling, to undo a file's or a run's value
+            name = f.name.replace("_", "-")
+            flags.append(f"--{name}" if default is True else f"--no-{name}")
+            kw["action"], kw["on"] = Switch, flags[1] if default is True else flags[0]
+            help += f" ({flags[1]}: the opposite)"
     else:
         if typing.get_origin(base) is list:
-            kw["action"], kw["item"] = ListAction, spec.item or typing.get_args(base)[0]
+            kw["action"], kw["item"], kw["optional"] = ListAction, spec.item or typing.get_args(base)[0], optional
         elif spec.item is not None:                      # a string of comma-separated items, `a,b` or `a b`
-            kw["action"], kw["item"], kw["joined"] = ListAction, spec.item, True
+            kw["action"], kw["item"], kw["joined"], kw["optional"] = ListAction, spec.item, True, optional
         else:
             parse = _read_legacy(spec, spec.parse or base)
-            kw["type"] = _or_none(parse) if optional else parse
+            kw["type"] = or_none(parse) if optional else parse
         if spec.choices is not None:
-            kw["choices"] = spec.choices
+            kw["choices"] = OrNone((*spec.choices, "none")) if optional else spec.choices
         if spec.metavar is not None or spec.choices is None:
             kw["metavar"] = spec.metavar or f.name.upper()
-        if "default" not in help:
-            help += f" (default: {_shown(default)}{'; none switches it off' if optional and default is not None else ''})"
-    parser.add_argument(*_flags(path, f, tp), help=help, **kw)
+        if not states_default(help):
+            help += f" (default: {shown(default)}{'; none switches it off' if optional and default is not None else ''})"
+    parser.add_argument(*flags, help=help, **kw)
 
 
 def check_value(path: str, f: dataclasses.Field, tp: Any, value: Any, source: str) -> Any:
@@ -249,10 +223,14 @@ def check_value(path: str, f: dataclasses.Field, tp: Any, value: Any, source: st
         if not isinstance(value, bool):
             raise bad(f"must be true or false, not {value!r}")
         return value
+    kind = base                                          # what each JSON value must be (a list: each item)
     if typing.get_origin(base) is list:
         if not isinstance(value, list):
             raise bad(f"must be a list, not {value!r}")
-        parse = spec.item or typing.get_args(base)[0]
+        if not value:                                    # as the flag refuses `--f ""`
+            raise bad(f"give at least one value{' (or null: none)' if optional else ''}")
+        kind = typing.get_args(base)[0]
+        parse = spec.item or kind
         items = value
     elif spec.item is not None:                          # a string of comma-separated items
         if not isinstance(value, str):
@@ -268,6 +246,8 @@ def check_value(path: str, f: dataclasses.Field, tp: Any, value: Any, source: st
     for v in items:
         if base is str and not isinstance(v, str):
             raise bad(f"must be a string, not {v!r}")
+        if kind in (int, float) and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise bad(f"must be a number, not {v!r}")      # "3" is not 3: a JSON string is the wrong type
         try:
             checked = parse(spec.today(str(v)))
         except (argparse.ArgumentTypeError, ValueError, TypeError) as e:
@@ -297,7 +277,16 @@ def flatten(cls: type, data: dict, source: str, prefix: str = "", trusted: bool 
             out |= flatten(tp, value, source, f"{prefix}{key}.", trusted)
         elif spec_of(f).in_config:
             out[prefix + key] = spec_of(f).today(value) if trusted else check_value(prefix + key, f, tp, value, source)
+        elif not trusted:                                # dropped, the command would do other than the file says
+            raise an_action(prefix + key, f, tp, source)
     return out
+
+
+def an_action(path: str, f: dataclasses.Field, tp: Any, source: str) -> ConfigurationError:
+    """The error for an action (in_config=False, such as run.resume) given in a file: it is the command line's."""
+    spec, flag = spec_of(f), _flags(path, f, tp)[0]
+    value = f" {spec.metavar or f.name.upper()}" if _base(tp)[0] is not bool else ""
+    return ConfigurationError(f"{source}: {path!r} is an action, not a setting: give {flag}{value} on the command line")
 
 
 def build(cls: type, values: dict[str, Any], prefix: str = "") -> Any:

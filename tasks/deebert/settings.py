@@ -26,6 +26,8 @@ from ..core.errors import (
     directory_to_write,
     existing_file,
     existing_path,
+    finite_float,
+    nonnegative_float,
     positive_float,
     positive_int,
     probability,
@@ -66,13 +68,13 @@ class Sweep:
         None, item=int, metavar="P", on_resume="free",
         help="patience values P to sweep with --exit patience, comma- or space-separated (none: 1 .. L-2)")
     change_threshold: float = setting(
-        0.1, parse=float, on_resume="free",
+        0.1, parse=nonnegative_float, on_resume="free",
         help="patience on a regression: a change below this counts as unchanged (on sts's 0-5 scale)")
     threshold: float | None = setting(
-        None, parse=float, on_resume="free",
+        None, parse=nonnegative_float, on_resume="free",
         help="the setting (S, or P with --exit patience) of the prediction files (none: the swept setting with the "
              "fewest layers run whose dev quality drop is at most --max-drop)")
-    max_drop: float = setting(0.005, parse=float, on_resume="free",
+    max_drop: float = setting(0.005, parse=finite_float, on_resume="free",
                               help="largest dev quality drop against the plain model when choosing the setting")
     rounds: int = setting(
         5, parse=positive_int, on_resume="free",

@@ -34,6 +34,7 @@ from ..core.data import SIMCSE_QUORA_REST, TASKS
 from ..core.errors import (
     ConfigurationError,
     existing_file,
+    finite_float,
     nonnegative_float,
     positive_int,
     probability,
@@ -100,7 +101,7 @@ class Design:
     head_hidden: int = setting(MultitaskConfig.head_hidden, parse=positive_int,
                                help="hidden width of each task head's MLP")
     sts_head_bias: float = setting(
-        MultitaskConfig.similarity_bias, parse=float,
+        MultitaskConfig.similarity_bias, parse=finite_float,
         help="initial output bias of the STS head (2.5, the middle of the 0-5 scale, lets short runs learn the "
              "similarity instead of first fitting its mean)")
     swap_pairs: bool = setting(

@@ -26,7 +26,7 @@ from minbert.multitask import MultitaskBert
 from minbert.sentence_losses import cosent_loss, cosine_similarity_loss, mnrl_loss
 
 from ..core.distributed import batch_rows
-from ..core.errors import ConfigurationError
+from ..core.errors import ConfigurationError, nonnegative_float, positive_float
 from ..core.evaluation import raw_path, read_raw, write_raw  # noqa: F401  (the raw-output files, re-exported)
 from ..core.settings import setting
 
@@ -54,10 +54,10 @@ class ToolkitSettings:
         help="cosine: the bi-encoder design of Sentence-BERT for STS, the similarity is 5 cos(u, v) of the sentences' "
              "own vectors and --sts-embedding-loss (required) its only loss; the STS head is unused. head: the STS "
              "head's output")
-    embedding_loss_weight: float = setting(1.0, parse=float, metavar="W",
+    embedding_loss_weight: float = setting(1.0, parse=nonnegative_float, metavar="W",
                                            help="weight of the sentence-embedding objectives")
-    cosent_lambda: float = setting(20.0, parse=float, help="CoSENT's lambda")
-    mnrl_scale: float = setting(20.0, parse=float, help="MNRL's cosine scale")
+    cosent_lambda: float = setting(20.0, parse=positive_float, help="CoSENT's lambda")
+    mnrl_scale: float = setting(20.0, parse=positive_float, help="MNRL's cosine scale")
 
     def check(self, grad_accum: int, world: int) -> None:
         """Refuse settings that do not go together: PCGrad splits no round (no --grad-accum, no torchrun);
