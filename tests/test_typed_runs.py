@@ -20,7 +20,7 @@ from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint
 from tasks.core.curves import summary_writer_class
 from tasks.core.errors import ConfigurationError, MissingFileError, ResumeError
 from tasks.core.runs import run_paths, write_run_json
-from tasks.core.settings import load
+from tasks.core.settings import dump, load
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -348,3 +348,21 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_again_in_its_directory
     classifier.run(again)                                                          # what they advise: it starts
     with pytest.raises(ConfigurationError, match="holds a run already"):           # now there is
         classifier.run(settings)
+
+
+@pytest.mark.parametrize("command", ["classifier", "deebert"])
+def test_print_config_of_a_replayed_run_json_shows_the_new_runs_own_paths(command, tiny_dir, tmp_path, capsys):
+    """--print-config prints the settings the run would use: a run.json given as --config for another --run-dir
+    leaves out where the recorded run wrote (its --checkpoint, --predictions-dir), as the run itself does; before,
+    the printed config kept them, and running that printed file wrote into the first run's folder."""
+    import importlib
+    module = importlib.import_module(f"tasks.{command}")
+    argv = (classifier_argv(tiny_dir, tmp_path) if command == "classifier" else deebert_argv(tiny_dir, tmp_path))
+    first = module.parse_settings(argv + ["--run-dir", str(tmp_path / "A"), "--predictions-dir", str(tmp_path / "pa")])
+    write_run_json(run_paths(first.run, *([command, "sst2"] if command == "deebert" else [command])), command, first)
+    replay = ["--config", str(tmp_path / "A" / "run.json"), "--run-dir", str(tmp_path / "B")]
+    with pytest.raises(SystemExit) as e:
+        module.parse_settings(replay + ["--print-config"])
+    printed = json.loads(capsys.readouterr().out)
+    assert e.value.code == 0 and printed["run"]["predictions_dir"] is None
+    assert printed == dump(module.parse_settings(replay))

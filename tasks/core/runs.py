@@ -129,8 +129,8 @@ def parse_run(cls: type, argv: list[str] | None, prog: str, description: str | N
             check(start | (read_config(config, cls) if config is not None else {}) | flags)
         return start
 
-    settings = parse(cls, argv, prog, description, base=base)
-    return own_paths(settings, given, config_file(argv))
+    return parse(cls, argv, prog, description, base=base,
+                 finish=lambda settings: own_paths(settings, given, config_file(argv)))
 
 
 def config_file(argv: list[str]) -> Path | None:

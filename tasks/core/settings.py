@@ -354,11 +354,13 @@ def parser_for(cls: type, prog: str, description: str | None) -> argparse.Argume
 
 
 def parse(cls: type, argv: Sequence[str] | None, prog: str, description: str | None = None,
-          base: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Any:
+          base: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+          finish: Callable[[Any], Any] | None = None) -> Any:
     """The settings from defaults < `base` (e.g. a resumed run's run.json) < --config FILE < flags.
 
     base(given) gets what the command line gave, {dotted path: value} (no defaults applied), and returns
-    {dotted path: value} to start from. With --print-config the JSON is printed and the process exits 0.
+    {dotted path: value} to start from; finish(settings), the settings built, returns the ones the command uses (a
+    replayed run.json's paths left out). With --print-config those are printed as JSON and the process exits 0.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = parser_for(cls, prog, description)
@@ -368,6 +370,8 @@ def parse(cls: type, argv: Sequence[str] | None, prog: str, description: str | N
     if config is not None:
         values |= read_config(config, cls)
     settings = build(cls, values | given)
+    if finish is not None:
+        settings = finish(settings)
     if print_config:
         print(json.dumps(dump(settings), indent=2))
         raise SystemExit(0)

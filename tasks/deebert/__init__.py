@@ -331,8 +331,9 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         return start_from(*(flags.get(k) for k in ("run.resume", "run.resume_training", "run.run_dir",
                                                    "sweep.from_run")))
 
-    settings = parse(Settings, argv, prog="python -m tasks.deebert", description=__doc__, base=base)
-    return own_paths(settings, given, config_file(list(sys.argv[1:] if argv is None else argv)))
+    config = config_file(list(sys.argv[1:] if argv is None else argv))
+    return parse(Settings, argv, prog="python -m tasks.deebert", description=__doc__, base=base,
+                 finish=lambda settings: own_paths(settings, given, config))
 
 
 def main(argv: list[str] | None = None) -> int:
