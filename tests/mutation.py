@@ -25,7 +25,7 @@ TESTS = {
     "minbert/model.py": ["tests/test_model.py", "tests/test_mutants.py", "tests/test_pals.py"],
     "minbert/optim.py": ["tests/test_optim.py", "tests/test_mutants_optim.py"],
     "minbert/smart.py": ["tests/test_smart.py", "tests/test_catches.py", "tests/test_mutants_smart.py"],
-    "minbert/deebert.py": ["tests/test_deebert.py", "tests/test_mutants_deebert.py"],
+    "minbert/deebert.py": ["tests/test_deebert.py", "tests/test_deebert_cli.py", "tests/test_mutants_deebert.py"],
     "minbert/files.py": ["tests/test_files.py", "tests/test_full_disk.py"],
     "tasks/core/evaluation.py": ["tests/test_tasks_scoring.py", "tests/test_catches.py", "tests/test_mutants.py",
                                  "tests/test_ensemble_cli.py"],

@@ -1,0 +1,242 @@
+"""The DeeBERT command (tasks/deebert): SST-2 from SST, both stages trained, the threshold sweep and its timing, the
+dev halves, the benchmark's resume and tables, the report's figures and the sweep flags' checks."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import DATA, TEST_DEVICE
+from test_deebert import piece, tiny_config  # noqa: F401 - tiny_config: the four-layer model tiny_dir saves
+
+import minbert
+from minbert.deebert import DeeBert, DeeBertConfig, EntropyExit
+from tasks import deebert as cli
+from tasks.core.data import TASKS
+from tasks.core.errors import ConfigurationError
+from tasks.core.evaluation import check_predictions
+from tasks.deebert import timing as deebert_timing
+from tasks.deebert.report import plot_per_layer, savings
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_sst2_is_binary_sst_without_the_neutral_rows(tmp_path, tokenizer):
+    path = piece(tmp_path, "ids-sst-dev.csv", "dev.csv", 0, 60)
+    five = TASKS["sst"].read(path)
+    two = cli.load_split("dev", path, "sst2", tokenizer).records
+    by_id = {e.id: e.label for e in five}
+    assert len(two) == sum(e.label != 2 for e in five) < len(five)
+    assert all(e.label == (by_id[e.id] >= 3) and by_id[e.id] != 2 for e in two)
+    test = piece(tmp_path, "ids-sst-test-student.csv", "test.csv", 0, 25)
+    assert len(cli.load_split("test", test, "sst2", tokenizer).records) == 25    # unlabelled: every row predicted
+
+
+def cli_args(tiny_dir, tmp_path, task, out, *extra):
+    source = {"sst2": "ids-sst", "sts": "sts"}[task]
+    return cli.parse_settings([
+        "--task", task, "--model", str(tiny_dir), "--device", TEST_DEVICE, "--no-progress", "--out", str(tmp_path / out),
+        "--train-file", piece(tmp_path, f"{source}-train.csv", f"{task}-train.csv", 0, 48),
+        "--dev-file", piece(tmp_path, f"{source}-dev.csv", f"{task}-dev.csv", 0, 40),
+        "--test-file", piece(tmp_path, f"{source}-test-student.csv", f"{task}-test.csv", 0, 20),
+        "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--rounds", "2", *extra])
+
+
+def test_cli_trains_both_stages_sweeps_and_writes_every_file(tiny_dir, tmp_path, capsys):
+    summary = cli.run(cli_args(tiny_dir, tmp_path, "sst2", "run", "--eval-batch-size", "4",
+                               "--thresholds", "0", "0.3", "0.6", "0.69"))
+    out = tmp_path / "run"
+    for name in ("stage1.pt", "stage2.pt", "sweep.csv", "sweep.json", "curve.png", "exit_layers.png", "per_layer.png"):
+        assert (out / name).stat().st_size > 0, name
+    with open(out / "sweep.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["setting"] for r in rows] == ["plain", "S=0", "S=0.3", "S=0.6", "S=0.69", "no exit"]
+    assert rows[1]["mean_exit_layer"] == "4.0" and float(rows[1]["same_as_plain"]) == 1.0
+    assert rows[-1]["mean_exit_layer"] == "4.0"
+    assert sum(int(rows[4][f"exit_layer_{l}"]) for l in range(1, 5)) == summary["examples"]
+    assert json.loads((out / "sweep.json").read_text())["rows"][2]["setting"] == "S=0.3"
+    assert summary["training"]["stage1"]["best_epoch"] == summary["training"]["stage2"]["best_epoch"] == 1
+    dev_gold = cli.load_split("dev", tmp_path / "sst2-dev.csv", "sst2", minbert.Tokenizer.from_pretrained(
+        str(tiny_dir))).records
+    report = check_predictions(out / "predictions" / "sst2-dev-output.csv", "cfimdb", dev_gold)
+    assert report.ok and report.score == pytest.approx(summary["dev_quality"])
+    assert len((out / "predictions" / "sst2-test-output.csv").read_text().splitlines()) == 21
+    assert "| plain |" in capsys.readouterr().out
+
+    # the trained model again, at batch 1: the same predictions and exit layers as batched exit gave
+    again = cli.run(cli_args(tiny_dir, tmp_path, "sst2", "b1", "--from-run", str(out), "--eval-batch-size", "1",
+                             "--thresholds", "0", "0.3", "0.6", "0.69"))
+    for a, b in zip(summary["rows"], again["rows"]):
+        assert (a["quality"], a["exit_histogram"]) == (b["quality"], b["exit_histogram"]), a["setting"]
+    assert again["per_layer"] == summary["per_layer"]
+    with pytest.raises(ConfigurationError, match="not a trained DeeBERT model for this run .*pooling"):
+        cli.run(cli_args(tiny_dir, tmp_path, "sst2", "b2", "--from-run", str(out), "--pooling", "cls"))
+
+
+def test_cli_sts_exits_by_patience(tiny_dir, tmp_path):
+    summary = cli.run(cli_args(tiny_dir, tmp_path, "sts", "sts", "--eval-batch-size", "8", "--change-threshold", "0.5"))
+    assert summary["metric"] == "pearson" and summary["exit"] == "patience"
+    assert [r["setting"] for r in summary["rows"]] == ["plain", "P=1", "P=2", "no exit"]
+    # P = 1 by hand: every off-ramp's output, then the first layer l >= 2 whose value moved less than 0.5 from
+    # layer l - 1's (else the last layer); the swept row's mean exit layer and histogram must match it
+    model = DeeBert(minbert.load_pretrained(str(tiny_dir)), DeeBertConfig(1, pooling="mean")).eval()
+    model.load_state_dict(torch.load(tmp_path / "sts" / "stage2.pt", weights_only=True)["best_state"])
+    tokenizer = minbert.Tokenizer.from_pretrained(str(tiny_dir))
+    dev = cli.load_split("dev", tmp_path / "sts-dev.csv", "sts", tokenizer)
+    if hasattr(cli, "split_halves"):                    # the sweep reports on the report half of dev, when split
+        dev = cli.split_halves(dev, summary["settings"]["training"]["seed"])[1]
+    records = dev.records
+    with torch.no_grad():
+        pairs = tokenizer([r.sentence1 for r in records], [r.sentence2 for r in records])   # the pairs' tokens
+        y = model.all_logits(**pairs)[..., 0]                                                  # (L, N)
+    L, N = y.shape
+    layers = [next((l for l in range(2, L) if abs(y[l - 1, i] - y[l - 2, i]) < 0.5), L) for i in range(N)]
+    p1 = summary["rows"][1]
+    assert p1["mean_exit_layer"] == pytest.approx(sum(layers) / N, abs=1e-6)
+    assert p1["exit_histogram"] == [layers.count(l) for l in range(1, L + 1)]
+    for r in summary["rows"]:                           # each row's histogram is its exit layers', bin l = layer l
+        assert sum(r["exit_histogram"]) == N
+        assert sum(l * c for l, c in enumerate(r["exit_histogram"], 1)) / N == pytest.approx(r["mean_exit_layer"])
+    assert (tmp_path / "sts" / "predictions" / "sts-test-output.csv").is_file()
+    with pytest.raises(ConfigurationError, match="use --exit patience"):
+        cli.run(cli_args(tiny_dir, tmp_path, "sts", "sts2", "--exit", "entropy"))
+
+
+def test_every_flag_is_explained_and_the_default_thresholds_span_the_entropy_range():
+    parser = cli.build_parser()
+    assert all(action.help for action in parser._actions)
+    text = parser.format_help()
+    for flag in ("--task", "--model", "--epochs", "--lr", "--batch-size", "--max-train-examples", "--seed", "--device",
+                 "--train-file", "--dev-file", "--test-file", "--exit", "--thresholds", "--patience",
+                 "--eval-batch-size", "--out", "--resume", "--threshold"):
+        assert flag in text, flag
+    assert cli.DEFAULT_THRESHOLDS[0] == 0.0 and math.log(2) < cli.DEFAULT_THRESHOLDS[-1]   # no exit .. all at layer 1
+
+
+# ------------------------------------------------------------------ the timing protocol and the dev halves
+
+def test_sweep_orders_differ_between_rounds_include_plain_and_follow_the_seed():
+    names = ["plain", "S=0", "S=0.3", "no exit"]
+    orders = deebert_timing.round_orders(names, 5, seed=1)
+    assert all(sorted(o) == sorted(names) for o in orders)           # every setting, plain included, once a round
+    assert len({tuple(o) for o in orders}) > 1                       # the order changes between rounds
+    assert len({o.index("plain") for o in orders}) > 1               # plain does not always go first
+    assert orders == deebert_timing.round_orders(names, 5, seed=1) != deebert_timing.round_orders(names, 5, seed=2)
+
+
+def test_sweep_runs_an_untimed_pass_of_every_setting_then_the_rounds_in_their_orders(monkeypatch):
+    calls = []
+    rules = {"S=0": EntropyExit(0.0), "no exit": EntropyExit(-math.inf)}
+    names = {None: "plain", id(rules["S=0"]): "S=0", id(rules["no exit"]): "no exit"}
+
+    def fake(model, batches, rule, trim=True):
+        calls.append((names[None if rule is None else id(rule)], len(batches)))
+        return torch.zeros(1, 2), torch.ones(1, dtype=torch.long), float(len(calls)), 1
+
+    monkeypatch.setattr(deebert_timing, "timed_run", fake)
+    plain, runs = deebert_timing.sweep(nn_stub(), [{}] * 3, rules, rounds=3, seed=7)
+    assert sorted(c[0] for c in calls[:3]) == ["S=0", "no exit", "plain"] and all(c[1] == 3 for c in calls)
+    timed = [c[0] for c in calls[3:]]
+    assert timed == [n for o in deebert_timing.round_orders(["plain", "S=0", "no exit"], 3, 7) for n in o]
+    assert len(plain.seconds) == 3 and [r.name for r in runs] == ["S=0", "no exit"]
+    assert plain.time == sorted(plain.seconds)[1]                    # the median of the rounds
+
+
+def nn_stub():
+    return torch.nn.Linear(1, 1)
+
+
+def test_time_saved_per_round_by_hand():
+    got = savings([8.0, 6.0, 9.0], [10.0, 10.0, 10.0], "k")
+    assert got["k"] == pytest.approx([0.2, 0.4, 0.1]) and got["k_median"] == pytest.approx(0.2)
+    assert (got["k_min"], got["k_max"]) == (pytest.approx(0.1), pytest.approx(0.4))
+
+
+def test_dev_halves_are_a_seeded_disjoint_split(tmp_path, tokenizer):
+    path = piece(tmp_path, "ids-sst-dev.csv", "sst-dev.csv", 0, 41)
+    dev = cli.load_split("dev", path, "sst", tokenizer)
+    select, report = cli.split_halves(dev, seed=3)
+    a, b = [e.id for e in select.records], [e.id for e in report.records]
+    assert len(a) == 20 and len(b) == 21 and not set(a) & set(b) and sorted(a + b) == sorted(e.id for e in dev.records)
+    again, other = cli.split_halves(dev, seed=3)[0], cli.split_halves(dev, seed=4)[0]
+    assert [e.id for e in again.records] == a != [e.id for e in other.records]
+    assert len(select.lengths) == 20
+
+
+def test_cli_selects_on_one_dev_half_and_reports_the_other(tiny_dir, tmp_path):
+    summary = cli.run(cli_args(tiny_dir, tmp_path, "sst2", "halves", "--eval-batch-size", "8",
+                               "--thresholds", "0", "0.3", "0.69"))
+    n = summary["dev_select_examples"] + summary["dev_report_examples"]
+    assert summary["examples"] == summary["dev_report_examples"] and summary["selection"]["examples"] == \
+        summary["dev_select_examples"] and n == len(cli.load_split("dev", tmp_path / "sst2-dev.csv", "sst2",
+                                                                 minbert.Tokenizer.from_pretrained(str(tiny_dir))).records)
+    chosen = summary["chosen"]
+    assert chosen["value"] == summary["prediction_setting"] and len(chosen["time_saved_rounds"]) == 2
+    assert all(len(r["seconds_all"]) == 2 for r in summary["rows"])
+
+
+def test_the_benchmark_resumes_by_seed_and_writes_the_tables_json(tiny_dir, tmp_path, monkeypatch, capsys):
+    import importlib.util
+    import sys
+    spec = importlib.util.spec_from_file_location("deebert_bench", DATA.parent / "benchmarks" / "deebert.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    extra = ["--model", str(tiny_dir), "--device", TEST_DEVICE, "--no-progress", "--epochs", "1", "--batch-size", "8",
+             "--lr", "1e-3", "--thresholds", "0", "0.3", "0.6",
+             "--train-file", piece(tmp_path, "ids-sst-train.csv", "train.csv", 0, 32),
+             "--dev-file", piece(tmp_path, "ids-sst-dev.csv", "dev.csv", 0, 40),
+             "--test-file", piece(tmp_path, "ids-sst-test-student.csv", "test.csv", 0, 8)]
+
+    def main(seeds):
+        monkeypatch.setattr(sys, "argv", ["deebert.py", "--seeds", seeds, "--rounds", "2", "--batch-size", "4",
+                                          "--out", str(tmp_path / "bench"), "--results", str(tmp_path / "table.json"),
+                                          "--machine", "test", "--", *extra])
+        bench.main()
+    main("1")
+    main("1,2")                                                        # seed 1 is not run again
+    assert capsys.readouterr().out.count("== seed 1, batch 1: already in") == 1
+    table = json.loads((tmp_path / "table.json").read_text())
+    assert table["machine"].startswith("test [") and table["command"].startswith("python benchmarks/deebert.py")
+    assert [(r["row"], r["seed"]) for r in table["paired"] if r["row"].startswith("plain")] == \
+        [("plain-b1", 1), ("plain-b4", 1), ("plain-b1", 2), ("plain-b4", 2)]
+    assert [(s["seed"], s["eval_batch_size"]) for s in table["sweeps"]] == [(1, 1), (1, 4), (2, 1), (2, 4)]
+    for sweep in table["sweeps"]:
+        assert set(sweep["training"]) == {"stage1", "stage2"}         # from the batch-1 run that trained them
+        assert sweep["report"][0]["setting"] == "plain" and sweep["report"][-1]["setting"] == "no exit"
+        assert len(sweep["per_layer_report"]) == sweep["report"][-1]["mean_exit_layer"]  # one figure per layer
+        assert [r["setting"] for r in sweep["selection"]][:2] == ["plain", "S=0"]
+        chosen = [r for r in table["paired"] if r["seed"] == sweep["seed"]
+                  and r["row"] == f"chosen-b{sweep['eval_batch_size']}"]
+        assert [r["setting"] for r in chosen] == ([sweep["chosen"]] if sweep["chosen"] else [])
+
+
+def test_a_report_figure_is_written_in_the_format_its_name_says_and_a_failed_one_leaves_nothing(tmp_path,
+                                                                                              monkeypatch):
+    """A .pdf name gets a PDF (not PNG bytes); savefig failing keeps the previous figure and leaves no temporary."""
+    plot_per_layer([0.5, 0.6], tmp_path / "per_layer.pdf", "accuracy")
+    assert (tmp_path / "per_layer.pdf").read_bytes().startswith(b"%PDF")
+    import matplotlib.figure
+
+    def savefig(self, fname, *args, **kwargs):
+        Path(fname).write_bytes(b"partial")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    with pytest.raises(OSError, match="No space left"):
+        plot_per_layer([0.5, 0.6], tmp_path / "per_layer.pdf", "accuracy")
+    assert [p.name for p in tmp_path.iterdir()] == ["per_layer.pdf"]
+    assert (tmp_path / "per_layer.pdf").read_bytes().startswith(b"%PDF")
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--max-drop", "nan", "must be a finite number"), ("--threshold", "nan", "must be a finite number"),
+    ("--threshold", "-1", "0 or more"), ("--change-threshold", "inf", "must be a finite number"),
+    ("--change-threshold", "-0.1", "0 or more")])
+def test_the_sweep_numbers_are_finite_and_in_their_range(flag, value, message, capsys):
+    with pytest.raises(SystemExit):
+        cli.parse_settings([flag, value])
+    assert message in capsys.readouterr().err
+    assert cli.parse_settings(["--max-drop", "0.01", "--threshold", "0.3"]).sweep.threshold == 0.3
