@@ -402,6 +402,10 @@ def test_the_index_states_the_range_of_bitfits_random_controls() -> None:
     means = sorted(stats.paired_difference(rows[c], rows["bitfit all"])["mean"] * 100
                    for c in ("rand_uniform", "rand_row_col", "rand_row_col_ref"))
     assert f"against the three random controls {means[0]:+.2f} to {means[-1]:+.2f}, none resolved" in page(README)
+    highs = sorted(stats.paired_difference(rows["bitfit all"], rows[c])["hi"] * 100     # how far ahead each allows
+                   for c in ("rand_uniform", "rand_row_col", "rand_row_col_ref"))
+    assert f"allow BitFit ahead of a control by up to {highs[0]:.1f}-{highs[-1]:.1f} points" in " ".join(
+        page("benchmarks/bitfit.md").split())
 
 
 def test_the_multitask_page_counts_the_seeds_the_cross_encoder_leads_on() -> None:
@@ -414,6 +418,8 @@ def test_the_multitask_page_counts_the_seeds_the_cross_encoder_leads_on() -> Non
     said = {1: ["one seed of three"], 2: ["two seeds of three"], 3: ["every seed", "all three seeds"]}
     assert any(f"ahead on {w}" in bullet for w in said[ahead]), f"{MT}: the cross-encoder leads on {ahead} seeds"
     assert not any(f"ahead on {w}" in bullet for n, ws in said.items() if n != ahead for w in ws)
+    by = sorted((rows[B1][s] - rows["bi-encoder round-robin"][s]) * 100 for s in rows[B1])   # its margins, points
+    assert f"(by {by[0]:.2f}-{by[-1]:.2f} points)" in " ".join(bullet.split())
 
 
 def test_the_deebert_page_states_cfimdbs_seeds() -> None:
