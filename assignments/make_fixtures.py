@@ -12,13 +12,14 @@ what the reference computes, then commit the fixtures. The grader draws hidden f
 from __future__ import annotations
 
 import math
-import os
 import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
+
+from minbert.files import replacing
 
 from .common import FIXTURES, SEED, _tiny_config
 
@@ -59,10 +60,8 @@ def _save(name: str, tensors: dict[str, torch.Tensor]) -> None:
         print(f"kept {FIXTURES / name}.safetensors: " + ("unchanged" if same == 0 else
                                                          f"the same up to float rounding ({same:.1g} at most)"))
         return
-    tmp = FIXTURES / f".{name}.safetensors.tmp"
-    save_file({k: v.detach().clone().contiguous() for k, v in tensors.items()}, tmp)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, FIXTURES / f"{name}.safetensors")
+    with replacing(FIXTURES / f"{name}.safetensors") as tmp:
+        save_file({k: v.detach().clone().contiguous() for k, v in tensors.items()}, tmp)
     print(f"wrote {FIXTURES / name}.safetensors ({len(tensors)} tensors)")
 
 

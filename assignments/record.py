@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import torch
@@ -61,14 +62,23 @@ class Recorder(Session):
         """Write the records, the part's own status and its message (safetensors: data only, nothing executable)."""
         from safetensors.torch import save_file
         meta = {"status": status, "message": message[:MAX_TEXT], "records": self.records[:MAX_RECORDS]}
-        tmp = path.with_name(f".{path.name}.tmp")
+        # atomic, as minbert.files.replacing writes (not imported: a student's model.py that does not import would
+        # take the package, and with it every part's record, down): a temporary of its own, renamed when whole
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        os.close(fd)
+        tmp = Path(name)
         try:
-            save_file(self.tensors, tmp, metadata={RECORD_KEY: json.dumps(meta)})
-        except Exception:  # noqa: BLE001 - a dtype safetensors cannot store: keep the records, drop the tensors
-            for r in meta["records"]:
-                if r["kind"] == "tensor":
-                    r.update(kind="object", type="a tensor of a dtype the grader cannot read")
-            save_file({}, tmp, metadata={RECORD_KEY: json.dumps(meta)})
-        os.replace(tmp, path)
-
-
+            try:
+                save_file(self.tensors, tmp, metadata={RECORD_KEY: json.dumps(meta)})
+            except OSError:
+                raise                # the disk, not the data: the part has no record, and the grader says so
+            except Exception:  # noqa: BLE001 - a dtype safetensors cannot store: keep the records, drop the tensors
+                for r in meta["records"]:
+                    if r["kind"] == "tensor":
+                        r.update(kind="object", type="a tensor of a dtype the grader cannot read")
+                save_file({}, tmp, metadata={RECORD_KEY: json.dumps(meta)})
+            os.chmod(tmp, 0o644)     # mkstemp's file is private; the record is read by the grader's process
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from torch import nn
 
 import minbert
@@ -153,3 +154,33 @@ def test_a_checkpoint_on_a_full_disk_is_one_line_from_a_command(tmp_path: Path, 
     monkeypatch.undo()
     assert torch.load(path, weights_only=True) == {"epoch": 1} and sorted(p.name for p in tmp_path.iterdir()) == [
         "checkpoint.pt"]
+
+
+def test_the_graders_recorder_and_make_fixtures_keep_the_old_file_and_no_temporary_when_a_write_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recorder (in the process that runs a student's code) and make_fixtures write through `replacing` too: a
+    write that fails half-way (here: half a file, then a full disk) keeps the previous file and leaves nothing
+    beside it (a fixed-name `.NAME.tmp` was left behind, and the recorder's retry wrote into it again)."""
+    import safetensors.torch
+
+    from assignments import make_fixtures
+    from assignments.record import Recorder
+
+    def half_then_full(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    old = tmp_path / "old.safetensors"
+    safetensors.torch.save_file({"x": torch.zeros(2)}, old)
+    monkeypatch.setattr(safetensors.torch, "save_file", half_then_full)
+    monkeypatch.setattr(make_fixtures, "save_file", half_then_full)
+    monkeypatch.setattr(make_fixtures, "FIXTURES", tmp_path / "fixtures")
+    for folder, name, write in (
+            (tmp_path / "record", "part.safetensors", lambda p: Recorder(tmp_path).save(p, "ok", "done")),
+            (tmp_path / "fixtures", "f.safetensors", lambda p: make_fixtures._save("f", {"x": torch.ones(2)}))):
+        folder.mkdir()
+        (folder / name).write_bytes(old.read_bytes())
+        with pytest.raises(OSError) as raised:
+            write(folder / name)
+        assert raised.value.errno == errno.ENOSPC
+        assert os.listdir(folder) == [name] and (folder / name).read_bytes() == old.read_bytes()
