@@ -27,8 +27,10 @@ new perturbation to s / (||s||_inf + epsilon), s = delta + eta g, the infinity n
 hidden vector: every token's perturbation has infinity norm ~1 (epsilon 1e-6 only guards the division). They
 differ in eta (mt-dnn's train.py 1e-5, vat-pytorch 1e-3) and in the step's loss (mt-dnn: stable_kl, a log-odds
 surrogate on detached targets, mt_dnn/loss.py; vat-pytorch: a one-sided KL; minbert takes the symmetric l_s in
-every preset). With eta g much smaller than the starting noise, the public step is mostly
-the noise's direction rescaled.
+every preset). mt-dnn's step loss is summed over the batch (reduce=False; reduction="sum" for
+regression) where minbert's is a mean, so at one eta its eta g is B times minbert's (B the batch size): eta times B
+takes its step literally. With eta g much smaller than the starting noise, the public step is mostly the noise's
+direction rescaled.
 
 R_s's target f(x) keeps its graph: R_s depends on theta through both f(x~) and f(x), as in the paper. The
 public code's symmetric KL detaches the target distribution inside each direction (KL(sg P || Q) + KL(sg Q || P))

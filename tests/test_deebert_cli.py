@@ -240,3 +240,23 @@ def test_the_sweep_numbers_are_finite_and_in_their_range(flag, value, message, c
         cli.parse_settings([flag, value])
     assert message in capsys.readouterr().err
     assert cli.parse_settings(["--max-drop", "0.01", "--threshold", "0.3"]).sweep.threshold == 0.3
+
+
+def test_the_stages_learning_rates_and_the_public_codes_are_what_the_page_and_help_say() -> None:
+    """docs/deebert.md's list of what the public code does differently names the two stages' default rates, which
+    are the settings' (stage 2's help says the public code's single rate too)."""
+    from dataclasses import fields
+
+    from tasks.deebert.settings import DeeBertTraining, OffRamps
+
+    def short(x: float) -> str:
+        return f"{x:.0e}".replace("e-0", "e-")                  # 3e-05 -> 3e-5
+
+    stage1, stage2 = short(DeeBertTraining().lr), short(OffRamps().ramp_lr)
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "deebert.md").read_text().split())
+    assert (f"one learning rate for both stages (2e-5 in its `scripts/train_highway.sh`, `examples/run_highway_glue.py` "
+            f"building the same AdamW for each): here stage 1 trains at {stage1} and stage 2 at {stage2} "
+            "(`--lr`, `--ramp-lr`)") in page
+    assert "`--lr 2e-5 --ramp-lr 2e-5` is the public code's setting" in page
+    help_text = next(f.metadata for f in fields(OffRamps) if f.name == "ramp_lr")
+    assert "the public DeeBERT code trains both stages at one rate, 2e-5" in help_text["setting"].help

@@ -125,7 +125,7 @@ class OffRamps:
                                       help="stage 2 epochs: off-ramps 1..n-1 (none: --epochs)")
     ramp_lr: float = setting(1e-3, parse=positive_float,
                              help="stage 2 learning rate, off-ramps only on a frozen encoder (as a frozen encoder's "
-                                  "head)")
+                                  "head; the public DeeBERT code trains both stages at one rate, 2e-5)")
 
 
 @dataclass
