@@ -131,3 +131,52 @@ def test_deebert_md_every_thresholds_table() -> None:
         for cell, values in zip(cells, expected, strict=True):
             assert cell_says(cell, values), f"deebert.md, {setting}: {cell!r} should state {values}"
     assert not re.search(r"\d\.\d\d", " ".join(c for r in rows for c in r[1:]))   # one decimal throughout
+
+
+def test_deebert_md_the_chosen_settings_seeds_and_the_timing_noise() -> None:
+    """SST-2 (deebert-sst2.json): per seed the chosen S, the layers run, the time saved with its range over the rounds
+    and against "no exit"; the forced exit at each layer; the off-ramps' own cost and the timing noise. CFIMDB
+    (deebert-cfimdb.json): each seed's range over the rounds, and "no exit" against plain in its six sweeps."""
+    data = result("deebert-sst2.json")
+    sweeps = {(s["seed"], s["eval_batch_size"]): {r["setting"]: r for r in s["report"]} for s in data["sweeps"]}
+    chosen = {s["seed"]: s["chosen"] for s in data["sweeps"]}
+    paired = {(r["row"], r["seed"]): r["dev"] for r in data["paired"]}
+    rows = {r[0]: r[1:] for r in page_table(ROOT / "benchmarks" / "deebert.md", "| | seed 1 | seed 2 | seed 3 |")}
+    seeds = (1, 2, 3)
+    assert rows["S chosen on the selection half"][:3] == [chosen[s].removeprefix("S=") for s in seeds]
+    layers = [paired["chosen-b1", s]["layers_run"] for s in seeds]
+    assert rows["layers run"][:4] == [f"{x:.1%}" for x in layers] + [f"{sum(layers) / 3:.1%}"]
+    for batch in (1, 32):
+        said = [f"{r['time_saved_rounds_median']:.1%} [{r['time_saved_rounds_min'] * 100:.1f}, "
+                f"{r['time_saved_rounds_max'] * 100:.1f}]" for r in (sweeps[s, batch][chosen[s]] for s in seeds)]
+        assert rows[f"time saved against plain, batch {batch}"][:3] == said, batch
+        vs = [paired[f"chosen-b{batch}", s]["time_saved_vs_no_exit"] for s in seeds]
+        assert rows[f"time saved against \"no exit\", batch {batch}"][:4] == [f"{x:.1%}" for x in vs] + [
+            f"{sum(vs) / 3:.1%}"], batch
+    forced = ", ".join(f"{x:.3f}" for x in next(s for s in data["sweeps"] if s["seed"] == 1)["per_layer_report"])
+    text = page("benchmarks/deebert.md")
+    assert f"(report half, seed 1; the paper's Figure 3): {forced}:" in text, forced
+
+    def span(values: list[float]) -> str:
+        return f"{min(values):.0f}-{max(values):.0f}"
+
+    cost = {b: [-sweeps[s, b]["no exit"]["time_saved_rounds_median"] * 100 for s in seeds] for b in (1, 32)}
+    assert f"(no exit against plain) is {span(cost[1])}% at batch 1 and {span(cost[32])}% at batch 32" in text
+    apart = {b: max(abs(sweeps[s, b]["no exit"]["time_saved_rounds_median"]
+                        - sweeps[s, b]["S=0"]["time_saved_rounds_median"]) * 100 for s in seeds) for b in (1, 32)}
+    assert f"differ by up to {apart[1]:.0f} points at batch 1 and {apart[32]:.0f} at batch 32" in text
+    spread = max(((r["time_saved_rounds_max"] - r["time_saved_rounds_min"]) * 100, name, seed, b, r)
+                 for (seed, b), report in sweeps.items() for name, r in report.items())
+    width, name, seed, b, r = spread
+    assert (f"spread by up to {width:.0f} points ({name}, seed {seed}, batch {b}: {r['time_saved_rounds_min']:.0%} to "
+            f"{r['time_saved_rounds_max']:+.0%})") in text, spread[:4]
+    cfimdb = result("deebert-cfimdb.json")["sweeps"]
+    rows = page_table(ROOT / "benchmarks" / "deebert.md", "| seed | S chosen |")
+    for row, sweep in zip(rows, sorted((s for s in cfimdb if s["eval_batch_size"] == 1), key=lambda s: s["seed"]),
+                          strict=True):
+        r = next(r for r in sweep["report"] if r["setting"] == sweep["chosen"])
+        assert row[4].endswith(f"[{r['time_saved_rounds_min'] * 100:.1f}, {r['time_saved_rounds_max'] * 100:.1f}]"), row
+    own = [(rep["no exit"]["seconds"] / rep["plain"]["seconds"] - 1) * 100
+           for rep in ({r["setting"]: r for r in s["report"]} for s in cfimdb)]
+    assert f"\"no exit\" timed {min(own):+.1f}% to {max(own):+.1f}% against plain (the off-ramps' own cost, " \
+           f"{WORDS[len(own)]} sweeps)" in text
