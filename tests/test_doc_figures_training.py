@@ -1,7 +1,7 @@
 """benchmarks/training.md's measured figures that no other test read, each recomputed from its results file at the
 page's rounding: the optimiser's table and a training step with each optimiser (optimizer.json), gradient
 checkpointing's table, its activation memory per example and the batches that fit 16 GB (grad-checkpointing.json),
-what --save-every costs (save-every.json); and the index's rows that quote them. No training."""
+what --save-every costs (save-every.json), epoch_speed.md's table (epoch-speed.json); and the index's rows that quote them. No training."""
 
 from __future__ import annotations
 
@@ -72,3 +72,41 @@ def test_training_md_what_save_every_costs() -> None:
             f"{share['1000']:.1%}") in text
     assert (f"one checkpoint of the main job {mib:.0f} MiB, written in {write:.2f} s; +{share['100']:.1%} of the "
             f"training time at N = 100, +{share['500']:.1%} at 500") in page(README)
+
+
+def test_epoch_speed_md_the_table() -> None:
+    """epoch-speed.json: positions per real token and the T^2 work grouped and at random, the FLOPs a step, each
+    tree's step median [range], its rate against torch.mm's, the per-round ratio; mm's range in the prose; the
+    index's row."""
+    data = result("epoch-speed.json")
+    stats_, trees, ratio = data["stats"], data["trees"], data["speedup"]["116f628"]
+    rows = {r[0]: r[1:] for r in page_table(ROOT / "benchmarks" / "epoch_speed.md", "| | this tree (f2b75ef) |")}
+    grouped, random = stats_["bucketed"], stats_["unbucketed"]
+
+    def both(cell: str) -> list[str]:
+        return [cell, cell]
+
+    assert rows["positions computed per real token (epoch 1, length-grouped batches)"] == both(
+        f"{grouped['positions_per_real_token']:.3f}")
+    assert rows["the same at random (`--no-bucket`)"] == both(f"{random['positions_per_real_token']:.3f}")
+    assert rows["attention-score work, T^2, against the real lengths' (grouped / random)"] == both(
+        f"{grouped['t2_work_ratio']:.2f}x / {random['t2_work_ratio']:.2f}x")
+    assert rows["matrix-product work per step on real tokens (epoch mean)"] == both(
+        f"{stats_['flops_per_step'] / 1e9:.2f} GFLOP")
+    steps, rates = [], []
+    for name in ("this tree", "116f628"):
+        s, t = trees[name]["step_seconds"], trees[name]
+        steps.append(f"{s['median'] * 1000:.1f} ms [{s['min'] * 1000:.1f}, {s['max'] * 1000:.1f}]")
+        rates.append(f"{t['gflops']['median']:.1f} / {t['mm_gflops']['median']:.1f} GFLOP/s ({t['share_of_mm']:.0%})")
+    assert rows["step, median [range] over 5 rounds"] == steps
+    assert rows["rate on real tokens / torch.mm's in the same processes"] == rates
+    said = f"{ratio['median']:.3f}x [{ratio['min']:.3f}, {ratio['max']:.3f}]"
+    assert rows["this tree / 116f628, per round"][0] == said
+    mm = [v for t in trees.values() for v in (t["mm_gflops"]["min"], t["mm_gflops"]["max"])]
+    assert f"moved between {min(mm):.0f} and {max(mm):.0f} GFLOP/s" in page("benchmarks/epoch_speed.md")
+    shares = sorted(t["share_of_mm"] for t in trees.values())
+    assert (f"{grouped['positions_per_real_token']:.3f} positions per real token (the batches are length-grouped "
+            f"already; {random['positions_per_real_token']:.3f} at random), {stats_['flops_per_step'] / 1e9:.1f} "
+            f"GFLOP on real tokens") in page(README)
+    assert f"{shares[0]:.0%}".rstrip("%") + f"-{shares[1]:.0%} of torch.mm's rate; this session's tree against " \
+        f"116f628 {said}" in page(README)
