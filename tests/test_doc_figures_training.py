@@ -1,7 +1,8 @@
-"""benchmarks/training.md's measured figures that no other test read, each recomputed from its results file at the
-page's rounding: the optimiser's table and a training step with each optimiser (optimizer.json), gradient
-checkpointing's table, its activation memory per example and the batches that fit 16 GB (grad-checkpointing.json),
-what --save-every costs (save-every.json), epoch_speed.md's table (epoch-speed.json); and the index's rows that quote them. No training."""
+"""benchmarks/training.md's and epoch_speed.md's measured figures that no other test read, each recomputed from its
+results file at the page's rounding: the optimiser's table and a training step with each optimiser (optimizer.json),
+gradient checkpointing's table, its activation memory per example and the batches that fit 16 GB
+(grad-checkpointing.json), what --save-every costs (save-every.json), the step on the main job's real batches
+(epoch-speed.json); and the index's rows that quote them. No training."""
 
 from __future__ import annotations
 
