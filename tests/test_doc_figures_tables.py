@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 
 from test_doc_figures import ROOT, four
-from test_doc_figures_paired import B1, LB, MT, main_job, page, result, stats
+from test_doc_figures_paired import B1, LB, MT, RESULTS, main_job, page, result, stats
 
 MULTITASK, LEADERBOARD = ROOT / MT, ROOT / LB
 DEV = ("sst_accuracy", "para_accuracy", "sts_pearson", "overall")
@@ -109,7 +109,7 @@ def test_multitask_md_baseline_1_epochs_seeds_and_tables_1_2s_cells() -> None:
                ("cross-encoder", "sequential"): ("sequential 1 epoch", "last-linear-layer sequential"),
                ("bi-encoder", "round-robin"): ("bi-encoder round-robin", "last-linear-layer bi-encoder round-robin"),
                ("bi-encoder", "sequential"): ("bi-encoder sequential", "last-linear-layer bi-encoder sequential")}
-    power = {m: stats.load_rows([ROOT / "benchmarks" / "results" / "power.json"], m) for m in ("overall", "sts_pearson")}
+    power = {m: stats.load_rows([RESULTS / "power.json"], m) for m in ("overall", "sts_pearson")}
     for (design, schedule), names in rows_of.items():
         said = [c.strip().replace("**", "") for c in cells[f" {design} ", f" {schedule} "]]
         want = []
@@ -156,7 +156,8 @@ def test_leaderboard_md_the_ensemble_of_three_make_train_runs() -> None:
     main = main_job("overall")
     assert (f"reach {four(mean)} (sd {sd:.4f}, seeds 1-3, above), "
             f"{(mean - statistics.fmean(main.values())) * 100:+.2f} points over `make train`'s two-epoch mean") in text
-    assert f"{(longer[1] - main[1]) * 100:+.2f} and {(longer[2] - main[2]) * 100:+.2f} on the two seeds both ran" in text
+    gains = [(longer[s] - main[s]) * 100 for s in (1, 2)]
+    assert f"{gains[0]:+.2f} and {gains[1]:+.2f} on the two seeds both ran" in text
     assert f"still {(0.78 - mean) * 100:.1f} points short of 0.78" in text
     minutes3 = sorted(r["minutes"] for r in result("power.json") if r["row"] == "baseline 3 epochs")
     assert f"three runs of {minutes3[0]:.1f}-{minutes3[-1]:.1f} minutes on C" in text
@@ -179,4 +180,5 @@ def test_search_md_the_full_budget_ensembles() -> None:
     top, last = max(e["dev"]["overall"] for e in ensembles), ensembles[-1]["dev"]["overall"]
     assert f"the all-8 figure, {four(last)}, is the one to quote; the" in text
     assert f"5-member {four(top)} is the highest" in text
-    assert f"{(0.78 - top) * 100:.1f} points beyond the highest of them ({(0.78 - last) * 100:.1f} beyond all 8)" in text
+    short = [(0.78 - x) * 100 for x in (top, last)]
+    assert f"{short[0]:.1f} points beyond the highest of them ({short[1]:.1f} beyond all 8)" in text
