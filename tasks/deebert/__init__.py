@@ -169,14 +169,14 @@ def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: l
     opt = recipe.optimizer_for(model, deebert.stage1_parameters(model), tr.lr, tr.weight_decay)
     first = fit(Work(model, opt, epoch_batches, stage1_loss, last_ramp, metric), recipe,
                 FitOptions(tr.epochs, device, tr.seed, stages[0], resume(stages[0]), config | {"stage": 1},
-                           **settings.run.loop_options()))
+                           replayable=False, **settings.run.loop_options()))   # one recipe, two fits: no record
     model.load_state_dict(first.best_state)
     opt = recipe.optimizer_for(model, deebert.stage2_parameters(model), settings.ramps.ramp_lr,
                              tr.weight_decay)
     ramp_epochs = settings.ramps.ramp_epochs or tr.epochs
     second = fit(Work(model, opt, epoch_batches, stage2_loss, ramps, f"{metric}_ramps"), recipe,
                  FitOptions(ramp_epochs, device, tr.seed + 1, stages[1], resume(stages[1]), config | {"stage": 2},
-                            **settings.run.loop_options()))
+                            replayable=False, **settings.run.loop_options()))
     model.load_state_dict(second.best_state)
     return {"stage1": {"best_epoch": first.best_epoch, f"dev_{metric}": first.best_score, "history": first.history},
             "stage2": {"best_epoch": second.best_epoch, f"dev_{metric}_ramps": second.best_score,

@@ -44,6 +44,7 @@ from ..core.evaluation import (
     write_raw,
     write_text,
 )
+from ..core.recipe import with_schedule_record
 from ..core.resume import resume_config
 from ..core.runs import RunPaths, parse_run, run_paths, write_run_json
 from ..core.settings import parser_for
@@ -223,6 +224,7 @@ def run(settings: Settings) -> dict:
     if rs.predictions:
         write_text(paths.predictions / "multitask-summary.json", json.dumps(   # atomic
             summary | {"settings": resume_config(settings) | {"training.lr": lr}}, indent=1))
+    settings = with_schedule_record(settings, result.earlier_epochs)     # a resume that changed --epochs: replayable
     write_run_json(paths, "multitask", settings, result={k: v for k, v in summary.items() if k != "history"})
     return summary
 
