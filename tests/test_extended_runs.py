@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_typed_runs import classifier_argv
+from conftest import ROOT
+from test_save_every import multitask_argv
+from test_typed_runs import classifier_argv, deebert_argv
 
-from tasks import classifier
+from tasks import classifier, multitask
 from tasks.core import train
 from tasks.core.checkpoints import KILL_AT_STEP, load_checkpoint
 from tasks.core.errors import ResumeError
@@ -147,3 +149,48 @@ def test_the_record_round_trips_through_print_config_and_a_resume_given_another_
     assert classifier.parse_settings(["--config", str(printed)]).recipe.earlier_epochs == [f"{STEPS}:1"]
     with pytest.raises(ResumeError, match=r"--earlier-epochs 3:1 is not what .*checkpoint.pt recorded \(5:1\)"):
         resume(a, "--earlier-epochs", "3:1", "--epochs", "3")
+
+
+# ------------------------------------------------------------------ the multitask command
+
+def multitask_run(argv: list[str]) -> None:
+    multitask.run(multitask.parse_settings(argv))
+
+
+def test_an_extended_multitask_run_replays_from_its_run_json(tiny_dir, multitask_files, tmp_path):
+    a, b = tmp_path / "A", tmp_path / "B"
+    multitask_run([*multitask_argv(tiny_dir, multitask_files), "--epochs", "1", "--run-dir", str(a), "--warmup-ratio",
+                   "0.2"])
+    multitask_run(["--resume", str(a), "--epochs", "2"])
+    assert recorded(a) == [f"{load_checkpoint(a / 'checkpoint.pt')['optimizer_steps'] // 2}:1"]
+    multitask_run(["--config", str(a / "run.json"), "--run-dir", str(b)])
+    one, two = load_checkpoint(a / "checkpoint.pt"), load_checkpoint(b / "checkpoint.pt")
+    for name in one["model"]:
+        assert torch.equal(one["model"][name], two["model"][name]), name
+
+
+def test_an_annealed_multitask_run_refuses_other_epochs_on_resume(tiny_dir, multitask_files, tmp_path):
+    """--schedule annealed draws epoch e's tasks at alpha(e, epochs) (epoch 2 of 2 at 0.2, of 3 at 0.6): a run
+    extended from 2 to 3 epochs would be neither, and no run.json could replay it, so the resume is refused."""
+    a = tmp_path / "A"
+    multitask_run([*multitask_argv(tiny_dir, multitask_files), "--epochs", "2", "--run-dir", str(a), "--warmup-ratio",
+                   "none", "--schedule", "annealed"])
+    with pytest.raises(ResumeError, match=r"cannot resume .*checkpoint.pt for 3 epochs: it was started for 2, and "
+                                          r"--schedule annealed draws each epoch's tasks by the number of epochs, so no "
+                                          r"run.json could replay it; resume it with --epochs 2, or start a new run with "
+                                          r"--epochs 3"):
+        multitask_run(["--resume", str(a), "--epochs", "3"])
+    page = " ".join((ROOT / "docs" / "runs.md").read_text(encoding="utf-8").split())     # the line docs/runs.md quotes
+    assert ("for 3 epochs: it was started for 2, and --schedule annealed draws each epoch's tasks by the number of "
+            "epochs, so no run.json could replay it; resume it with --epochs 2, or start a new run with --epochs 3") in page
+
+
+def test_a_deebert_run_with_a_schedule_refuses_other_epochs_on_resume(tiny_dir, tmp_path):
+    """Its two stages share one recipe, so one record in run.json could not say which stage's schedule moved."""
+    from tasks import deebert
+    a = tmp_path / "A"
+    argv = [*deebert_argv(tiny_dir, tmp_path), "--epochs", "1", "--ramp-epochs", "1", "--run-dir", str(a)]
+    deebert.run(deebert.parse_settings(argv))
+    with pytest.raises(ResumeError, match=r"cannot resume .*stage1.pt for 2 epochs: it was started for 1, and its "
+                                          r"schedule would be laid out again, which DeeBERT's run.json cannot replay"):
+        deebert.run(deebert.parse_settings(["--resume", str(a), "--epochs", "2"]))

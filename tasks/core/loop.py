@@ -60,9 +60,9 @@ class FitOptions:
     also checkpoints after every N-th optimiser step within an epoch, and a resume from it goes on exactly as the
     uninterrupted run would. read_every N: the training loss is read back from the device every N optimiser steps
     (None: every step on the CPU, every READ_EVERY_GPU on a GPU; tasks/core/step.py); attention_kernel: the attention kernel
-    torch tries first on a GPU (tasks/core/step.py attention_kernels). replayable=False: a resume that would lay a
-    schedule out again over another number of epochs is refused (a command whose run.json cannot replay it: DeeBERT's
-    two fits share one recipe)."""
+    torch tries first on a GPU (tasks/core/step.py attention_kernels). fixed_epochs: why a resume may not change
+    `epochs`, for a run whose run.json could not replay it (None: it may; a schedule is then laid out again and
+    recorded, Recipe.earlier_epochs)."""
 
     epochs: int
     device: torch.device
@@ -78,7 +78,7 @@ class FitOptions:
     log: Callable[[str], None] = print
     read_every: int | None = None
     attention_kernel: str = "auto"
-    replayable: bool = True
+    fixed_epochs: str | None = None
 
 
 @dataclass

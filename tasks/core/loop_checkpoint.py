@@ -65,12 +65,14 @@ class LoopCheckpoint:
         self.earlier_epochs = list(recorded if recorded is not None else given)
         self.earlier = earlier_plans(self.earlier_epochs)
         was, epochs = state.get("planned_epochs"), self.options.epochs
-        if was in (None, epochs) or not self.scheduled:
+        if was in (None, epochs):
             return
-        if not self.options.replayable:
-            raise ResumeError(f"cannot resume {resume} for {epochs} epochs: it was started for {was}, and laying its "
-                              f"learning-rate schedule out again is not replayed by this command's run.json; resume "
-                              f"it with --epochs {was}, or start a new run with --epochs {epochs}")
+        if self.options.fixed_epochs is not None:
+            raise ResumeError(f"cannot resume {resume} for {epochs} epochs: it was started for {was}, and "
+                              f"{self.options.fixed_epochs}; resume it with --epochs {was}, or start a new run with "
+                              f"--epochs {epochs}")
+        if not self.scheduled:                       # nothing is laid out over the epochs: the uninterrupted run's
+            return
         self.earlier_epochs.append(f"{self.step}:{was}")
         self.earlier.append((self.step, was))
         self.say(f"note: the run was started for {was} epochs and goes on for {epochs}: its learning-rate schedule is "

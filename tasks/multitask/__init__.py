@@ -205,7 +205,9 @@ def run(settings: Settings) -> dict:
                  settings.recipe,
                  FitOptions(tr.epochs, device, tr.seed, paths.checkpoint, paths.resume,
                             resume_config(settings) | {"training.lr": lr, "command": "multitask"},
-                            **rs.loop_options()), terms)
+                            fixed_epochs=("--schedule annealed draws each epoch's tasks by the number of epochs, "
+                                          "so no run.json could replay it" if settings.design.schedule == "annealed"
+                                          else None), **rs.loop_options()), terms)
     if not is_main_process():
         return {"best_epoch": result.best_epoch, f"dev_{metric}": result.best_score}
 
