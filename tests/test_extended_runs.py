@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import ROOT
 from test_save_every import multitask_argv
-from test_typed_runs import classifier_argv, deebert_argv
+from test_typed_runs import classifier_argv, deebert_argv, simcse_argv
 
 from tasks import classifier, multitask
 from tasks.core import train
@@ -194,3 +194,19 @@ def test_a_deebert_run_with_a_schedule_refuses_other_epochs_on_resume(tiny_dir, 
     with pytest.raises(ResumeError, match=r"cannot resume .*stage1.pt for 2 epochs: it was started for 1, and its "
                                           r"schedule would be laid out again, which DeeBERT's run.json cannot replay"):
         deebert.run(deebert.parse_settings(["--resume", str(a), "--epochs", "2"]))
+
+
+def test_an_extended_simcse_run_replays_from_its_run_json(tiny_dir, tmp_path):
+    """SimCSE's loop counts rounds of --eval-every steps: --epochs 1 then 2 lays the schedule out again over the new
+    number of rounds, which run.json records in rounds."""
+    from tasks import simcse
+    a, b = tmp_path / "A", tmp_path / "B"
+    simcse.run(simcse.parse_settings([*simcse_argv(tiny_dir, tmp_path), "--epochs", "1", "--run-dir", str(a)]))
+    rounds = load_checkpoint(a / "checkpoint.pt")["epoch"]
+    simcse.run(simcse.parse_settings(["--resume", str(a), "--epochs", "2"]))
+    assert recorded(a) == [f"{2 * rounds}:{rounds}"]                 # 2 steps a round
+    simcse.run(simcse.parse_settings(["--config", str(a / "run.json"), "--run-dir", str(b)]))
+    one, two = load_checkpoint(a / "checkpoint.pt"), load_checkpoint(b / "checkpoint.pt")
+    for part in ("model", "best_state"):
+        for name in one[part]:
+            assert torch.equal(one[part][name], two[part][name]), (part, name)

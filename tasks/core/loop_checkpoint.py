@@ -75,8 +75,11 @@ class LoopCheckpoint:
             return
         self.earlier_epochs.append(f"{self.step}:{was}")
         self.earlier.append((self.step, was))
-        self.say(f"note: the run was started for {was} epochs and goes on for {epochs}: its learning-rate schedule is "
-                 f"laid out again over the new number of steps from step {self.step + 1} on, so the result is neither "
+        laid = [what for what, on in (("learning-rate schedule", self.recipe.warmup_ratio is not None),
+                                      ("gradual unfreezing", self.recipe.gradual_unfreezing > 0)) if on]
+        self.say(f"note: the run was started for {was} epochs and goes on for {epochs}: its {' and '.join(laid)} "
+                 f"{'are' if len(laid) > 1 else 'is'} laid out again over the new number of steps from step "
+                 f"{self.step + 1} on, so the result is neither "
                  f"the {was}-epoch run's nor an uninterrupted {epochs}-epoch run's; run.json records it "
                  f"(--earlier-epochs), so that --config RUN/run.json replays this run")
 
