@@ -126,16 +126,19 @@ def test_resume_a_checkpoint_in_a_run_directory_resumes_that_directory(tiny_dir,
 
 
 def test_resuming_with_other_epochs_says_the_schedule_is_laid_out_again(tiny_dir, tmp_path, capsys):
-    """--epochs is free on resume, but a warm-up and decay schedule spans the run's steps: the run says so."""
+    """--epochs is free on resume, but a warm-up and decay schedule spans the run's steps: the run says so, and that
+    run.json records it (tests/test_extended_runs.py replays it)."""
     run = tmp_path / "run"
     argv = [*classifier_argv(tiny_dir, tmp_path), "--epochs", "1", "--warmup-ratio", "0.1", "--run-dir", str(run)]
     classifier.run(classifier.parse_settings(argv))
     capsys.readouterr()
     classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "2"]))
     err = " ".join("".join(capsys.readouterr()).split())
+    steps = load_checkpoint(run / "checkpoint.pt")["optimizer_steps"] // 2                   # those of epoch 1
     assert ("note: the run was started for 1 epochs and goes on for 2: its learning-rate schedule is laid out again "
-            "over the new number of steps, so the result is neither the 1-epoch run's nor an uninterrupted "
-            "2-epoch run's") in err
+            f"over the new number of steps from step {steps + 1} on, so the result is neither the 1-epoch run's nor an "
+            "uninterrupted 2-epoch run's; run.json records it (--earlier-epochs), so that --config RUN/run.json "
+            "replays this run") in err
     classifier.run(classifier.parse_settings(["--resume", str(run)]))                 # the same epochs: no note
     assert "note: the run was started for" not in "".join(capsys.readouterr())
 

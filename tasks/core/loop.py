@@ -60,7 +60,9 @@ class FitOptions:
     also checkpoints after every N-th optimiser step within an epoch, and a resume from it goes on exactly as the
     uninterrupted run would. read_every N: the training loss is read back from the device every N optimiser steps
     (None: every step on the CPU, every READ_EVERY_GPU on a GPU; tasks/core/step.py); attention_kernel: the attention kernel
-    torch tries first on a GPU (tasks/core/step.py attention_kernels)."""
+    torch tries first on a GPU (tasks/core/step.py attention_kernels). fixed_epochs: why a resume may not change
+    `epochs`, for a run whose run.json could not replay it (None: it may; a schedule is then laid out again and
+    recorded, Recipe.earlier_epochs)."""
 
     epochs: int
     device: torch.device
@@ -76,16 +78,20 @@ class FitOptions:
     log: Callable[[str], None] = print
     read_every: int | None = None
     attention_kernel: str = "auto"
+    fixed_epochs: str | None = None
 
 
 @dataclass
 class FitResult:
-    """What fit() returns: the best epoch (1-based), its dev score and model state, and per-epoch records."""
+    """What fit() returns: the best epoch (1-based), its dev score and model state, per-epoch records, and the
+    record of the schedule laid out again by a resume that changed the epochs (Recipe.earlier_epochs; None: laid out
+    once), which run.json keeps (tasks.core.recipe.with_schedule_record)."""
 
     best_epoch: int
     best_score: float
     best_state: dict[str, torch.Tensor]
     history: list[dict] = field(default_factory=list)
+    earlier_epochs: list[str] | None = None
 
 
 class Interrupted(Exception):

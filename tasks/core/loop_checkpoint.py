@@ -14,8 +14,10 @@ from .checkpoints import (
     save_checkpoint,
     set_rng_state,
 )
+from .errors import ResumeError
 from .graphs import float_learning_rates
 from .loop import FitResult
+from .recipe import earlier_plans
 
 
 class LoopCheckpoint:
@@ -51,12 +53,35 @@ class LoopCheckpoint:
             within = f" and {self.within['groups']} optimiser steps of the next" if self.within else ""
             self.say(f"resumed from {resume}: {self.start} {unit}s done{within}, best dev {self.metric} "
                      f"{self.best.best_score:.4f} ({unit} {self.best.best_epoch})")
-        was = state.get("planned_epochs")
-        if was not in (None, self.options.epochs) and (self.recipe.warmup_ratio is not None
-                                                        or self.recipe.gradual_unfreezing > 0):
-            self.say(f"note: the run was started for {was} epochs and goes on for {self.options.epochs}: its "
-                     "learning-rate schedule is laid out again over the new number of steps, so the result is "
-                     f"neither the {was}-epoch run's nor an uninterrupted {self.options.epochs}-epoch run's")
+        self._relay(resume, state)
+
+    def _relay(self, resume: str | Path, state: dict) -> None:
+        """The checkpoint's record of where its schedule was laid out again (Recipe.earlier_epochs), and, when this
+        resume changes the epochs it was laid out over, that step added to it: run.json keeps it for a replay."""
+        given, recorded = self.earlier_epochs, state.get("earlier_epochs")   # None: a checkpoint from before it
+        if recorded is not None and recorded[:len(given)] != given:
+            raise ResumeError(f"--earlier-epochs {','.join(given)} is not what {resume} recorded "
+                              f"({','.join(recorded) or 'none'}): a resume that changes --epochs writes it; leave it out")
+        self.earlier_epochs = list(recorded if recorded is not None else given)
+        self.earlier = earlier_plans(self.earlier_epochs)
+        was, epochs = state.get("planned_epochs"), self.options.epochs
+        if was in (None, epochs):
+            return
+        if self.options.fixed_epochs is not None:
+            raise ResumeError(f"cannot resume {resume} for {epochs} epochs: it was started for {was}, and "
+                              f"{self.options.fixed_epochs}; resume it with --epochs {was}, or start a new run with "
+                              f"--epochs {epochs}")
+        if not self.scheduled:                       # nothing is laid out over the epochs: the uninterrupted run's
+            return
+        self.earlier_epochs.append(f"{self.step}:{was}")
+        self.earlier.append((self.step, was))
+        laid = [what for what, on in (("learning-rate schedule", self.recipe.warmup_ratio is not None),
+                                      ("gradual unfreezing", self.recipe.gradual_unfreezing > 0)) if on]
+        self.say(f"note: the run was started for {was} epochs and goes on for {epochs}: its {' and '.join(laid)} "
+                 f"{'are' if len(laid) > 1 else 'is'} laid out again over the new number of steps from step "
+                 f"{self.step + 1} on, so the result is neither "
+                 f"the {was}-epoch run's nor an uninterrupted {epochs}-epoch run's; run.json records it "
+                 f"(--earlier-epochs), so that --config RUN/run.json replays this run")
 
     def save(self, epoch: int, within: dict | None = None) -> None:
         """The checkpoint after `epoch`, or within it after `within["groups"]` optimiser steps (rank 0 writes it,
@@ -75,6 +100,7 @@ class LoopCheckpoint:
                 "best_state": self.best.best_state, "history": self.history, "rng": rngs[0], "config": dict(self.options.config),
                 "optimizer_steps": self.step, "base_lrs": self.base_lrs, "scaler": self.scaler.state_dict(),
                 "planned_epochs": self.options.epochs,   # --epochs is free on resume: the schedule's span says so
+                "earlier_epochs": self.earlier_epochs,   # and where a resume laid it out again (Recipe.earlier_epochs)
                 "data_files": self.data_files,           # --resume refuses a file changed since
                 **({"rng_ranks": rngs} if self.parallel else {}),
                 **({"terms": terms[0], "term_keys": self.terms.keys} if terms else {}),

@@ -9,15 +9,18 @@ In a student tree (tasks/core/tree.py) the defaults are the student's own code: 
 
 from __future__ import annotations
 
+import argparse
+import itertools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import torch
 
 import minbert
 from minbert.param_groups import depth, param_groups, unfreeze_step
 
-from .errors import positive_float, positive_int, probability, unit_interval
+from .errors import ConfigurationError, positive_float, positive_int, probability, unit_interval
 from .precision import (  # the rules live in precision.py; check_precision, cpu_has_bf16 are re-exported
     PRECISION_CHOICES,
     PRECISIONS,
@@ -33,6 +36,14 @@ ATTN_IMPLEMENTATION = {"eager": "eager", "fused": "sdpa"}     # --attention -> m
 DEFAULT_ATTENTION = "eager" if STUDENT else "fused"          # a student tree's own attention() by default
 OPTIMIZERS = ("course", "torch", "fused")
 LEGACY_OPTIMIZERS = {"minbert": "torch"}   # an older name still read from run.json, checkpoints and the command line
+
+def step_and_epochs(text: str) -> str:
+    """An item of Recipe.earlier_epochs: STEP:EPOCHS, two positive integers (as 'STEP:EPOCHS')."""
+    parts = text.strip().split(":")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"must be STEP:EPOCHS, two positive integers, not {text!r}")
+    return f"{int(parts[0])}:{int(parts[1])}"
+
 
 # A setting's `before` is what a run that predates it ran with: the recipe's values before they became the recommended
 # recipe (a constant learning rate, no clipping, torch's AdamW update (then written out and called 'minbert'), torch's
@@ -94,6 +105,12 @@ class Recipe:
              "encoder's layers join one at a time from the top, the embeddings last, evenly over the first U of the "
              "optimiser steps (a parameter takes no step, no weight decay included, before its turn); 0: everything "
              "trains from the start (minbert/param_groups.py)")
+    earlier_epochs: list[str] | None = setting(
+        None, before=None, item=step_and_epochs, metavar="STEP:EPOCHS", on_resume="free",
+        help="written by a resume that changes --epochs, never by hand: the learning-rate schedule and gradual "
+             "unfreezing of the optimiser steps before STEP were laid out over EPOCHS epochs (the loop's epochs: "
+             "SimCSE's rounds), then laid out again over the next item's, the last over --epochs; run.json records "
+             "it, so that --config RUN/run.json replays the extended run (none: laid out once, over --epochs)")
     decay_biases_and_gains: bool = setting(
         False, before=True, moot_when=("weight_decay", 0.0),
         help="apply --weight-decay to the biases and LayerNorm gains too (off: decay the weight matrices and embeddings "
@@ -136,6 +153,27 @@ class Recipe:
 
 LOOP_FIELDS = ("precision", "warmup_ratio", "max_grad_norm", "grad_accum", "gradual_unfreezing", "compile",
                "cuda_graphs")
+
+
+def earlier_plans(items: list[str] | None) -> list[tuple[int, int]]:
+    """Recipe.earlier_epochs as (step, epochs) pairs, the steps increasing (a user error naming the list if not)."""
+    plans = [tuple(map(int, item.split(":"))) for item in items or []]
+    if any(a[0] >= b[0] for a, b in itertools.pairwise(plans)):
+        raise ConfigurationError(f"--earlier-epochs {','.join(items or [])}: the steps must increase; a resume that "
+                                 "changes --epochs writes it: leave it out, or give the run.json's")
+    return plans
+
+
+def planned_epochs(plans: list[tuple[int, int]], step: int, epochs: int) -> int:
+    """The epochs the schedule of optimiser step `step` (0-based) is laid out over: the first of the earlier plans
+    (earlier_plans) whose STEP is still ahead, else the run's epochs."""
+    return next((planned for until, planned in plans if step < until), epochs)
+
+
+def with_schedule_record(settings: Any, earlier_epochs: list[str] | None) -> Any:
+    """A command's settings with the record of a fit's re-laid schedule (FitResult.earlier_epochs) in its recipe:
+    what run.json keeps, so that --config RUN/run.json replays an extended run."""
+    return replace(settings, recipe=replace(settings.recipe, earlier_epochs=earlier_epochs))
 
 
 def unfreezing(model: torch.nn.Module, params: list, fraction: float, total: int) -> tuple[list[int], str]:

@@ -60,7 +60,7 @@ from .graphs import StepGraphs, check_graphs
 from .loop import FitOptions, FitResult, Interrupted, Work, after_epoch, check_settings, watching  # noqa: F401 - fit()'s surface
 from .loop_checkpoint import LoopCheckpoint
 from .precision import cpu_has_bf16, resolve_precision
-from .recipe import LinearSchedule, Recipe, autocast, unfreezing
+from .recipe import LinearSchedule, Recipe, autocast, earlier_plans, planned_epochs, unfreezing
 from .step import PAD_MULTIPLE, LossReads, Taken, attention_kernels, compiled, read_every
 from .terms import TermSet
 
@@ -106,7 +106,7 @@ def fit(work: Work, recipe: Recipe, options: FitOptions, terms: TermSet | None =
         if checkpoint is not None:
             loop.save(epoch)
         after_epoch(epoch + 1, record, metric, epoch + 1 == epochs)
-    loop.best.history = loop.history
+    loop.best.history, loop.best.earlier_epochs = loop.history, loop.earlier_epochs or None
     if loop.curve is not None:
         loop.curve.close()
     return loop.best
@@ -150,6 +150,10 @@ class _Loop(LoopCheckpoint):
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.schedule: LinearSchedule | None = None
         self.total: int | None = None                # optimiser steps of the whole run, once known
+        self.per_epoch: int | None = None            # optimiser steps of the epoch in progress (a schedule's unit)
+        self.laid_for: int | None = None             # the epochs the schedule is laid out over now
+        self.earlier_epochs = list(recipe.earlier_epochs or [])   # where a resume laid it out again (restore adds)
+        self.earlier = earlier_plans(self.earlier_epochs)
         self.unfreeze_at: list[int] | None = None    # per parameter of self.params: its first optimiser step
         self.curve: Curves | None = None
         self.epoch_rng: dict | None = None          # the RNG states at the epoch's start (batches() drew from them)
@@ -167,7 +171,7 @@ class _Loop(LoopCheckpoint):
             set_rng_state(within["epoch_rng"])
         self.epoch_rng = rng_state()                 # a read: the run draws nothing more or less for it
         batches = self.work.batches(epoch)
-        self._schedule(batches, epochs)
+        self._schedule(batches)
         bar = tqdm(desc=f"{self.unit} {epoch + 1}/{epochs}", disable=not (self.progress and self.main), leave=False,
                    total=len(batches) if hasattr(batches, "__len__") else None)
         done = 0                                     # optimiser steps of this epoch a mid-epoch checkpoint took
@@ -202,6 +206,8 @@ class _Loop(LoopCheckpoint):
                 if i + 1 == done and resumed_rng is not None:
                     set_rng_state(resumed_rng)
                 continue
+            if self.earlier and self.per_epoch is not None:
+                self._lay_out()                      # a replayed resume's --epochs takes over at its step
             graphed = self.graphs is not None          # forward, backward and update in one (a graph's replay)
             self.reads.add(self.step, epoch, self._graphed(group[0], bar) if graphed else self._accumulate(group, bar))
             if self.reads.due(self.step):            # on the CPU every step, before its update (as it always was)
@@ -220,16 +226,31 @@ class _Loop(LoopCheckpoint):
                                          "seconds": time.perf_counter() - t0, "epoch_rng": self.epoch_rng})
             maybe_kill(KILL_AT_STEP, self.step)
 
-    def _schedule(self, batches: Iterable[dict], epochs: int) -> None:
-        """The learning-rate schedule and the steps at which gradual unfreezing lets each parameter train, set once the
-        first epoch's number of batches is known."""
-        wanted = self.recipe.warmup_ratio is not None or self.recipe.gradual_unfreezing > 0
-        if not wanted or self.total is not None:
+    def _schedule(self, batches: Iterable[dict]) -> None:
+        """The learning-rate schedule and the steps at which gradual unfreezing lets each parameter train, laid out once
+        the first epoch's number of batches is known (and again where Recipe.earlier_epochs says: _lay_out)."""
+        if not self.scheduled:
             return
         if not hasattr(batches, "__len__"):
             raise TypeError("a learning-rate schedule or gradual unfreezing needs Work.batches to return a sequence: "
                             "its length sets the number of optimiser steps")
-        self.total = epochs * math.ceil(len(batches) / self.recipe.grad_accum)
+        self.per_epoch = math.ceil(len(batches) / self.recipe.grad_accum)
+        self._lay_out()
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether the run's steps follow a schedule laid out over its epochs (warm-up and decay, gradual unfreezing)."""
+        return self.recipe.warmup_ratio is not None or self.recipe.gradual_unfreezing > 0
+
+    def _lay_out(self) -> None:
+        """The schedule over the epochs planned at this step (recipe.planned_epochs), unless it is laid out so."""
+        epochs = planned_epochs(self.earlier, self.step, self.options.epochs)
+        if epochs == self.laid_for:
+            return
+        again, self.laid_for = self.laid_for is not None, epochs
+        self.total = epochs * self.per_epoch
+        if again:
+            self.say(f"from optimiser step {self.step + 1} on, laid out again over {epochs} epochs (--earlier-epochs):")
         if self.recipe.warmup_ratio is not None:
             self.schedule = LinearSchedule.from_ratio(self.recipe.warmup_ratio, self.total)
             self.say(f"learning rate: linear warm-up over {self.schedule.warmup} of {self.schedule.total} optimiser "

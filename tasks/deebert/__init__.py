@@ -166,17 +166,19 @@ def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: l
     def resume(path: Path) -> Path | None:  # a stage whose checkpoint exists goes on from it
         return path if resumed and path.is_file() else None
 
+    fixed = ("its schedule would be laid out again, which DeeBERT's run.json cannot replay (two stages, one recipe)"
+             if recipe.warmup_ratio is not None or recipe.gradual_unfreezing > 0 else None)
     opt = recipe.optimizer_for(model, deebert.stage1_parameters(model), tr.lr, tr.weight_decay)
     first = fit(Work(model, opt, epoch_batches, stage1_loss, last_ramp, metric), recipe,
                 FitOptions(tr.epochs, device, tr.seed, stages[0], resume(stages[0]), config | {"stage": 1},
-                           **settings.run.loop_options()))
+                           fixed_epochs=fixed, **settings.run.loop_options()))
     model.load_state_dict(first.best_state)
     opt = recipe.optimizer_for(model, deebert.stage2_parameters(model), settings.ramps.ramp_lr,
                              tr.weight_decay)
     ramp_epochs = settings.ramps.ramp_epochs or tr.epochs
     second = fit(Work(model, opt, epoch_batches, stage2_loss, ramps, f"{metric}_ramps"), recipe,
                  FitOptions(ramp_epochs, device, tr.seed + 1, stages[1], resume(stages[1]), config | {"stage": 2},
-                            **settings.run.loop_options()))
+                            fixed_epochs=fixed, **settings.run.loop_options()))
     model.load_state_dict(second.best_state)
     return {"stage1": {"best_epoch": first.best_epoch, f"dev_{metric}": first.best_score, "history": first.history},
             "stage2": {"best_epoch": second.best_epoch, f"dev_{metric}_ramps": second.best_score,

@@ -44,6 +44,7 @@ from ..core.evaluation import (
     write_raw,
     write_text,
 )
+from ..core.recipe import with_schedule_record
 from ..core.resume import resume_config
 from ..core.runs import RunPaths, parse_run, run_paths, write_run_json
 from ..core.settings import parser_for
@@ -204,7 +205,9 @@ def run(settings: Settings) -> dict:
                  settings.recipe,
                  FitOptions(tr.epochs, device, tr.seed, paths.checkpoint, paths.resume,
                             resume_config(settings) | {"training.lr": lr, "command": "multitask"},
-                            **rs.loop_options()), terms)
+                            fixed_epochs=("--schedule annealed draws each epoch's tasks by the number of epochs, "
+                                          "so no run.json could replay it" if settings.design.schedule == "annealed"
+                                          else None), **rs.loop_options()), terms)
     if not is_main_process():
         return {"best_epoch": result.best_epoch, f"dev_{metric}": result.best_score}
 
@@ -223,6 +226,7 @@ def run(settings: Settings) -> dict:
     if rs.predictions:
         write_text(paths.predictions / "multitask-summary.json", json.dumps(   # atomic
             summary | {"settings": resume_config(settings) | {"training.lr": lr}}, indent=1))
+    settings = with_schedule_record(settings, result.earlier_epochs)     # a resume that changed --epochs: replayable
     write_run_json(paths, "multitask", settings, result={k: v for k, v in summary.items() if k != "history"})
     return summary
 

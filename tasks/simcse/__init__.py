@@ -50,7 +50,7 @@ from ..core.data import TASKS, Records
 from ..core.distributed import world_size
 from ..core.errors import ConfigurationError
 from ..core.evaluation import in_order, pearson, predict_batches
-from ..core.recipe import autocast
+from ..core.recipe import autocast, with_schedule_record
 from ..core.resume import resume_config
 from ..core.runs import RUN_FILE, RunPaths, parse_run, run_paths, write_run_json
 from ..core.settings import parser_for
@@ -307,6 +307,7 @@ def run(settings: Settings) -> dict:
                "settings": run_config | {"training.epochs": epochs}}
     write_out(paths.dir, model, model_dir, Path(quora.path), {quora[i].line for i in stage},
               {quora[i].line for i in rest}, summary)
+    settings = with_schedule_record(settings, result.earlier_epochs)     # a resume that changed --epochs: replayable
     write_run_json(paths, "simcse", settings, result={k: v for k, v in summary.items()
                                                       if k not in ("history", "settings")})
     print(f"zero-shot STS dev r: {before:.4f} before, {result.best_score:.4f} after (round {result.best_epoch}, "
