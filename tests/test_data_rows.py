@@ -4,10 +4,12 @@ comma-separated file, and `~` in a file's path."""
 from __future__ import annotations
 
 import argparse
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import DATA
+from conftest import DATA, ROOT
 
 from tasks import multitask
 from tasks.core.data import TASKS, DataError, read_pairs, read_sentences
@@ -98,7 +100,7 @@ def test_empty_lines_are_not_skipped_rows(tmp_path, end):
                     newline="")
     records = read_sentences(path)
     assert [r.id for r in records] == ["a", "b"] and not records.skipped
-    assert records.summary() == f"{path}: 2 examples loaded, none skipped (2 empty lines ignored)"
+    assert records.summary() == f"{path}: 2 examples loaded, none skipped, 2 empty lines ignored"
 
 
 def test_the_count_of_a_reason_that_starts_with_a_number_reads_well(tmp_path):
@@ -132,3 +134,36 @@ def test_a_tilde_in_a_file_flag_or_the_data_dir_is_expanded(tmp_path, monkeypatc
     config.write_text('{"files": {"sst_train": "~/mine.csv", "data_dir": "~/d"}}')
     settings = multitask.parse_settings(["--config=~/c.json"])
     assert (settings.files.sst_train, settings.files.data_dir) == (str(tmp_path / "mine.csv"), str(tmp_path / "d"))
+
+
+def test_the_join_command_of_data_readme_runs_as_written_and_a_bad_join_is_reported(tmp_path):
+    """data/README.md's "Training on more data" block (docs/multitask.md shows the same line), run by bash as written:
+    the first file's header alone is kept and every line ends, even a file's last one without a line end (CRLF in
+    the second); `cat` instead gives the reports the page names."""
+    page = (ROOT / "data" / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"## Training on more data\n.*?```bash\n(.*?)```", page, re.DOTALL)[1]
+    assert block.strip() in (ROOT / "docs" / "multitask.md").read_text(encoding="utf-8")
+    (tmp_path / "data").mkdir()
+    course = (DATA / "quora-train.csv").read_text(encoding="utf-8").splitlines(keepends=True)[:6]
+    (tmp_path / "data" / "quora-train.csv").write_text("".join(course).rstrip("\n"), encoding="utf-8")
+    (tmp_path / "my-quora.csv").write_bytes(b"\tid\tsentence1\tsentence2\tis_duplicate\r\n"
+                                            b"0\tmine-1\tA, b?\tC\t1\r\n1\tmine-2\t\"D\r\ne\"\tF\t0")
+    subprocess.run(["bash", "-c", block], cwd=tmp_path, check=True)
+    records = read_pairs(tmp_path / "quora-more.csv")
+    assert (len(records), records.skipped) == (7, [])
+    assert [(r.id, r.sentence1) for r in records[-2:]] == [("mine-1", "A, b?"), ("mine-2", "D\r\ne")]
+    cat = tmp_path / "cat.csv"
+    for first, said in (("".join(course).rstrip("\n"), "6: 9 columns, the header has 5"),   # no line end
+                        ("".join(course), "7: the header line again (files joined?)")):
+        cat.write_bytes(first.encode() + (tmp_path / "my-quora.csv").read_bytes())
+        assert [str(s) for s in read_pairs(cat).skipped] == [f"{cat}:{said}"]
+
+
+def test_the_error_pages_summary_is_what_the_reader_prints(tmp_path):
+    """docs/errors.md's example of skipped rows, printed for the file it describes (an empty line at its end)."""
+    page = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    shown = re.search(r"the first one as a `DataError`\):\n\n```\n(.*?)```", page, re.DOTALL)[1]
+    path = tmp_path / "train.csv"
+    path.write_bytes(SST_HEADER.encode() + b"0\ta\tgood\t4\n1\ta\tbad\t0\n2\tb\n3\tc\xfft\t2\n4\td\x00\t1\n"
+                     b"5\te\t\"so good\t3\n6\tf\tfine\t1\n7\tg\tshe said \"no\"\t2\n8\th\tok\t3\n\n")
+    assert read_sentences(path).summary().replace(str(path), "train.csv") + "\n" == shown

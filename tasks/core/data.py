@@ -90,7 +90,7 @@ class Records(list):
     def summary(self) -> str:
         """One line of counts, then one line per skipped row: what a CLI prints after loading."""
         head = f"{self.path}: {len(self)} examples loaded"
-        empty = f" ({self.empty_lines} empty line{'s' * (self.empty_lines != 1)} ignored)" if self.empty_lines else ""
+        empty = f", {self.empty_lines} empty line{'s' * (self.empty_lines != 1)} ignored" if self.empty_lines else ""
         if not self.skipped:
             return f"{head}, none skipped{empty}"
         why: Counter = Counter()
