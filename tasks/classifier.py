@@ -30,9 +30,9 @@ from minbert.pooling import POOLINGS, pool
 from minbert.shapes import expect_shape
 
 from .core.batching import Split, batches, model_inputs, train_batches
-from .core.data import TASKS
+from .core.data import TASKS, unlabelled
 from .core.distributed import is_main_process
-from .core.errors import ConfigurationError, existing_file, run_cli
+from .core.errors import existing_file, run_cli, user_path
 from .core.evaluation import LEADERBOARD, accuracy, in_order, predict_batches, prediction_path, write_raw
 from .core.finetune import FineTune
 from .core.recipe import Recipe, with_schedule_record
@@ -105,7 +105,7 @@ def predict(model: nn.Module, split: Split, batch_size: int, device: torch.devic
 class Files:
     """The task's files (each default: DATA_DIR/ids-TASK-SPLIT.csv)."""
 
-    data_dir: str = setting("data", help="where the default task files live")
+    data_dir: str = setting("data", parse=user_path, help="where the default task files live")
     train_file: str | None = setting(None, parse=existing_file, metavar="PATH",
                                      help="training file (none: DATA_DIR/ids-{task}-train.csv)")
     dev_file: str | None = setting(None, parse=existing_file, metavar="PATH",
@@ -151,9 +151,9 @@ def run(settings: Settings) -> dict:
     train = load_split("train", settings.files.path(task, "train"), task, tokenizer, tr.max_train_examples, tr.seed)
     dev = load_split("dev", settings.files.path(task, "dev"), task, tokenizer)
     test = load_split("test", settings.files.path(task, "test"), task, tokenizer)
-    if not (train.records.labelled and dev.records.labelled):
-        raise ConfigurationError(f"the training and dev files must have labels ({train.records.path}, "
-                                 f"{dev.records.path})")
+    for split in (train, dev):
+        if not split.records.labelled:
+            raise unlabelled(split.records.path, task)
 
     model = build_model(settings)
     model.bert.gradient_checkpointing = tr.gradient_checkpointing

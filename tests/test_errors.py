@@ -155,6 +155,10 @@ CASES = {  # docs/errors.md's row (its first column): how the working argv chang
     "an empty task file": lambda a, t, d: with_flag(a, "--dev-file", a_file(t, "dev.csv", b"")),
     "a header without the needed columns":
         lambda a, t, d: with_flag(a, "--dev-file", a_file(t, "dev.csv", b"a\tb\n1\t2\n")),
+    "a comma-separated task file (Excel's or pandas' `to_csv()` CSV)":
+        lambda a, t, d: with_flag(a, "--train-file", a_file(t, "train.csv", b",id,sentence,sentiment\n0,a,b,1\n")),
+    "a training file whose label column has another name": lambda a, t, d: with_flag(
+        a, "--train-file", a_file(t, "train.csv", b"\tid\tsentence\tlabel\n0\ta\tgood\t4\n")),
     "a missing file (`--train-file`, `--resume`, ...)":
         lambda a, t, d: with_flag(a, "--train-file", str(t / "absent.csv")),
     "`--batch-size 0`": lambda a, t, d: with_flag(a, "--batch-size", "0"),

@@ -8,11 +8,13 @@ The four formats (tab-separated, Python-csv quoting, an unnamed pandas index fir
     sentence pair, unlabelled     \\tid\\tsentence1\\tsentence2
 
 Columns are found by their header name, so the extra index column of the test-student files
-needs no special case; a header naming a column twice is refused. A row with the wrong number
-of columns, the header line again (two files joined), an empty or repeated id, an empty
-sentence, or an empty, unparsable or out-of-range label is skipped and recorded (file,
-line, reason); the caller prints `records.summary()`, or passes strict=True to stop at the
-first bad row. Rows are never dropped silently. (Batching the records: tasks/core/batching.py.)
+needs no special case; a header naming a column twice, a comma-separated file and another task's
+label column (an STS file given as Quora's) are refused. A row with the wrong number of columns,
+the header line again (two files joined), an empty or repeated id, an empty sentence, an empty,
+unparsable or out-of-range label, or lines run together by an unpaired quote mark is skipped and
+recorded (file, line or lines, reason); the caller prints `records.summary()`, or passes strict=True
+to stop at the first bad row. Rows are never dropped silently; empty lines are not rows, and are
+only counted. (Batching the records: tasks/core/batching.py.)
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 from .errors import UserError
 
 LABEL_COLUMNS = ("sentiment", "is_duplicate", "similarity")
+LABELS_OF = {"sentiment": "SST and CFIMDB", "is_duplicate": "Quora", "similarity": "STS"}  # whose column
 
 
 class DataError(UserError, ValueError):
@@ -59,31 +62,43 @@ class PairExample:
 
 @dataclass(frozen=True)
 class Skipped:
-    """A row that was not loaded, and why."""
+    """A row that was not loaded, and why; `end`, the last line of several that an unpaired quote mark ran together
+    (each counts as a row), `kind`, what the summary counts it as (none: the reason less its details)."""
 
     path: str
     line: int
     reason: str
+    end: int = 0
+    kind: str = ""
+
+    @property
+    def rows(self) -> int:
+        return max(1, self.end - self.line + 1)
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.reason}"
+        lines = f"{self.line}-{self.end}" if self.end > self.line else f"{self.line}"
+        return f"{self.path}:{lines}: {self.reason}"
 
 
 class Records(list):
     """The examples of one file (a list), with the file's path, whether it had labels, and the skipped rows."""
 
-    def __init__(self, items: list, path: Path, labelled: bool, skipped: list[Skipped]):
+    def __init__(self, items: list, path: Path, labelled: bool, skipped: list[Skipped], empty_lines: int = 0):
         super().__init__(items)
-        self.path, self.labelled, self.skipped = path, labelled, skipped
+        self.path, self.labelled, self.skipped, self.empty_lines = path, labelled, skipped, empty_lines
 
     def summary(self) -> str:
         """One line of counts, then one line per skipped row: what a CLI prints after loading."""
         head = f"{self.path}: {len(self)} examples loaded"
+        empty = f", {self.empty_lines} empty line{'s' * (self.empty_lines != 1)} ignored" if self.empty_lines else ""
         if not self.skipped:
-            return head + ", none skipped"
-        why = Counter(re.sub(r" \(.*\)$|: '.*'$", "", s.reason) for s in self.skipped)
+            return f"{head}, none skipped{empty}"
+        why: Counter = Counter()
+        for s in self.skipped:
+            why[s.kind or re.sub(r" \(.*\)$|: '.*'$", "", s.reason)] += s.rows
         reasons = "; ".join(f"{n} {r}" for r, n in why.most_common())
-        return "\n".join([f"{head}, {len(self.skipped)} rows skipped ({reasons}):"] + [f"  {s}" for s in self.skipped])
+        rows = sum(s.rows for s in self.skipped)
+        return "\n".join([f"{head}, {rows} rows skipped ({reasons}){empty}:"] + [f"  {s}" for s in self.skipped])
 
 
 PTB = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}", "``": '"', "''": '"'}
@@ -114,6 +129,7 @@ class LabelSpec:
     num_classes: int = 0
     low: float = 0.0
     high: float = 0.0
+    column: str = ""          # the header's name for it (one of LABEL_COLUMNS; none: any of them)
 
     def parse(self, text: str) -> float | int:
         """The label, or ValueError with a reason that says what was expected."""
@@ -135,9 +151,9 @@ class LabelSpec:
         return int(value)
 
 
-SENTIMENT5 = LabelSpec("class", num_classes=5)
-BINARY = LabelSpec("class", num_classes=2)
-SIMILARITY = LabelSpec("float", low=0.0, high=5.0)
+SENTIMENT5 = LabelSpec("class", num_classes=5, column="sentiment")
+BINARY = LabelSpec("class", num_classes=2, column="is_duplicate")      # Quora's; CFIMDB's is read_sentences'
+SIMILARITY = LabelSpec("float", low=0.0, high=5.0, column="similarity")
 
 
 NOT_UTF8 = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, as decode(errors="surrogateescape") keeps them
@@ -173,9 +189,10 @@ def _text(path: Path) -> str:
     return data.decode("utf-8-sig", errors="surrogateescape")
 
 
-def file_rows(path: Path) -> Iterator[tuple[int, list[str] | str]]:
-    """(line number, cells) for every row, header first; line numbers count physical lines, from 1. A row the csv
-    module cannot split (a cell over its size limit: a very long line, or an unclosed quote) comes as (line, why)."""
+def file_row_spans(path: Path) -> Iterator[tuple[int, int, list[str] | str]]:
+    """(first line, last line, cells) for every row, header first; line numbers count physical lines, from 1 (a
+    quoted cell may hold line breaks). A row the csv module cannot split (a cell over its size limit: a very long
+    line, or an unclosed quote) comes as (line, line, why)."""
     reader = csv.reader(io.StringIO(_text(path), newline=""), delimiter="\t")
     start = 1
     while True:
@@ -185,8 +202,28 @@ def file_rows(path: Path) -> Iterator[tuple[int, list[str] | str]]:
             return
         except csv.Error as e:   # the reader goes on with the next line
             cells = f"cannot split the row into cells ({e}): a very long line, or an unclosed quote mark?"
-        yield start, cells
+        yield start, max(start, reader.line_num), cells
         start = reader.line_num + 1
+
+
+def file_rows(path: Path) -> Iterator[tuple[int, list[str] | str]]:
+    """(line number, cells) for every row, header first, as file_row_spans gives them."""
+    return ((start, cells) for start, _, cells in file_row_spans(path))
+
+
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+UNPAIRED = "lines run together by an unpaired quote mark"
+
+
+def _run_on(start: int, end: int, cells: list[str]) -> str | None:
+    """Why a row is lines that an unpaired quote mark ran together (None: it is not): a cell holds a tab (in a
+    tab-separated file only quoting puts one there), or the row spans more lines than its cells' line breaks."""
+    breaks = sum(len(LINE_BREAK.findall(c)) for c in cells)
+    if end > start and (end - start > breaks or any("\t" in c for c in cells)):
+        return f'a quote mark opened on line {start} runs to line {end} (an unpaired "?)'
+    if any("\t" in c for c in cells):
+        return 'a tab inside a quoted cell (an unpaired "?)'
+    return None
 
 
 def _check_cells(cells: list[str]) -> None:
@@ -198,15 +235,32 @@ def _check_cells(cells: list[str]) -> None:
         raise ValueError("a NUL byte (a binary or UTF-16 file?)")
 
 
+def _label_column(path: Path, header: list[str], label: LabelSpec) -> int | None:
+    """The index of the file's label column (None: unlabelled); another task's label column alone is refused."""
+    if not label.column:
+        names = [c for c in header if c in LABEL_COLUMNS]
+        return header.index(names[0]) if names else None
+    if label.column in header:
+        return header.index(label.column)
+    other = next((c for c in header if c in LABEL_COLUMNS), None)
+    if other is not None:
+        raise DataError(f"{path}:1: its label column is {other!r}, {LABELS_OF[other]}'s; the {LABELS_OF[label.column]} "
+                        f"files label each row in {label.column!r} (a file of another task?)")
+    return None
+
+
 def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec, strict: bool, ptb: bool) -> Records:
     path = Path(path)
-    rows = file_rows(path)
+    rows = file_row_spans(path)
     try:
-        _, header = next(rows)
+        _, _, header = next(rows)
     except StopIteration:
         raise DataError(f"{path}:1: the file is empty; expected a header with id and {', '.join(sentence_columns)}")
     if isinstance(header, str):
         raise DataError(f"{path}:1: the header: {header}")
+    if len(header) == 1 and ("," in header[0] or ";" in header[0]):
+        raise DataError(f"{path}:1: the file is not tab-separated (its header is one cell, {header[0][:80]!r}): the "
+                        "course's files separate columns with tabs; save it as TSV (pandas: to_csv(path, sep='\\t'))")
     try:
         _check_cells(header)
     except ValueError as e:
@@ -218,16 +272,24 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
     if missing:
         raise DataError(f"{path}:1: the header {str(header)[:200]} has no {' or '.join(missing)} column; "
                         f"expected id and {', '.join(sentence_columns)}")
-    label_names = [c for c in header if c in LABEL_COLUMNS]
-    label_col = header.index(label_names[0]) if label_names else None
+    label_col = _label_column(path, header, label)
     id_col, text_cols = header.index("id"), [header.index(c) for c in sentence_columns]
-    items, skipped, seen = [], [], {}
-    for line, cells in rows:
+    items, skipped, seen, empty = [], [], {}, 0
+    for line, end, cells in rows:
+        if cells == []:                      # an empty line (one at the end of a file, most often): not a row
+            empty += 1
+            continue
+        kind = ""
         try:
             if isinstance(cells, str):
                 raise ValueError(cells)
             _check_cells(cells)
+            run_on = _run_on(line, end, cells)
+            if run_on is not None:
+                kind = UNPAIRED
+                raise ValueError(run_on)
             if len(cells) != len(header):
+                kind = "with the wrong number of columns"
                 raise ValueError(f"{len(cells)} columns, the header has {len(header)}")
             if [c.strip().lstrip("\ufeff") for c in cells] == [c.strip() for c in header]:
                 raise ValueError("the header line again (files joined?)")
@@ -243,9 +305,10 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
             texts = [ptb_to_text(unquote(t)) if ptb else unquote(t) for t in texts]
             value = label.parse(cells[label_col]) if label_col is not None else None
         except ValueError as e:
+            bad = Skipped(str(path), line, str(e), end if kind == UNPAIRED else 0, kind)
             if strict:
-                raise DataError(f"{path}:{line}: {e}") from None
-            skipped.append(Skipped(str(path), line, str(e)))
+                raise DataError(str(bad)) from None
+            skipped.append(bad)
             continue
         seen[ident] = line
         if len(texts) == 1:
@@ -254,12 +317,12 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
             items.append(PairExample(ident, texts[0], texts[1], value, line))
     if str(path) in _FILES_READ:        # a resume checks the labelled files (what training and selection read)
         _FILES_READ[str(path)]["labelled"] = label_col is not None
-    return Records(items, path, label_col is not None, skipped)
+    return Records(items, path, label_col is not None, skipped, empty)
 
 
 def read_sentences(path: str | Path, num_classes: int = 5, strict: bool = False, ptb: bool = True) -> Records:
     """A single-sentence file (labelled or not, found from the header) -> SentenceExample records."""
-    return _read(path, ("sentence",), LabelSpec("class", num_classes=num_classes), strict, ptb)
+    return _read(path, ("sentence",), LabelSpec("class", num_classes=num_classes, column="sentiment"), strict, ptb)
 
 
 def read_pairs(path: str | Path, label: LabelSpec = BINARY, strict: bool = False) -> Records:
@@ -293,3 +356,12 @@ TASKS = {
     "para": TaskFiles("para", "quora", True, BINARY),
     "sts": TaskFiles("sts", "sts", True, SIMILARITY),
 }
+
+
+def unlabelled(path: str | Path, task: str, files: str = "training and dev") -> DataError:
+    """The error for a file `task` needs labels from that has no label column: it names the column it needs."""
+    column = TASKS[task].label.column
+    text = Path(path).read_bytes().decode("utf-8-sig", errors="replace")
+    header = next(csv.reader(io.StringIO(text.splitlines()[0] if text else ""), delimiter="\t"), [])
+    return DataError(f"{path}:1: no {column!r} column (header {str(header)[:200]}); the {task} {files} files label "
+                     f"each row in a column named {column!r}")

@@ -224,15 +224,20 @@ def unit_interval(text: str) -> float:
     return value
 
 
+def user_path(text: str) -> str:
+    """A path with a leading ~ expanded (the shell leaves `--flag=~/x`, a config file's and run.json's as they are)."""
+    return str(Path(text).expanduser()) if text.startswith("~") else text
+
+
 def existing_file(text: str) -> str:
-    """A path to a file that exists and can be read."""
+    """A path to a file that exists and can be read (~ expanded)."""
     path = Path(text).expanduser()
     if not path.is_file():
         why = "is a directory, not a file" if path.is_dir() else "no such file"
         raise argparse.ArgumentTypeError(f"{text}: {why}")
     if not os.access(path, os.R_OK):
         raise argparse.ArgumentTypeError(f"{text}: not readable (permissions)")
-    return text
+    return user_path(text)
 
 
 def existing_path(text: str) -> str:

@@ -320,7 +320,7 @@ def load(cls: type, data: dict, source: str = "settings") -> Any:
 
 def read_config(path: str | Path, cls: type) -> dict[str, Any]:
     """A JSON config file -> {dotted path: checked value}; a syntax error names the file, line and column."""
-    path = Path(path)
+    path = Path(path).expanduser()
     data = read_json(path)
     if isinstance(data, dict) and "settings" in data and "command" in data:   # a run.json: its settings
         data = data["settings"]

@@ -31,6 +31,7 @@ from ..core.errors import (
     positive_float,
     positive_int,
     probability,
+    user_path,
 )
 from ..core.recipe import Recipe
 from ..core.runs import RunOptions
@@ -132,7 +133,7 @@ class OffRamps:
 class Files:
     """The task's files (each default: DATA_DIR's file of the task; sst2 reads SST's)."""
 
-    data_dir: str = setting("data", help="where the default task files live")
+    data_dir: str = setting("data", parse=user_path, help="where the default task files live")
     train_file: str | None = setting(None, parse=existing_file, metavar="PATH",
                                      help="training file (none: DATA_DIR's file of the task)")
     dev_file: str | None = setting(None, parse=existing_file, metavar="PATH",

@@ -30,7 +30,7 @@ from minbert.multitask import MultitaskBert
 from minbert.schedules import TaskSchedule
 
 from ..core.batching import batch_indices
-from ..core.data import SIMCSE_QUORA_REST, Records
+from ..core.data import SIMCSE_QUORA_REST, Records, unlabelled
 from ..core.distributed import is_main_process
 from ..core.errors import ConfigurationError
 from ..core.evaluation import (
@@ -128,9 +128,9 @@ def load_files(settings: Settings, tasks: list[str], tokenizer: minbert.Tokenize
         if settings.run.predictions and t not in test and is_main_process():   # as tasks.predict says it
             print(f"{t} test: no file {files.path(t, 'test')}; skipped", file=sys.stderr)
     for t in tasks:
-        if not (train[t].records.labelled and dev[t].records.labelled):
-            raise ConfigurationError(f"{t}: the training and dev files must have labels "
-                                     f"({train[t].records.path}, {dev[t].records.path})")
+        for data in (train[t], dev[t]):
+            if not data.records.labelled:
+                raise unlabelled(data.records.path, t)
     return train, dev, test
 
 

@@ -38,6 +38,7 @@ from ..core.errors import (
     nonnegative_float,
     positive_int,
     probability,
+    user_path,
 )
 from ..core.finetune import FineTune
 from ..core.recipe import Recipe
@@ -236,7 +237,7 @@ def _file_setting(task: str, split: str) -> object:
 class Files:
     """Each task's files (the defaults: DATA_DIR's), or a SimCSE stage's output to start from."""
 
-    data_dir: str = setting("data", help="where the default task files live")
+    data_dir: str = setting("data", parse=user_path, help="where the default task files live")
     after_simcse: str | None = setting(
         None, metavar="DIR",
         help=f"start from the encoder a SimCSE stage ({command('simcse')}) wrote to DIR and train Quora on the "

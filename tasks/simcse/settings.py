@@ -26,6 +26,7 @@ from ..core.errors import (
     nonnegative_float,
     positive_float,
     positive_int,
+    user_path,
 )
 from ..core.recipe import Recipe
 from ..core.runs import RunOptions
@@ -94,7 +95,7 @@ class StageTraining(Training):
 class Files:
     """The training files and the STS dev file (each default: in DATA_DIR)."""
 
-    data_dir: str = setting("data", help="where the default task files live")
+    data_dir: str = setting("data", parse=user_path, help="where the default task files live")
     sst_train: str | None = setting(None, parse=existing_file, metavar="PATH",
                                     help="SST training file (unsup; none: DATA_DIR/ids-sst-train.csv)")
     para_train: str | None = setting(None, parse=existing_file, metavar="PATH",
