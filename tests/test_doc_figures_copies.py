@@ -7,6 +7,7 @@ from their results (ONLY_IN_THE_INDEX), as are the rows that link no page (make 
 
 from __future__ import annotations
 
+import csv
 import re
 import statistics
 from decimal import ROUND_HALF_UP, Decimal
@@ -137,3 +138,27 @@ def test_readme_python_version_is_pyprojects() -> None:
     """'Both need Python 3.10+': pyproject.toml's requires-python."""
     required = re.search(r'requires-python = ">=([\d.]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
     assert f"Both need Python {required}+" in " ".join((ROOT / "README.md").read_text().split())
+
+
+def test_the_index_rows_read_from_their_own_results() -> None:
+    """Rows whose figures no topic page pins: the attention mistake (mistake_run.json, -2000x2.json), the search's
+    make train against trial 3 and trial 4's tie (search/main-job-full-trials.csv), the nested ensembles' range
+    (ensemble-full-budget.json)."""
+    text = " ".join(INDEX.read_text().split()).replace("**", "")
+    full, short_ = (result(n)["runs"] for n in ("mistake_run.json", "mistake_run-2000x2.json"))
+    wrong, right = full["scores / sqrt(H)"], full["correct"]
+    small = [short_[k]["dev_accuracy"] for k in ("scores / sqrt(H)", "correct")]
+    epochs = [" / ".join(f"{x:.4f}" for x in r["dev_accuracy_per_epoch"]) for r in (wrong, right)]
+    assert all(a < b for a, b in zip(wrong["dev_accuracy_per_epoch"], right["dev_accuracy_per_epoch"], strict=True))
+    assert (f"dev {wrong['dev_accuracy']:.4f} against the correct tree's {right['dev_accuracy']:.4f} "
+            f"({(wrong['dev_accuracy'] - right['dev_accuracy']) * 100:.1f} points; worse at every epoch: {epochs[0]} "
+            f"against {epochs[1]}); at 2000 examples and 2 epochs no difference "
+            f"({small[0]:.4f} against {small[1]:.4f})") in text
+    main = result("multitask-main-fused.json")["seeds"]["11711"]["dev_overall"]
+    assert f"against make train's {main:.4f} (one seed:" in text
+    with open(ROOT / "benchmarks" / "search" / "main-job-full-trials.csv", newline="") as f:
+        value = {int(t["number"]): float(t["value"] or 0) for t in csv.DictReader(f)}
+    assert (f"make train's run recorded as a trial ({value[1]:.4f}), 8 trials scored: best trial 4 {value[4]:.4f} "
+            "(a tie)") in text
+    nested = [e["dev"]["overall"] for e in result("ensemble-full-budget.json")["ensembles"]]
+    assert f"all 8 {nested[-1]:.4f}, nested first-k {min(nested):.4f}-{max(nested):.4f}" in text

@@ -11,7 +11,7 @@ import re
 import statistics
 
 from test_doc_figures import ROOT, flat, result
-from test_doc_figures_paired import rows_for, stats
+from test_doc_figures_paired import ablation_rows, figures, rows_for, stats
 
 LEADERBOARD = ROOT / "benchmarks" / "leaderboard.md"
 MULTITASK = ROOT / "benchmarks" / "multitask.md"
@@ -104,3 +104,29 @@ def test_leaderboard_md_the_step_profiles_arithmetic_and_its_copies() -> None:
     assert f"a step reaches {share:.0f}% of the CPU's fp32 matmul rate (below)" in page
     assert (f"speeds a step {min(runs)}-{max(runs)}x on A (three runs; {on_b}x on B)") in page
     assert f"on the avx2 machine A, {min(runs)}-{max(runs)}x in three runs" in page
+
+
+def test_multitask_md_the_schedule_rows_prose() -> None:
+    """The prose around the schedule tables, from power.json with test_doc_figures_paired's figures(): the seed sd at
+    one epoch against the main job's and the old budget's, SST's fall on seeds 1 and 2 under sequential, the constant
+    rate's minutes a run, its STS and SST differences to one decimal, Quora's low seed, sequential's sd."""
+    page = flat(MULTITASK).replace("**", "")
+    one_epoch = figures("power", "overall", "baseline 1 epoch", None, 100.0).rsd
+    old = statistics.stdev(ablation_rows("overall")["cross-encoder round-robin"].values()) * 100
+    assert (f"The seed-to-seed sd of the overall score is {one_epoch:.2f} points at this budget (the main job's two "
+            f"epochs: {FUSED['sd_overall'] * 100:.2f}), within the 1 point that lets paired rows be compared, against "
+            f"{old:.1f} points at the old ablation budget below") in page
+    sst = figures("power", "sst_accuracy", "sequential 1 epoch", "baseline 1 epoch", 100.0).r
+    assert f"(SST fell to {sst[0]:.1f} on seed 1, {sst[1]:.1f} on seed 2:" in page
+    minutes = [r["minutes"] for r in result("power.json") if r["row"].endswith("constant lr")]
+    assert len(minutes) == 6 and f"commit 6908296, {min(minutes):.1f}-{max(minutes):.1f} minutes a" in page
+    rows = ("sequential constant lr", "round-robin constant lr")
+    sts, sst_, overall = (figures("power", m, *rows, 100.0) for m in ("sts_pearson", "sst_accuracy", "overall"))
+    warm = figures("power", "sts_pearson", "sequential 1 epoch", "baseline 1 epoch", 100.0)
+    assert (f"is {sts.m:.1f} points *better* on STS than round-robin (under warm-up and decay it was {-warm.m:.1f} "
+            "points worse") in page
+    assert f"SST is {-sst_.m:.1f} points worse under sequential (shown)" in page
+    quora = figures("power", "para_accuracy", *rows, 100.0).r
+    assert f"falls on one seed of three ({min(quora):.2f})" in page
+    assert f"(sequential's sd is {overall.rsd:.1f} points)" in page
+    assert f"with the baseline's seed sd at {one_epoch:.2f}" in page
