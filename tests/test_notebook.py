@@ -197,12 +197,23 @@ def alive_with(marker: str) -> list[str]:
     return found
 
 
+def without_torch(source: str) -> str:
+    """run_source's code without `import torch` where nothing else in it names torch: the cell imports it for the
+    cells after it, and the harness would spend about 1.3 s of CPU a start on it."""
+    tree = ast.parse(source)
+    rest = [n for n in tree.body if not (isinstance(n, ast.Import) and [a.name for a in n.names] == ["torch"])]
+    if any(isinstance(n, ast.Name) and n.id == "torch" for node in rest for n in ast.walk(node)):
+        return source
+    return ast.unparse(ast.Module(rest, type_ignores=[]))
+
+
 def harness(notebook: Path, cell_id: str, calls: list[list[str]], tmp_path: Path) -> subprocess.Popen:
     """A process that defines the notebook's run() and calls it with each of calls' arguments in turn."""
     script = tmp_path / "harness.py"
     script.write_text(HARNESS)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.Popen([sys.executable, str(script), run_source(notebook, cell_id), json.dumps(calls)], cwd=ROOT,
+    code = without_torch(run_source(notebook, cell_id))
+    return subprocess.Popen([sys.executable, str(script), code, json.dumps(calls)], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)    # its own process group: the test's signals reach it alone
 
