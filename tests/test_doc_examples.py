@@ -79,8 +79,9 @@ def test_the_handout_s_not_written_example_is_the_message_a_part1_tree_prints(tm
     written yet ... check it with python -m assignments.check core`) is the start and the end of the message a part1
     tree prints, LINE being the stub's raise line there (taken from the made tree, so the example cannot drift from
     model.py's edits)."""
-    import subprocess
     import sys
+
+    import warm
 
     from assignments.make import generate
     example = re.search(r"e\.g\. `(error: BertEmbeddings\.forward in minbert/model\.py:(\d+) is not written yet "
@@ -97,8 +98,8 @@ def test_the_handout_s_not_written_example_is_the_message_a_part1_tree_prints(tm
     code = ("import sys, torch; from tasks.core.errors import run_cli; from minbert.model import BertEmbeddings; "
             "from assignments.common import _tiny_config; "
             "sys.exit(run_cli(lambda: BertEmbeddings(_tiny_config())(torch.zeros(1, 3, dtype=torch.long))))")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tree, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree)},
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = warm.run([sys.executable, "-c", code], cwd=tree, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree)},
+                    capture_output=True, text=True, timeout=120, check=False)
     message = " ".join(proc.stderr.split())
     start, end = example[1].split(" ... ")
     assert proc.returncode == 1 and message.startswith(start) and end in message, (proc.stderr, example[1])

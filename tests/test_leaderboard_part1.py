@@ -9,11 +9,11 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import zipfile
 
 import pytest
+import warm
 from conftest import DATA, ROOT
 from leaderboard_fixtures import (
     SALT,
@@ -197,8 +197,8 @@ def test_the_part1_handouts_submit_command_zips_what_the_part1_board_reads(lb, t
     write_upload(preds, {"sst": lb["labels"]["sst"]}, {"sst": dev})               # a tasks.classifier SST run's
     cfimdb = [e.id for e in TASKS["cfimdb"].read(TASKS["cfimdb"].path(data, "dev"))]
     write_predictions(prediction_path(preds, "cfimdb", "dev"), "cfimdb", cfimdb, [1] * len(cfimdb))
-    proc = subprocess.run([sys.executable, "-m", "tasks.submit", *argv], cwd=tree, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(tree)}, timeout=120, check=False)
+    proc = warm.run([sys.executable, "-m", "tasks.submit", *argv], cwd=tree, capture_output=True, text=True,
+                    env={**os.environ, "PYTHONPATH": str(tree)}, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     made = tree / "submission.zip"
     assert sorted(zipfile.ZipFile(made).namelist()) == sorted(f"predictions/{name}" for name in SST.files)

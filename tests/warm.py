@@ -1,8 +1,8 @@
 """`python ARGS` for the tests, forked from a warm interpreter instead of started cold: run() is subprocess.run.
 
 A fresh `python -m tasks.X` spends about 2-3 s of its first seconds importing torch, and the tests start over a
-hundred. run() asks the grader's warm interpreter (assignments/warmstart.py: one per pytest process, torch imported
-and nothing else) to fork a child that does what `python ARGS` does, outputs captured in files; its docstring says
+hundred. run() asks the grader's warm interpreter (assignments/warmstart.py; untrusted.warm_helper's, the one the
+grader's checker forks from too: one per pytest process, torch imported and nothing else) to fork a child that does what `python ARGS` does, outputs captured in files; its docstring says
 what a child does as a cold start would and what differs. So any tree's code runs in it, a student tree's included.
 A PYTHONPATH with a sitecustomize.py (site runs it before the command), a cwd that is not a folder, other interpreter
 flags, pipes or stdin input go to subprocess.run unchanged, as does every command with MINBERT_COLD_TESTS=1 (which
@@ -20,12 +20,12 @@ import tempfile
 import threading
 from pathlib import Path
 
+from assignments.untrusted import warm_helper
 from assignments.warmstart import Helper
 
 _KNOWN = {"args", "cwd", "env", "capture_output", "text", "timeout", "check", "encoding", "start_new_session"}
 
 
-_helper: Helper | None = None
 _one_at_a_time = threading.Lock()            # the helper answers one request at a time
 
 
@@ -63,11 +63,13 @@ def run(args: list[str], **kw) -> subprocess.CompletedProcess:
     parsed = _parse([str(a) for a in args]) if args and str(args[0]) == sys.executable else None
     env = {str(k): str(v) for k, v in (os.environ if kw.get("env") is None else kw["env"]).items()}
     cwd = str(kw.get("cwd") or os.getcwd())
-    if parsed is None or set(kw) - _KNOWN or os.environ.get("MINBERT_COLD_TESTS") or _cold_only(env, cwd):
+    cold = parsed is None or set(kw) - _KNOWN or os.environ.get("MINBERT_COLD_TESTS") or _cold_only(env, cwd)
+    helper = None if cold else warm_helper()     # the grader's, this process's one (None: MINBERT_COLD_START)
+    if helper is None:
         check = kw.pop("check", False)
         return subprocess.run(args, check=check, **kw)
     with _one_at_a_time:
-        return _run_warm(args, parsed, env, str(Path(cwd).resolve()), kw)
+        return _run_warm(helper, args, parsed, env, str(Path(cwd).resolve()), kw)
 
 
 def _text(data: bytes, encoding: str | None) -> str:
@@ -75,11 +77,9 @@ def _text(data: bytes, encoding: str | None) -> str:
     return io.TextIOWrapper(io.BytesIO(data), encoding=encoding or "utf-8", newline=None).read()
 
 
-def _run_warm(args: list[str], parsed: tuple, env: dict[str, str], cwd: str, kw: dict) -> subprocess.CompletedProcess:
-    global _helper
+def _run_warm(helper: Helper, args: list[str], parsed: tuple, env: dict[str, str], cwd: str,
+              kw: dict) -> subprocess.CompletedProcess:
     kind, target, rest, warnings, unbuffered = parsed
-    if _helper is None or not _helper.alive:
-        _helper = Helper()
     timeout = kw.get("timeout")
     with tempfile.TemporaryDirectory(prefix="warm-") as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
@@ -87,7 +87,7 @@ def _run_warm(args: list[str], parsed: tuple, env: dict[str, str], cwd: str, kw:
         request = {"kind": kind, "target": target, "args": rest, "warnings": warnings, "unbuffered": unbuffered,
                    "env": env, "cwd": cwd, "stdout": str(out), "stderr": str(err),
                    "new_session": bool(kw.get("start_new_session"))}
-        _, code = _helper.run(request, timeout)
+        _, code = helper.run(request, timeout)
         if code is None:
             raise subprocess.TimeoutExpired(args, timeout, out.read_bytes(), err.read_bytes())
         stdout, stderr = out.read_bytes(), err.read_bytes()
