@@ -4,18 +4,20 @@ missing, or nothing to write or zip, is one error line naming the folder and --d
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import TEST_DEVICE
+from conftest import DATA, TEST_DEVICE
 from test_ensemble_cli import data_dir as sst_data
 from test_ensemble_cli import run_dir as sst_run
 
-from tasks import ensemble, multitask, predict, submit
-from tasks.core.errors import run_cli
-from tasks.core.runs import RUN_FILE
+from tasks import attention, classifier, ensemble, export, multitask, predict, submit
+from tasks.core.checkpoints import load_checkpoint
+from tasks.core.errors import MissingFileError, ResumeError, run_cli
+from tasks.core.runs import RUN_FILE, trained_files
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -92,3 +94,81 @@ def test_predict_finds_a_runs_files_from_anywhere_and_refuses_to_write_nothing(t
         "written: pass --data-dir DIR (or the files' own flags)")
     assert run_cli(lambda: predict.main([str(trained / "run"), "--out", "pred3", "--device", TEST_DEVICE,
                                          "--data-dir", str(trained / "data")])) == 0
+
+
+def _sst_run(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
+    """A one-epoch classifier run started in tmp_path with relative names for everything: --model tiny (conftest's
+    tiny_dir, tmp_path/tiny), train.csv, dev.csv, test.csv, --run-dir run; (the run's folder, another folder)."""
+    lines = (DATA / "ids-sst-dev.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+    for name, rows in (("train.csv", lines[1:33]), ("dev.csv", lines[33:49]), ("test.csv", lines[49:65])):
+        (tmp_path / name).write_text(lines[0] + "".join(rows), encoding="utf-8")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    classifier.run(classifier.parse_settings([
+        "--model", "tiny", "--device", TEST_DEVICE, "--batch-size", "8", "--no-progress", "--epochs", "1",
+        "--eval-batch-size", "8", "--train-file", "train.csv", "--dev-file", "dev.csv", "--test-file", "test.csv",
+        "--run-dir", "run"]))
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    return tmp_path / "run", tmp_path / "elsewhere"
+
+
+def test_a_runs_relative_model_directory_is_read_from_where_it_trained(tiny_dir, tmp_path, capsys, monkeypatch):
+    run, elsewhere = _sst_run(tmp_path, monkeypatch)
+    assert json.loads((run / RUN_FILE).read_text())["settings"]["training"]["model"] == "tiny"
+    assert run_cli(lambda: predict.main([str(run), "--out", "pred", "--device", TEST_DEVICE])) == 0, \
+        capsys.readouterr().err
+    assert sorted(p.name for p in (elsewhere / "pred").iterdir()) == ["sst-dev-output.csv", "sst-test-output.csv"]
+    assert (elsewhere / "pred" / "sst-dev-output.csv").read_text() == (run / "predictions" / "sst-dev-output.csv").read_text()
+    assert run_cli(lambda: export.main([str(run), "exported"])) == 0, capsys.readouterr().err
+    assert (elsewhere / "exported" / "vocab.txt").is_file()
+    _, base, _ = attention.encoder(str(run), "eager")
+    assert base == str(tmp_path / "tiny")
+    assert trained_files({"cwd": str(tmp_path), "settings": {"training": {"model": "minilm"}}}) == {}  # an alias
+    (tmp_path / "minilm").mkdir()                                                  # never a path, a folder or not
+    assert trained_files({"cwd": str(tmp_path), "settings": {"training": {"model": "minilm"}}}) == {}
+
+
+def test_resume_and_a_run_json_as_config_read_relative_files_from_where_the_run_started(tiny_dir, tmp_path, capsys,
+                                                                                      monkeypatch):
+    run, elsewhere = _sst_run(tmp_path, monkeypatch)
+    classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "2"]))      # one more epoch, here
+    assert load_checkpoint(run / "checkpoint.pt")["epoch"] == 2
+    again = classifier.parse_settings(["--config", str(run / RUN_FILE), "--run-dir", "again"])
+    assert (again.files.train_file, again.training.model) == (str(tmp_path / "train.csv"), str(tmp_path / "tiny"))
+    monkeypatch.chdir(tmp_path)                                                     # from where it started: as given
+    assert classifier.parse_settings(["--config", str(run / RUN_FILE), "--run-dir", "again"]).files.train_file == \
+        "train.csv"
+    monkeypatch.chdir(elsewhere)
+    (tmp_path / "moved.csv").write_bytes((tmp_path / "train.csv").read_bytes())
+    built = []
+    monkeypatch.setattr(classifier, "load_split", lambda *a, **k: built.append(a) or pytest.fail("data read"))
+    with pytest.raises(ResumeError, match=r"files.train_file: .*train.csv.*, now .*moved.csv"):   # before any data
+        classifier.run(classifier.parse_settings(["--resume", str(run), "--train-file", str(tmp_path / "moved.csv")]))
+    assert built == []
+    record = json.loads((run / RUN_FILE).read_text())
+    gone = elsewhere / "copy"
+    gone.mkdir()
+    (gone / RUN_FILE).write_text(json.dumps(record | {"cwd": str(tmp_path / "gone")}))
+    with pytest.raises(MissingFileError, match=(rf"setting 'files.train_file': train.csv: no such file, relative to "
+                                                rf"{tmp_path / 'gone'}, where the run started")):
+        classifier.parse_settings(["--config", str(gone / RUN_FILE), "--run-dir", "again2"])
+
+
+def test_run_json_records_the_data_and_predict_notes_a_changed_labelled_file(tiny_dir, tmp_path, capsys, monkeypatch):
+    run, _ = _sst_run(tmp_path, monkeypatch)
+    record = json.loads((run / RUN_FILE).read_text())
+    expected = {name: {"bytes": (tmp_path / name).stat().st_size,
+                       "sha256": hashlib.sha256((tmp_path / name).read_bytes()).hexdigest(), "labelled": True}
+                for name in ("train.csv", "dev.csv", "test.csv")}
+    assert record["data_files"] == record["started"]["data_files"] == expected
+    classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "2"]))
+    assert json.loads((run / RUN_FILE).read_text())["resumed"][-1]["data_files"] == {
+        str(tmp_path / name): mark for name, mark in expected.items()}
+    capsys.readouterr()
+    assert run_cli(lambda: predict.main([str(run), "--out", "same", "--device", TEST_DEVICE])) == 0
+    assert "note:" not in capsys.readouterr().err
+    lines = (tmp_path / "dev.csv").read_text().splitlines(keepends=True)
+    (tmp_path / "dev.csv").write_text("".join(lines[:9]))                           # cut to 8 rows since
+    assert run_cli(lambda: predict.main([str(run), "--out", "cut", "--device", TEST_DEVICE])) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and str(tmp_path / "dev.csv") in notes[0] and "differs from" in notes[0], notes

@@ -39,6 +39,7 @@ from .errors import (
 )
 from .evaluation import write_text
 from .resume import before_values
+from .run_files import from_start
 from .settings import build, dump, flatten, parse, read_config, setting
 from .step import ATTENTION_KERNELS, READ_EVERY_GPU
 
@@ -336,16 +337,10 @@ def run_settings(cls: type, data: dict, source: str, given: dict[str, Any] | Non
 
 
 def trained_files(record: dict[str, Any]) -> dict[str, str]:
-    """{files.NAME: path} for each relative path of a run.json's files (its data_dir and task files) that exists
-    joined to the folder the run trained in (its cwd), so that predict and ensemble find them from anywhere; a path
-    that does not exist there (a run directory moved to another machine, the folder since moved) is left relative,
-    read from the current folder as a run.json written before the cwd was recorded is."""
-    cwd, files = record.get("cwd"), (record.get("settings") or {}).get("files") or {}
-    if not isinstance(cwd, str) or not isinstance(files, dict):
-        return {}
-    joined = {f"files.{k}": Path(cwd) / v for k, v in files.items() if isinstance(v, str) and v
-              and (k == "data_dir" or k.endswith(("_train", "_dev", "_test", "_file"))) and not Path(v).is_absolute()}
-    return {k: str(path) for k, path in joined.items() if path.exists()}
+    """{dotted path: path} for each relative path of a run.json (its data_dir and task files, --after-simcse's folder,
+    a --model directory) that exists joined to the folder the run trained in (its cwd), so that predict, export,
+    ensemble and attention find them from anywhere (tasks.core.run_files.from_start)."""
+    return from_start(record)
 
 
 def read_run_json(directory: str | Path) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from typing import Any
 from .config_files import read_json
 from .errors import ConfigurationError
 from .flag_actions import ListAction, OrNone, Switch, or_none, shown, states_default
+from .run_files import replayed
 
 ON_RESUME = ("same", "free")
 NEW = object()              # before=NEW: the setting has existed since run directories have (no older value to assume)
@@ -322,8 +323,8 @@ def read_config(path: str | Path, cls: type) -> dict[str, Any]:
     """A JSON config file -> {dotted path: checked value}; a syntax error names the file, line and column."""
     path = Path(path)
     data = read_json(path)
-    if isinstance(data, dict) and "settings" in data and "command" in data:   # a run.json: its settings
-        data = data["settings"]
+    if isinstance(data, dict) and "settings" in data and "command" in data:   # a run.json
+        data = replayed(data, str(path))    # its settings, relative paths from where it ran when run from elsewhere
     return flatten(cls, data, str(path))
 
 

@@ -46,12 +46,14 @@ from ..core.errors import ConfigurationError, ResumeError
 from ..core.evaluation import predict_batches, raw_path, write_raw
 from ..core.recipe import autocast
 from ..core.resume import resume_config, stored_values
+from ..core.run_files import same_place
 from ..core.runs import (
     RUN_FILE,
     STAGE2,
     RunPaths,
     config_file,
     own_paths,
+    read_run_json,
     resume_base,
     run_paths,
     trained_checkpoint,
@@ -191,7 +193,10 @@ def load_trained(model: DeeBert, settings: Settings) -> Path:
                           "never finished an epoch)")
     state = check_trained(load_checkpoint(path), path, settings.sweep.from_run)
     was = build(Settings, stored_values(Settings, state.get("config", {})))   # flat names of older ones too
-    diffs = [f"{k}: {a!r} there, {b!r} now" for k, a, b in _model_fields(was, settings) if a != b]
+    record = Path(settings.sweep.from_run) / RUN_FILE      # a relative --model: from the folder that run started in
+    start = read_run_json(record.parent).get("cwd") if record.is_file() else None
+    diffs = [f"{k}: {a!r} there, {b!r} now" for k, a, b in _model_fields(was, settings)
+             if not (same_place(a, b, start) if k == "model" else a == b)]
     if state.get("config", {}).get("stage") != 2 or diffs:
         raise ConfigurationError(f"{path}: not a trained DeeBERT model for this run"
                                  + (f" ({'; '.join(diffs)})" if diffs else " (no stage-2 checkpoint)"))

@@ -1,0 +1,97 @@
+"""A run's relative paths, read from the folder the run started in (its run.json's "cwd"): the data folder and task
+files, --after-simcse's directory and a --model that was a local directory. Predict, export, ensemble and attention
+read them so (from_start); --resume DIR and a run.json given as --config too, when run from another folder
+(replayed); a resumed run's checkpoint compares its recorded paths so (same_place), and tasks.predict names a
+labelled file that is not the one the run read (changed_files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from minbert.checkpoint import PACKAGED
+
+from .errors import MissingFileError
+
+_started_in: Path | None = None   # the folder the run being resumed started in: its checkpoint's relative paths'
+
+
+def is_path_setting(key: str) -> bool:
+    """Whether a dotted setting names a file or folder of the run's data: files.data_dir, files.after_simcse, files.*
+    of a split (_train, _dev, _test) or a classifier's *_file."""
+    name = key.removeprefix("files.")
+    return key.startswith("files.") and (name in ("data_dir", "after_simcse") or
+                                         name.endswith(("_train", "_dev", "_test", "_file")))
+
+
+def relative_paths(settings: dict[str, Any]) -> dict[str, str]:
+    """{dotted path: value} of a run.json's relative path settings and its --model (a name that may be a local
+    directory; a packaged alias such as minilm is never one)."""
+    files, training = settings.get("files") or {}, settings.get("training") or {}
+    found = {f"files.{k}": v for k, v in (files.items() if isinstance(files, dict) else ())
+             if is_path_setting(f"files.{k}") and isinstance(v, str) and v and not Path(v).is_absolute()}
+    model = training.get("model") if isinstance(training, dict) else None
+    if isinstance(model, str) and model and model not in PACKAGED and not Path(model).is_absolute():
+        found["training.model"] = model
+    return found
+
+
+def from_start(record: dict[str, Any]) -> dict[str, str]:
+    """{dotted path: path} of each relative path of a run.json that exists joined to the folder the run started in
+    (a --model only as a directory there: otherwise a Hub name); one that does not exist there (the run directory
+    moved to another machine, the folder since moved) is left out, read from the current folder as a run.json written
+    before the cwd was recorded is."""
+    cwd, settings = record.get("cwd"), record.get("settings")
+    if not isinstance(cwd, str) or not isinstance(settings, dict):
+        return {}
+    joined = {k: Path(cwd) / v for k, v in relative_paths(settings).items()}
+    return {k: str(p) for k, p in joined.items() if (p.is_dir() if k == "training.model" else p.exists())}
+
+
+def replayed(record: dict[str, Any], source: str) -> dict[str, Any]:
+    """A run.json's settings (--resume DIR, --config DIR/run.json) with its relative paths joined to the folder the run
+    started in, when that is not this one and they exist there; a task file found neither there nor here is one line
+    saying which folder its path is relative to."""
+    cwd, settings = record.get("cwd"), record["settings"]
+    if not isinstance(cwd, str) or not isinstance(settings, dict) or Path(cwd).resolve() == Path.cwd().resolve():
+        return settings
+    joined = from_start(record)
+    for key, value in relative_paths(settings).items():
+        if key not in joined and key not in ("training.model", "files.data_dir") and not Path(value).exists():
+            raise MissingFileError(f"{source}: setting {key!r}: {value}: no such file, relative to {cwd}, where the "
+                                   f"run started (nor here, {Path.cwd()}): run from there, or put the file back")
+    out = {section: dict(values) if isinstance(values, dict) else values for section, values in settings.items()}
+    for key, path in joined.items():
+        section, name = key.split(".", 1)
+        out[section][name] = path
+    return out
+
+
+def started_in(folder: str | Path | None) -> None:
+    """The folder the run being resumed started in (its run.json's cwd; None: this one), which same_place reads the
+    checkpoint's relative paths from."""
+    global _started_in
+    _started_in = Path(folder) if folder else None
+
+
+def same_place(was: Any, now: Any, start: str | Path | None = None) -> bool:
+    """Whether a path a run recorded (`was`, relative to the folder it started in: `start`, else started_in's) and
+    one given now (relative to this folder) name the same file or folder."""
+    if not isinstance(was, str) or not isinstance(now, str) or not was or not now:
+        return was == now
+    base = Path(start) if start else (_started_in or Path.cwd())
+    return was == now or (base / was).resolve() == Path(now).resolve()
+
+
+def changed_files(recorded: dict | None, read: dict[str, dict], start: str | Path | None) -> list[str]:
+    """Each labelled file of `read` ({path as read now: {"bytes", "sha256", "labelled"}}, tasks.core.data.files_read)
+    whose bytes or sha256 differ from what a checkpoint `recorded` of the same file (its paths relative to `start`,
+    the folder the run started in)."""
+    changed = []
+    for path, now in read.items():
+        if not now.get("labelled", True):
+            continue
+        was = next((mark for f, mark in (recorded or {}).items() if same_place(f, path, start or Path.cwd())), None)
+        if was is not None and (was.get("bytes"), was.get("sha256")) != (now.get("bytes"), now.get("sha256")):
+            changed.append(path)
+    return changed
