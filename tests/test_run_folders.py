@@ -131,13 +131,22 @@ def test_a_runs_relative_model_directory_is_read_from_where_it_trained(tiny_dir,
 def test_resume_and_a_run_json_as_config_read_relative_files_from_where_the_run_started(tiny_dir, tmp_path, capsys,
                                                                                       monkeypatch):
     run, elsewhere = _sst_run(tmp_path, monkeypatch)
-    classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "2"]))      # one more epoch, here
-    assert load_checkpoint(run / "checkpoint.pt")["epoch"] == 2
+    record = json.loads((run / RUN_FILE).read_text())                       # its paths relative, as given
     again = classifier.parse_settings(["--config", str(run / RUN_FILE), "--run-dir", "again"])
     assert (again.files.train_file, again.training.model) == (str(tmp_path / "train.csv"), str(tmp_path / "tiny"))
     monkeypatch.chdir(tmp_path)                                                     # from where it started: as given
     assert classifier.parse_settings(["--config", str(run / RUN_FILE), "--run-dir", "again"]).files.train_file == \
         "train.csv"
+    monkeypatch.chdir(elsewhere)
+    dev = (tmp_path / "dev.csv").read_bytes()
+    (tmp_path / "dev.csv").write_bytes(dev.replace(b"\t4\n", b"\t3\n", 1))           # a label changed since
+    with pytest.raises(ResumeError, match=r"cannot resume: .*dev.csv has changed since the run started"):
+        classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "2"]))
+    (tmp_path / "dev.csv").write_bytes(dev)
+    classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "2"]))      # one more epoch, here
+    assert load_checkpoint(run / "checkpoint.pt")["epoch"] == 2
+    monkeypatch.chdir(tmp_path)                                       # and again from there: the same files
+    classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "3"]))
     monkeypatch.chdir(elsewhere)
     (tmp_path / "moved.csv").write_bytes((tmp_path / "train.csv").read_bytes())
     built = []
@@ -145,7 +154,6 @@ def test_resume_and_a_run_json_as_config_read_relative_files_from_where_the_run_
     with pytest.raises(ResumeError, match=r"files.train_file: .*train.csv.*, now .*moved.csv"):   # before any data
         classifier.run(classifier.parse_settings(["--resume", str(run), "--train-file", str(tmp_path / "moved.csv")]))
     assert built == []
-    record = json.loads((run / RUN_FILE).read_text())
     gone = elsewhere / "copy"
     gone.mkdir()
     (gone / RUN_FILE).write_text(json.dumps(record | {"cwd": str(tmp_path / "gone")}))

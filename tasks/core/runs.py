@@ -39,7 +39,7 @@ from .errors import (
 )
 from .evaluation import write_text
 from .resume import before_values
-from .run_files import from_start
+from .run_files import from_start, is_path_setting, same_place, started_in
 from .settings import build, dump, flatten, parse, read_config, setting
 from .step import ATTENTION_KERNELS, READ_EVERY_GPU
 
@@ -125,6 +125,7 @@ def parse_run(cls: type, argv: list[str] | None, prog: str, description: str | N
     def base(flags: dict[str, Any]) -> dict[str, Any]:
         given.update(flags)
         start = resume_base(flags.get("run.resume"), cls)
+        refuse_other_files(flags.get("run.resume"), start, flags)
         if check is not None:
             config = config_file(argv)
             check(start | (read_config(config, cls) if config is not None else {}) | flags)
@@ -192,6 +193,18 @@ def resume_base(resume: str | None, cls: type) -> dict[str, Any]:
     return {}
 
 
+def refuse_other_files(resume: str | None, start: dict[str, Any], flags: dict[str, Any]) -> None:
+    """--resume DIR with a file flag (or --model) naming another file than its run.json's (a relative one read from
+    the folder the run started in): refused before any data is read or model built, as the checkpoint would."""
+    differ = [f"{k}: run.json {start.get(k)!r}, now {v!r}" for k, v in flags.items()
+              if resume is not None and v is not None and k in start and (is_path_setting(k) or k == "training.model")
+              and not same_place(start[k], v, Path.cwd())]
+    if differ:
+        raise ResumeError(f"{resume}: cannot resume a different run; settings differ: {'; '.join(differ)}: a resumed "
+                          f"run reads the files it started with; leave the flag out, or start a new run (--config "
+                          f"{Path(start.get('run.run_dir') or resume) / RUN_FILE} --run-dir NEW)")
+
+
 @dataclass(frozen=True)
 class RunPaths:
     """Where one run writes: its directory, run.json, the checkpoint and the predictions."""
@@ -221,6 +234,8 @@ def run_paths(run: RunOptions, *name: str, checkpoint_name: str = CHECKPOINT) ->
         directory = default_run_dir(*name)
     checkpoint = Path(run.checkpoint) if run.checkpoint else directory / checkpoint_name
     forget_files_read()                       # the task files this run reads, which its checkpoint records
+    started_in(read_run_json(directory).get("cwd") if resume is not None and (directory / RUN_FILE).is_file()
+               else None)                     # a resumed run's recorded relative paths: from where it started
     if resume is None and (directory / RUN_FILE).is_file() and (checkpoint.is_file() or "result" in read_run_json(directory)):
         raise ConfigurationError(f"{directory} holds a run already ({RUN_FILE}): continue it with --resume "
                                  f"{shlex.quote(str(directory))}, or give another --run-dir")   # one stopped before a checkpoint: restart

@@ -54,6 +54,7 @@ from ..core.runs import (
     config_file,
     own_paths,
     read_run_json,
+    refuse_other_files,
     resume_base,
     run_paths,
     trained_checkpoint,
@@ -333,8 +334,10 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
 
     def base(flags: dict) -> dict:
         given.update(flags)
-        return start_from(*(flags.get(k) for k in ("run.resume", "run.resume_training", "run.run_dir",
-                                                   "sweep.from_run")))
+        start = start_from(*(flags.get(k) for k in ("run.resume", "run.resume_training", "run.run_dir",
+                                                    "sweep.from_run")))
+        refuse_other_files(start.get("run.resume"), start, flags)
+        return start
 
     config = config_file(list(sys.argv[1:] if argv is None else argv))
     return parse(Settings, argv, prog="python -m tasks.deebert", description=__doc__, base=base,
