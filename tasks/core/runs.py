@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from .config_files import read_json
-from .data import forget_files_read
+from .data import files_read, forget_files_read
 from .errors import (
     ConfigurationError,
     MissingFileError,
@@ -328,17 +328,21 @@ def environment() -> dict[str, Any]:
 
 def write_run_json(paths: RunPaths, command: str, settings: Any, argv: list[str] | None = None,
                    **extra: Any) -> Path:
-    """run.json: the command as typed, its full settings, the environment, and `extra` (e.g. the result at the end).
-    A resumed run keeps the first start's record under "started" and adds one line per resume."""
+    """run.json: the command as typed, its full settings, the environment, the task files read (their bytes and sha256,
+    tasks.core.data.files_read, as the checkpoint records them) and `extra` (e.g. the result at the end). A resumed
+    run keeps the first start's record under "started" and adds one line per resume (its command and files)."""
     paths.dir.mkdir(parents=True, exist_ok=True)
     argv = sys.argv[1:] if argv is None else argv
     record: dict[str, Any] = {"command": command, "argv": f"python -m tasks.{command} {shlex.join(argv)}".strip(),
                               "cwd": os.getcwd(),        # the folder its relative files are read from (trained_files)
-                              "settings": dump(settings), "environment": environment()}
+                              "settings": dump(settings), "environment": environment(),
+                              "data_files": files_read()}   # each task file's bytes and sha256, as the checkpoint's
     if paths.run_json.is_file():
         old = read_run_json(paths.dir)
-        record["started"] = old.get("started", {"argv": old.get("argv"), "environment": old.get("environment")})
-        record["resumed"] = old.get("resumed", []) + ([{"argv": record["argv"]}] if paths.resume else [])
+        record["started"] = old.get("started", {"argv": old.get("argv"), "environment": old.get("environment"),
+                                                "data_files": old.get("data_files")})
+        record["resumed"] = old.get("resumed", []) + ([{"argv": record["argv"], "data_files": record["data_files"]}]
+                                                      if paths.resume else [])
     write_text(paths.run_json, json.dumps(record | extra, indent=1) + "\n")
     return paths.run_json
 
