@@ -138,6 +138,13 @@ def test_resume_and_a_run_json_as_config_read_relative_files_from_where_the_run_
     assert classifier.parse_settings(["--config", str(run / RUN_FILE), "--run-dir", "again"]).files.train_file == \
         "train.csv"
     monkeypatch.chdir(elsewhere)
+    train = (tmp_path / "train.csv").read_bytes()
+    (tmp_path / "moved.csv").write_bytes(train[:-80])                                 # other bytes
+    with monkeypatch.context() as patched:
+        patched.setattr(classifier, "load_split", lambda *a, **k: pytest.fail("data read"))
+        with pytest.raises(ResumeError, match=(rf"files.train_file: run.json 'train.csv' \(relative to {tmp_path}, "
+                                               r"where the run started\), now '../moved.csv'")):  # before any data
+            classifier.run(classifier.parse_settings(["--resume", str(run), "--train-file", "../moved.csv"]))
     dev = (tmp_path / "dev.csv").read_bytes()
     (tmp_path / "dev.csv").write_bytes(dev.replace(b"\t4\n", b"\t3\n", 1))           # a label changed since
     with pytest.raises(ResumeError, match=r"cannot resume: .*dev.csv has changed since the run started"):
@@ -148,12 +155,10 @@ def test_resume_and_a_run_json_as_config_read_relative_files_from_where_the_run_
     monkeypatch.chdir(tmp_path)                                       # and again from there: the same files
     classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "3"]))
     monkeypatch.chdir(elsewhere)
-    (tmp_path / "moved.csv").write_bytes((tmp_path / "train.csv").read_bytes())
-    built = []
-    monkeypatch.setattr(classifier, "load_split", lambda *a, **k: built.append(a) or pytest.fail("data read"))
-    with pytest.raises(ResumeError, match=r"files.train_file: .*train.csv.*, now .*moved.csv"):   # before any data
-        classifier.run(classifier.parse_settings(["--resume", str(run), "--train-file", str(tmp_path / "moved.csv")]))
-    assert built == []
+    (tmp_path / "moved.csv").write_bytes(train)                                       # the same bytes: the same data
+    (tmp_path / "train.csv").unlink()
+    classifier.run(classifier.parse_settings(["--resume", str(run), "--train-file", "../moved.csv", "--epochs", "4"]))
+    assert load_checkpoint(run / "checkpoint.pt")["epoch"] == 4
     gone = elsewhere / "copy"
     gone.mkdir()
     (gone / RUN_FILE).write_text(json.dumps(record | {"cwd": str(tmp_path / "gone")}))

@@ -6,6 +6,8 @@ labelled file that is not the one the run read (changed_files)."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from minbert.checkpoint import PACKAGED
 from .errors import MissingFileError
 
 _started_in: Path | None = None   # the folder the run being resumed started in: its checkpoint's relative paths'
+_same_bytes: set[tuple[Path, Path]] = set()   # (a file the run read, a file given now) of the same bytes: same_bytes
 
 
 def is_path_setting(key: str) -> bool:
@@ -48,22 +51,28 @@ def from_start(record: dict[str, Any]) -> dict[str, str]:
     return {k: str(p) for k, p in joined.items() if (p.is_dir() if k == "training.model" else p.exists())}
 
 
-def replayed(record: dict[str, Any], source: str) -> dict[str, Any]:
+def replayed(record: dict[str, Any], source: str, replaced: Collection[str] = ()) -> dict[str, Any]:
     """A run.json's settings (--resume DIR, --config DIR/run.json) with its relative paths joined to the folder the run
     started in, when that is not this one and they exist there; a task file found neither there nor here is one line
-    saying which folder its path is relative to."""
+    saying which folder its path is relative to. The settings in `replaced` (dotted; flags given beside it) are left
+    out: a file they replace need not exist."""
     cwd, settings = record.get("cwd"), record["settings"]
-    if not isinstance(cwd, str) or not isinstance(settings, dict) or Path(cwd).resolve() == Path.cwd().resolve():
+    if not isinstance(settings, dict):
         return settings
+    out = {section: {k: v for k, v in values.items() if f"{section}.{k}" not in replaced}
+           if isinstance(values, dict) else values for section, values in settings.items()}
+    if not isinstance(cwd, str) or Path(cwd).resolve() == Path.cwd().resolve():
+        return out
     joined = from_start(record)
     for key, value in relative_paths(settings).items():
-        if key not in joined and key not in ("training.model", "files.data_dir") and not Path(value).exists():
+        if key not in joined and key not in replaced and key not in ("training.model", "files.data_dir") and \
+                not Path(value).exists():
             raise MissingFileError(f"{source}: setting {key!r}: {value}: no such file, relative to {cwd}, where the "
                                    f"run started (nor here, {Path.cwd()}): run from there, or put the file back")
-    out = {section: dict(values) if isinstance(values, dict) else values for section, values in settings.items()}
     for key, path in joined.items():
         section, name = key.split(".", 1)
-        out[section][name] = path
+        if key not in replaced:
+            out[section][name] = path
     return out
 
 
@@ -76,11 +85,44 @@ def started_in(folder: str | Path | None) -> None:
 
 def same_place(was: Any, now: Any, start: str | Path | None = None) -> bool:
     """Whether a path a run recorded (`was`, relative to the folder it started in: `start`, else started_in's) and
-    one given now (relative to this folder) name the same file or folder."""
+    one given now (relative to this folder) name the same file or folder, or files a resume took as the same bytes
+    (same_bytes)."""
     if not isinstance(was, str) or not isinstance(now, str) or not was or not now:
         return was == now
-    base = Path(start) if start else (_started_in or Path.cwd())
-    return was == now or (base / was).resolve() == Path(now).resolve()
+    pair = ((Path(start) if start else (_started_in or Path.cwd())) / was).resolve(), Path(now).resolve()
+    return was == now or pair[0] == pair[1] or pair in _same_bytes
+
+
+def same_bytes(key: str, was: Any, now: Any, record: dict[str, Any]) -> bool:
+    """Whether a resumed run's file setting `key` (a task file, or the data folder), `was` in its run.json `record`
+    and `now` on the command line, reads labelled files of the bytes the record's data_files say the run read (size and
+    sha256; under another folder, the same names); then same_place takes each such pair as the same file, for the
+    checkpoint's checks, until forget_same_bytes."""
+    if not isinstance(was, str) or not isinstance(now, str) or key in ("files.after_simcse", "training.model"):
+        return False
+    cwd = Path(record.get("cwd") or ".")
+    old_root, new_root = (cwd / was).resolve(), Path(now).resolve()
+    pairs, compared = {(old_root, new_root)}, 0
+    for f, mark in (record.get("data_files") or {}).items():
+        old = (cwd / f).resolve()
+        if not mark.get("labelled", True) or not (old == old_root or (key == "files.data_dir"
+                                                                     and old.is_relative_to(old_root))):
+            continue
+        new = new_root / old.relative_to(old_root) if old != old_root else new_root
+        data = new.read_bytes() if new.is_file() else None
+        if data is None or (len(data), hashlib.sha256(data).hexdigest()) != (mark.get("bytes"), mark.get("sha256")):
+            return False
+        pairs.add((old, new))
+        compared += 1
+    if not compared:                                      # no labelled file of the record: nothing to compare
+        return False
+    _same_bytes.update(pairs)
+    return True
+
+
+def forget_same_bytes() -> None:
+    """Start a command's parse with no files taken as the same bytes (same_bytes)."""
+    _same_bytes.clear()
 
 
 def changed_files(recorded: dict | None, read: dict[str, dict], start: str | Path | None) -> list[str]:

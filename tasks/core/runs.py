@@ -16,7 +16,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from .errors import (
 )
 from .evaluation import write_text
 from .resume import before_values
-from .run_files import from_start, is_path_setting, same_place, started_in
+from .run_files import forget_same_bytes, from_start, is_path_setting, same_bytes, same_place, started_in
 from .settings import build, dump, flatten, parse, read_config, setting
 from .step import ATTENTION_KERNELS, READ_EVERY_GPU
 
@@ -124,11 +124,11 @@ def parse_run(cls: type, argv: list[str] | None, prog: str, description: str | N
 
     def base(flags: dict[str, Any]) -> dict[str, Any]:
         given.update(flags)
-        start = resume_base(flags.get("run.resume"), cls)
-        refuse_other_files(flags.get("run.resume"), start, flags)
+        refuse_other_files(flags.get("run.resume"), flags)
+        start = resume_base(flags.get("run.resume"), cls, replaced=set(flags))
         if check is not None:
             config = config_file(argv)
-            check(start | (read_config(config, cls) if config is not None else {}) | flags)
+            check(start | (read_config(config, cls, set(flags)) if config is not None else {}) | flags)
         return start
 
     return parse(cls, argv, prog, description, base=base,
@@ -171,8 +171,9 @@ def command_of(cls: type) -> str | None:
     return parts[1] if len(parts) > 1 and parts[0] == "tasks" else None
 
 
-def resume_base(resume: str | None, cls: type) -> dict[str, Any]:
-    """The settings to start from when --resume names a run directory: its run.json's (and its run_dir)."""
+def resume_base(resume: str | None, cls: type, replaced: Collection[str] = ()) -> dict[str, Any]:
+    """The settings to start from when --resume names a run directory: its run.json's (and its run_dir), but those in
+    `replaced` (flags given: refuse_other_files has compared the files among them)."""
     if resume is None:
         return {}
     path = Path(resume)
@@ -187,22 +188,39 @@ def resume_base(resume: str | None, cls: type) -> dict[str, Any]:
             raise ResumeError(f"{path} is a run of tasks.{kind}, not tasks.{own}: python -m tasks.{kind} --resume "
                               f"{shlex.quote(str(path))}")
         # a setting the run predates: as it ran then (its `before`)
-        return before_values(cls) | read_config(path / RUN_FILE, cls) | {"run.run_dir": str(path)}
+        return before_values(cls) | read_config(path / RUN_FILE, cls, replaced) | {"run.run_dir": str(path)}
     if not path.is_file():
         raise ResumeError(f"--resume {resume}: no such run directory or checkpoint file")
     return {}
 
 
-def refuse_other_files(resume: str | None, start: dict[str, Any], flags: dict[str, Any]) -> None:
+def refuse_other_files(resume: str | None, flags: dict[str, Any]) -> None:
     """--resume DIR with a file flag (or --model) naming another file than its run.json's (a relative one read from
-    the folder the run started in): refused before any data is read or model built, as the checkpoint would."""
-    differ = [f"{k}: run.json {start.get(k)!r}, now {v!r}" for k, v in flags.items()
-              if resume is not None and v is not None and k in start and (is_path_setting(k) or k == "training.model")
-              and not same_place(start[k], v, Path.cwd())]
+    the folder the run started in): refused before any data is read or model built, as the checkpoint would be,
+    unless the labelled files it reads have the bytes run.json's data record holds (run_files.same_bytes)."""
+    forget_same_bytes()
+    path = Path(resume) if resume is not None else None
+    if path is not None and path.is_file():
+        path = path.parent
+    if path is None or not (path / RUN_FILE).is_file():
+        return
+    record = read_run_json(path)
+    differ = []
+    for key, now in flags.items():
+        if now is None or not (is_path_setting(key) or key == "training.model"):
+            continue
+        section, name = key.split(".", 1)
+        values = record["settings"].get(section)
+        was = values.get(name) if isinstance(values, dict) else None
+        if same_place(was, now, record.get("cwd")) or same_bytes(key, was, now, record):
+            continue
+        relative = record.get("cwd") and isinstance(was, str) and not Path(was).is_absolute()
+        differ.append(f"{key}: run.json {was!r}" + (f" (relative to {record['cwd']}, where the run started)"
+                                                   if relative else "") + f", now {now!r}")
     if differ:
         raise ResumeError(f"{resume}: cannot resume a different run; settings differ: {'; '.join(differ)}: a resumed "
-                          f"run reads the files it started with; leave the flag out, or start a new run (--config "
-                          f"{Path(start.get('run.run_dir') or resume) / RUN_FILE} --run-dir NEW)")
+                          f"run reads the files it started with (other files: the same bytes); leave the flag out, or "
+                          f"start a new run (--config {path / RUN_FILE} --run-dir NEW)")
 
 
 @dataclass(frozen=True)
