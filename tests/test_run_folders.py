@@ -185,3 +185,22 @@ def test_run_json_records_the_data_and_predict_notes_a_changed_labelled_file(tin
     assert run_cli(lambda: predict.main([str(run), "--out", "cut", "--device", TEST_DEVICE])) == 0
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
     assert len(notes) == 1 and str(tmp_path / "dev.csv") in notes[0] and "differs from" in notes[0], notes
+
+
+def test_a_resumes_other_data_folder_with_the_same_bytes_is_the_same_data(tmp_path, monkeypatch):
+    from tasks.core.run_files import forget_same_bytes, same_bytes, same_place
+    for folder, text in (("data", "a"), ("copy", "a"), ("edited", "b")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "sst-dev.csv").write_text(text)
+        (tmp_path / folder / "sst-test.csv").write_text(folder)                  # unlabelled: may differ
+    record = {"cwd": str(tmp_path), "data_files": {
+        "data/sst-dev.csv": {"bytes": 1, "sha256": hashlib.sha256(b"a").hexdigest(), "labelled": True},
+        "data/sst-test.csv": {"bytes": 4, "sha256": hashlib.sha256(b"data").hexdigest(), "labelled": False}}}
+    monkeypatch.chdir(tmp_path / "copy")
+    forget_same_bytes()
+    assert not same_bytes("files.data_dir", "data", "../edited", record)
+    assert not same_place("data/sst-dev.csv", "../edited/sst-dev.csv", tmp_path)
+    assert same_bytes("files.data_dir", "data", "../copy", record)
+    assert same_place("data", ".", tmp_path) and same_place("data/sst-dev.csv", "sst-dev.csv", tmp_path)
+    forget_same_bytes()
+    assert not same_place("data/sst-dev.csv", "sst-dev.csv", tmp_path)
