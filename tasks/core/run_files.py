@@ -120,6 +120,25 @@ def same_bytes(key: str, was: Any, now: Any, record: dict[str, Any]) -> bool:
     return True
 
 
+def other_files(record: dict[str, Any], flags: dict[str, Any]) -> list[str]:
+    """'path: run.json X, now Y' for each file flag (or --model) given to resume the run of run.json `record` that names
+    another file than the record's (a relative one read from the folder the run started in) and is not of the same
+    bytes (same_bytes)."""
+    differ = []
+    for key, now in flags.items():
+        if now is None or not (is_path_setting(key) or key == "training.model"):
+            continue
+        section, name = key.split(".", 1)
+        values = record["settings"].get(section)
+        was = values.get(name) if isinstance(values, dict) else None
+        if same_place(was, now, record.get("cwd")) or same_bytes(key, was, now, record):
+            continue
+        relative = record.get("cwd") and isinstance(was, str) and not Path(was).is_absolute()
+        differ.append(f"{key}: run.json {was!r}" + (f" (relative to {record['cwd']}, where the run started)"
+                                                   if relative else "") + f", now {now!r}")
+    return differ
+
+
 def forget_same_bytes() -> None:
     """Start a command's parse with no files taken as the same bytes (same_bytes)."""
     _same_bytes.clear()

@@ -39,7 +39,7 @@ from .errors import (
 )
 from .evaluation import write_text
 from .resume import before_values
-from .run_files import forget_same_bytes, from_start, is_path_setting, same_bytes, same_place, started_in
+from .run_files import forget_same_bytes, from_start, other_files, started_in
 from .settings import build, dump, flatten, parse, read_config, setting
 from .step import ATTENTION_KERNELS, READ_EVERY_GPU
 
@@ -195,28 +195,12 @@ def resume_base(resume: str | None, cls: type, replaced: Collection[str] = ()) -
 
 
 def refuse_other_files(resume: str | None, flags: dict[str, Any]) -> None:
-    """--resume DIR with a file flag (or --model) naming another file than its run.json's (a relative one read from
-    the folder the run started in): refused before any data is read or model built, as the checkpoint would be,
-    unless the labelled files it reads have the bytes run.json's data record holds (run_files.same_bytes)."""
+    """--resume DIR with a file flag (or --model) naming another file than its run.json's: refused before any data is
+    read or model built, unless of the same bytes (tasks.core.run_files.other_files)."""
     forget_same_bytes()
     path = Path(resume) if resume is not None else None
-    if path is not None and path.is_file():
-        path = path.parent
-    if path is None or not (path / RUN_FILE).is_file():
-        return
-    record = read_run_json(path)
-    differ = []
-    for key, now in flags.items():
-        if now is None or not (is_path_setting(key) or key == "training.model"):
-            continue
-        section, name = key.split(".", 1)
-        values = record["settings"].get(section)
-        was = values.get(name) if isinstance(values, dict) else None
-        if same_place(was, now, record.get("cwd")) or same_bytes(key, was, now, record):
-            continue
-        relative = record.get("cwd") and isinstance(was, str) and not Path(was).is_absolute()
-        differ.append(f"{key}: run.json {was!r}" + (f" (relative to {record['cwd']}, where the run started)"
-                                                   if relative else "") + f", now {now!r}")
+    path = path.parent if path is not None and path.is_file() else path
+    differ = other_files(read_run_json(path), flags) if path is not None and (path / RUN_FILE).is_file() else []
     if differ:
         raise ResumeError(f"{resume}: cannot resume a different run; settings differ: {'; '.join(differ)}: a resumed "
                           f"run reads the files it started with (other files: the same bytes); leave the flag out, or "
