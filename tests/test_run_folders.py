@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -204,3 +205,24 @@ def test_a_resumes_other_data_folder_with_the_same_bytes_is_the_same_data(tmp_pa
     assert same_place("data", ".", tmp_path) and same_place("data/sst-dev.csv", "sst-dev.csv", tmp_path)
     forget_same_bytes()
     assert not same_place("data/sst-dev.csv", "sst-dev.csv", tmp_path)
+
+
+def test_an_after_simcse_run_predicts_and_replays_from_another_folder(tiny_dir, multitask_files, tmp_path, capsys,
+                                                                      monkeypatch):
+    from tasks.multitask.settings import SIMCSE_QUORA_REST
+    shutil.copytree(tiny_dir, tmp_path / "simc")                                 # as tasks.simcse --out simc writes
+    shutil.copyfile(multitask_files["para"][0], tmp_path / "simc" / SIMCSE_QUORA_REST)
+    argv = ["--after-simcse", "simc", "--device", TEST_DEVICE, "--batch-size", "8", "--no-progress", "--head-hidden",
+            "16", "--epochs", "1", "--run-dir", "run", "--no-predictions"]
+    for t, (train, dev, test) in multitask_files.items():
+        argv += [f"--{t}-dev", dev, f"--{t}-test", test] + ([f"--{t}-train", train] if t != "para" else [])
+    monkeypatch.chdir(tmp_path)
+    multitask.run(multitask.parse_settings(argv))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert run_cli(lambda: predict.main([str(tmp_path / "run"), "--out", "pred", "--device", TEST_DEVICE])) == 0, \
+        capsys.readouterr().err
+    assert len(list((tmp_path / "elsewhere" / "pred").glob("*-output.csv"))) == 6
+    again = multitask.after_simcse(multitask.parse_settings(["--config", str(tmp_path / "run" / RUN_FILE),
+                                                             "--run-dir", "again"]))
+    assert again.training.model == str(tmp_path / "simc") == again.files.after_simcse
