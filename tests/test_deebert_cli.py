@@ -268,8 +268,8 @@ def test_from_run_reads_a_relative_model_directory_from_where_the_run_trained(ti
              for split, source, rows in (("train", "ids-sst-train.csv", 32), ("dev", "ids-sst-dev.csv", 24),
                                          ("test", "ids-sst-test-student.csv", 8))]
     cli.run(cli.parse_settings(["--task", "sst2", "--model", "tiny", "--device", TEST_DEVICE, "--no-progress",
-                                "--out", "run", "--train-file", files[0], "--dev-file", files[1], "--test-file", files[2],
-                                "--epochs", "1",
+                                "--out", "run", "--train-file", files[0], "--dev-file", files[1],
+                                "--test-file", files[2], "--epochs", "1",
                                 "--batch-size", "8", "--rounds", "1"]))
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")

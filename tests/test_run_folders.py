@@ -119,7 +119,8 @@ def test_a_runs_relative_model_directory_is_read_from_where_it_trained(tiny_dir,
     assert run_cli(lambda: predict.main([str(run), "--out", "pred", "--device", TEST_DEVICE])) == 0, \
         capsys.readouterr().err
     assert sorted(p.name for p in (elsewhere / "pred").iterdir()) == ["sst-dev-output.csv", "sst-test-output.csv"]
-    assert (elsewhere / "pred" / "sst-dev-output.csv").read_text() == (run / "predictions" / "sst-dev-output.csv").read_text()
+    own = (run / "predictions" / "sst-dev-output.csv").read_text()
+    assert (elsewhere / "pred" / "sst-dev-output.csv").read_text() == own
     assert run_cli(lambda: export.main([str(run), "exported"])) == 0, capsys.readouterr().err
     assert (elsewhere / "exported" / "vocab.txt").is_file()
     _, base, _ = attention.encoder(str(run), "eager")

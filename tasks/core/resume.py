@@ -71,15 +71,15 @@ def stored_values(cls: type, stored: dict[str, Any]) -> dict[str, Any]:
 
 
 def resume_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Whether a checkpoint's stored settings may continue as `current` (resume_config() and any extra keys), one
-    'path: checkpoint X, now Y' per setting that differs; [] when it may. The one resume rule, from the fields alone:
-    settings free on resume are not compared, a setting the run predates counts as its `before`, older spellings as
-    today's values, a file or model directory by the place it names (tasks.core.run_files.same_place: a path
-    relative to the folder the run started in, or the same file now named from another folder), a moot setting (`moot_when`) only when it has an effect in the checkpoint or now (then by its
-    own values, so a change to what makes it moot names that setting alone); of a checkpoint from before typed
-    settings (flat names) only what it recorded or a `before` covers is asked. A plain dict (no settings class) must
-    agree key for key. A setting the checkpoint lacks that declares no `before` is named as such, with where to
-    declare it."""
+    """Whether a checkpoint's stored settings may continue as `current` (resume_config() and any extra keys), one 'path:
+    checkpoint X, now Y' per setting that differs; [] when it may. The one resume rule, from the fields alone: settings
+    free on resume are not compared, a setting the run predates counts as its `before`, older spellings as today's
+    values, a file or model directory by the place it names (tasks.core.run_files.same_place: a path relative to the
+    folder the run started in, or the same file now named from another folder), a moot setting (`moot_when`) only when
+    it has an effect in the checkpoint or now (then by its own values, so a change to what makes it moot names that
+    setting alone); of a checkpoint from before typed settings (flat names) only what it recorded or a `before` covers
+    is asked. A plain dict (no settings class) must agree key for key. A setting the checkpoint lacks that declares no
+    `before` is named as such, with where to declare it."""
     cls, newer = getattr(current, "cls", None), set()
     if cls is None:
         was, now, asked = dict(stored), dict(current), set(stored) | set(current)

@@ -325,7 +325,7 @@ def read_config(path: str | Path, cls: type, replaced: Collection[str] = ()) -> 
     path = Path(path)
     data = read_json(path)
     if isinstance(data, dict) and "settings" in data and "command" in data:   # a run.json
-        data = replayed(data, str(path), replaced)    # its settings, relative paths from where it ran when run from elsewhere
+        data = replayed(data, str(path), replaced)    # its settings; relative paths from where it ran
     return flatten(cls, data, str(path))
 
 
