@@ -33,7 +33,7 @@ from .core.checkpoints import trained_encoder
 from .core.errors import ConfigurationError, MissingFileError, figure_to_write, run_cli
 from .core.figures import save_figure
 from .core.recipe import ATTENTIONS, ATTN_IMPLEMENTATION, DEFAULT_ATTENTION
-from .core.runs import RUN_FILE, no_checkpoint, read_run_json, trained_checkpoint
+from .core.runs import RUN_FILE, no_checkpoint, read_run_json, trained_checkpoint, trained_files
 from .core.settings import parse, setting
 
 
@@ -99,7 +99,7 @@ def encoder(model: str, attention: str) -> tuple[minbert.BertModel, str, str]:
         return minbert.load_pretrained(model, attn_implementation=attn), model, model
     record = read_run_json(run)
     settings = record.get("settings") or {}
-    base = (settings.get("training") or {}).get("model")
+    base = trained_files(record).get("training.model") or (settings.get("training") or {}).get("model")   # a dir
     if not base:
         raise ConfigurationError(f"{run}: a run of python -m tasks.{record.get('command')}, which trains no encoder; "
                                  "give a run of tasks.classifier, multitask, simcse or deebert, or a checkpoint")

@@ -13,7 +13,8 @@ dev and test files are predicted (the files named at training, or DATA_DIR's; re
 run trained in, which run.json records as cwd); give other files with the flags (a flag of another kind of run is
 refused). A run none of whose files is found writes nothing and is refused. --kind names the model you expect: another
 is refused. Predictions are made at the run's --precision and --eval-batch-size (its run.json's; 128 without one; a
-DeeBERT run's exits batch on their own), so they equal its own. Without --out they go to predictions/, unless it holds prediction files already (those
+DeeBERT run's exits batch on their own), so they equal its own; a labelled file that is not the one the run read (its
+size or sha256 differs from the checkpoint's record) is named in a note. Without --out they go to predictions/, unless it holds prediction files already (those
 tasks.submit zips).
 """
 
@@ -39,6 +40,7 @@ import torch
 import minbert
 
 from .core.checkpoints import check_trained, read_trained
+from .core.data import files_read, forget_files_read
 from .core.distributed import pick_device
 from .core.errors import (
     ConfigurationError,
@@ -51,6 +53,7 @@ from .core.errors import (
 from .core.evaluation import prediction_path, raw_path, write_predictions, write_raw
 from .core.recipe import autocast
 from .core.resume import stored_values
+from .core.run_files import changed_files
 from .core.runs import RUN_FILE, no_checkpoint, read_run_json, run_settings, trained_checkpoint, trained_files
 from .core.settings import build, leaves, read_json
 from .core.terms import without_term_weights
@@ -79,6 +82,8 @@ class Run:
     state: dict[str, torch.Tensor]
     encoder: Path | None = None
     chosen: float | None = None
+    data_files: dict | None = None          # the checkpoint's record of the task files the run read (bytes, sha256)
+    started_in: str | None = None           # the folder the run started in (run.json's cwd): its record's paths'
 
 
 def kind_of(config: dict) -> str | None:
@@ -122,8 +127,9 @@ def load_run(path: str | Path, given: dict[str, Any] | None = None) -> Run:
         if kind == "deebert" and state.get("config", {}).get("stage") != 2:
             raise ConfigurationError(f"{given_file}: a DeeBERT stage-1 checkpoint, whose off-ramps are not trained: "
                                      "give the run's directory or its stage2.pt")
-        chosen = (read_run_json(path).get("result") or {}).get("prediction_setting") if kind == "deebert" else None
-        return Run(kind, settings, state["best_state"], None, chosen)
+        record = read_run_json(path)
+        chosen = (record.get("result") or {}).get("prediction_setting") if kind == "deebert" else None
+        return Run(kind, settings, state["best_state"], None, chosen, state.get("data_files"), record.get("cwd"))
     if path.is_dir() and (path / EXPORT_SETTINGS).is_file():
         kind, stored, heads = read_export(path)
         cls = command(kind).Settings
@@ -147,7 +153,8 @@ def load_run(path: str | Path, given: dict[str, Any] | None = None) -> Run:
         raise ConfigurationError(f"{path}: a DeeBERT stage-{config.get('stage')} checkpoint, whose off-ramps are not "
                                  "trained: give stage2.pt or the run's --out directory")
     cls = command(kind).Settings
-    return Run(kind, build(cls, stored_values(cls, config) | own_settings(kind, given)), state["best_state"])
+    return Run(kind, build(cls, stored_values(cls, config) | own_settings(kind, given)), state["best_state"],
+               data_files=state.get("data_files"))
 
 
 def own_settings(kind: str, given: dict[str, Any] | None) -> dict[str, Any]:
@@ -381,7 +388,11 @@ def main(argv: list[str] | None = None) -> int:
         args = replace(args, eval_batch_size=run.settings.run.eval_batch_size)
     device = pick_device(args.device)
     predictors = {"multitask": predict_multitask, "classifier": predict_classifier, "deebert": predict_deebert}
+    forget_files_read()                                    # the files this prediction reads, against the run's record
     written = predictors[run.kind](args, run, device)
+    for path in changed_files(run.data_files, files_read(), run.started_in):
+        print(f"note: {path} differs from the file the run read (its size or sha256 is not the checkpoint's "
+              "record): its scores here are not the run's own", file=sys.stderr)
     if not written:
         raise MissingFileError(f"{args.checkpoint}: none of the run's {'/'.join(args.splits)} files found in its data "
                                f"folder {run.settings.files.data_dir}, so nothing was written: pass --data-dir DIR "

@@ -260,3 +260,18 @@ def test_the_stages_learning_rates_and_the_public_codes_are_what_the_page_and_he
     assert "`--lr 2e-5 --ramp-lr 2e-5` is the public code's setting" in page
     help_text = next(f.metadata for f in fields(OffRamps) if f.name == "ramp_lr")
     assert "the public DeeBERT code trains both stages at one rate, 2e-5" in help_text["setting"].help
+
+
+def test_from_run_reads_a_relative_model_directory_from_where_the_run_trained(tiny_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)                                   # --model tiny, the files: relative to tmp_path
+    files = [piece(tmp_path, source, f"sst2-{split}.csv", 0, rows) and f"sst2-{split}.csv"
+             for split, source, rows in (("train", "ids-sst-train.csv", 32), ("dev", "ids-sst-dev.csv", 24),
+                                         ("test", "ids-sst-test-student.csv", 8))]
+    cli.run(cli.parse_settings(["--task", "sst2", "--model", "tiny", "--device", TEST_DEVICE, "--no-progress",
+                                "--out", "run", "--train-file", files[0], "--dev-file", files[1],
+                                "--test-file", files[2], "--epochs", "1",
+                                "--batch-size", "8", "--rounds", "1"]))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    again = cli.run(cli.parse_settings(["--from-run", str(tmp_path / "run"), "--out", "b1"]))
+    assert again["model"] == str(tmp_path / "tiny") and again["from_run"] == str(tmp_path / "run" / "stage2.pt")

@@ -229,7 +229,7 @@ def test_a_killed_workers_trial_is_retried_from_its_checkpoint(tiny_dir, tmp_pat
     run_dir = tmp_path / "s" / "trial-0000"                                     # the same run directory, resumed
     assert retried.user_attrs["run_dir"] == str(run_dir) and not (tmp_path / "s" / "trial-0001").exists()
     record = read_run_json(run_dir)
-    assert record["resumed"] == [{"argv": f"python -m tasks.classifier --resume {run_dir}"}]
+    assert [line["argv"] for line in record["resumed"]] == [f"python -m tasks.classifier --resume {run_dir}"]
     assert sorted(retried.intermediate_values) == [1, 2]                        # epoch 1 seen from the checkpoint
     assert retried.value == record["result"]["dev_accuracy"]
 

@@ -12,6 +12,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from .run_files import is_path_setting, same_place
 from .settings import NEW, Spec, leaves, spec_of, walk
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,14 +71,15 @@ def stored_values(cls: type, stored: dict[str, Any]) -> dict[str, Any]:
 
 
 def resume_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Whether a checkpoint's stored settings may continue as `current` (resume_config() and any extra keys), one
-    'path: checkpoint X, now Y' per setting that differs; [] when it may. The one resume rule, from the fields alone:
-    settings free on resume are not compared, a setting the run predates counts as its `before`, older spellings as
-    today's values, a moot setting (`moot_when`) only when it has an effect in the checkpoint or now (then by its
-    own values, so a change to what makes it moot names that setting alone); of a checkpoint from before typed
-    settings (flat names) only what it recorded or a `before` covers is asked. A plain dict (no settings class) must
-    agree key for key. A setting the checkpoint lacks that declares no `before` is named as such, with where to
-    declare it."""
+    """Whether a checkpoint's stored settings may continue as `current` (resume_config() and any extra keys), one 'path:
+    checkpoint X, now Y' per setting that differs; [] when it may. The one resume rule, from the fields alone: settings
+    free on resume are not compared, a setting the run predates counts as its `before`, older spellings as today's
+    values, a file or model directory by the place it names (tasks.core.run_files.same_place: a path relative to the
+    folder the run started in, or the same file now named from another folder), a moot setting (`moot_when`) only when
+    it has an effect in the checkpoint or now (then by its own values, so a change to what makes it moot names that
+    setting alone); of a checkpoint from before typed settings (flat names) only what it recorded or a `before` covers
+    is asked. A plain dict (no settings class) must agree key for key. A setting the checkpoint lacks that declares no
+    `before` is named as such, with where to declare it."""
     cls, newer = getattr(current, "cls", None), set()
     if cls is None:
         was, now, asked = dict(stored), dict(current), set(stored) | set(current)
@@ -93,7 +95,8 @@ def resume_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[
             newer = {k for k in asked if k not in was and k in specs and specs[k].before is NEW}   # no `before`
     return [f"{k}: the run predates this setting (now {now.get(k)!r}): declare before=VALUE, what runs ran with before "
             f"it existed, in its setting(...) ({_declared_in(cls, k)})" if k in newer else
-            f"{k}: checkpoint {was.get(k)!r}, now {now.get(k)!r}" for k in sorted(asked) if was.get(k) != now.get(k)]
+            f"{k}: checkpoint {was.get(k)!r}, now {now.get(k)!r}" for k in sorted(asked) if was.get(k) != now.get(k)
+            and not ((is_path_setting(k) or k == "training.model") and same_place(was.get(k), now.get(k)))]
 
 
 def _declared_in(cls: type, path: str) -> str:

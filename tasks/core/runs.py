@@ -16,7 +16,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from .config_files import read_json
-from .data import forget_files_read
+from .data import files_read, forget_files_read
 from .errors import (
     ConfigurationError,
     MissingFileError,
@@ -39,6 +39,7 @@ from .errors import (
 )
 from .evaluation import write_text
 from .resume import before_values
+from .run_files import forget_same_bytes, from_start, other_files, started_in
 from .settings import build, dump, flatten, parse, read_config, setting
 from .step import ATTENTION_KERNELS, READ_EVERY_GPU
 
@@ -123,10 +124,11 @@ def parse_run(cls: type, argv: list[str] | None, prog: str, description: str | N
 
     def base(flags: dict[str, Any]) -> dict[str, Any]:
         given.update(flags)
-        start = resume_base(flags.get("run.resume"), cls)
+        refuse_other_files(flags.get("run.resume"), flags)
+        start = resume_base(flags.get("run.resume"), cls, replaced=set(flags))
         if check is not None:
             config = config_file(argv)
-            check(start | (read_config(config, cls) if config is not None else {}) | flags)
+            check(start | (read_config(config, cls, set(flags)) if config is not None else {}) | flags)
         return start
 
     return parse(cls, argv, prog, description, base=base,
@@ -169,8 +171,9 @@ def command_of(cls: type) -> str | None:
     return parts[1] if len(parts) > 1 and parts[0] == "tasks" else None
 
 
-def resume_base(resume: str | None, cls: type) -> dict[str, Any]:
-    """The settings to start from when --resume names a run directory: its run.json's (and its run_dir)."""
+def resume_base(resume: str | None, cls: type, replaced: Collection[str] = ()) -> dict[str, Any]:
+    """The settings to start from when --resume names a run directory: its run.json's (and its run_dir), but those in
+    `replaced` (flags given: refuse_other_files has compared the files among them)."""
     if resume is None:
         return {}
     path = Path(resume)
@@ -185,10 +188,23 @@ def resume_base(resume: str | None, cls: type) -> dict[str, Any]:
             raise ResumeError(f"{path} is a run of tasks.{kind}, not tasks.{own}: python -m tasks.{kind} --resume "
                               f"{shlex.quote(str(path))}")
         # a setting the run predates: as it ran then (its `before`)
-        return before_values(cls) | read_config(path / RUN_FILE, cls) | {"run.run_dir": str(path)}
+        return before_values(cls) | read_config(path / RUN_FILE, cls, replaced) | {"run.run_dir": str(path)}
     if not path.is_file():
         raise ResumeError(f"--resume {resume}: no such run directory or checkpoint file")
     return {}
+
+
+def refuse_other_files(resume: str | None, flags: dict[str, Any]) -> None:
+    """--resume DIR with a file flag (or --model) naming another file than its run.json's: refused before any data is
+    read or model built, unless of the same bytes (tasks.core.run_files.other_files)."""
+    forget_same_bytes()
+    path = Path(resume) if resume is not None else None
+    path = path.parent if path is not None and path.is_file() else path
+    differ = other_files(read_run_json(path), flags) if path is not None and (path / RUN_FILE).is_file() else []
+    if differ:
+        raise ResumeError(f"{resume}: cannot resume a different run; settings differ: {'; '.join(differ)}: a resumed "
+                          f"run reads the files it started with (other files: the same bytes); leave the flag out, or "
+                          f"start a new run (--config {path / RUN_FILE} --run-dir NEW)")
 
 
 @dataclass(frozen=True)
@@ -220,6 +236,8 @@ def run_paths(run: RunOptions, *name: str, checkpoint_name: str = CHECKPOINT) ->
         directory = default_run_dir(*name)
     checkpoint = Path(run.checkpoint) if run.checkpoint else directory / checkpoint_name
     forget_files_read()                       # the task files this run reads, which its checkpoint records
+    started_in(read_run_json(directory).get("cwd") if resume is not None and (directory / RUN_FILE).is_file()
+               else None)                     # a resumed run's recorded relative paths: from where it started
     if resume is None and (directory / RUN_FILE).is_file() and (checkpoint.is_file() or "result" in read_run_json(directory)):
         raise ConfigurationError(f"{directory} holds a run already ({RUN_FILE}): continue it with --resume "
                                  f"{shlex.quote(str(directory))}, or give another --run-dir")   # one stopped before a checkpoint: restart
@@ -312,17 +330,21 @@ def environment() -> dict[str, Any]:
 
 def write_run_json(paths: RunPaths, command: str, settings: Any, argv: list[str] | None = None,
                    **extra: Any) -> Path:
-    """run.json: the command as typed, its full settings, the environment, and `extra` (e.g. the result at the end).
-    A resumed run keeps the first start's record under "started" and adds one line per resume."""
+    """run.json: the command as typed, its full settings, the environment, the task files read (their bytes and sha256,
+    tasks.core.data.files_read, as the checkpoint records them) and `extra` (e.g. the result at the end). A resumed
+    run keeps the first start's record under "started" and adds one line per resume (its command and files)."""
     paths.dir.mkdir(parents=True, exist_ok=True)
     argv = sys.argv[1:] if argv is None else argv
     record: dict[str, Any] = {"command": command, "argv": f"python -m tasks.{command} {shlex.join(argv)}".strip(),
                               "cwd": os.getcwd(),        # the folder its relative files are read from (trained_files)
-                              "settings": dump(settings), "environment": environment()}
+                              "settings": dump(settings), "environment": environment(),
+                              "data_files": files_read()}   # each task file's bytes and sha256, as the checkpoint's
     if paths.run_json.is_file():
         old = read_run_json(paths.dir)
-        record["started"] = old.get("started", {"argv": old.get("argv"), "environment": old.get("environment")})
-        record["resumed"] = old.get("resumed", []) + ([{"argv": record["argv"]}] if paths.resume else [])
+        record["started"] = old.get("started", {"argv": old.get("argv"), "environment": old.get("environment"),
+                                                "data_files": old.get("data_files")})
+        record["resumed"] = old.get("resumed", []) + ([{"argv": record["argv"], "data_files": record["data_files"]}]
+                                                      if paths.resume else [])
     write_text(paths.run_json, json.dumps(record | extra, indent=1) + "\n")
     return paths.run_json
 
@@ -336,16 +358,10 @@ def run_settings(cls: type, data: dict, source: str, given: dict[str, Any] | Non
 
 
 def trained_files(record: dict[str, Any]) -> dict[str, str]:
-    """{files.NAME: path} for each relative path of a run.json's files (its data_dir and task files) that exists
-    joined to the folder the run trained in (its cwd), so that predict and ensemble find them from anywhere; a path
-    that does not exist there (a run directory moved to another machine, the folder since moved) is left relative,
-    read from the current folder as a run.json written before the cwd was recorded is."""
-    cwd, files = record.get("cwd"), (record.get("settings") or {}).get("files") or {}
-    if not isinstance(cwd, str) or not isinstance(files, dict):
-        return {}
-    joined = {f"files.{k}": Path(cwd) / v for k, v in files.items() if isinstance(v, str) and v
-              and (k == "data_dir" or k.endswith(("_train", "_dev", "_test", "_file"))) and not Path(v).is_absolute()}
-    return {k: str(path) for k, path in joined.items() if path.exists()}
+    """{dotted path: path} for each relative path of a run.json (its data_dir and task files, --after-simcse's folder,
+    a --model directory) that exists joined to the folder the run trained in (its cwd), so that predict, export,
+    ensemble and attention find them from anywhere (tasks.core.run_files.from_start)."""
+    return from_start(record)
 
 
 def read_run_json(directory: str | Path) -> dict[str, Any]:

@@ -32,7 +32,7 @@ import json
 import sys
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from typing import Any
 from .config_files import read_json
 from .errors import ConfigurationError
 from .flag_actions import ListAction, OrNone, Switch, or_none, shown, states_default
+from .run_files import replayed
 
 ON_RESUME = ("same", "free")
 NEW = object()              # before=NEW: the setting has existed since run directories have (no older value to assume)
@@ -318,12 +319,13 @@ def load(cls: type, data: dict, source: str = "settings") -> Any:
     return build(cls, flatten(cls, data, source))
 
 
-def read_config(path: str | Path, cls: type) -> dict[str, Any]:
-    """A JSON config file -> {dotted path: checked value}; a syntax error names the file, line and column."""
+def read_config(path: str | Path, cls: type, replaced: Collection[str] = ()) -> dict[str, Any]:
+    """A JSON config file -> {dotted path: checked value}; a syntax error names the file, line and column. Of a
+    run.json, the settings in `replaced` (the flags given beside it) are left out: tasks.core.run_files.replayed."""
     path = Path(path).expanduser()
     data = read_json(path)
-    if isinstance(data, dict) and "settings" in data and "command" in data:   # a run.json: its settings
-        data = data["settings"]
+    if isinstance(data, dict) and "settings" in data and "command" in data:   # a run.json
+        data = replayed(data, str(path), replaced)    # its settings; relative paths from where it ran
     return flatten(cls, data, str(path))
 
 
@@ -368,7 +370,7 @@ def parse(cls: type, argv: Sequence[str] | None, prog: str, description: str | N
     config, print_config = given.pop("config"), given.pop("print_config")
     values: dict[str, Any] = base(given) if base is not None else {}
     if config is not None:
-        values |= read_config(config, cls)
+        values |= read_config(config, cls, replaced=set(given))
     settings = build(cls, values | given)
     if finish is not None:
         settings = finish(settings)

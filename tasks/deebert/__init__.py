@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import statistics
 import sys
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
 
@@ -46,12 +47,15 @@ from ..core.errors import ConfigurationError, ResumeError
 from ..core.evaluation import predict_batches, raw_path, write_raw
 from ..core.recipe import autocast
 from ..core.resume import resume_config, stored_values
+from ..core.run_files import same_place
 from ..core.runs import (
     RUN_FILE,
     STAGE2,
     RunPaths,
     config_file,
     own_paths,
+    read_run_json,
+    refuse_other_files,
     resume_base,
     run_paths,
     trained_checkpoint,
@@ -193,7 +197,10 @@ def load_trained(model: DeeBert, settings: Settings) -> Path:
                           "never finished an epoch)")
     state = check_trained(load_checkpoint(path), path, settings.sweep.from_run)
     was = build(Settings, stored_values(Settings, state.get("config", {})))   # flat names of older ones too
-    diffs = [f"{k}: {a!r} there, {b!r} now" for k, a, b in _model_fields(was, settings) if a != b]
+    record = Path(settings.sweep.from_run) / RUN_FILE      # a relative --model: from the folder that run started in
+    start = read_run_json(record.parent).get("cwd") if record.is_file() else None
+    diffs = [f"{k}: {a!r} there, {b!r} now" for k, a, b in _model_fields(was, settings)
+             if not (same_place(a, b, start) if k == "model" else a == b)]
     if state.get("config", {}).get("stage") != 2 or diffs:
         raise ConfigurationError(f"{path}: not a trained DeeBERT model for this run"
                                  + (f" ({'; '.join(diffs)})" if diffs else " (no stage-2 checkpoint)"))
@@ -300,7 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser_for(Settings, "python -m tasks.deebert", __doc__)
 
 
-def start_from(resume: str | None, resume_training: bool, run_dir: str | None, from_run: str | None) -> dict:
+def start_from(resume: str | None, resume_training: bool, run_dir: str | None, from_run: str | None,
+               replaced: Collection[str] = ()) -> dict:
     """Where the settings start ({dotted path: value}): a resumed run's run.json (--resume DIR, or --resume-training
     with --out DIR), or the run.json of the run whose trained model --from-run loads (all but where that run wrote)."""
     if resume is None and resume_training:
@@ -315,11 +323,12 @@ def start_from(resume: str | None, resume_training: bool, run_dir: str | None, f
             raise ResumeError(f"{resume}: a DeeBERT run written before run directories (no {RUN_FILE}): --resume "
                               f"continues training now; to load its trained model and sweep it, give --from-run "
                               f"{resume}")
-        return resume_base(str(resume), Settings) | {"run.resume": str(resume)}
+        return resume_base(str(resume), Settings, replaced) | {"run.resume": str(resume)}
     if from_run is not None:
         directory = Path(from_run) if Path(from_run).is_dir() else Path(from_run).parent
         if (directory / RUN_FILE).is_file():
-            return {k: v for k, v in read_config(directory / RUN_FILE, Settings).items() if not k.startswith("run.")}
+            return {k: v for k, v in read_config(directory / RUN_FILE, Settings, replaced).items()
+                    if not k.startswith("run.")}
     return {}
 
 
@@ -330,8 +339,10 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
 
     def base(flags: dict) -> dict:
         given.update(flags)
+        resume = flags.get("run.resume") or (flags.get("run.run_dir") if flags.get("run.resume_training") else None)
+        refuse_other_files(resume, flags)
         return start_from(*(flags.get(k) for k in ("run.resume", "run.resume_training", "run.run_dir",
-                                                   "sweep.from_run")))
+                                                   "sweep.from_run")), replaced=set(flags))
 
     config = config_file(list(sys.argv[1:] if argv is None else argv))
     return parse(Settings, argv, prog="python -m tasks.deebert", description=__doc__, base=base,

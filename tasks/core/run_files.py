@@ -1,0 +1,158 @@
+"""A run's relative paths, read from the folder the run started in (its run.json's "cwd"): the data folder and task
+files, --after-simcse's directory and a --model that was a local directory. Predict, export, ensemble and attention
+read them so (from_start); --resume DIR and a run.json given as --config too, when run from another folder
+(replayed); a resumed run's checkpoint compares its recorded paths so (same_place), and tasks.predict names a
+labelled file that is not the one the run read (changed_files)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+from minbert.checkpoint import PACKAGED
+
+from .errors import MissingFileError
+
+_started_in: Path | None = None   # the folder the run being resumed started in: its checkpoint's relative paths'
+_same_bytes: set[tuple[Path, Path]] = set()   # (a file the run read, a file given now) of the same bytes: same_bytes
+
+
+def is_path_setting(key: str) -> bool:
+    """Whether a dotted setting names a file or folder of the run's data: files.data_dir, files.after_simcse, files.*
+    of a split (_train, _dev, _test) or a classifier's *_file."""
+    name = key.removeprefix("files.")
+    return key.startswith("files.") and (name in ("data_dir", "after_simcse") or
+                                         name.endswith(("_train", "_dev", "_test", "_file")))
+
+
+def relative_paths(settings: dict[str, Any]) -> dict[str, str]:
+    """{dotted path: value} of a run.json's relative path settings and its --model (a name that may be a local
+    directory; a packaged alias such as minilm is never one)."""
+    files, training = settings.get("files") or {}, settings.get("training") or {}
+    found = {f"files.{k}": v for k, v in (files.items() if isinstance(files, dict) else ())
+             if is_path_setting(f"files.{k}") and isinstance(v, str) and v and not Path(v).is_absolute()}
+    model = training.get("model") if isinstance(training, dict) else None
+    if isinstance(model, str) and model and model not in PACKAGED and not Path(model).is_absolute():
+        found["training.model"] = model
+    return found
+
+
+def from_start(record: dict[str, Any]) -> dict[str, str]:
+    """{dotted path: path} of each relative path of a run.json that exists joined to the folder the run started in
+    (a --model only as a directory there: otherwise a Hub name); one that does not exist there (the run directory
+    moved to another machine, the folder since moved) is left out, read from the current folder as a run.json written
+    before the cwd was recorded is."""
+    cwd, settings = record.get("cwd"), record.get("settings")
+    if not isinstance(cwd, str) or not isinstance(settings, dict):
+        return {}
+    joined = {k: Path(cwd) / v for k, v in relative_paths(settings).items()}
+    return {k: str(p) for k, p in joined.items() if (p.is_dir() if k == "training.model" else p.exists())}
+
+
+def replayed(record: dict[str, Any], source: str, replaced: Collection[str] = ()) -> dict[str, Any]:
+    """A run.json's settings (--resume DIR, --config DIR/run.json) with its relative paths joined to the folder the run
+    started in, when that is not this one and they exist there; a task file found neither there nor here is one line
+    saying which folder its path is relative to. The settings in `replaced` (dotted; flags given beside it) are left
+    out: a file they replace need not exist."""
+    cwd, settings = record.get("cwd"), record["settings"]
+    if not isinstance(settings, dict):
+        return settings
+    out = {section: {k: v for k, v in values.items() if f"{section}.{k}" not in replaced}
+           if isinstance(values, dict) else values for section, values in settings.items()}
+    if not isinstance(cwd, str) or Path(cwd).resolve() == Path.cwd().resolve():
+        return out
+    joined = from_start(record)
+    for key, value in relative_paths(settings).items():
+        if key not in joined and key not in replaced and key not in ("training.model", "files.data_dir") and \
+                not Path(value).exists():
+            raise MissingFileError(f"{source}: setting {key!r}: {value}: no such file, relative to {cwd}, where the "
+                                   f"run started (nor here, {Path.cwd()}): run from there, or put the file back")
+    for key, path in joined.items():
+        section, name = key.split(".", 1)
+        if key not in replaced:
+            out[section][name] = path
+    return out
+
+
+def started_in(folder: str | Path | None) -> None:
+    """The folder the run being resumed started in (its run.json's cwd; None: this one), which same_place reads the
+    checkpoint's relative paths from."""
+    global _started_in
+    _started_in = Path(folder) if folder else None
+
+
+def same_place(was: Any, now: Any, start: str | Path | None = None) -> bool:
+    """Whether a path a run recorded (`was`, relative to the folder it started in: `start`, else started_in's) and
+    one given now (relative to this folder) name the same file or folder, or files a resume took as the same bytes
+    (same_bytes)."""
+    if not isinstance(was, str) or not isinstance(now, str) or not was or not now:
+        return was == now
+    pair = ((Path(start) if start else (_started_in or Path.cwd())) / was).resolve(), Path(now).resolve()
+    return was == now or pair[0] == pair[1] or pair in _same_bytes
+
+
+def same_bytes(key: str, was: Any, now: Any, record: dict[str, Any]) -> bool:
+    """Whether a resumed run's file setting `key` (a task file, or the data folder), `was` in its run.json `record`
+    and `now` on the command line, reads labelled files of the bytes the record's data_files say the run read (size and
+    sha256; under another folder, the same names); then same_place takes each such pair as the same file, for the
+    checkpoint's checks, until forget_same_bytes."""
+    if not isinstance(was, str) or not isinstance(now, str) or key in ("files.after_simcse", "training.model"):
+        return False
+    cwd = Path(record.get("cwd") or ".")
+    old_root, new_root = (cwd / was).resolve(), Path(now).resolve()
+    pairs, compared = {(old_root, new_root)}, 0
+    for f, mark in (record.get("data_files") or {}).items():
+        old = (cwd / f).resolve()
+        if not mark.get("labelled", True) or not (old == old_root or (key == "files.data_dir"
+                                                                     and old.is_relative_to(old_root))):
+            continue
+        new = new_root / old.relative_to(old_root) if old != old_root else new_root
+        data = new.read_bytes() if new.is_file() else None
+        if data is None or (len(data), hashlib.sha256(data).hexdigest()) != (mark.get("bytes"), mark.get("sha256")):
+            return False
+        pairs.add((old, new))
+        compared += 1
+    if not compared:                                      # no labelled file of the record: nothing to compare
+        return False
+    _same_bytes.update(pairs)
+    return True
+
+
+def other_files(record: dict[str, Any], flags: dict[str, Any]) -> list[str]:
+    """'path: run.json X, now Y' for each file flag (or --model) given to resume the run of run.json `record` that names
+    another file than the record's (a relative one read from the folder the run started in) and is not of the same
+    bytes (same_bytes)."""
+    differ = []
+    for key, now in flags.items():
+        if now is None or not (is_path_setting(key) or key == "training.model"):
+            continue
+        section, name = key.split(".", 1)
+        values = record["settings"].get(section)
+        was = values.get(name) if isinstance(values, dict) else None
+        if same_place(was, now, record.get("cwd")) or same_bytes(key, was, now, record):
+            continue
+        relative = record.get("cwd") and isinstance(was, str) and not Path(was).is_absolute()
+        differ.append(f"{key}: run.json {was!r}" + (f" (relative to {record['cwd']}, where the run started)"
+                                                   if relative else "") + f", now {now!r}")
+    return differ
+
+
+def forget_same_bytes() -> None:
+    """Start a command's parse with no files taken as the same bytes (same_bytes)."""
+    _same_bytes.clear()
+
+
+def changed_files(recorded: dict | None, read: dict[str, dict], start: str | Path | None) -> list[str]:
+    """Each labelled file of `read` ({path as read now: {"bytes", "sha256", "labelled"}}, tasks.core.data.files_read)
+    whose bytes or sha256 differ from what a checkpoint `recorded` of the same file (its paths relative to `start`,
+    the folder the run started in)."""
+    changed = []
+    for path, now in read.items():
+        if not now.get("labelled", True):
+            continue
+        was = next((mark for f, mark in (recorded or {}).items() if same_place(f, path, start or Path.cwd())), None)
+        if was is not None and (was.get("bytes"), was.get("sha256")) != (now.get("bytes"), now.get("sha256")):
+            changed.append(path)
+    return changed
