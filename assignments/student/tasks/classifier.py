@@ -35,7 +35,7 @@ from .core.distributed import is_main_process
 from .core.errors import existing_file, run_cli, user_path
 from .core.evaluation import LEADERBOARD, accuracy, in_order, predict_batches, prediction_path, write_raw
 from .core.finetune import FineTune
-from .core.recipe import Recipe
+from .core.recipe import Recipe, with_schedule_record
 from .core.resume import resume_config
 from .core.runs import RunOptions, RunPaths, parse_run, run_paths, write_run_json
 from .core.settings import parser_for, section, setting
@@ -191,6 +191,7 @@ def run(settings: Settings) -> dict:
                                    "fine_tune_mode": ft.fine_tune_mode, "bitfit_terms": ft.bitfit_terms})
     for split in (dev, test):
         write_outputs(settings, paths, model, split, device, summary)
+    settings = with_schedule_record(settings, result.earlier_epochs)     # a resume that changed --epochs: replayable
     write_run_json(paths, "classifier", settings, result={k: v for k, v in summary.items() if k != "history"})
     print(f"best dev accuracy {result.best_score:.4f} at epoch {result.best_epoch}")
     return summary
