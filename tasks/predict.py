@@ -49,6 +49,7 @@ from .core.errors import (
     nonnegative_float,
     positive_int,
     run_cli,
+    user_path,
 )
 from .core.evaluation import prediction_path, raw_path, write_predictions, write_raw
 from .core.recipe import autocast
@@ -316,7 +317,7 @@ def splits(text: str) -> list[str]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tasks.predict", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="a run directory (its run.json), a CLI's checkpoint (.pt), a DeeBERT --out "
+    p.add_argument("checkpoint", type=user_path, help="a run directory (its run.json), a CLI's checkpoint (.pt), a DeeBERT --out "
                                       "directory, or a tasks.export directory")
     p.add_argument("--kind", choices=KINDS, default=None, help="the model you expect; a checkpoint of another is refused")
     p.add_argument("--out", default=None, type=directory_to_write,
@@ -325,13 +326,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "already, so that another run's files never replace them unasked: give --out)")
     p.add_argument("--splits", type=splits, default=["dev", "test"],
                    help="which files to predict, comma-separated (default dev,test)")
-    p.add_argument("--data-dir", default=None, help="where the default files live (default: the run's own)")
+    p.add_argument("--data-dir", default=None, type=user_path, help="where the default files live (default: the run's own)")
     for t in ("sst", "para", "sts"):
         for split in ("dev", "test"):
-            p.add_argument(f"--{t}-{split}", dest=f"{t}_{split}", default=None, metavar="PATH",
+            p.add_argument(f"--{t}-{split}", dest=f"{t}_{split}", default=None, metavar="PATH", type=user_path,
                            help=f"multitask runs: the {t} {split} file (default: the run's own)")
-    p.add_argument("--dev-file", default=None, help="classifier/DeeBERT runs: the dev file (default: the run's own)")
-    p.add_argument("--test-file", default=None, help="classifier/DeeBERT runs: the test file (default: the run's own)")
+    p.add_argument("--dev-file", default=None, type=user_path, help="classifier/DeeBERT runs: the dev file (default: the run's own)")
+    p.add_argument("--test-file", default=None, type=user_path, help="classifier/DeeBERT runs: the test file (default: the run's own)")
     p.add_argument("--threshold", type=nonnegative_float, default=None, help="DeeBERT: the exit setting, S (entropy) or P (patience) "
                    "(default: the one the run chose, from its run.json)")
     p.add_argument("--exit", choices=("entropy", "patience"), default=None,
