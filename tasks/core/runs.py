@@ -387,17 +387,18 @@ def prediction_folder(directory: str | Path) -> Path:
 
 
 def trained_checkpoint(path: str | Path) -> Path:
-    """The checkpoint holding a run's trained model: a checkpoint file itself; a run directory's --checkpoint or
-    checkpoint.pt, or for DeeBERT stage 2's (that of the run it loaded with --from-run); a DeeBERT directory written
-    before run directories, its stage2.pt."""
+    """The checkpoint holding a run's trained model: a checkpoint file itself; a run directory's --checkpoint (a
+    relative one from the folder the run started in, as from_start joins it) or checkpoint.pt, or for DeeBERT stage
+    2's (that of the run it loaded with --from-run); a DeeBERT directory written before run directories, its
+    stage2.pt."""
     path = Path(path)
     if path.is_file():
         return path
     if not (path / RUN_FILE).is_file():
         return path / STAGE2
     record = read_run_json(path)
-    settings = record.get("settings") or {}
+    settings, joined = record.get("settings") or {}, from_start(record)
     if record.get("command") == "deebert":
-        from_run = (settings.get("sweep") or {}).get("from_run")
+        from_run = joined.get("sweep.from_run") or (settings.get("sweep") or {}).get("from_run")
         return trained_checkpoint(from_run) if from_run else path / STAGE2
-    return Path((settings.get("run") or {}).get("checkpoint") or path / CHECKPOINT)
+    return Path(joined.get("run.checkpoint") or (settings.get("run") or {}).get("checkpoint") or path / CHECKPOINT)
