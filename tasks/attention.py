@@ -33,7 +33,8 @@ from .core.checkpoints import trained_encoder
 from .core.errors import ConfigurationError, MissingFileError, figure_to_write, run_cli, user_path
 from .core.figures import save_figure
 from .core.recipe import ATTENTIONS, ATTN_IMPLEMENTATION, DEFAULT_ATTENTION
-from .core.runs import RUN_FILE, no_checkpoint, read_run_json, trained_checkpoint, trained_files
+from .core.run_files import trained_checkpoint, trained_files
+from .core.runs import RUN_FILE, no_checkpoint, read_run_json
 from .core.settings import parse, setting
 
 

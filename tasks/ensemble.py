@@ -32,7 +32,8 @@ from minbert.multitask import TASK_NAMES
 
 from .core.errors import ConfigurationError, MissingFileError, directory_to_write, run_cli, user_path
 from .core.evaluation import gold_records, prediction_path, raw_path, read_raw, write_predictions
-from .core.runs import RUN_FILE, prediction_folder, read_run_json, trained_files
+from .core.run_files import prediction_folder, trained_files
+from .core.runs import RUN_FILE, read_run_json
 from .score import score_directory
 from .submit import SPLITS, make_submission
 

@@ -41,9 +41,10 @@ import minbert
 
 from .core.checkpoints import load_checkpoint, trained_encoder
 from .core.errors import ConfigurationError, MissingFileError, directory_to_write, run_cli, user_path
+from .core.exports import EXPORT_ENCODER, EXPORT_HEADS, EXPORT_SETTINGS, load_weights
 from .core.runs import RUN_FILE, no_checkpoint, read_run_json
 from .core.settings import dump
-from .predict import EXPORT_ENCODER, EXPORT_HEADS, EXPORT_SETTINGS, command, from_run_json, load_run, load_weights
+from .predict import command, from_run_json, load_run
 
 ENCODER_KINDS = ("classifier", "deebert", "simcse")   # runs whose export is their encoder alone
 EXPORT_RECORD = "export.json"                         # beside such an export: the run it came from

@@ -52,18 +52,14 @@ from .core.errors import (
     user_path,
 )
 from .core.evaluation import prediction_path, raw_path, write_predictions, write_raw
+from .core.exports import EXPORT_ENCODER, EXPORT_SETTINGS, KINDS, load_weights, read_export
 from .core.recipe import autocast
 from .core.resume import stored_values
-from .core.run_files import changed_files
-from .core.runs import RUN_FILE, no_checkpoint, read_run_json, run_settings, trained_checkpoint, trained_files
-from .core.settings import build, leaves, read_json
-from .core.terms import without_term_weights
+from .core.run_files import changed_files, trained_checkpoint, trained_files
+from .core.runs import RUN_FILE, no_checkpoint, read_run_json, run_settings
+from .core.settings import build, leaves
 from .core.training_setup import DEVICES
 
-KINDS = ("classifier", "multitask", "deebert")
-EXPORT_SETTINGS = "multitask.json"   # an export directory's settings (tasks/export.py)
-EXPORT_HEADS = "heads.pt"            # its weights outside the encoder: the heads, PALs
-EXPORT_ENCODER = "encoder"           # its encoder, a Hugging Face directory
 DEEBERT_FLAGS = {"sweep.threshold": "--threshold", "sweep.exit": "--exit"}   # predict's own, for DeeBERT runs only
 
 
@@ -175,38 +171,6 @@ def own_settings(kind: str, given: dict[str, Any] | None) -> dict[str, Any]:
             raise ConfigurationError(f"{flag} is for classifier and DeeBERT runs; this is a multitask run: use {use}")
         raise ConfigurationError(f"{flag} is for multitask runs; this is a {kind} run: use --{split}-file")
     return {k: v for k, v in given.items() if k not in DEEBERT_FLAGS}
-
-
-def read_export(path: Path) -> tuple[str, dict, dict[str, torch.Tensor]]:
-    """(kind, stored settings, heads) of an export directory; a damaged multitask.json or heads.pt is one line."""
-    where = path / EXPORT_SETTINGS
-    meta = read_json(where, "export settings file")
-    if not isinstance(meta, dict) or not isinstance(meta.get("settings"), dict) or meta.get("kind") not in KINDS:
-        why = (f"kind {meta['kind']!r} is not one of {', '.join(KINDS)}" if isinstance(meta, dict) and "kind" in meta
-               and meta["kind"] not in KINDS else 'not an export\'s settings (an object with "kind" and "settings")')
-        raise ConfigurationError(f"{where}: {why}: export the run again (python -m tasks.export RUN_DIR OUT)")
-    heads = path / EXPORT_HEADS
-    try:
-        state = torch.load(heads, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - torch raises RuntimeError, EOFError, UnpicklingError, ...
-        detail = next((line for line in str(e).splitlines() if line.strip()), "no details").split(". ")[0][:200]
-        raise ConfigurationError(f"{heads}: cannot read the export's weights ({type(e).__name__}: {detail}); it is "
-                                 "truncated or damaged: copy the export again, or export the run again") from None
-    if not isinstance(state, dict):
-        raise ConfigurationError(f"{heads}: not an export's weights (a dict of tensors): export the run again")
-    return meta["kind"], meta["settings"], state
-
-
-def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], path: str | Path, strict: bool = True) -> None:
-    """load_state_dict, its mismatch reported as a refusal that names the checkpoint."""
-    state = without_term_weights(state, model)   # what a term keeps in the model (SMART's theta~): training only
-    try:
-        missing, unexpected = model.load_state_dict(state, strict=strict)
-    except RuntimeError as e:
-        raise ConfigurationError(f"{path}: its weights do not fit the model its settings describe: {e}") from None
-    outside = [k for k in missing if not k.startswith("bert.")]  # without strict: the encoder comes from elsewhere
-    if unexpected or outside:
-        raise ConfigurationError(f"{path}: weights unexpected {unexpected[:5]}, missing {outside[:5]}")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from test_ensemble_cli import run_dir as sst_run
 from tasks import attention, classifier, ensemble, export, multitask, predict, submit
 from tasks.core.checkpoints import load_checkpoint
 from tasks.core.errors import MissingFileError, ResumeError, run_cli
-from tasks.core.runs import RUN_FILE, trained_files
+from tasks.core.run_files import trained_files
+from tasks.core.runs import RUN_FILE
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

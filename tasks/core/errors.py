@@ -329,9 +329,9 @@ def another_run(path: str | Path, own: str | Path) -> tuple[Path, Path] | None:
 
 
 def _prediction_folder(folder: Path) -> Path:
-    """Where the run in `folder` writes its prediction files (runs.prediction_folder; predictions/ for a run.json
+    """Where the run in `folder` writes its prediction files (run_files.prediction_folder; predictions/ for a run.json
     that cannot be read)."""
-    from .runs import prediction_folder
+    from .run_files import prediction_folder
     try:
         return prediction_folder(folder).expanduser().resolve()
     except ConfigurationError:

@@ -1,9 +1,9 @@
 """A run's relative paths, read from the folder the run started in (its run.json's "cwd"): the data folder and task
 files, --after-simcse's directory, a --model that was a local directory, DeeBERT's --from-run, and where the run
-writes (--checkpoint, --predictions-dir). Predict, export, ensemble and attention
-read them so (from_start); --resume DIR and a run.json given as --config too, when run from another folder
-(replayed); a resumed run's checkpoint compares its recorded paths so (same_place), and tasks.predict names a
-labelled file that is not the one the run read (changed_files)."""
+writes (--checkpoint, --predictions-dir). Predict, export, ensemble and attention read them so (trained_files, and
+a run's trained_checkpoint and prediction_folder); --resume DIR and a run.json given as --config too, when run from
+another folder (replayed); a resumed run's checkpoint compares its recorded paths so (same_place), and tasks.predict
+names a labelled file that is not the one the run read (changed_files)."""
 
 from __future__ import annotations
 
@@ -47,11 +47,12 @@ def relative_paths(settings: dict[str, Any]) -> dict[str, str]:
     return found
 
 
-def from_start(record: dict[str, Any]) -> dict[str, str]:
+def trained_files(record: dict[str, Any]) -> dict[str, str]:
     """{dotted path: path} of each relative path of a run.json that exists joined to the folder the run started in
     (a --model only as a directory there: otherwise a Hub name; where it writes, WRITTEN, whenever that folder is
     there); one that does not exist there (the run directory moved to another machine, the folder since moved) is left
-    out, read from the current folder as a run.json written before the cwd was recorded is."""
+    out, read from the current folder as a run.json written before the cwd was recorded is. So predict, export,
+    ensemble and attention find a run's files from anywhere."""
     cwd, settings = record.get("cwd"), record.get("settings")
     if not isinstance(cwd, str) or not isinstance(settings, dict):
         return {}
@@ -72,7 +73,7 @@ def replayed(record: dict[str, Any], source: str, replaced: Collection[str] = ()
            if isinstance(values, dict) else values for section, values in settings.items()}
     if not isinstance(cwd, str) or Path(cwd).resolve() == Path.cwd().resolve():
         return out
-    joined = from_start(record)
+    joined = trained_files(record)
     for key, value in relative_paths(settings).items():
         if key not in joined and key not in replaced and key not in ("training.model", "files.data_dir", *WRITTEN) and \
                 not Path(value).exists():
@@ -165,3 +166,32 @@ def changed_files(recorded: dict | None, read: dict[str, dict], start: str | Pat
         if was is not None and (was.get("bytes"), was.get("sha256")) != (now.get("bytes"), now.get("sha256")):
             changed.append(path)
     return changed
+
+
+def prediction_folder(directory: str | Path) -> Path:
+    """Where the run in `directory` wrote its prediction files: the --predictions-dir its run.json records (a relative
+    one from the folder the run was started in, run.json's cwd; the current folder for a record without it), else
+    DIRECTORY/predictions."""
+    from .runs import read_run_json
+    record = read_run_json(directory)
+    given = record["settings"].get("run", {}).get("predictions_dir")
+    return Path(record.get("cwd") or ".") / given if given else Path(directory) / "predictions"
+
+
+def trained_checkpoint(path: str | Path) -> Path:
+    """The checkpoint holding a run's trained model: a checkpoint file itself; a run directory's --checkpoint (a
+    relative one from the folder the run started in, as trained_files joins it) or checkpoint.pt, or for DeeBERT stage
+    2's (that of the run it loaded with --from-run); a DeeBERT directory written before run directories, its
+    stage2.pt."""
+    from .runs import CHECKPOINT, RUN_FILE, STAGE2, read_run_json
+    path = Path(path)
+    if path.is_file():
+        return path
+    if not (path / RUN_FILE).is_file():
+        return path / STAGE2
+    record = read_run_json(path)
+    settings, joined = record.get("settings") or {}, trained_files(record)
+    if record.get("command") == "deebert":
+        from_run = joined.get("sweep.from_run") or (settings.get("sweep") or {}).get("from_run")
+        return trained_checkpoint(from_run) if from_run else path / STAGE2
+    return Path(joined.get("run.checkpoint") or (settings.get("run") or {}).get("checkpoint") or path / CHECKPOINT)

@@ -47,7 +47,7 @@ from ..core.errors import ConfigurationError, ResumeError
 from ..core.evaluation import predict_batches, raw_path, write_raw
 from ..core.recipe import autocast
 from ..core.resume import resume_config, stored_values
-from ..core.run_files import same_place
+from ..core.run_files import same_place, trained_checkpoint
 from ..core.runs import (
     RUN_FILE,
     STAGE2,
@@ -58,7 +58,6 @@ from ..core.runs import (
     refuse_other_files,
     resume_base,
     run_paths,
-    trained_checkpoint,
     write_run_json,
 )
 from ..core.settings import build, dump, parse, parser_for, read_config
