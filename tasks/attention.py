@@ -30,10 +30,11 @@ import torch
 import minbert
 
 from .core.checkpoints import trained_encoder
-from .core.errors import ConfigurationError, MissingFileError, figure_to_write, run_cli
+from .core.errors import ConfigurationError, MissingFileError, figure_to_write, run_cli, user_path
 from .core.figures import save_figure
 from .core.recipe import ATTENTIONS, ATTN_IMPLEMENTATION, DEFAULT_ATTENTION
-from .core.runs import RUN_FILE, no_checkpoint, read_run_json, trained_checkpoint, trained_files
+from .core.run_files import trained_checkpoint, trained_files
+from .core.runs import RUN_FILE, no_checkpoint, read_run_json
 from .core.settings import parse, setting
 
 
@@ -42,7 +43,7 @@ class Settings:
     text: str = setting("The cat sat on the mat.", help="the sentence")
     pair: str | None = setting(None, help="a second sentence, for a sentence pair ([SEP] between, segment 1)")
     layer: int = setting(1, help="the layer to draw, 1 to the model's number of layers")
-    model: str = setting("minilm", help="a checkpoint (minilm, a Hugging Face name or a directory), or a trained run's "
+    model: str = setting("minilm", parse=user_path, help="a checkpoint (minilm, a Hugging Face name or a directory), or a trained run's "
                                         "directory: its best epoch's encoder")
     out: str = setting("attention.png", parse=figure_to_write,
                        help="the PNG to write (a name without an extension gets .png)")

@@ -30,9 +30,10 @@ import torch
 
 from minbert.multitask import TASK_NAMES
 
-from .core.errors import ConfigurationError, MissingFileError, directory_to_write, run_cli
+from .core.errors import ConfigurationError, MissingFileError, directory_to_write, run_cli, user_path
 from .core.evaluation import gold_records, prediction_path, raw_path, read_raw, write_predictions
-from .core.runs import RUN_FILE, prediction_folder, read_run_json, trained_files
+from .core.run_files import prediction_folder, trained_files
+from .core.runs import RUN_FILE, read_run_json
 from .score import score_directory
 from .submit import SPLITS, make_submission
 
@@ -156,9 +157,9 @@ def ensemble(run_dirs: list[str | Path], out: str | Path, data_dir: str | Path |
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tasks.ensemble", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="prediction directories holding *-raw.csv files")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", type=user_path, help="prediction directories holding *-raw.csv files")
     p.add_argument("--out", type=directory_to_write, default="predictions-ensemble", help="where the six files go (default predictions-ensemble)")
-    p.add_argument("--data-dir", default=None,
+    p.add_argument("--data-dir", default=None, type=user_path,
                    help="the task files the set is checked against (default: the runs' own, from their run.json; "
                         "else data)")
     args = p.parse_args(argv)

@@ -40,10 +40,11 @@ import torch
 import minbert
 
 from .core.checkpoints import load_checkpoint, trained_encoder
-from .core.errors import ConfigurationError, MissingFileError, directory_to_write, run_cli
+from .core.errors import ConfigurationError, MissingFileError, directory_to_write, run_cli, user_path
+from .core.exports import EXPORT_ENCODER, EXPORT_HEADS, EXPORT_SETTINGS, load_weights
 from .core.runs import RUN_FILE, no_checkpoint, read_run_json
 from .core.settings import dump
-from .predict import EXPORT_ENCODER, EXPORT_HEADS, EXPORT_SETTINGS, command, from_run_json, load_run, load_weights
+from .predict import command, from_run_json, load_run
 
 ENCODER_KINDS = ("classifier", "deebert", "simcse")   # runs whose export is their encoder alone
 EXPORT_RECORD = "export.json"                         # beside such an export: the run it came from
@@ -182,7 +183,7 @@ def export_encoder(run_dir: Path, kind: str, settings: Any, checkpoint: Path, ou
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tasks.export", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="a run directory of python -m tasks.classifier, multitask, deebert or simcse, "
+    p.add_argument("checkpoint", type=user_path, help="a run directory of python -m tasks.classifier, multitask, deebert or simcse, "
                                       "or its checkpoint")
     p.add_argument("out", type=directory_to_write, help="the directory to write: new or empty")
     p.add_argument("--force", action="store_true",

@@ -49,20 +49,17 @@ from .core.errors import (
     nonnegative_float,
     positive_int,
     run_cli,
+    user_path,
 )
 from .core.evaluation import prediction_path, raw_path, write_predictions, write_raw
+from .core.exports import EXPORT_ENCODER, EXPORT_SETTINGS, KINDS, load_weights, read_export
 from .core.recipe import autocast
 from .core.resume import stored_values
-from .core.run_files import changed_files
-from .core.runs import RUN_FILE, no_checkpoint, read_run_json, run_settings, trained_checkpoint, trained_files
-from .core.settings import build, leaves, read_json
-from .core.terms import without_term_weights
+from .core.run_files import changed_files, trained_checkpoint, trained_files
+from .core.runs import RUN_FILE, no_checkpoint, read_run_json, run_settings
+from .core.settings import build, leaves
 from .core.training_setup import DEVICES
 
-KINDS = ("classifier", "multitask", "deebert")
-EXPORT_SETTINGS = "multitask.json"   # an export directory's settings (tasks/export.py)
-EXPORT_HEADS = "heads.pt"            # its weights outside the encoder: the heads, PALs
-EXPORT_ENCODER = "encoder"           # its encoder, a Hugging Face directory
 DEEBERT_FLAGS = {"sweep.threshold": "--threshold", "sweep.exit": "--exit"}   # predict's own, for DeeBERT runs only
 
 
@@ -176,38 +173,6 @@ def own_settings(kind: str, given: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in given.items() if k not in DEEBERT_FLAGS}
 
 
-def read_export(path: Path) -> tuple[str, dict, dict[str, torch.Tensor]]:
-    """(kind, stored settings, heads) of an export directory; a damaged multitask.json or heads.pt is one line."""
-    where = path / EXPORT_SETTINGS
-    meta = read_json(where, "export settings file")
-    if not isinstance(meta, dict) or not isinstance(meta.get("settings"), dict) or meta.get("kind") not in KINDS:
-        why = (f"kind {meta['kind']!r} is not one of {', '.join(KINDS)}" if isinstance(meta, dict) and "kind" in meta
-               and meta["kind"] not in KINDS else 'not an export\'s settings (an object with "kind" and "settings")')
-        raise ConfigurationError(f"{where}: {why}: export the run again (python -m tasks.export RUN_DIR OUT)")
-    heads = path / EXPORT_HEADS
-    try:
-        state = torch.load(heads, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - torch raises RuntimeError, EOFError, UnpicklingError, ...
-        detail = next((line for line in str(e).splitlines() if line.strip()), "no details").split(". ")[0][:200]
-        raise ConfigurationError(f"{heads}: cannot read the export's weights ({type(e).__name__}: {detail}); it is "
-                                 "truncated or damaged: copy the export again, or export the run again") from None
-    if not isinstance(state, dict):
-        raise ConfigurationError(f"{heads}: not an export's weights (a dict of tensors): export the run again")
-    return meta["kind"], meta["settings"], state
-
-
-def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], path: str | Path, strict: bool = True) -> None:
-    """load_state_dict, its mismatch reported as a refusal that names the checkpoint."""
-    state = without_term_weights(state, model)   # what a term keeps in the model (SMART's theta~): training only
-    try:
-        missing, unexpected = model.load_state_dict(state, strict=strict)
-    except RuntimeError as e:
-        raise ConfigurationError(f"{path}: its weights do not fit the model its settings describe: {e}") from None
-    outside = [k for k in missing if not k.startswith("bert.")]  # without strict: the encoder comes from elsewhere
-    if unexpected or outside:
-        raise ConfigurationError(f"{path}: weights unexpected {unexpected[:5]}, missing {outside[:5]}")
-
-
 @dataclass(frozen=True)
 class Request:
     """What to predict: the run, where the files go, which splits and files, the device (from the command line)."""
@@ -316,7 +281,7 @@ def splits(text: str) -> list[str]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tasks.predict", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="a run directory (its run.json), a CLI's checkpoint (.pt), a DeeBERT --out "
+    p.add_argument("checkpoint", type=user_path, help="a run directory (its run.json), a CLI's checkpoint (.pt), a DeeBERT --out "
                                       "directory, or a tasks.export directory")
     p.add_argument("--kind", choices=KINDS, default=None, help="the model you expect; a checkpoint of another is refused")
     p.add_argument("--out", default=None, type=directory_to_write,
@@ -325,13 +290,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "already, so that another run's files never replace them unasked: give --out)")
     p.add_argument("--splits", type=splits, default=["dev", "test"],
                    help="which files to predict, comma-separated (default dev,test)")
-    p.add_argument("--data-dir", default=None, help="where the default files live (default: the run's own)")
+    p.add_argument("--data-dir", default=None, type=user_path, help="where the default files live (default: the run's own)")
     for t in ("sst", "para", "sts"):
         for split in ("dev", "test"):
-            p.add_argument(f"--{t}-{split}", dest=f"{t}_{split}", default=None, metavar="PATH",
+            p.add_argument(f"--{t}-{split}", dest=f"{t}_{split}", default=None, metavar="PATH", type=user_path,
                            help=f"multitask runs: the {t} {split} file (default: the run's own)")
-    p.add_argument("--dev-file", default=None, help="classifier/DeeBERT runs: the dev file (default: the run's own)")
-    p.add_argument("--test-file", default=None, help="classifier/DeeBERT runs: the test file (default: the run's own)")
+    p.add_argument("--dev-file", default=None, type=user_path, help="classifier/DeeBERT runs: the dev file (default: the run's own)")
+    p.add_argument("--test-file", default=None, type=user_path, help="classifier/DeeBERT runs: the test file (default: the run's own)")
     p.add_argument("--threshold", type=nonnegative_float, default=None, help="DeeBERT: the exit setting, S (entropy) or P (patience) "
                    "(default: the one the run chose, from its run.json)")
     p.add_argument("--exit", choices=("entropy", "patience"), default=None,

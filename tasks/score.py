@@ -25,7 +25,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from .core.errors import existing_dir, run_cli
+from .core.errors import existing_dir, run_cli, user_path
 from .core.evaluation import LEADERBOARD, Report, check_predictions, gold_records, overall_score, prediction_path
 
 TASK_NAMES = ("sst", "para", "sts")   # minbert.multitask.TASK_NAMES (a test says so), without importing part 2
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tasks.score", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("pred_dir", type=existing_dir, help="directory holding {sst,para,sts}-{split}-output.csv")
-    parser.add_argument("--data-dir", default="data", help="directory of the gold task files (default: data)")
+    parser.add_argument("--data-dir", default="data", type=user_path, help="directory of the gold task files (default: data)")
     parser.add_argument("--split", default="dev", help="dev (default), train or test; test files have no "
                         "labels, so only ids and values are checked")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")

@@ -25,7 +25,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from .core.errors import ConfigurationError, file_to_write, run_cli
+from .core.errors import ConfigurationError, file_to_write, run_cli, user_path
 from .core.evaluation import check_predictions, gold_records, prediction_path, replacing
 
 TASK_NAMES = ("sst", "para", "sts")   # minbert.multitask.TASK_NAMES (a test says so), without importing part 2
@@ -96,8 +96,8 @@ def check_out(out: str | Path, pred_dir: str | Path, data_dir: str | Path) -> No
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tasks.submit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pred-dir", default="predictions", help="directory of the prediction files (default: predictions)")
-    parser.add_argument("--data-dir", default="data", help="directory of the task files that define the set (default: data)")
+    parser.add_argument("--pred-dir", default="predictions", type=user_path, help="directory of the prediction files (default: predictions)")
+    parser.add_argument("--data-dir", default="data", type=user_path, help="directory of the task files that define the set (default: data)")
     parser.add_argument("--out", default="submission.zip", type=file_to_write,
                         help="the zip to write (default: submission.zip); a name ending in .zip, not one of the "
                              "prediction files, nor in --data-dir, nor an existing file that is not a zip")

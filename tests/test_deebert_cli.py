@@ -16,7 +16,7 @@ from test_deebert import piece, tiny_config  # noqa: F401 - tiny_config: the fou
 import minbert
 from minbert.deebert import DeeBert, DeeBertConfig, EntropyExit
 from tasks import deebert as cli
-from tasks.core.data import TASKS
+from tasks.core.data import TASKS, DataError
 from tasks.core.errors import ConfigurationError
 from tasks.core.evaluation import check_predictions
 from tasks.deebert import timing as deebert_timing
@@ -37,7 +37,7 @@ def test_sst2_is_binary_sst_without_the_neutral_rows(tmp_path, tokenizer):
 
 
 def cli_args(tiny_dir, tmp_path, task, out, *extra):
-    source = {"sst2": "ids-sst", "sts": "sts"}[task]
+    source = {"sst2": "ids-sst", "sts": "sts", "cfimdb": "ids-cfimdb"}[task]
     return cli.parse_settings([
         "--task", task, "--model", str(tiny_dir), "--device", TEST_DEVICE, "--no-progress", "--out", str(tmp_path / out),
         "--train-file", piece(tmp_path, f"{source}-train.csv", f"{task}-train.csv", 0, 48),
@@ -275,3 +275,15 @@ def test_from_run_reads_a_relative_model_directory_from_where_the_run_trained(ti
     monkeypatch.chdir(tmp_path / "elsewhere")
     again = cli.run(cli.parse_settings(["--from-run", str(tmp_path / "run"), "--out", "b1"]))
     assert again["model"] == str(tmp_path / "tiny") and again["from_run"] == str(tmp_path / "run" / "stage2.pt")
+
+
+@pytest.mark.parametrize("task,split,column", [("sst2", "dev", "sentiment"), ("sst2", "train", "sentiment"),
+                                               ("sts", "dev", "similarity"), ("cfimdb", "dev", "sentiment")])
+def test_a_file_without_the_tasks_label_column_names_the_column(task, split, column, tiny_dir, tmp_path):
+    settings = cli_args(tiny_dir, tmp_path, task, "run")
+    path = Path(getattr(settings.files, f"{split}_file"))
+    path.write_text(path.read_text(encoding="utf-8").replace(f"\t{column}\n", "\tlabel\n", 1), encoding="utf-8")
+    source = cli.SOURCE[task]
+    with pytest.raises(DataError, match="^" + rf"{path}:1: no '{column}' column \(header \[.*'label'\]\); the "
+                       rf"{source} training and dev files label each row in a column named '{column}'$"):
+        cli.run(settings)

@@ -441,3 +441,18 @@ def test_the_commands_help_calls_files_a_tree_lacks_the_reference_repositorys(tr
         for m in re.finditer(r"(?<![\w/])((?:benchmarks|docs)/[\w/.-]+\w)", text):
             if not all((t / m.group(1)).exists() for t in holders):
                 assert "reference repository's" in text[max(0, m.start() - 40):m.start()], (command, m.group(1))
+
+
+def test_the_final_projects_handout_links_training_on_more_data_in_the_trees_data_readme(tmp_path: Path) -> None:
+    """The default project's handout, where it gives part 2's training commands, links data/README.md's "Training on
+    more data" section; the tree ships that file with the heading the link names."""
+    tree = tmp_path / "dp"
+    generate(tree, profile="default-project")
+    text = (tree / "assignments" / "README.md").read_text()
+    start = text.index("### Checking and training")
+    training = text[start:text.index("\n## ", start)]
+    links = re.findall(r"\]\(\.\./data/README\.md#([\w-]+)\)", training)
+    assert links == ["training-on-more-data"]
+    headings = re.findall(r"^#+ (.+)$", (tree / "data" / "README.md").read_text(), re.MULTILINE)
+    anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+    assert set(links) <= anchors

@@ -5,6 +5,7 @@ never writes its predictions into another run's directory."""
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import re
@@ -236,3 +237,69 @@ def test_a_pgf_figure_without_its_tex_system_is_refused_before_the_work(tmp_path
     code, _, err = cli(curves.main, [str(tmp_path / "c.curves.jsonl"), "--out", str(tmp_path / "c.pgf")], capsys)
     assert code == 2 and "matplotlib writes a .pgf figure through xelatex, which is not installed here" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.curves.jsonl"]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    """$HOME is tmp_path/home, holding a run directory (run/run.json) and a file (f.csv)."""
+    home = tmp_path / "home"
+    (home / "run").mkdir(parents=True)
+    (home / "run" / "run.json").write_text("{}")
+    (home / "f.csv").write_text("x\n")
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+@pytest.mark.parametrize("kind,given,expanded", [
+    ("existing_path", "~/run", "run"), ("existing_dir", "~/run", "run"), ("existing_file", "~/f.csv", "f.csv"),
+    ("directory_to_write", "~/new", "new"), ("file_to_write", "~/c.pt", "c.pt"),
+    ("figure_to_write", "~/fig", "fig.png"), ("user_path", "~/x", "x")])
+def test_each_path_parser_expands_a_tilde(kind, given, expanded, home):
+    from tasks.core import errors
+    assert getattr(errors, kind)(given) == str(home / expanded)
+
+
+class Parsed(Exception):
+    """What a command's argparse parser gave (parsed() stops the command there)."""
+
+
+REAL_PARSE_ARGS = argparse.ArgumentParser.parse_args
+
+
+def parsed(main, argv: list[str], monkeypatch) -> dict:
+    """The namespace a command's own argparse parser gives for `argv` (the command stopped right after parsing)."""
+    def parse_args(self, args=None, namespace=None):
+        raise Parsed(vars(REAL_PARSE_ARGS(self, args, namespace)))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_args)
+    with pytest.raises(Parsed) as caught:
+        main(argv)
+    return caught.value.args[0]
+
+
+def test_the_commands_read_a_tilde_in_every_path_they_are_given(home, monkeypatch):
+    from tasks import ensemble, predict, score
+    from tasks import multitask as mt
+    from tasks.deebert import parse_settings as deebert_settings
+    h = str(home)
+    run = mt.parse_settings(["--run-dir=~/new", "--checkpoint=~/c.pt", "--predictions-dir=~/p"]).run
+    assert (run.run_dir, run.checkpoint, run.predictions_dir) == (f"{h}/new", f"{h}/c.pt", f"{h}/p")
+    both = mt.parse_settings(["--model=~/m", "--after-simcse=~/s"])
+    assert (both.training.model, both.files.after_simcse) == (f"{h}/m", f"{h}/s")
+    assert deebert_settings(["--model=~/m", "--out=~/o"]).run.run_dir == f"{h}/o"
+    assert vars(predict.build_parser().parse_args(["~/run", "--out=~/o", "--data-dir=~/d", "--sst-dev=~/s.csv",
+                                                   "--dev-file=~/x.csv", "--test-file=~/y.csv"])) == \
+        vars(predict.build_parser().parse_args([f"{h}/run", f"--out={h}/o", f"--data-dir={h}/d", f"--sst-dev={h}/s.csv",
+                                                f"--dev-file={h}/x.csv", f"--test-file={h}/y.csv"]))
+    assert attention.parse(attention.Settings, ["--model=~/run", "--out=~/a"], prog="a", description="").model == \
+        f"{h}/run"
+    for main, argv, keys in [(export.main, ["~/run", "~/out"], ("checkpoint", "out")),
+                             (ensemble.main, ["~/run", "--out=~/e", "--data-dir=~/d"], ("runs", "out", "data_dir")),
+                             (submit.main, ["--pred-dir=~/p", "--data-dir=~/d", "--out=~/s.zip"],
+                              ("pred_dir", "data_dir", "out")),
+                             (curves.main, ["~/run", "--out=~/c"], ("path", "out")),
+                             (score.main, ["~/run", "--data-dir=~/d"], ("pred_dir", "data_dir"))]:
+        args = parsed(main, argv, monkeypatch)
+        for key in keys:
+            value = args[key][0] if isinstance(args[key], list) else args[key]
+            assert value.startswith(h) and "~" not in value, (main, key, value)

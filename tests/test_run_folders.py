@@ -18,7 +18,8 @@ from test_ensemble_cli import run_dir as sst_run
 from tasks import attention, classifier, ensemble, export, multitask, predict, submit
 from tasks.core.checkpoints import load_checkpoint
 from tasks.core.errors import MissingFileError, ResumeError, run_cli
-from tasks.core.runs import RUN_FILE, trained_files
+from tasks.core.run_files import trained_files
+from tasks.core.runs import RUN_FILE
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -97,9 +98,10 @@ def test_predict_finds_a_runs_files_from_anywhere_and_refuses_to_write_nothing(t
                                          "--data-dir", str(trained / "data")])) == 0
 
 
-def _sst_run(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
+def _sst_run(tmp_path: Path, monkeypatch, *extra: str) -> tuple[Path, Path]:
     """A one-epoch classifier run started in tmp_path with relative names for everything: --model tiny (conftest's
-    tiny_dir, tmp_path/tiny), train.csv, dev.csv, test.csv, --run-dir run; (the run's folder, another folder)."""
+    tiny_dir, tmp_path/tiny), train.csv, dev.csv, test.csv, --run-dir run, `extra` flags; (the run's folder, another
+    folder)."""
     lines = (DATA / "ids-sst-dev.csv").read_text(encoding="utf-8").splitlines(keepends=True)
     for name, rows in (("train.csv", lines[1:33]), ("dev.csv", lines[33:49]), ("test.csv", lines[49:65])):
         (tmp_path / name).write_text(lines[0] + "".join(rows), encoding="utf-8")
@@ -108,7 +110,7 @@ def _sst_run(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
     classifier.run(classifier.parse_settings([
         "--model", "tiny", "--device", TEST_DEVICE, "--batch-size", "8", "--no-progress", "--epochs", "1",
         "--eval-batch-size", "8", "--train-file", "train.csv", "--dev-file", "dev.csv", "--test-file", "test.csv",
-        "--run-dir", "run"]))
+        "--run-dir", "run", *extra]))
     monkeypatch.chdir(tmp_path / "elsewhere")
     return tmp_path / "run", tmp_path / "elsewhere"
 
@@ -167,6 +169,19 @@ def test_resume_and_a_run_json_as_config_read_relative_files_from_where_the_run_
     with pytest.raises(MissingFileError, match=(rf"setting 'files.train_file': train.csv: no such file, relative to "
                                                 rf"{tmp_path / 'gone'}, where the run started")):
         classifier.parse_settings(["--config", str(gone / RUN_FILE), "--run-dir", "again2"])
+
+
+def test_a_relative_checkpoint_and_predictions_dir_are_read_from_where_the_run_started(tiny_dir, tmp_path, capsys,
+                                                                                        monkeypatch):
+    run, elsewhere = _sst_run(tmp_path, monkeypatch, "--checkpoint", "ck/c.pt", "--predictions-dir", "preds")
+    assert run_cli(lambda: predict.main([str(run), "--out", "pred", "--device", TEST_DEVICE])) == 0, \
+        capsys.readouterr().err
+    assert (elsewhere / "pred" / "sst-dev-output.csv").read_text() == (tmp_path / "preds" / "sst-dev-output.csv").read_text()
+    (tmp_path / "preds" / "sst-dev-output.csv").unlink()
+    classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "2"]))       # from another folder
+    assert load_checkpoint(tmp_path / "ck" / "c.pt")["epoch"] == 2
+    assert (tmp_path / "preds" / "sst-dev-output.csv").is_file()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["pred"]                   # nothing written here
 
 
 def test_run_json_records_the_data_and_predict_notes_a_changed_labelled_file(tiny_dir, tmp_path, capsys, monkeypatch):

@@ -17,7 +17,7 @@ from minbert.checkpoint import name_table
 from minbert.simcse import SimCSE, SimCSEConfig, margin_loss, sup_simcse_loss, unsup_simcse_loss
 from tasks import multitask, simcse
 from tasks.core.checkpoints import load_checkpoint
-from tasks.core.data import TASKS
+from tasks.core.data import TASKS, DataError
 from tasks.core.errors import ConfigurationError
 from tasks.core.train import Interrupted, watching
 from tasks.simcse import Examples, Round, mine_hard_negatives, parse_settings, plan, run, split_quora, write_rows
@@ -329,3 +329,15 @@ def test_clear_errors_before_training(tiny_dir, files, tmp_path):
     with pytest.raises(SystemExit, match="2"):   # checked by argparse: "must be a positive integer, not 0"
         parse_settings(stage_argv(tiny_dir, files, tmp_path, "err", "--eval-every", "0"))
     assert (tmp_path / "taken" / "notes.txt").read_text() == "not ours"
+
+
+@pytest.mark.parametrize("flag,task,column,split", [("para_train", "para", "is_duplicate", "training"),
+                                                    ("sts_dev", "sts", "similarity", "dev")])
+def test_a_file_without_its_label_column_names_the_column(flag, task, column, split, tiny_dir, files, tmp_path):
+    path = tmp_path / f"renamed-{flag}.csv"
+    with open(files[flag], encoding="utf-8") as f:
+        path.write_text(f.read().replace(f"\t{column}\n", "\tlabel\n", 1), encoding="utf-8")
+    settings = parse_settings(stage_argv(tiny_dir, files | {flag: str(path)}, tmp_path, "err"))
+    with pytest.raises(DataError, match="^" + rf"{path}:1: no '{column}' column \(header \[.*'label'\]\); the "
+                       rf"{task} {split} files label each row in a column named '{column}'$"):
+        run(settings)

@@ -5,7 +5,9 @@
     config_files.py   the one reader of hand-written JSON (--config, space files, run.json): strict, errors by line
     resume.py         the one resume rule, from the settings' fields: what a resumed run may change, older runs
     runs.py           a directory per run: run.json, the checkpoint, curves, predictions/; --resume DIR
-    run_files.py      a run's relative files and --model directory, read from the folder the run started in
+    run_files.py      a run's relative files and --model directory, read from the folder the run started in; its
+                      trained checkpoint and prediction folder
+    exports.py        an export directory's files (tasks.export), read back by tasks.predict; weights checked to fit
     training_setup.py the Training section every command shares, set-up, reading a split, writing predictions
     data.py           the task files' readers (errors with file and line)
     batching.py       the one batching pipeline: a file tokenised once, batches drawn, cut and padded from its ids

@@ -183,9 +183,9 @@ def curves_file(given: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .errors import figure_to_write
+    from .errors import figure_to_write, user_path
     p = argparse.ArgumentParser(prog="python -m tasks.curves", description="Draw a run's curves file as a PNG.")
-    p.add_argument("path", help="a CHECKPOINT.curves.jsonl file, or a run directory (its checkpoint's curves)")
+    p.add_argument("path", type=user_path, help="a CHECKPOINT.curves.jsonl file, or a run directory (its checkpoint's curves)")
     p.add_argument("--out", default=None, type=figure_to_write,
                    help="the PNG (default: beside the curves file, .png); a name without an extension gets .png")
     args = p.parse_args(argv)

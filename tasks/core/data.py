@@ -152,7 +152,8 @@ class LabelSpec:
 
 
 SENTIMENT5 = LabelSpec("class", num_classes=5, column="sentiment")
-BINARY = LabelSpec("class", num_classes=2, column="is_duplicate")      # Quora's; CFIMDB's is read_sentences'
+BINARY = LabelSpec("class", num_classes=2, column="is_duplicate")      # Quora's
+BINARY_SENTIMENT = LabelSpec("class", num_classes=2, column="sentiment")   # CFIMDB's
 SIMILARITY = LabelSpec("float", low=0.0, high=5.0, column="similarity")
 
 
@@ -352,7 +353,7 @@ SIMCSE_QUORA_REST = "quora-train-rest.csv"  # the Quora training pairs a tasks.s
 
 TASKS = {
     "sst": TaskFiles("sst", "ids-sst", False, SENTIMENT5),
-    "cfimdb": TaskFiles("cfimdb", "ids-cfimdb", False, BINARY),
+    "cfimdb": TaskFiles("cfimdb", "ids-cfimdb", False, BINARY_SENTIMENT),
     "para": TaskFiles("para", "quora", True, BINARY),
     "sts": TaskFiles("sts", "sts", True, SIMILARITY),
 }

@@ -230,7 +230,7 @@ def user_path(text: str) -> str:
 
 
 def existing_file(text: str) -> str:
-    """A path to a file that exists and can be read (~ expanded)."""
+    """A path to a file that exists and can be read (~ expanded, as by every path parser here)."""
     path = Path(text).expanduser()
     if not path.is_file():
         why = "is a directory, not a file" if path.is_dir() else "no such file"
@@ -241,17 +241,17 @@ def existing_file(text: str) -> str:
 
 
 def existing_path(text: str) -> str:
-    """A path to a file or a directory that exists."""
+    """A path to a file or a directory that exists (~ expanded)."""
     if not Path(text).expanduser().exists():
         raise argparse.ArgumentTypeError(f"{text}: no such file or directory")
-    return text
+    return user_path(text)
 
 
 def existing_dir(text: str) -> str:
-    """A path to a directory that exists."""
+    """A path to a directory that exists (~ expanded)."""
     if not Path(text).expanduser().is_dir():
         raise argparse.ArgumentTypeError(f"{text}: no such directory")
-    return text
+    return user_path(text)
 
 
 def _file_above(path: Path) -> Path | None:
@@ -271,7 +271,7 @@ def directory_to_write(text: str) -> str:
     above = _file_above(path)
     if above is not None:
         raise argparse.ArgumentTypeError(f"{text}: {above} is a file, not a directory: give a directory to write into")
-    return text
+    return user_path(text)
 
 
 def file_to_write(text: str) -> str:
@@ -286,12 +286,12 @@ def file_to_write(text: str) -> str:
     above = _file_above(path)
     if above is not None:
         raise argparse.ArgumentTypeError(f"{text}: {above} is a file, not a directory: give a path in a folder")
-    return text
+    return user_path(text)
 
 
 def figure_to_write(text: str) -> str:
     """A figure to write (file_to_write): a name without an extension gets .png, which is what matplotlib writes."""
-    file_to_write(text)
+    text = file_to_write(text)
     suffix = Path(text).suffix.lower().lstrip(".")
     if not suffix:
         return f"{text}.png"
@@ -329,9 +329,9 @@ def another_run(path: str | Path, own: str | Path) -> tuple[Path, Path] | None:
 
 
 def _prediction_folder(folder: Path) -> Path:
-    """Where the run in `folder` writes its prediction files (runs.prediction_folder; predictions/ for a run.json
+    """Where the run in `folder` writes its prediction files (run_files.prediction_folder; predictions/ for a run.json
     that cannot be read)."""
-    from .runs import prediction_folder
+    from .run_files import prediction_folder
     try:
         return prediction_folder(folder).expanduser().resolve()
     except ConfigurationError:

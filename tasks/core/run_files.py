@@ -1,8 +1,9 @@
 """A run's relative paths, read from the folder the run started in (its run.json's "cwd"): the data folder and task
-files, --after-simcse's directory and a --model that was a local directory. Predict, export, ensemble and attention
-read them so (from_start); --resume DIR and a run.json given as --config too, when run from another folder
-(replayed); a resumed run's checkpoint compares its recorded paths so (same_place), and tasks.predict names a
-labelled file that is not the one the run read (changed_files)."""
+files, --after-simcse's directory, a --model that was a local directory, DeeBERT's --from-run, and where the run
+writes (--checkpoint, --predictions-dir). Predict, export, ensemble and attention read them so (trained_files, and
+a run's trained_checkpoint and prediction_folder); --resume DIR and a run.json given as --config too, when run from
+another folder (replayed); a resumed run's checkpoint compares its recorded paths so (same_place), and tasks.predict
+names a labelled file that is not the one the run read (changed_files)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from minbert.checkpoint import PACKAGED
 
 from .errors import MissingFileError
 
+WRITTEN = ("run.checkpoint", "run.predictions_dir")   # where a run writes: joined to its start whether there yet or not
 _started_in: Path | None = None   # the folder the run being resumed started in: its checkpoint's relative paths'
 _same_bytes: set[tuple[Path, Path]] = set()   # (a file the run read, a file given now) of the same bytes: same_bytes
 
@@ -28,27 +30,35 @@ def is_path_setting(key: str) -> bool:
 
 
 def relative_paths(settings: dict[str, Any]) -> dict[str, str]:
-    """{dotted path: value} of a run.json's relative path settings and its --model (a name that may be a local
-    directory; a packaged alias such as minilm is never one)."""
+    """{dotted path: value} of a run.json's relative path settings (its files, its --checkpoint and --predictions-dir,
+    DeeBERT's --from-run) and its --model (a name that may be a local directory; a packaged alias such as minilm is
+    never one)."""
     files, training = settings.get("files") or {}, settings.get("training") or {}
     found = {f"files.{k}": v for k, v in (files.items() if isinstance(files, dict) else ())
              if is_path_setting(f"files.{k}") and isinstance(v, str) and v and not Path(v).is_absolute()}
+    for key in (*WRITTEN, "sweep.from_run"):
+        section, name = key.split(".")
+        value = settings.get(section).get(name) if isinstance(settings.get(section), dict) else None
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            found[key] = value
     model = training.get("model") if isinstance(training, dict) else None
     if isinstance(model, str) and model and model not in PACKAGED and not Path(model).is_absolute():
         found["training.model"] = model
     return found
 
 
-def from_start(record: dict[str, Any]) -> dict[str, str]:
+def trained_files(record: dict[str, Any]) -> dict[str, str]:
     """{dotted path: path} of each relative path of a run.json that exists joined to the folder the run started in
-    (a --model only as a directory there: otherwise a Hub name); one that does not exist there (the run directory
-    moved to another machine, the folder since moved) is left out, read from the current folder as a run.json written
-    before the cwd was recorded is."""
+    (a --model only as a directory there: otherwise a Hub name; where it writes, WRITTEN, whenever that folder is
+    there); one that does not exist there (the run directory moved to another machine, the folder since moved) is left
+    out, read from the current folder as a run.json written before the cwd was recorded is. So predict, export,
+    ensemble and attention find a run's files from anywhere."""
     cwd, settings = record.get("cwd"), record.get("settings")
     if not isinstance(cwd, str) or not isinstance(settings, dict):
         return {}
     joined = {k: Path(cwd) / v for k, v in relative_paths(settings).items()}
-    return {k: str(p) for k, p in joined.items() if (p.is_dir() if k == "training.model" else p.exists())}
+    return {k: str(p) for k, p in joined.items()
+            if (p.is_dir() if k == "training.model" else Path(cwd).is_dir() if k in WRITTEN else p.exists())}
 
 
 def replayed(record: dict[str, Any], source: str, replaced: Collection[str] = ()) -> dict[str, Any]:
@@ -63,9 +73,9 @@ def replayed(record: dict[str, Any], source: str, replaced: Collection[str] = ()
            if isinstance(values, dict) else values for section, values in settings.items()}
     if not isinstance(cwd, str) or Path(cwd).resolve() == Path.cwd().resolve():
         return out
-    joined = from_start(record)
+    joined = trained_files(record)
     for key, value in relative_paths(settings).items():
-        if key not in joined and key not in replaced and key not in ("training.model", "files.data_dir") and \
+        if key not in joined and key not in replaced and key not in ("training.model", "files.data_dir", *WRITTEN) and \
                 not Path(value).exists():
             raise MissingFileError(f"{source}: setting {key!r}: {value}: no such file, relative to {cwd}, where the "
                                    f"run started (nor here, {Path.cwd()}): run from there, or put the file back")
@@ -156,3 +166,32 @@ def changed_files(recorded: dict | None, read: dict[str, dict], start: str | Pat
         if was is not None and (was.get("bytes"), was.get("sha256")) != (now.get("bytes"), now.get("sha256")):
             changed.append(path)
     return changed
+
+
+def prediction_folder(directory: str | Path) -> Path:
+    """Where the run in `directory` wrote its prediction files: the --predictions-dir its run.json records (a relative
+    one from the folder the run was started in, run.json's cwd; the current folder for a record without it), else
+    DIRECTORY/predictions."""
+    from .runs import read_run_json
+    record = read_run_json(directory)
+    given = record["settings"].get("run", {}).get("predictions_dir")
+    return Path(record.get("cwd") or ".") / given if given else Path(directory) / "predictions"
+
+
+def trained_checkpoint(path: str | Path) -> Path:
+    """The checkpoint holding a run's trained model: a checkpoint file itself; a run directory's --checkpoint (a
+    relative one from the folder the run started in, as trained_files joins it) or checkpoint.pt, or for DeeBERT stage
+    2's (that of the run it loaded with --from-run); a DeeBERT directory written before run directories, its
+    stage2.pt."""
+    from .runs import CHECKPOINT, RUN_FILE, STAGE2, read_run_json
+    path = Path(path)
+    if path.is_file():
+        return path
+    if not (path / RUN_FILE).is_file():
+        return path / STAGE2
+    record = read_run_json(path)
+    settings, joined = record.get("settings") or {}, trained_files(record)
+    if record.get("command") == "deebert":
+        from_run = joined.get("sweep.from_run") or (settings.get("sweep") or {}).get("from_run")
+        return trained_checkpoint(from_run) if from_run else path / STAGE2
+    return Path(joined.get("run.checkpoint") or (settings.get("run") or {}).get("checkpoint") or path / CHECKPOINT)

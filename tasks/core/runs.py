@@ -39,7 +39,7 @@ from .errors import (
 )
 from .evaluation import write_text
 from .resume import before_values
-from .run_files import forget_same_bytes, from_start, other_files, started_in
+from .run_files import forget_same_bytes, other_files, started_in
 from .settings import build, dump, flatten, parse, read_config, setting
 from .step import ATTENTION_KERNELS, READ_EVERY_GPU
 
@@ -336,7 +336,7 @@ def write_run_json(paths: RunPaths, command: str, settings: Any, argv: list[str]
     paths.dir.mkdir(parents=True, exist_ok=True)
     argv = sys.argv[1:] if argv is None else argv
     record: dict[str, Any] = {"command": command, "argv": f"python -m tasks.{command} {shlex.join(argv)}".strip(),
-                              "cwd": os.getcwd(),        # the folder its relative files are read from (trained_files)
+                              "cwd": os.getcwd(),        # the folder its relative files are read from (run_files)
                               "settings": dump(settings), "environment": environment(),
                               "data_files": files_read()}   # each task file's bytes and sha256, as the checkpoint's
     if paths.run_json.is_file():
@@ -357,13 +357,6 @@ def run_settings(cls: type, data: dict, source: str, given: dict[str, Any] | Non
     return build(cls, before_values(cls) | flatten(cls, data, source, trusted=True) | given)
 
 
-def trained_files(record: dict[str, Any]) -> dict[str, str]:
-    """{dotted path: path} for each relative path of a run.json (its data_dir and task files, --after-simcse's folder,
-    a --model directory) that exists joined to the folder the run trained in (its cwd), so that predict, export,
-    ensemble and attention find them from anywhere (tasks.core.run_files.from_start)."""
-    return from_start(record)
-
-
 def read_run_json(directory: str | Path) -> dict[str, Any]:
     """A run directory's run.json as a dict (the command, settings, environment, result)."""
     path = Path(directory) / RUN_FILE
@@ -375,29 +368,3 @@ def read_run_json(directory: str | Path) -> dict[str, Any]:
         raise ConfigurationError(f"{path}: not a run's record (a JSON object of command, settings, ...): copy it again "
                                  "from the run, or start a new run")
     return record
-
-
-def prediction_folder(directory: str | Path) -> Path:
-    """Where the run in `directory` wrote its prediction files: the --predictions-dir its run.json records (a relative
-    one from the folder the run was started in, run.json's cwd; the current folder for a record without it), else
-    DIRECTORY/predictions."""
-    record = read_run_json(directory)
-    given = record["settings"].get("run", {}).get("predictions_dir")
-    return Path(record.get("cwd") or ".") / given if given else Path(directory) / "predictions"
-
-
-def trained_checkpoint(path: str | Path) -> Path:
-    """The checkpoint holding a run's trained model: a checkpoint file itself; a run directory's --checkpoint or
-    checkpoint.pt, or for DeeBERT stage 2's (that of the run it loaded with --from-run); a DeeBERT directory written
-    before run directories, its stage2.pt."""
-    path = Path(path)
-    if path.is_file():
-        return path
-    if not (path / RUN_FILE).is_file():
-        return path / STAGE2
-    record = read_run_json(path)
-    settings = record.get("settings") or {}
-    if record.get("command") == "deebert":
-        from_run = (settings.get("sweep") or {}).get("from_run")
-        return trained_checkpoint(from_run) if from_run else path / STAGE2
-    return Path((settings.get("run") or {}).get("checkpoint") or path / CHECKPOINT)

@@ -24,7 +24,7 @@ from minbert.pooling import POOLINGS
 from .batching import Split, tokenise
 from .data import TASKS, Records
 from .distributed import is_main_process, pick_device
-from .errors import ConfigurationError, nonnegative_float, positive_float, positive_int, probability
+from .errors import ConfigurationError, nonnegative_float, positive_float, positive_int, probability, user_path
 from .evaluation import write_predictions
 from .graphs import check_graphs_device
 from .precision import resolve_precision
@@ -37,7 +37,7 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 class Training:
     """The model, the training sample and the loop's size (each command may redeclare a field's default)."""
 
-    model: str = setting("minilm", help="checkpoint: 'minilm' (the offline default), a Hub name such as "
+    model: str = setting("minilm", parse=user_path, help="checkpoint: 'minilm' (the offline default), a Hub name such as "
                                         "bert-base-uncased, or a local directory with config.json and weights")
     epochs: int = setting(3, parse=positive_int, on_resume="free", help="training epochs")
     lr: float | None = setting(None, parse=positive_float, help="learning rate (none: the fine-tune mode's own)")

@@ -41,13 +41,13 @@ from minbert.deebert import DeeBert
 from ..core import training_setup
 from ..core.batching import Split, batches, model_inputs, train_batches
 from ..core.checkpoints import check_trained, load_checkpoint
-from ..core.data import Records
+from ..core.data import Records, unlabelled
 from ..core.distributed import is_main_process
 from ..core.errors import ConfigurationError, ResumeError
 from ..core.evaluation import predict_batches, raw_path, write_raw
 from ..core.recipe import autocast
 from ..core.resume import resume_config, stored_values
-from ..core.run_files import same_place
+from ..core.run_files import same_place, trained_checkpoint
 from ..core.runs import (
     RUN_FILE,
     STAGE2,
@@ -58,7 +58,6 @@ from ..core.runs import (
     refuse_other_files,
     resume_base,
     run_paths,
-    trained_checkpoint,
     write_run_json,
 )
 from ..core.settings import build, dump, parse, parser_for, read_config
@@ -226,7 +225,7 @@ def run(settings: Settings) -> dict:
     dev = load_split("dev", settings.files.path(task, "dev"), task, tokenizer, settings.max_eval_examples, tr.seed)
     test = load_split("test", settings.files.path(task, "test"), task, tokenizer, settings.max_eval_examples, tr.seed)
     if not dev.records.labelled:
-        raise ConfigurationError(f"{dev.records.path}: the dev file must have labels")
+        raise unlabelled(dev.records.path, SOURCE[task])
 
     model = build_model(settings)
     model.bert.gradient_checkpointing = tr.gradient_checkpointing
@@ -247,7 +246,7 @@ def run(settings: Settings) -> dict:
         train_split = load_split("train", settings.files.path(task, "train"), task, tokenizer, tr.max_train_examples,
                                  tr.seed)
         if not train_split.records.labelled:
-            raise ConfigurationError(f"{train_split.records.path}: the training file must have labels")
+            raise unlabelled(train_split.records.path, SOURCE[task])
         print(f"{task}: {len(train_split.records)} train, {len(dev.records)} dev ({len(select.records)} select "
               f"the epochs and the setting, {len(report.records)} report), {len(test.records)} test; "
               f"{model.num_layers} off-ramps; device {device}; run {paths.dir}", file=sys.stderr)

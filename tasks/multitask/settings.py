@@ -126,7 +126,7 @@ class Design:
 class MultitaskTraining(Training):
     """The model, the training sample and the loop's size."""
 
-    model: str = setting(Training.model, help="checkpoint: 'minilm' (the offline default), a Hub name such as "
+    model: str = setting(Training.model, parse=user_path, help="checkpoint: 'minilm' (the offline default), a Hub name such as "
                                         f"bert-base-uncased, or a local directory (e.g. one written by "
                                         f"{command('simcse')})")
     batch_size: int = setting(Training.batch_size, parse=positive_int, help="training batch size, every task")
@@ -239,7 +239,7 @@ class Files:
 
     data_dir: str = setting("data", parse=user_path, help="where the default task files live")
     after_simcse: str | None = setting(
-        None, metavar="DIR",
+        None, parse=user_path, metavar="DIR",
         help=f"start from the encoder a SimCSE stage ({command('simcse')}) wrote to DIR and train Quora on the "
              f"pairs it left unused (DIR/{SIMCSE_QUORA_REST}): sets --model and --para-train")
     sst_train: str | None = _file_setting("sst", "train")

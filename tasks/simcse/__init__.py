@@ -46,7 +46,7 @@ from minbert.hub import OPTIONAL as TOKENIZER_FILES
 from minbert.simcse import SimCSE, SimCSEConfig, margin_loss, sup_simcse_loss, unsup_simcse_loss
 
 from ..core.batching import Passes, batch_indices, pad_views, token_ids
-from ..core.data import TASKS, Records
+from ..core.data import TASKS, Records, unlabelled
 from ..core.distributed import world_size
 from ..core.errors import ConfigurationError
 from ..core.evaluation import in_order, pearson, predict_batches
@@ -231,7 +231,7 @@ def load_stage(settings: Settings, tokenizer: minbert.Tokenizer
     quora = TASKS["para"].read(path("para", "train"))
     print(quora.summary(), file=sys.stderr)
     if not quora.labelled:
-        raise ConfigurationError(f"{quora.path}: the Quora training file must have labels (is_duplicate)")
+        raise unlabelled(quora.path, "para", "training")
     stage, rest = split_quora(len(quora), s.quora_fraction, tr.seed)
     if not rest:
         raise ConfigurationError(f"{quora.path}: no Quora pair is left for the multitask stage")
@@ -244,7 +244,9 @@ def load_stage(settings: Settings, tokenizer: minbert.Tokenizer
         data, what = data.subset(keep), f"a sample of {tr.max_train_examples} of " + what
     dev_records = TASKS["sts"].read(path("sts", "dev"))
     print(dev_records.summary(), file=sys.stderr)
-    if len(dev_records) < 2 or not dev_records.labelled:
+    if not dev_records.labelled:
+        raise unlabelled(dev_records.path, "sts", "dev")
+    if len(dev_records) < 2:
         raise ConfigurationError(f"{dev_records.path}: the STS dev file needs at least two labelled pairs")
     dev = Examples([token_ids(tokenizer, [e.sentence1 for e in dev_records]),
                     token_ids(tokenizer, [e.sentence2 for e in dev_records])])

@@ -65,7 +65,7 @@ class Stage:
 class StageTraining(Training):
     """The encoder to start from, the stage's sample and the loop's size (batch 64 as SimCSE's unsup, length 64)."""
 
-    model: str = setting(Training.model, help="checkpoint to start from: 'minilm' (the offline default), a Hub name such "
+    model: str = setting(Training.model, parse=user_path, help="checkpoint to start from: 'minilm' (the offline default), a Hub name such "
                                         "as bert-base-uncased, or a local directory")
     epochs: int | None = setting(None, parse=positive_int, on_resume="free",
                                  help="passes over the stage's examples (none: "
