@@ -60,23 +60,23 @@ class Recorder(Session):
 
     def save(self, path: Path, status: str, message: str) -> None:
         """Write the records, the part's own status and its message (safetensors: data only, nothing executable)."""
-        from safetensors.torch import save_file
+        from safetensors.torch import save
         meta = {"status": status, "message": message[:MAX_TEXT], "records": self.records[:MAX_RECORDS]}
+        try:                         # serialised in memory first: only the data can fail here, never the disk
+            data = save(self.tensors, metadata={RECORD_KEY: json.dumps(meta)})
+        except Exception:  # noqa: BLE001 - a dtype safetensors cannot store: keep the records, drop the tensors
+            for r in meta["records"]:
+                if r["kind"] == "tensor":
+                    r.update(kind="object", type="a tensor of a dtype the grader cannot read")
+            data = save({}, metadata={RECORD_KEY: json.dumps(meta)})
         # atomic, as minbert.files.replacing writes (not imported: a student's model.py that does not import would
-        # take the package, and with it every part's record, down): a temporary of its own, renamed when whole
+        # take the package, and with it every part's record, down): a temporary of its own, renamed when whole; a
+        # write that fails (a full disk, a file-size limit) is an OSError, and the part has no record
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        os.close(fd)
         tmp = Path(name)
         try:
-            try:
-                save_file(self.tensors, tmp, metadata={RECORD_KEY: json.dumps(meta)})
-            except OSError:
-                raise                # the disk, not the data: the part has no record, and the grader says so
-            except Exception:  # noqa: BLE001 - a dtype safetensors cannot store: keep the records, drop the tensors
-                for r in meta["records"]:
-                    if r["kind"] == "tensor":
-                        r.update(kind="object", type="a tensor of a dtype the grader cannot read")
-                save_file({}, tmp, metadata={RECORD_KEY: json.dumps(meta)})
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
             os.chmod(tmp, 0o644)     # mkstemp's file is private; the record is read by the grader's process
             os.replace(tmp, path)
         except BaseException:

@@ -4,6 +4,7 @@ temporary per write, fsync before the rename, and the mode a new file gets under
 from __future__ import annotations
 
 import errno
+import json
 import os
 from pathlib import Path
 
@@ -156,15 +157,13 @@ def test_a_checkpoint_on_a_full_disk_is_one_line_from_a_command(tmp_path: Path, 
         "checkpoint.pt"]
 
 
-def test_the_graders_recorder_and_make_fixtures_keep_the_old_file_and_no_temporary_when_a_write_fails(
+def test_make_fixtures_keeps_the_old_file_and_no_temporary_when_a_write_fails(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The recorder (in the process that runs a student's code) and make_fixtures write through `replacing` too: a
-    write that fails half-way (here: half a file, then a full disk) keeps the previous file and leaves nothing
-    beside it (a fixed-name `.NAME.tmp` was left behind, and the recorder's retry wrote into it again)."""
+    """make_fixtures writes through `replacing` too: a write that fails half-way (here: half a file, then a full
+    disk) keeps the previous file and leaves nothing beside it (a fixed-name `.NAME.tmp` was left behind)."""
     import safetensors.torch
 
     from assignments import make_fixtures
-    from assignments.record import Recorder
 
     def half_then_full(tensors, filename, metadata=None):
         Path(filename).write_bytes(b"half")
@@ -172,15 +171,62 @@ def test_the_graders_recorder_and_make_fixtures_keep_the_old_file_and_no_tempora
 
     old = tmp_path / "old.safetensors"
     safetensors.torch.save_file({"x": torch.zeros(2)}, old)
-    monkeypatch.setattr(safetensors.torch, "save_file", half_then_full)
     monkeypatch.setattr(make_fixtures, "save_file", half_then_full)
     monkeypatch.setattr(make_fixtures, "FIXTURES", tmp_path / "fixtures")
-    for folder, name, write in (
-            (tmp_path / "record", "part.safetensors", lambda p: Recorder(tmp_path).save(p, "ok", "done")),
-            (tmp_path / "fixtures", "f.safetensors", lambda p: make_fixtures._save("f", {"x": torch.ones(2)}))):
-        folder.mkdir()
-        (folder / name).write_bytes(old.read_bytes())
+    (tmp_path / "fixtures").mkdir()
+    (tmp_path / "fixtures" / "f.safetensors").write_bytes(old.read_bytes())
+    with pytest.raises(OSError) as raised:
+        make_fixtures._save("f", {"x": torch.ones(2)})
+    assert raised.value.errno == errno.ENOSPC
+    assert os.listdir(tmp_path / "fixtures") == ["f.safetensors"]
+    assert (tmp_path / "fixtures" / "f.safetensors").read_bytes() == old.read_bytes()
+
+
+def test_the_graders_recorder_on_a_full_disk_keeps_the_old_file_and_never_calls_a_tensor_unreadable(
+        tmp_path: Path) -> None:
+    """The recorder (in the process that runs a student's code) on a disk that takes no more (a real file-size
+    limit, RLIMIT_FSIZE, under safetensors' own writer): an OSError, the previous file kept, no temporary left; its
+    retry without tensors is for a dtype safetensors cannot store, never for the disk (safetensors says a failed
+    write as a SafetensorError, which the retry took for a dtype: the student's tensor was recorded as unreadable)."""
+    import resource
+
+    import safetensors.torch
+
+    from assignments.record import Recorder
+
+    folder = tmp_path / "record"
+    folder.mkdir()
+    old = safetensors.torch.save({"x": torch.zeros(2)})
+    (folder / "part.safetensors").write_bytes(old)
+    recorder = Recorder(tmp_path)
+    recorder.compare("out", torch.randn(4096), torch.zeros(1))
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4000, hard))    # Python ignores SIGXFSZ: a write past it is EFBIG
+    try:
         with pytest.raises(OSError) as raised:
-            write(folder / name)
-        assert raised.value.errno == errno.ENOSPC
-        assert os.listdir(folder) == [name] and (folder / name).read_bytes() == old.read_bytes()
+            recorder.save(folder / "part.safetensors", "pass", "done")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert raised.value.errno == errno.EFBIG
+    assert os.listdir(folder) == ["part.safetensors"] and (folder / "part.safetensors").read_bytes() == old
+    recorder.save(folder / "part.safetensors", "pass", "done")           # with room: the tensor as it was
+    stored = safetensors.torch.load_file(folder / "part.safetensors")
+    assert torch.equal(stored["t0"], recorder.tensors["t0"])
+
+
+def test_the_graders_recorder_keeps_the_records_of_a_tensor_safetensors_cannot_store(tmp_path: Path) -> None:
+    """A tensor of a dtype safetensors cannot store (complex128) is recorded as an object that says so, the other
+    records and tensors' slots kept: the part is judged on what can be read, not lost."""
+    import safetensors
+
+    from assignments.record import RECORD_KEY, Recorder
+
+    recorder = Recorder(tmp_path)
+    recorder.compare("odd", torch.zeros(2, dtype=torch.complex128), torch.zeros(2))
+    recorder.differentiable("loss", torch.ones(1, requires_grad=True))
+    recorder.save(tmp_path / "part.safetensors", "pass", "done")
+    with safetensors.safe_open(tmp_path / "part.safetensors", "pt") as f:
+        meta, keys = json.loads(f.metadata()[RECORD_KEY]), list(f.keys())
+    assert keys == [] and meta["status"] == "pass" and meta["records"] == [
+        {"kind": "object", "what": "odd", "type": "a tensor of a dtype the grader cannot read"},
+        {"kind": "grad", "what": "loss", "value": True}]
