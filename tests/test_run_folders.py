@@ -264,3 +264,17 @@ def test_a_resume_takes_a_moved_default_task_file_of_the_same_bytes(tiny_dir, tm
     classifier.run(classifier.parse_settings(["--resume", str(tmp_path / "run"), "--train-file", "moved.csv",
                                               "--epochs", "2"]))
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["epoch"] == 2
+
+
+def test_a_labelled_file_the_checkpoint_recorded_and_this_resume_does_not_read_is_refused(tmp_path, monkeypatch):
+    from tasks.core.checkpoints import check_data_files
+    from tasks.core.run_files import forget_same_bytes, started_in
+    monkeypatch.chdir(tmp_path)
+    forget_same_bytes()
+    started_in(None)
+    mark = {"bytes": 1, "sha256": hashlib.sha256(b"a").hexdigest(), "labelled": True}
+    test = {"bytes": 1, "sha256": hashlib.sha256(b"t").hexdigest(), "labelled": False}
+    check_data_files("c.pt", {"dev.csv": mark, "test.csv": test}, {"dev.csv": mark})   # a test file may go
+    with pytest.raises(ResumeError, match=rf"^c.pt: cannot resume: train.csv \(relative to {tmp_path}, where the run "
+                                          r"started\), a labelled file the run read, is not among the files this run"):
+        check_data_files("c.pt", {"train.csv": mark, "dev.csv": mark}, {"dev.csv": mark})
