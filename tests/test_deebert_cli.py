@@ -287,3 +287,31 @@ def test_a_file_without_the_tasks_label_column_names_the_column(task, split, col
     with pytest.raises(DataError, match="^" + rf"{path}:1: no '{column}' column \(header \[.*'label'\]\); the "
                        rf"{source} training and dev files label each row in a column named '{column}'$"):
         cli.run(settings)
+
+
+def test_a_resume_from_another_data_folder_refuses_a_changed_training_file(tiny_dir, tmp_path, monkeypatch):
+    from conftest import kill_after
+
+    from tasks.core.checkpoints import load_checkpoint
+    from tasks.core.errors import ResumeError
+    from tasks.core.train import Interrupted, watching
+    monkeypatch.chdir(tmp_path)
+    for folder, first in (("dd", 0), ("dd2", 40)):                # dd2: the same dev and test, other training rows
+        (tmp_path / folder).mkdir()
+        piece(tmp_path / folder, "ids-sst-train.csv", "ids-sst-train.csv", first, first + 32)
+        piece(tmp_path / folder, "ids-sst-dev.csv", "ids-sst-dev.csv", 0, 24)
+        piece(tmp_path / folder, "ids-sst-test-student.csv", "ids-sst-test-student.csv", 0, 8)
+    with pytest.raises(Interrupted), watching(kill_after(1)):     # killed in stage 1, its epoch 1 checkpointed
+        cli.run(cli.parse_settings(["--task", "sst2", "--model", str(tiny_dir), "--device", TEST_DEVICE,
+                                    "--no-progress", "--data-dir", "dd", "--out", "de1", "--epochs", "2",
+                                    "--batch-size", "8", "--rounds", "1"]))
+    assert "dd/ids-sst-train.csv" in json.loads((tmp_path / "de1" / "run.json").read_text())["data_files"]
+    assert "dd/ids-sst-train.csv" in load_checkpoint(tmp_path / "de1" / "stage1.pt")["data_files"]
+    with pytest.raises(ResumeError, match=r"settings differ: files.data_dir: run.json 'dd' .*, now 'dd2'"):
+        cli.parse_settings(["--resume", "de1", "--data-dir", "dd2"])         # before any data is read
+    record = json.loads((tmp_path / "de1" / "run.json").read_text())
+    del record["data_files"]["dd/ids-sst-train.csv"]                           # as an older run.json records it
+    (tmp_path / "de1" / "run.json").write_text(json.dumps(record))
+    with pytest.raises(ResumeError, match=r"cannot resume: dd2/ids-sst-train.csv has changed since the run "
+                       "started"):                             # the checkpoint's record, as read now
+        cli.run(cli.parse_settings(["--resume", "de1", "--data-dir", "dd2"]))

@@ -151,7 +151,7 @@ def test_resume_and_a_run_json_as_config_read_relative_files_from_where_the_run_
             classifier.run(classifier.parse_settings(["--resume", str(run), "--train-file", "../moved.csv"]))
     dev = (tmp_path / "dev.csv").read_bytes()
     (tmp_path / "dev.csv").write_bytes(dev.replace(b"\t4\n", b"\t3\n", 1))           # a label changed since
-    with pytest.raises(ResumeError, match=r"cannot resume: .*dev.csv has changed since the run started"):
+    with pytest.raises(ResumeError, match=rf"cannot resume: {tmp_path / 'dev.csv'} has changed since the run started"):
         classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "2"]))
     (tmp_path / "dev.csv").write_bytes(dev)
     classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "2"]))      # one more epoch, here
@@ -242,3 +242,39 @@ def test_an_after_simcse_run_predicts_and_replays_from_another_folder(tiny_dir, 
     again = multitask.after_simcse(multitask.parse_settings(["--config", str(tmp_path / "run" / RUN_FILE),
                                                              "--run-dir", "again"]))
     assert again.training.model == str(tmp_path / "simc") == again.files.after_simcse
+
+
+def test_a_resume_takes_a_moved_default_task_file_of_the_same_bytes(tiny_dir, tmp_path, monkeypatch):
+    lines = (DATA / "ids-sst-dev.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "dd").mkdir()
+    for name, rows in (("train", lines[1:33]), ("dev", lines[33:49]), ("test-student", lines[49:57])):
+        (tmp_path / "dd" / f"ids-sst-{name}.csv").write_text(lines[0] + "".join(rows), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    classifier.run(classifier.parse_settings([                        # the data folder's default files
+        "--model", "tiny", "--device", TEST_DEVICE, "--batch-size", "8", "--no-progress", "--epochs", "1",
+        "--eval-batch-size", "8", "--data-dir", "dd", "--run-dir", "run"]))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    train = (tmp_path / "dd" / "ids-sst-train.csv").read_bytes()
+    (tmp_path / "elsewhere" / "edited.csv").write_bytes(train[:-80])
+    with pytest.raises(ResumeError, match=(r"files.train_file: run.json None \(the data folder's dd/ids-sst-train.csv, "
+                                           rf"relative to {tmp_path}, where the run started\), now 'edited.csv'")):
+        classifier.parse_settings(["--resume", str(tmp_path / "run"), "--train-file", "edited.csv"])
+    (tmp_path / "elsewhere" / "moved.csv").write_bytes(train)                        # the same bytes: the same data
+    classifier.run(classifier.parse_settings(["--resume", str(tmp_path / "run"), "--train-file", "moved.csv",
+                                              "--epochs", "2"]))
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["epoch"] == 2
+
+
+def test_a_labelled_file_the_checkpoint_recorded_and_this_resume_does_not_read_is_refused(tmp_path, monkeypatch):
+    from tasks.core.checkpoints import check_data_files
+    from tasks.core.run_files import forget_same_bytes, started_in
+    monkeypatch.chdir(tmp_path)
+    forget_same_bytes()
+    started_in(None)
+    mark = {"bytes": 1, "sha256": hashlib.sha256(b"a").hexdigest(), "labelled": True}
+    test = {"bytes": 1, "sha256": hashlib.sha256(b"t").hexdigest(), "labelled": False}
+    check_data_files("c.pt", {"dev.csv": mark, "test.csv": test}, {"dev.csv": mark})   # a test file may go
+    with pytest.raises(ResumeError, match=rf"^c.pt: cannot resume: train.csv \(relative to {tmp_path}, where the run "
+                                          r"started\), a labelled file the run read, is not among the files this run"):
+        check_data_files("c.pt", {"train.csv": mark, "dev.csv": mark}, {"dev.csv": mark})

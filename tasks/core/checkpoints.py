@@ -27,7 +27,7 @@ import minbert
 from .errors import ConfigurationError, MissingFileError, ResumeError
 from .evaluation import replacing
 from .resume import resume_differences
-from .run_files import same_place
+from .run_files import read_as, started_from
 
 
 def rng_state() -> dict:
@@ -151,21 +151,26 @@ def check_config(path: str | Path, stored: dict, current: dict) -> None:
 
 def check_data_files(path: str | Path, recorded: dict | None, read: dict) -> None:
     """A checkpoint continues only on the data it was trained and selected on: each labelled task file it recorded
-    (`recorded`, {path: {"bytes", "sha256", "labelled"}}; None for a checkpoint written before files were recorded) that
-    this run read too (`read`, tasks.core.data.files_read(); matched by the place they name,
-    tasks.core.run_files.same_place, when one side names it from another folder) must be unchanged; otherwise a
-    ResumeError names the first that changed. A test file (no labels) may change: the run only predicts it, at its
-    end."""
+    (`recorded`, {path: {"bytes", "sha256", "labelled"}}; None for a checkpoint written before files were recorded)
+    must be one this run read too (`read`, tasks.core.data.files_read(); matched by tasks.core.run_files.read_as: the
+    place it names, from another folder too, or its name under a data folder taken as the same bytes), and unchanged;
+    otherwise a ResumeError names the first that is not read or changed (as read now). A test file (no labels) may
+    change: the run only predicts it, at its end."""
     def same(a: dict, b: dict) -> bool:      # the bytes alone: a record may hold more keys, or fewer (older)
         return (a.get("bytes"), a.get("sha256")) == (b.get("bytes"), b.get("sha256"))
-    named = {f: next((r for r in read if same_place(f, r)), None) for f in recorded or {}}   # each as read now
+    named = {f: read_as(f, read) for f in recorded or {}}   # each as read now
+    unread = [f for f, mark in (recorded or {}).items() if mark.get("labelled", True) and named[f] is None]
+    if unread:
+        raise ResumeError(f"{path}: cannot resume: {unread[0]} (relative to {started_from()}, where the run started), a "
+                          "labelled file the run read, is not among the files this run read, so it may have changed: "
+                          "resume with the files it started with, or start a new run without --resume")
     changed = [f for f, mark in (recorded or {}).items()
-               if mark.get("labelled", True) and named[f] is not None and not same(read[named[f]], mark)]
+               if mark.get("labelled", True) and not same(read[named[f]], mark)]
     if changed:
         was, now = recorded[changed[0]], read[named[changed[0]]]
         more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-        raise ResumeError(f"{path}: cannot resume: {changed[0]}{more} has changed since the run started ({was['bytes']:,} "
-                          f"bytes, sha256 {was['sha256'][:12]}; now {now['bytes']:,} bytes, sha256 "
+        raise ResumeError(f"{path}: cannot resume: {named[changed[0]]}{more} has changed since the run started "
+                          f"({was['bytes']:,} bytes, sha256 {was['sha256'][:12]}; now {now['bytes']:,} bytes, sha256 "
                           f"{now['sha256'][:12]}): put the file back as it was, or start a new run without --resume")
 
 

@@ -2,7 +2,7 @@
 files, --after-simcse's directory, a --model that was a local directory, DeeBERT's --from-run, and where the run
 writes (--checkpoint, --predictions-dir). Predict, export, ensemble and attention read them so (trained_files, and
 a run's trained_checkpoint and prediction_folder); --resume DIR and a run.json given as --config too, when run from
-another folder (replayed); a resumed run's checkpoint compares its recorded paths so (same_place), and tasks.predict
+another folder (replayed); a resumed run's checkpoint compares its recorded paths so (same_place, read_as), and tasks.predict
 names a labelled file that is not the one the run read (changed_files)."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from .errors import MissingFileError
 
 WRITTEN = ("run.checkpoint", "run.predictions_dir")   # where a run writes: joined to its start whether there yet or not
 _started_in: Path | None = None   # the folder the run being resumed started in: its checkpoint's relative paths'
+_for_default: set[Path] = set()   # files given now for a task file the run left unset, of the same bytes: other_files
 _same_bytes: set[tuple[Path, Path]] = set()   # (a file the run read, a file given now) of the same bytes: same_bytes
 
 
@@ -93,10 +94,17 @@ def started_in(folder: str | Path | None) -> None:
     _started_in = Path(folder) if folder else None
 
 
+def started_from() -> Path:
+    """The folder the run being resumed started in (started_in's; this one if none was given)."""
+    return _started_in or Path.cwd()
+
+
 def same_place(was: Any, now: Any, start: str | Path | None = None) -> bool:
     """Whether a path a run recorded (`was`, relative to the folder it started in: `start`, else started_in's) and
     one given now (relative to this folder) name the same file or folder, or files a resume took as the same bytes
     (same_bytes)."""
+    if was is None and isinstance(now, str) and now and Path(now).resolve() in _for_default:
+        return True
     if not isinstance(was, str) or not isinstance(now, str) or not was or not now:
         return was == now
     pair = ((Path(start) if start else (_started_in or Path.cwd())) / was).resolve(), Path(now).resolve()
@@ -130,10 +138,20 @@ def same_bytes(key: str, was: Any, now: Any, record: dict[str, Any]) -> bool:
     return True
 
 
-def other_files(record: dict[str, Any], flags: dict[str, Any]) -> list[str]:
+def default_file(settings: Any, key: str) -> str | None:
+    """The data folder's file a run read for the task file setting `key` left unset (files.train_file, files.para_dev,
+    ...): its `files.path(task, split)`, of the run's `settings` object; None for another setting."""
+    files, name = getattr(settings, "files", None), key.removeprefix("files.")
+    if not key.startswith("files.") or not hasattr(files, "path"):
+        return None
+    task, split = (getattr(settings, "task", None), name[:-5]) if name.endswith("_file") else name.partition("_")[::2]
+    return str(files.path(task, split)) if task and split in ("train", "dev", "test") else None
+
+
+def other_files(record: dict[str, Any], flags: dict[str, Any], defaults: dict[str, str] | None = None) -> list[str]:
     """'path: run.json X, now Y' for each file flag (or --model) given to resume the run of run.json `record` that names
-    another file than the record's (a relative one read from the folder the run started in) and is not of the same
-    bytes (same_bytes)."""
+    another file than the record's (a relative one read from the folder the run started in; for a task file the run
+    left unset, the data folder's file it read, `defaults`, default_file) and is not of the same bytes (same_bytes)."""
     differ = []
     for key, now in flags.items():
         if now is None or not (is_path_setting(key) or key == "training.model"):
@@ -141,17 +159,36 @@ def other_files(record: dict[str, Any], flags: dict[str, Any]) -> list[str]:
         section, name = key.split(".", 1)
         values = record["settings"].get(section)
         was = values.get(name) if isinstance(values, dict) else None
-        if same_place(was, now, record.get("cwd")) or same_bytes(key, was, now, record):
+        read = (defaults or {}).get(key) if was is None else was      # the file the run read
+        if same_place(read, now, record.get("cwd")) or same_bytes(key, read, now, record):
+            if was is None and read is not None:          # the data folder's file, named now: the checkpoint's None
+                _for_default.add(Path(now).resolve())
             continue
-        relative = record.get("cwd") and isinstance(was, str) and not Path(was).is_absolute()
-        differ.append(f"{key}: run.json {was!r}" + (f" (relative to {record['cwd']}, where the run started)"
-                                                   if relative else "") + f", now {now!r}")
+        notes = [f"the data folder's {read}"] if read is not None and read != was else []
+        if record.get("cwd") and isinstance(read, str) and not Path(read).is_absolute():
+            notes.append(f"relative to {record['cwd']}, where the run started")
+        differ.append(f"{key}: run.json {was!r}" + (f" ({', '.join(notes)})" if notes else "") + f", now {now!r}")
     return differ
 
 
+def read_as(recorded: str, read: Collection[str], start: str | Path | None = None) -> str | None:
+    """Which of the files `read` now is the file a checkpoint `recorded` (relative to `start`, else started_in's): the
+    same place (same_place), the same name under a folder a resume took as the same bytes (same_bytes), or, its start
+    folder's file gone, the same path read from here; None if none is."""
+    found = next((r for r in read if same_place(recorded, r, start)), None)
+    if found is not None:
+        return found
+    old = ((Path(start) if start else (_started_in or Path.cwd())) / recorded).resolve()
+    mapped = {new / old.relative_to(was) for was, new in _same_bytes if old.is_relative_to(was) and old != was}
+    if not old.exists():
+        mapped.add(Path(recorded).resolve())
+    return next((r for r in read if Path(r).resolve() in mapped), None)
+
+
 def forget_same_bytes() -> None:
-    """Start a command's parse with no files taken as the same bytes (same_bytes)."""
+    """Start a command's parse with no files taken as the same bytes (same_bytes, other_files)."""
     _same_bytes.clear()
+    _for_default.clear()
 
 
 def changed_files(recorded: dict | None, read: dict[str, dict], start: str | Path | None) -> list[str]:

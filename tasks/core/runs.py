@@ -39,7 +39,7 @@ from .errors import (
 )
 from .evaluation import write_text
 from .resume import before_values
-from .run_files import forget_same_bytes, other_files, started_in
+from .run_files import default_file, forget_same_bytes, other_files, started_in
 from .settings import build, dump, flatten, parse, read_config, setting
 from .step import ATTENTION_KERNELS, READ_EVERY_GPU
 
@@ -124,7 +124,7 @@ def parse_run(cls: type, argv: list[str] | None, prog: str, description: str | N
 
     def base(flags: dict[str, Any]) -> dict[str, Any]:
         given.update(flags)
-        refuse_other_files(flags.get("run.resume"), flags)
+        refuse_other_files(flags.get("run.resume"), flags, cls)
         start = resume_base(flags.get("run.resume"), cls, replaced=set(flags))
         if check is not None:
             config = config_file(argv)
@@ -194,13 +194,21 @@ def resume_base(resume: str | None, cls: type, replaced: Collection[str] = ()) -
     return {}
 
 
-def refuse_other_files(resume: str | None, flags: dict[str, Any]) -> None:
-    """--resume DIR with a file flag (or --model) naming another file than its run.json's: refused before any data is
-    read or model built, unless of the same bytes (tasks.core.run_files.other_files)."""
+def refuse_other_files(resume: str | None, flags: dict[str, Any], cls: type | None = None) -> None:
+    """--resume DIR with a file flag (or --model) naming another file than its run.json's (a task file it left unset:
+    the data folder's file it read, of its settings `cls`): refused before any data is read or model built, unless of
+    the same bytes (tasks.core.run_files.other_files)."""
     forget_same_bytes()
     path = Path(resume) if resume is not None else None
     path = path.parent if path is not None and path.is_file() else path
-    differ = other_files(read_run_json(path), flags) if path is not None and (path / RUN_FILE).is_file() else []
+    if path is None or not (path / RUN_FILE).is_file():
+        return
+    record = read_run_json(path)
+    recorded = record.get("settings") if isinstance(record.get("settings"), dict) else {}
+    known = {"task": recorded.get("task"), "files.data_dir": (recorded.get("files") or {}).get("data_dir")}
+    settings = build(cls, {k: v for k, v in known.items() if isinstance(v, str)}) if cls is not None else None
+    defaults = {key: default_file(settings, key) for key in flags} if settings is not None else {}
+    differ = other_files(record, flags, {k: v for k, v in defaults.items() if v is not None})
     if differ:
         raise ResumeError(f"{resume}: cannot resume a different run; settings differ: {'; '.join(differ)}: a resumed "
                           f"run reads the files it started with (other files: the same bytes); leave the flag out, or "

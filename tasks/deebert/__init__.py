@@ -238,15 +238,16 @@ def run(settings: Settings) -> dict:
                      "dev_select_examples": len(select.records), "dev_report_examples": len(report.records),
                      "settings": dump(settings), "run_dir": str(paths.dir)}
     trained = load_trained(model, settings) if settings.sweep.from_run is not None else None
-    if is_main_process() and paths.resume is None:   # a resumed run rewrites run.json once it has finished
-        write_run_json(paths, "deebert", settings)
-    if trained is not None:
-        summary["from_run"] = str(trained)
-    else:
+    if trained is None:
         train_split = load_split("train", settings.files.path(task, "train"), task, tokenizer, tr.max_train_examples,
                                  tr.seed)
         if not train_split.records.labelled:
             raise unlabelled(train_split.records.path, SOURCE[task])
+    if is_main_process() and paths.resume is None:   # every file read: its data_files; a resumed run's, at its end
+        write_run_json(paths, "deebert", settings)
+    if trained is not None:
+        summary["from_run"] = str(trained)
+    else:
         print(f"{task}: {len(train_split.records)} train, {len(dev.records)} dev ({len(select.records)} select "
               f"the epochs and the setting, {len(report.records)} report), {len(test.records)} test; "
               f"{model.num_layers} off-ramps; device {device}; run {paths.dir}", file=sys.stderr)
@@ -339,7 +340,7 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
     def base(flags: dict) -> dict:
         given.update(flags)
         resume = flags.get("run.resume") or (flags.get("run.run_dir") if flags.get("run.resume_training") else None)
-        refuse_other_files(resume, flags)
+        refuse_other_files(resume, flags, Settings)
         return start_from(*(flags.get(k) for k in ("run.resume", "run.resume_training", "run.run_dir",
                                                    "sweep.from_run")), replaced=set(flags))
 
