@@ -210,3 +210,55 @@ def test_an_extended_simcse_run_replays_from_its_run_json(tiny_dir, tmp_path):
     for part in ("model", "best_state"):
         for name in one[part]:
             assert torch.equal(one[part][name], two[part][name]), (part, name)
+
+
+# ------------------------------------------------------------------ a resume killed on the way, and fewer epochs
+
+def test_a_plain_resume_after_a_kill_in_an_extension_goes_on_with_the_extended_epochs_and_replays(tiny_dir, tmp_path,
+                                                                                                  monkeypatch):
+    """--resume A --epochs 3 stopped at step 12 (its epoch 2 checkpointed at step 10): --resume A alone finishes the
+    3 epochs the checkpoint planned, and run.json replays that run."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    start(tiny_dir, tmp_path, a, "--warmup-ratio", "0.2")
+
+    def stop(variable: str, count: int) -> None:
+        if variable == KILL_AT_STEP and count == 12:
+            raise Interrupted("stopped at step 12")
+    with monkeypatch.context() as patch:
+        patch.setattr(train, "maybe_kill", stop)
+        with pytest.raises(Interrupted):
+            resume(a, "--epochs", "3")
+    assert json.loads((a / "run.json").read_text())["settings"]["training"]["epochs"] == 3   # written once accepted
+    resume(a)
+    state = load_checkpoint(a / "checkpoint.pt")
+    assert (state["optimizer_steps"], len(state["history"])) == (3 * STEPS, 3)
+    assert recorded(a) == [f"{STEPS}:1"]
+    record = json.loads((a / "run.json").read_text())
+    assert len(record["resumed"]) == 2                              # one line per resume, the killed one's included
+    replay(a, b)
+    same_run(a, b)
+
+
+def test_a_resume_to_fewer_epochs_than_are_done_is_refused(tiny_dir, tmp_path):
+    a = tmp_path / "A"
+    start(tiny_dir, tmp_path, a, "--warmup-ratio", "0.2")
+    resume(a, "--epochs", "3")
+    with pytest.raises(ResumeError, match=r"cannot resume .*checkpoint.pt for 2 epochs: 3 epochs are done; resume it "
+                                          r"with --epochs 3 or more, or start a new run with --epochs 2"):
+        resume(a, "--epochs", "2")
+    assert load_checkpoint(a / "checkpoint.pt")["optimizer_steps"] == 3 * STEPS
+
+
+def test_a_simcse_run_of_one_round_shorter_than_eval_every_refuses_other_epochs_on_resume(tiny_dir, tmp_path):
+    """24 examples in batches of 8, --eval-every 4: one epoch is one round of 3 steps, two are two rounds of 4, so an
+    extension would change the rounds' length, which run.json cannot replay."""
+    from tasks import simcse
+    a = tmp_path / "A"
+    simcse.run(simcse.parse_settings([*simcse_argv(tiny_dir, tmp_path), "--epochs", "1", "--eval-every", "4",
+                                      "--run-dir", str(a)]))
+    with pytest.raises(ResumeError, match=r"cannot resume .*A for --epochs 2: its rounds are 3 optimiser steps, and "
+                                          r"with --epochs 2 they would be 4 \(a round is --eval-every 4 steps, or the "
+                                          r"whole run's if fewer\), which no run.json could replay; resume it with "
+                                          r"--epochs 1, or start a new run with --epochs 2"):
+        simcse.run(simcse.parse_settings(["--resume", str(a), "--epochs", "2"]))
+    assert load_checkpoint(a / "checkpoint.pt")["optimizer_steps"] == 3

@@ -62,7 +62,9 @@ class FitOptions:
     (None: every step on the CPU, every READ_EVERY_GPU on a GPU; tasks/core/step.py); attention_kernel: the attention kernel
     torch tries first on a GPU (tasks/core/step.py attention_kernels). fixed_epochs: why a resume may not change
     `epochs`, for a run whose run.json could not replay it (None: it may; a schedule is then laid out again and
-    recorded, Recipe.earlier_epochs)."""
+    recorded, Recipe.earlier_epochs). extended(record), once a resume that changes `epochs` is accepted, before it
+    trains on, with the checkpoint's Recipe.earlier_epochs: the command rewrites run.json with the new epochs (and that
+    record), so that a plain --resume of a run stopped on the way goes on with them."""
 
     epochs: int
     device: torch.device
@@ -79,6 +81,7 @@ class FitOptions:
     read_every: int | None = None
     attention_kernel: str = "auto"
     fixed_epochs: str | None = None
+    extended: Callable[[list[str] | None], None] | None = None
 
 
 @dataclass

@@ -64,13 +64,20 @@ class LoopCheckpoint:
                               f"({','.join(recorded) or 'none'}): a resume that changes --epochs writes it; leave it out")
         self.earlier_epochs = list(recorded if recorded is not None else given)
         self.earlier = earlier_plans(self.earlier_epochs)
-        was, epochs = state.get("planned_epochs"), self.options.epochs
+        was, epochs, unit = state.get("planned_epochs"), self.options.epochs, self.unit
         if was in (None, epochs):
             return
+        if epochs < self.start or (epochs == self.start and self.within):   # nothing (or a part of one) left to train
+            again = f"--epochs {was} or more" if unit == "epoch" else f"the --epochs that planned its {was} {unit}s"
+            raise ResumeError(f"cannot resume {resume} for {epochs} {unit}s: {self.start} {unit}s are done"
+                              f"{' and a part of the next' if self.within else ''}; resume it with {again}, or start "
+                              f"a new run with --epochs {epochs}")
         if self.options.fixed_epochs is not None:
             raise ResumeError(f"cannot resume {resume} for {epochs} epochs: it was started for {was}, and "
                               f"{self.options.fixed_epochs}; resume it with --epochs {was}, or start a new run with "
                               f"--epochs {epochs}")
+        if self.options.extended is not None and self.main:
+            self.options.extended(list(self.earlier_epochs) or None)   # run.json: a plain --resume goes on with them
         if not self.scheduled:                       # nothing is laid out over the epochs: the uninterrupted run's
             return
         self.earlier_epochs.append(f"{self.step}:{was}")

@@ -17,7 +17,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from .errors import (
     running,
 )
 from .evaluation import write_text
+from .recipe import with_schedule_record
 from .resume import before_values
 from .run_files import default_file, forget_same_bytes, other_files, started_in
 from .settings import build, dump, flatten, parse, read_config, setting
@@ -223,6 +225,7 @@ class RunPaths:
     checkpoint: Path
     predictions: Path
     resume: Path | None       # the checkpoint to continue from, or None for a new run
+    at: str = field(default_factory=lambda: datetime.now().isoformat(timespec="microseconds"))   # when it started
 
     @property
     def run_json(self) -> Path:
@@ -340,7 +343,8 @@ def write_run_json(paths: RunPaths, command: str, settings: Any, argv: list[str]
                    **extra: Any) -> Path:
     """run.json: the command as typed, its full settings, the environment, the task files read (their bytes and sha256,
     tasks.core.data.files_read, as the checkpoint records them) and `extra` (e.g. the result at the end). A resumed
-    run keeps the first start's record under "started" and adds one line per resume (its command and files)."""
+    run keeps the first start's record under "started" and adds one line per resume (its command and files): once,
+    when it is written again by the same resume (rewrite_on_extension's, then at the end)."""
     paths.dir.mkdir(parents=True, exist_ok=True)
     argv = sys.argv[1:] if argv is None else argv
     record: dict[str, Any] = {"command": command, "argv": f"python -m tasks.{command} {shlex.join(argv)}".strip(),
@@ -351,10 +355,20 @@ def write_run_json(paths: RunPaths, command: str, settings: Any, argv: list[str]
         old = read_run_json(paths.dir)
         record["started"] = old.get("started", {"argv": old.get("argv"), "environment": old.get("environment"),
                                                 "data_files": old.get("data_files")})
-        record["resumed"] = old.get("resumed", []) + ([{"argv": record["argv"], "data_files": record["data_files"]}]
-                                                      if paths.resume else [])
+        line = {"argv": record["argv"], "at": paths.at, "data_files": record["data_files"]}
+        earlier = [r for r in old.get("resumed", []) if r.get("at") != paths.at]   # written already: on its extension
+        record["resumed"] = earlier + ([line] if paths.resume else [])
     write_text(paths.run_json, json.dumps(record | extra, indent=1) + "\n")
     return paths.run_json
+
+
+def rewrite_on_extension(paths: RunPaths, command: str, settings: Any) -> Callable[[list[str] | None], None] | None:
+    """FitOptions.extended for a resumed run (rank 0): run.json rewritten with the new --epochs and the checkpoint's
+    schedule record once the resume is accepted, so that a plain --resume of a run stopped on the way goes on with
+    them (a resumed run otherwise rewrites run.json when it has finished)."""
+    if paths.resume is None:
+        return None
+    return lambda record: write_run_json(paths, command, with_schedule_record(settings, record))
 
 
 def run_settings(cls: type, data: dict, source: str, given: dict[str, Any] | None = None) -> Any:

@@ -28,7 +28,7 @@ import argparse
 import dataclasses
 import statistics
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from pathlib import Path
 
@@ -57,6 +57,7 @@ from ..core.runs import (
     read_run_json,
     refuse_other_files,
     resume_base,
+    rewrite_on_extension,
     run_paths,
     write_run_json,
 )
@@ -145,9 +146,10 @@ def build_model(settings: Settings) -> DeeBert:
 
 
 def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: list[dict], device: torch.device,
-          stages: tuple[Path, Path], resumed: bool) -> dict:
+          stages: tuple[Path, Path], resumed: bool,
+          extended: Callable[[list[str] | None], None] | None = None) -> dict:
     """Both stages through tasks.core.train.fit, each keeping its best dev epoch (DeeBERT, sec. 3.1); a resumed run
-    continues each stage from its checkpoint, where it has one."""
+    continues each stage from its checkpoint, where it has one (`extended`: FitOptions.extended)."""
     task, tr, recipe = settings.task, settings.training, settings.recipe
     metric = "pearson" if task == "sts" else "accuracy"
     config = resume_config(settings) | {"command": "deebert"}
@@ -174,14 +176,14 @@ def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: l
     opt = recipe.optimizer_for(model, deebert.stage1_parameters(model), tr.lr, tr.weight_decay)
     first = fit(Work(model, opt, epoch_batches, stage1_loss, last_ramp, metric), recipe,
                 FitOptions(tr.epochs, device, tr.seed, stages[0], resume(stages[0]), config | {"stage": 1},
-                           fixed_epochs=fixed, **settings.run.loop_options()))
+                           fixed_epochs=fixed, extended=extended, **settings.run.loop_options()))
     model.load_state_dict(first.best_state)
     opt = recipe.optimizer_for(model, deebert.stage2_parameters(model), settings.ramps.ramp_lr,
                              tr.weight_decay)
     ramp_epochs = settings.ramps.ramp_epochs or tr.epochs
     second = fit(Work(model, opt, epoch_batches, stage2_loss, ramps, f"{metric}_ramps"), recipe,
                  FitOptions(ramp_epochs, device, tr.seed + 1, stages[1], resume(stages[1]), config | {"stage": 2},
-                            fixed_epochs=fixed, **settings.run.loop_options()))
+                            fixed_epochs=fixed, extended=extended, **settings.run.loop_options()))
     model.load_state_dict(second.best_state)
     return {"stage1": {"best_epoch": first.best_epoch, f"dev_{metric}": first.best_score, "history": first.history},
             "stage2": {"best_epoch": second.best_epoch, f"dev_{metric}_ramps": second.best_score,
@@ -252,7 +254,8 @@ def run(settings: Settings) -> dict:
               f"the epochs and the setting, {len(report.records)} report), {len(test.records)} test; "
               f"{model.num_layers} off-ramps; device {device}; run {paths.dir}", file=sys.stderr)
         summary["training"] = train(settings, model, train_split, dev_batches, device,
-                                    (paths.checkpoint, paths.dir / STAGE2), paths.resume is not None)
+                                    (paths.checkpoint, paths.dir / STAGE2), paths.resume is not None,
+                                    rewrite_on_extension(paths, "deebert", settings))
     model.eval()
     with autocast(device, settings.recipe.precision):  # as fit() evaluated
         sweep_and_predict(settings, sweep, model, (dev, test, select, report), device, paths, summary)

@@ -46,7 +46,7 @@ from ..core.evaluation import (
 )
 from ..core.recipe import with_schedule_record
 from ..core.resume import resume_config
-from ..core.runs import RunPaths, parse_run, run_paths, write_run_json
+from ..core.runs import RunPaths, parse_run, rewrite_on_extension, run_paths, write_run_json
 from ..core.settings import parser_for
 from ..core.starter_flags import translate
 from ..core.terms import Context, build_terms, check_terms
@@ -207,7 +207,8 @@ def run(settings: Settings) -> dict:
                             resume_config(settings) | {"training.lr": lr, "command": "multitask"},
                             fixed_epochs=("--schedule annealed draws each epoch's tasks by the number of epochs, "
                                           "so no run.json could replay it" if settings.design.schedule == "annealed"
-                                          else None), **rs.loop_options()), terms)
+                                          else None), extended=rewrite_on_extension(paths, "multitask", settings),
+                            **rs.loop_options()), terms)
     if not is_main_process():
         return {"best_epoch": result.best_epoch, f"dev_{metric}": result.best_score}
 

@@ -48,11 +48,19 @@ from minbert.simcse import SimCSE, SimCSEConfig, margin_loss, sup_simcse_loss, u
 from ..core.batching import Passes, batch_indices, pad_views, token_ids
 from ..core.data import TASKS, Records, unlabelled
 from ..core.distributed import world_size
-from ..core.errors import ConfigurationError
+from ..core.errors import ConfigurationError, ResumeError
 from ..core.evaluation import in_order, pearson, predict_batches
 from ..core.recipe import autocast, with_schedule_record
 from ..core.resume import resume_config
-from ..core.runs import RUN_FILE, RunPaths, parse_run, run_paths, write_run_json
+from ..core.runs import (
+    RUN_FILE,
+    RunPaths,
+    parse_run,
+    read_run_json,
+    rewrite_on_extension,
+    run_paths,
+    write_run_json,
+)
 from ..core.settings import parser_for
 from ..core.train import FitOptions, Work, fit
 from ..core.training_setup import seeded_sample, start
@@ -92,6 +100,22 @@ def plan(examples: int, batch_size: int, epochs: int, eval_every: int) -> tuple[
     total = epochs * -(-examples // batch_size)
     every = min(eval_every, total)
     return every, -(-total // every)
+
+
+def keep_rounds(paths: RunPaths, settings: Settings, examples: int, epochs: int, every: int) -> None:
+    """A resume that changes --epochs is refused where it would change the rounds' length (a run shorter than
+    --eval-every is one round of all its steps): Recipe.earlier_epochs records the rounds, not their length, so no
+    run.json could replay it."""
+    if paths.resume is None or not paths.run_json.is_file():
+        return
+    s, tr = settings.simcse, settings.training
+    was = read_run_json(paths.dir)["settings"].get("training", {}).get("epochs") or DEFAULTS[s.objective]["epochs"]
+    then, _ = plan(examples, tr.batch_size, was, s.eval_every)
+    if then != every:
+        raise ResumeError(f"cannot resume {paths.dir} for --epochs {epochs}: its rounds are {then} optimiser steps, "
+                          f"and with --epochs {epochs} they would be {every} (a round is --eval-every {s.eval_every} "
+                          f"steps, or the whole run's if fewer), which no run.json could replay; resume it with "
+                          f"--epochs {was}, or start a new run with --epochs {epochs}")
 
 
 class Round(Sequence):
@@ -277,6 +301,7 @@ def run(settings: Settings) -> dict:
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = settings.recipe.optimizer_for(model, params, lr, tr.weight_decay)
     every, rounds = plan(len(data), tr.batch_size, epochs, s.eval_every)
+    keep_rounds(paths, settings, len(data), epochs, every)
     if paths.resume is None:   # a resumed run rewrites run.json once it has finished, its settings accepted
         write_run_json(paths, "simcse", settings)
     print(f"simcse {s.objective}: {what}; Quora {len(quora)} pairs, {len(stage)} for this stage, {len(rest)} left "
@@ -295,7 +320,8 @@ def run(settings: Settings) -> dict:
     result = fit(Work(model, optimizer, lambda k: Round(data, tr.batch_size, every, tr.seed, k),
                       lambda m, batch: m.loss(batch), evaluate, "sts_pearson"), settings.recipe,
                  FitOptions(rounds, device, tr.seed, paths.checkpoint, paths.resume, run_config, patience=s.patience,
-                            unit="round", **settings.run.loop_options()))
+                            unit="round", extended=rewrite_on_extension(paths, "simcse", settings),
+                            **settings.run.loop_options()))
     model.load_state_dict(result.best_state)
     history = [{"round": h["epoch"], "step": h["epoch"] * every}
                | {k: v for k, v in h.items() if k != "epoch"} for h in result.history]
