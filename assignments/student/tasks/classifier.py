@@ -37,7 +37,7 @@ from .core.evaluation import LEADERBOARD, accuracy, in_order, predict_batches, p
 from .core.finetune import FineTune
 from .core.recipe import Recipe, with_schedule_record
 from .core.resume import resume_config
-from .core.runs import RunOptions, RunPaths, parse_run, run_paths, write_run_json
+from .core.runs import RunOptions, RunPaths, parse_run, rewrite_on_extension, run_paths, write_run_json
 from .core.settings import parser_for, section, setting
 from .core.starter_flags import check_outputs, translate
 from .core.train import FitOptions, Work, fit
@@ -179,6 +179,7 @@ def run(settings: Settings) -> dict:
                  settings.recipe,
                  FitOptions(tr.epochs, device, tr.seed, paths.checkpoint, paths.resume,
                             resume_config(settings) | {"training.lr": lr, "command": "classifier"},
+                            extended=rewrite_on_extension(paths, "classifier", settings),
                             **settings.run.loop_options()))
 
     summary = {"task": task, "best_epoch": result.best_epoch, "dev_accuracy": result.best_score,
