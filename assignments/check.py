@@ -241,7 +241,7 @@ def result_file(text: str) -> str:
     """--result FILE: a file to write (its folders are made), not a directory, nor under a file: refused before any
     check runs. The checker's own (not tasks.core.errors.file_to_write): it runs when the student's minbert, which
     tasks.core imports, does not."""
-    path = Path(text).expanduser()
+    path = Path(os.path.expanduser(text))   # ~name of no user stays a name (pathlib's expanduser raises)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a directory, not a file: give a file name, such as "
                                          f"{Path(text) / 'results.json'}")

@@ -231,7 +231,7 @@ def hf_cache_dir() -> Path:
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"])
     home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-    return Path(home).expanduser() / "hub"
+    return Path(os.path.expanduser(home)) / "hub"
 
 
 def _cached_snapshot(name: str) -> Path | None:
@@ -252,7 +252,7 @@ def _offline() -> bool:
 
 def resolve(name_or_path: str) -> Path:
     """A directory holding config.json and weights: a local directory, the packaged alias, or a Hub name."""
-    path = Path(name_or_path).expanduser()
+    path = Path(os.path.expanduser(name_or_path))   # ~name of no user stays a name (pathlib raises)
     if path.is_dir():
         return path
     if name_or_path in PACKAGED:

@@ -73,12 +73,12 @@ def make_submission(pred_dir: str | Path, data_dir: str | Path, out: str | Path)
 def check_out(out: str | Path, pred_dir: str | Path, data_dir: str | Path) -> None:
     """Refuse an --out that would replace an input (a prediction file it zips, a file of the data folder), a file that
     is not a zip, or a name without .zip, before anything is checked or written."""
-    path = Path(out).expanduser().resolve()
+    path = Path(os.path.expanduser(out)).resolve()
     inputs = {prediction_path(pred_dir, t, s).resolve() for t in TASK_NAMES for s in SPLITS}
     if path in inputs:
         raise ConfigurationError(f"--out {out} is one of the prediction files the zip holds, which it would replace; "
                                  "give the zip its own name, such as --out submission.zip")
-    data = Path(data_dir).expanduser().resolve()
+    data = Path(os.path.expanduser(data_dir)).resolve()
     if path == data or data in path.parents:
         raise ConfigurationError(f"--out {out} is inside --data-dir {data_dir}, the task files the set is checked "
                                  "against; write the zip elsewhere, such as --out submission.zip")

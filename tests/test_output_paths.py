@@ -303,3 +303,34 @@ def test_the_commands_read_a_tilde_in_every_path_they_are_given(home, monkeypatc
         for key in keys:
             value = args[key][0] if isinstance(args[key], list) else args[key]
             assert value.startswith(h) and "~" not in value, (main, key, value)
+
+
+@pytest.mark.parametrize("kind", ["existing_path", "existing_dir", "existing_file", "directory_to_write",
+                                  "file_to_write", "figure_to_write", "user_path"])
+def test_a_path_that_starts_with_a_tilde_of_no_user_is_a_relative_name(kind, tmp_path, monkeypatch):
+    """`~tiny` (no user 'tiny': the shell leaves it as it is, a quoted '~r1' always) is a file or folder of that name
+    here, as the shell and os.path.expanduser read it (pathlib's expanduser raised RuntimeError: a traceback)."""
+    from tasks.core import errors
+    monkeypatch.chdir(tmp_path)
+    name = "~no-such-user-minbert"
+    (tmp_path / name).mkdir() if kind in ("existing_path", "existing_dir") else None
+    (tmp_path / f"{name}.csv").write_text("x\n")
+    given = f"{name}.csv" if kind == "existing_file" else name
+    expected = f"{name}.png" if kind == "figure_to_write" else given
+    assert getattr(errors, kind)(given) == expected
+
+
+def test_the_model_checkpoint_and_searchs_folders_read_a_tilde_of_no_user_as_a_name_and_expand_a_home_tilde(
+        home, tmp_path, monkeypatch):
+    """minbert.checkpoint.resolve (every --model), tasks.search's --study-dir and --record (docs/errors.md: '~ is the
+    home folder, as in every other path a command is given'), and --config's own path."""
+    from minbert.checkpoint import resolve
+    from tasks.search import build_parser
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "~tiny").mkdir()
+    assert resolve("~tiny") == Path("~tiny")
+    (home / "run2").mkdir()
+    space = home / "sp.json"
+    space.write_text("{}")
+    args = vars(build_parser().parse_args(["--space=~/sp.json", "--study-dir=~/st", "--record=~/run2"]))
+    assert (args["space"], args["study_dir"], args["record"]) == (str(space), str(home / "st"), [str(home / "run2")])

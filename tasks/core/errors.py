@@ -225,13 +225,14 @@ def unit_interval(text: str) -> float:
 
 
 def user_path(text: str) -> str:
-    """A path with a leading ~ expanded (the shell leaves `--flag=~/x`, a config file's and run.json's as they are)."""
-    return str(Path(text).expanduser()) if text.startswith("~") else text
+    """A path with a leading ~ or ~USER expanded (the shell leaves `--flag=~/x`, a config file's and run.json's as
+    they are); `~name` of no user stays a relative name, as the shell reads it (os.path.expanduser: pathlib's raises)."""
+    return os.path.expanduser(text)
 
 
 def existing_file(text: str) -> str:
     """A path to a file that exists and can be read (~ expanded, as by every path parser here)."""
-    path = Path(text).expanduser()
+    path = Path(user_path(text))
     if not path.is_file():
         why = "is a directory, not a file" if path.is_dir() else "no such file"
         raise argparse.ArgumentTypeError(f"{text}: {why}")
@@ -242,14 +243,14 @@ def existing_file(text: str) -> str:
 
 def existing_path(text: str) -> str:
     """A path to a file or a directory that exists (~ expanded)."""
-    if not Path(text).expanduser().exists():
+    if not Path(user_path(text)).exists():
         raise argparse.ArgumentTypeError(f"{text}: no such file or directory")
     return user_path(text)
 
 
 def existing_dir(text: str) -> str:
     """A path to a directory that exists (~ expanded)."""
-    if not Path(text).expanduser().is_dir():
+    if not Path(user_path(text)).is_dir():
         raise argparse.ArgumentTypeError(f"{text}: no such directory")
     return user_path(text)
 
@@ -265,7 +266,7 @@ def _file_above(path: Path) -> Path | None:
 def directory_to_write(text: str) -> str:
     """A directory to write files into: absent (it is made, with any folder above it) or a directory, not an
     existing file, nor under one."""
-    path = Path(text).expanduser()
+    path = Path(user_path(text))
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a directory: give a directory to write into")
     above = _file_above(path)
@@ -277,7 +278,7 @@ def directory_to_write(text: str) -> str:
 def file_to_write(text: str) -> str:
     """A file to write: new or an existing file (the folders above it are made), not a directory, nor under a
     file."""
-    path = Path(text).expanduser()
+    path = Path(user_path(text))
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty name: give a file name")
     if path.is_dir():
@@ -317,7 +318,7 @@ def another_run(path: str | Path, own: str | Path) -> tuple[Path, Path] | None:
     command writing there would replace that run's files (None: no other run's; a flat run's folder beside it is
     not its prediction folder)."""
     from .runs import RUN_FILE
-    own, where = Path(own).resolve(), Path(path).expanduser().resolve()
+    own, where = Path(own).resolve(), Path(user_path(str(path))).resolve()
     for folder in (where, *where.parents):
         if folder == own:
             return None
@@ -333,7 +334,7 @@ def _prediction_folder(folder: Path) -> Path:
     that cannot be read)."""
     from .run_files import prediction_folder
     try:
-        return prediction_folder(folder).expanduser().resolve()
+        return Path(user_path(str(prediction_folder(folder)))).resolve()
     except ConfigurationError:
         return (folder / "predictions").resolve()
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import types
 import typing
@@ -322,7 +323,7 @@ def load(cls: type, data: dict, source: str = "settings") -> Any:
 def read_config(path: str | Path, cls: type, replaced: Collection[str] = ()) -> dict[str, Any]:
     """A JSON config file -> {dotted path: checked value}; a syntax error names the file, line and column. Of a
     run.json, the settings in `replaced` (the flags given beside it) are left out: tasks.core.run_files.replayed."""
-    path = Path(path).expanduser()
+    path = Path(os.path.expanduser(path))       # ~name of no user stays a name (pathlib's expanduser raises)
     data = read_json(path)
     if isinstance(data, dict) and "settings" in data and "command" in data:   # a run.json
         data = replayed(data, str(path), replaced)    # its settings; relative paths from where it ran

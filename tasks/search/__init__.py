@@ -34,6 +34,7 @@ from ..core.errors import (
     on_interrupt,
     positive_float,
     positive_int,
+    user_path,
 )
 from ..core.runs import runs_root
 from ..core.settings import parse, parser_for, setting
@@ -50,7 +51,7 @@ class Settings:
                                 help="the search space (required, no default): a JSON file naming the command, a base config "
                                      "file, the fixed settings and the params to sample (the reference repository's "
                                      "docs/search.md)")
-    study_dir: str | None = setting(None, metavar="DIR",
+    study_dir: str | None = setting(None, parse=user_path, metavar="DIR",
                                     help="the trials' run directories (trial-NNNN), best.json, trials.csv, trials.md, "
                                          "history.png, importances.png and the default storage (none: "
                                          "runs/search-STUDY, or under $MINBERT_RUNS)")
@@ -80,7 +81,7 @@ class Settings:
     heartbeat: int = setting(60, parse=positive_int, metavar="SECONDS",
                              help="each running trial writes a heartbeat to the storage this often; one silent for 3 "
                                   "heartbeats (its worker killed) is failed and queued again")
-    record: list[str] | None = setting(None, metavar="RUN_DIR",
+    record: list[str] | None = setting(None, item=user_path, metavar="RUN_DIR",
                                        help="finished runs of the space's command to add to the study as complete "
                                             "trials before this call's (the main job you already ran: it counts "
                                             "for TPE and the pruner without running again); each must equal the "
