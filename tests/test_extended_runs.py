@@ -262,3 +262,29 @@ def test_a_simcse_run_of_one_round_shorter_than_eval_every_refuses_other_epochs_
                                           r"--epochs 1, or start a new run with --epochs 2"):
         simcse.run(simcse.parse_settings(["--resume", str(a), "--epochs", "2"]))
     assert load_checkpoint(a / "checkpoint.pt")["optimizer_steps"] == 3
+
+
+def test_a_resume_to_exactly_the_epochs_done_says_nothing_is_left_and_replays(tiny_dir, tmp_path, monkeypatch,
+                                                                               capsys):
+    """Extended to 3 epochs, stopped at step 12 (2 epochs done), resumed with --epochs 2: no step is left, and the
+    note says so (it said the schedule was laid out again from step 11 on); the record still holds the 3-epoch plan
+    its steps 6-10 trained under, so the replay is this run."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    start(tiny_dir, tmp_path, a, "--warmup-ratio", "0.2")
+
+    def stop(variable: str, count: int) -> None:
+        if variable == KILL_AT_STEP and count == 12:
+            raise Interrupted("stopped at step 12")
+    with monkeypatch.context() as patch:
+        patch.setattr(train, "maybe_kill", stop)
+        with pytest.raises(Interrupted):
+            resume(a, "--epochs", "3")
+    capsys.readouterr()
+    resume(a, "--epochs", "2")
+    out = capsys.readouterr().out
+    assert ("note: the run was planned for 3 epochs and ends at 2, which are done: no step is left to train; run.json "
+            "records the plan its steps trained under (--earlier-epochs), so that --config RUN/run.json replays this "
+            "run") in " ".join(out.split()), out
+    assert "laid out again" not in out and recorded(a) == ["5:1", "10:3"]
+    replay(a, b)
+    same_run(a, b)

@@ -82,6 +82,11 @@ class LoopCheckpoint:
             return
         self.earlier_epochs.append(f"{self.step}:{was}")
         self.earlier.append((self.step, was))
+        if epochs == self.start:                     # nothing left: the record keeps the plan its steps trained under
+            self.say(f"note: the run was planned for {was} {unit}s and ends at {epochs}, which are done: no step is "
+                     "left to train; run.json records the plan its steps trained under (--earlier-epochs), so that "
+                     "--config RUN/run.json replays this run")
+            return
         laid = [what for what, on in (("learning-rate schedule", self.recipe.warmup_ratio is not None),
                                       ("gradual unfreezing", self.recipe.gradual_unfreezing > 0)) if on]
         self.say(f"note: the run was started for {was} epochs and goes on for {epochs}: its {' and '.join(laid)} "
