@@ -27,6 +27,7 @@ TESTS = {
     "minbert/smart.py": ["tests/test_smart.py", "tests/test_catches.py", "tests/test_mutants_smart.py"],
     "minbert/deebert.py": ["tests/test_deebert.py", "tests/test_deebert_cli.py", "tests/test_mutants_deebert.py"],
     "minbert/files.py": ["tests/test_files.py", "tests/test_full_disk.py"],
+    "tasks/core/run_files.py": ["tests/test_run_folders.py", "tests/test_settings_resume.py"],
     "tasks/core/evaluation.py": ["tests/test_tasks_scoring.py", "tests/test_catches.py", "tests/test_mutants.py",
                                  "tests/test_ensemble_cli.py"],
     "assignments/standing.py": ["tests/test_leaderboard.py", "tests/test_leaderboard_abuse.py",
