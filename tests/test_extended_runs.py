@@ -55,6 +55,17 @@ def same_run(a: Path, b: Path) -> None:
     assert (a / "predictions" / "sst-dev-output.csv").read_text() == (b / "predictions" / "sst-dev-output.csv").read_text()
 
 
+def stopped_at(step: int, call, monkeypatch) -> None:
+    """`call()` stopped as a kill would stop it at optimiser step `step` (after that step's checkpoint, if any)."""
+    def stop(variable: str, count: int) -> None:
+        if variable == KILL_AT_STEP and count == step:
+            raise Interrupted(f"stopped at step {step}")
+    with monkeypatch.context() as patch:
+        patch.setattr(train, "maybe_kill", stop)
+        with pytest.raises(Interrupted):
+            call()
+
+
 def recorded(run: Path) -> list[str] | None:
     return json.loads((run / "run.json").read_text())["settings"]["recipe"].get("earlier_epochs")
 
@@ -98,13 +109,7 @@ def test_an_extension_from_a_step_checkpoint_within_an_epoch_replays(tiny_dir, t
     step 2."""
     a, b = tmp_path / "A", tmp_path / "B"
 
-    def stop(variable: str, count: int) -> None:
-        if variable == KILL_AT_STEP and count == 3:
-            raise Interrupted("stopped at step 3")
-    with monkeypatch.context() as patch:
-        patch.setattr(train, "maybe_kill", stop)
-        with pytest.raises(Interrupted):
-            start(tiny_dir, tmp_path, a, "--warmup-ratio", "0.2", "--save-every", "2")
+    stopped_at(3, lambda: start(tiny_dir, tmp_path, a, "--warmup-ratio", "0.2", "--save-every", "2"), monkeypatch)
     assert load_checkpoint(a / "checkpoint.pt")["optimizer_steps"] == 2
     resume(a, "--epochs", "2")
     assert recorded(a) == ["2:1"]
@@ -221,13 +226,7 @@ def test_a_plain_resume_after_a_kill_in_an_extension_goes_on_with_the_extended_e
     a, b = tmp_path / "A", tmp_path / "B"
     start(tiny_dir, tmp_path, a, "--warmup-ratio", "0.2")
 
-    def stop(variable: str, count: int) -> None:
-        if variable == KILL_AT_STEP and count == 12:
-            raise Interrupted("stopped at step 12")
-    with monkeypatch.context() as patch:
-        patch.setattr(train, "maybe_kill", stop)
-        with pytest.raises(Interrupted):
-            resume(a, "--epochs", "3")
+    stopped_at(12, lambda: resume(a, "--epochs", "3"), monkeypatch)
     assert json.loads((a / "run.json").read_text())["settings"]["training"]["epochs"] == 3   # written once accepted
     resume(a)
     state = load_checkpoint(a / "checkpoint.pt")
@@ -272,13 +271,7 @@ def test_a_resume_to_exactly_the_epochs_done_says_nothing_is_left_and_replays(ti
     a, b = tmp_path / "A", tmp_path / "B"
     start(tiny_dir, tmp_path, a, "--warmup-ratio", "0.2")
 
-    def stop(variable: str, count: int) -> None:
-        if variable == KILL_AT_STEP and count == 12:
-            raise Interrupted("stopped at step 12")
-    with monkeypatch.context() as patch:
-        patch.setattr(train, "maybe_kill", stop)
-        with pytest.raises(Interrupted):
-            resume(a, "--epochs", "3")
+    stopped_at(12, lambda: resume(a, "--epochs", "3"), monkeypatch)
     capsys.readouterr()
     resume(a, "--epochs", "2")
     out = capsys.readouterr().out
