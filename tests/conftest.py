@@ -202,3 +202,17 @@ def each_as_main(commands: dict[str, list[str]], cwd: Path, env: dict[str, str],
     said = json.loads(proc.stdout.splitlines()[-1])
     assert list(said) == list(commands), proc.stderr[-2000:]
     return {name: tuple(result) for name, result in said.items()}
+
+
+@pytest.fixture(scope="session")
+def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A student tree of each profile (assignments.make, no data, a course URL), made once: tests that change one copy
+    it first (test_kit_profiles.py, test_kit_handout.py)."""
+    from assignments.make import generate
+    from assignments.profiles import PROFILES
+    base = tmp_path_factory.mktemp("profiles")
+    out = {}
+    for name in PROFILES:
+        generate(base / name, data=False, profile=name, course_url="https://example.org/course/minbert.git")
+        out[name] = base / name
+    return out
