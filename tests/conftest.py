@@ -140,10 +140,10 @@ def killed_after_first_epoch(real_fit):
 
 def fit_with(model, optimizer, batches, loss, evaluate, *, metric: str, post_step=None, terms=None, **keywords):
     """tasks.core.train.fit from keywords, as the tests write it: Recipe's loop fields (precision, warmup_ratio, ...)
-    make the recipe, the rest (epochs, device, checkpoint, ...) the FitOptions."""
+    and earlier_epochs make the recipe, the rest (epochs, device, checkpoint, ...) the FitOptions."""
     from tasks.core.recipe import LOOP_FIELDS, Recipe
     from tasks.core.train import FitOptions, Work, fit
-    recipe = Recipe(**{k: keywords.pop(k) for k in LOOP_FIELDS if k in keywords})
+    recipe = Recipe(**{k: keywords.pop(k) for k in (*LOOP_FIELDS, "earlier_epochs") if k in keywords})
     return fit(Work(model, optimizer, batches, loss, evaluate, metric, post_step), recipe, FitOptions(**keywords),
                terms)
 

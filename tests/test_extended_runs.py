@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT
+from test_recipe import RecordingSGD, quiet_fit, random_batches
+from test_recipe import classifier as tiny_classifier
 from test_save_every import multitask_argv
 from test_typed_runs import classifier_argv, deebert_argv, simcse_argv
 
@@ -281,3 +283,28 @@ def test_a_resume_to_exactly_the_epochs_done_says_nothing_is_left_and_replays(ti
     assert "laid out again" not in out and recorded(a) == ["5:1", "10:3"]
     replay(a, b)
     same_run(a, b)
+
+
+
+def test_an_extended_schedule_by_hand_and_its_replay_from_the_record(tiny_config, tmp_path):
+    """5 batches, 2 per step: 3 steps an epoch. A 1-epoch run (ratio 0.3 -> ceil(0.9) = 1 warm-up step of 3) resumed
+    for 2 epochs after step 3 lays the schedule out again over 6 steps (ceil(1.8) = 2 warm-up steps): steps 3-5 at
+    (6-s)/(6-2). The record it leaves, earlier_epochs ["3:1"], replays the whole run from scratch: steps 0-2 at
+    LinearSchedule(1, 3) ((s+1)/1, then (3-s)/(3-1)), steps 3-5 as the extension. By hand, not from the loop."""
+    first = [1.0 * 0.1, 2 / 2 * 0.1, 1 / 2 * 0.1]                # s = 0: (0+1)/1; s = 1, 2: (3-s)/(3-1)
+    then = [3 / 4 * 0.1, 2 / 4 * 0.1, 1 / 4 * 0.1]               # s = 3, 4, 5: (6-s)/(6-2)
+    batches = random_batches([4] * 5)
+    model = tiny_classifier(tiny_config)
+    opt = RecordingSGD(model.parameters(), lr=0.1)
+    quiet_fit(model, opt, lambda e: batches, epochs=1, warmup_ratio=0.3, grad_accum=2, checkpoint=tmp_path / "a.pt")
+    assert opt.lrs == pytest.approx(first, rel=1e-15)
+    model = tiny_classifier(tiny_config)
+    opt = RecordingSGD(model.parameters(), lr=0.1)
+    extended = quiet_fit(model, opt, lambda e: batches, epochs=2, warmup_ratio=0.3, grad_accum=2,
+                         checkpoint=tmp_path / "a.pt", resume=tmp_path / "a.pt")
+    assert opt.lrs == pytest.approx(then, rel=1e-15) and extended.earlier_epochs == ["3:1"]
+    model = tiny_classifier(tiny_config)
+    opt = RecordingSGD(model.parameters(), lr=0.1)
+    quiet_fit(model, opt, lambda e: batches, epochs=2, warmup_ratio=0.3, grad_accum=2, earlier_epochs=["3:1"],
+              checkpoint=tmp_path / "b.pt")
+    assert opt.lrs == pytest.approx(first + then, rel=1e-15)
