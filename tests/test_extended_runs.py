@@ -248,6 +248,9 @@ def test_a_resume_to_fewer_epochs_than_are_done_is_refused(tiny_dir, tmp_path):
                                           r"with --epochs 3 or more, or start a new run with --epochs 2"):
         resume(a, "--epochs", "2")
     assert load_checkpoint(a / "checkpoint.pt")["optimizer_steps"] == 3 * STEPS
+    page = " ".join((ROOT / "docs" / "runs.md").read_text(encoding="utf-8").split())     # the line docs/runs.md quotes
+    assert ("`cannot resume runs/r1/checkpoint.pt for 2 epochs: 3 epochs are done; resume it with --epochs 3 or more, "
+            "or start a new run with --epochs 2`") in page
 
 
 def test_a_simcse_run_of_one_round_shorter_than_eval_every_refuses_other_epochs_on_resume(tiny_dir, tmp_path):
