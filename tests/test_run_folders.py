@@ -18,7 +18,7 @@ from test_ensemble_cli import run_dir as sst_run
 from tasks import attention, classifier, ensemble, export, multitask, predict, submit
 from tasks.core.checkpoints import load_checkpoint
 from tasks.core.errors import MissingFileError, ResumeError, run_cli
-from tasks.core.run_files import trained_files
+from tasks.core.run_files import start_folder, trained_files
 from tasks.core.runs import RUN_FILE
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -278,3 +278,50 @@ def test_a_labelled_file_the_checkpoint_recorded_and_this_resume_does_not_read_i
     with pytest.raises(ResumeError, match=rf"^c.pt: cannot resume: train.csv \(relative to {tmp_path}, where the run "
                                           r"started\), a labelled file the run read, is not among the files this run"):
         check_data_files("c.pt", {"train.csv": mark, "dev.csv": mark}, {"dev.csv": mark})
+
+
+def test_a_run_copied_with_the_folder_it_started_in_reads_and_writes_in_the_copy(tiny_dir, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """A tree copied with its runs (cp -r hw hw2) and a run resumed, replayed or predicted in the copy: the copy's files
+    are read and written, from the copy or from another folder; the original tree is left as it was."""
+    _sst_run(tmp_path, monkeypatch, "--checkpoint", "ck/c.pt", "--predictions-dir", "preds")
+    copy = tmp_path.parent / f"{tmp_path.name}-copy"
+    shutil.copytree(tmp_path, copy, symlinks=True)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    monkeypatch.chdir(copy)
+    classifier.run(classifier.parse_settings(["--resume", "run", "--epochs", "2"]))
+    assert load_checkpoint(copy / "ck" / "c.pt")["epoch"] == 2
+    assert (copy / "preds" / "sst-dev-output.csv").stat().st_mtime >= (copy / "ck" / "c.pt").stat().st_mtime
+    record = json.loads((copy / "run" / RUN_FILE).read_text())
+    assert (record["cwd"], record["run_dir"]) == (str(copy), str(copy / "run"))
+    assert record["settings"]["files"]["train_file"] == "train.csv"          # still relative: the copy stands alone
+    monkeypatch.chdir(copy / "elsewhere")                                   # the copy's run from another folder
+    classifier.run(classifier.parse_settings(["--resume", str(copy / "run"), "--epochs", "3"]))
+    assert load_checkpoint(copy / "ck" / "c.pt")["epoch"] == 3
+    again = classifier.parse_settings(["--config", str(copy / "run" / RUN_FILE), "--run-dir", "again"])
+    assert (again.files.train_file, again.training.model) == (str(copy / "train.csv"), str(copy / "tiny"))
+    assert set(trained_files(json.loads((copy / "run" / RUN_FILE).read_text()) | {"cwd": str(copy)}).values()) <= \
+        {str(copy / n) for n in ("train.csv", "dev.csv", "test.csv", "tiny", "ck/c.pt", "preds")}
+    assert run_cli(lambda: predict.main([str(copy / "run"), "--out", "pred", "--device", TEST_DEVICE])) == 0, \
+        capsys.readouterr().err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before    # the original: untouched
+    shutil.rmtree(copy)
+
+
+def test_the_start_folder_of_a_run_json_read_where_it_is(tmp_path):
+    """start_folder: the recorded cwd where the run folder is where the run wrote it (or was moved on its own, or
+    renamed); the folder now holding it at the recorded place when it was copied with its start folder; a run.json
+    before run_dir was recorded, by its --run-dir; one with neither, the recorded cwd."""
+    hw, hw2 = tmp_path / "hw", tmp_path / "hw2"
+    record = {"cwd": str(hw), "run_dir": str(hw / "runs" / "r1"), "settings": {}}
+    assert start_folder(record, hw / "runs" / "r1") == str(hw)
+    assert start_folder(record, hw2 / "runs" / "r1") == str(hw2)                         # cp -r hw hw2
+    assert start_folder(record, hw2 / "sub" / "runs" / "r1") == str(hw2 / "sub")
+    assert start_folder(record, hw2 / "runs" / "best") == str(hw)                        # renamed: not told apart
+    assert start_folder(record, tmp_path / "r1") == str(hw)                              # moved on its own
+    legacy = {"cwd": str(hw), "settings": {"run": {"run_dir": "runs/r1"}}}
+    assert start_folder(legacy, hw2 / "runs" / "r1") == str(hw2)
+    assert start_folder({"cwd": str(hw), "settings": {"run": {"run_dir": None}}}, hw2 / "runs" / "r1") == str(hw)
+    outside = {"cwd": str(hw), "run_dir": str(tmp_path / "scratch" / "r1"), "settings": {}}   # MINBERT_RUNS elsewhere
+    assert start_folder(outside, tmp_path / "scratch2" / "r1") == str(hw)
+    assert start_folder({"settings": {}}, hw) is None

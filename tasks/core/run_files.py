@@ -3,7 +3,8 @@ files, --after-simcse's directory, a --model that was a local directory, DeeBERT
 writes (--checkpoint, --predictions-dir). Predict, export, ensemble and attention read them so (trained_files, and
 a run's trained_checkpoint and prediction_folder); --resume DIR and a run.json given as --config too, when run from
 another folder (replayed); a resumed run's checkpoint compares its recorded paths so (same_place, read_as), and tasks.predict
-names a labelled file that is not the one the run read (changed_files)."""
+names a labelled file that is not the one the run read (changed_files). A run folder copied with the folder it started
+in reads from the copy (start_folder)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,34 @@ def relative_paths(settings: dict[str, Any]) -> dict[str, str]:
     if isinstance(model, str) and model and model not in PACKAGED and not Path(model).is_absolute():
         found["training.model"] = model
     return found
+
+
+def start_folder(record: dict[str, Any], directory: str | Path) -> Any:
+    """The folder a run's relative paths are read from, of its run.json `record` read in the run folder `directory`:
+    the recorded cwd, unless the run folder is no longer where the run wrote it (its recorded run_dir, else its
+    --run-dir) but at the same place under another folder, the folder it started in copied or renamed with it (cp -r
+    hw hw2): then that folder, so that the copy never reads or writes the original's files."""
+    cwd = record.get("cwd")
+    if not isinstance(cwd, str) or not cwd:
+        return cwd
+    written = record.get("run_dir")
+    if not isinstance(written, str) or not written:        # a run.json before run_dir was recorded: its --run-dir
+        run = (record.get("settings") or {}).get("run")
+        written = run.get("run_dir") if isinstance(run, dict) else None
+        if not isinstance(written, str) or not written:
+            return cwd
+    start, here = Path(cwd), Path(directory).resolve()
+    was = (start / written).resolve()
+    if was == here or not was.is_relative_to(start):
+        return cwd
+    tail = was.relative_to(start).parts                  # e.g. ("runs", "r1")
+    return str(Path(*here.parts[:-len(tail)])) if tail and here.parts[-len(tail):] == tail else cwd
+
+
+def located(record: dict[str, Any], directory: str | Path) -> dict[str, Any]:
+    """A run.json `record` read in the run folder `directory`, its cwd the folder its relative paths are read from
+    (start_folder)."""
+    return record | {"cwd": start_folder(record, directory)} if "cwd" in record else record
 
 
 def trained_files(record: dict[str, Any]) -> dict[str, str]:

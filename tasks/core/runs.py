@@ -41,7 +41,7 @@ from .errors import (
 from .evaluation import write_text
 from .recipe import with_schedule_record
 from .resume import before_values
-from .run_files import default_file, forget_same_bytes, other_files, started_in
+from .run_files import default_file, forget_same_bytes, located, other_files, started_in
 from .settings import build, dump, flatten, parse, read_config, setting
 from .step import ATTENTION_KERNELS, READ_EVERY_GPU
 
@@ -349,6 +349,7 @@ def write_run_json(paths: RunPaths, command: str, settings: Any, argv: list[str]
     argv = sys.argv[1:] if argv is None else argv
     record: dict[str, Any] = {"command": command, "argv": f"python -m tasks.{command} {shlex.join(argv)}".strip(),
                               "cwd": os.getcwd(),        # the folder its relative files are read from (run_files)
+                              "run_dir": str(paths.dir.resolve()),   # where it is: a copy of both is told (run_files)
                               "settings": dump(settings), "environment": environment(),
                               "data_files": files_read()}   # each task file's bytes and sha256, as the checkpoint's
     if paths.run_json.is_file():
@@ -389,4 +390,4 @@ def read_run_json(directory: str | Path) -> dict[str, Any]:
             not isinstance(record.get("settings"), dict):
         raise ConfigurationError(f"{path}: not a run's record (a JSON object of command, settings, ...): copy it again "
                                  "from the run, or start a new run")
-    return record
+    return located(record, path.parent)               # its cwd: where its relative paths are read from now

@@ -41,7 +41,7 @@ from typing import Any
 from .config_files import read_json
 from .errors import ConfigurationError
 from .flag_actions import ListAction, OrNone, Switch, or_none, shown, states_default
-from .run_files import replayed
+from .run_files import located, replayed
 
 ON_RESUME = ("same", "free")
 NEW = object()              # before=NEW: the setting has existed since run directories have (no older value to assume)
@@ -326,7 +326,7 @@ def read_config(path: str | Path, cls: type, replaced: Collection[str] = ()) -> 
     path = Path(os.path.expanduser(path))       # ~name of no user stays a name (pathlib's expanduser raises)
     data = read_json(path)
     if isinstance(data, dict) and "settings" in data and "command" in data:   # a run.json
-        data = replayed(data, str(path), replaced)    # its settings; relative paths from where it ran
+        data = replayed(located(data, path.parent), str(path), replaced)   # relative paths from where it ran
     return flatten(cls, data, str(path))
 
 
