@@ -43,6 +43,17 @@ def test_a_quote_mark_never_closed_reports_the_rest_of_the_file(tmp_path):
     assert "1 examples loaded, 3 rows skipped" in records.summary()
 
 
+def test_an_empty_line_an_unpaired_quote_mark_runs_over_is_not_counted_as_a_row(tmp_path):
+    """The rows lost to a run-on are its non-empty lines (empty lines are never rows); the span is still given."""
+    path = tmp_path / "cf-quotes.csv"
+    path.write_text(SST_HEADER + "0\ta\tq1 good\t1\n1\tb\t\"q2 opens\t0\n2\tc\tq3\t1\n\n3\td\tq4\t0\n")
+    records = read_sentences(path, num_classes=2)
+    assert [r.id for r in records] == ["a"]
+    assert records.summary().splitlines() == [
+        f"{path}: 1 examples loaded, 3 rows skipped (3 lines run together by an unpaired quote mark):",
+        f"  {path}:3-6: a quote mark opened on line 3 runs to line 6 (an unpaired \"?)"]
+
+
 def test_a_tab_between_quote_marks_on_one_line_is_reported(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text(SST_HEADER + "0\tid0\t\"he said\tyes\"\t1\n1\tid1\tfine\t2\n")
