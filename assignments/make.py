@@ -213,8 +213,8 @@ HANDOUT_MARK, HANDOUT_END = "<!-- profile:", "<!-- end profile -->"
 
 
 def handout_text(text: str, profile: str, name: str = "assignments/README.md") -> str:
-    """The handout for one profile: each `<!-- profile: A B -->` ... `<!-- end profile -->` section kept when the
-    profile is among A B (markers dropped), else left out; sections do not nest."""
+    """The handout (or data/README.md) for one profile: each `<!-- profile: A B -->` ... `<!-- end profile -->`
+    section kept when the profile is among A B (markers dropped), else left out; sections do not nest."""
     out, keep, opened = [], True, 0
     for i, line in enumerate(text.splitlines(keepends=True), start=1):
         s = line.strip()
@@ -296,6 +296,8 @@ def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True, force: b
     texts = tree_texts(prof, root)          # before anything is moved: a malformed region writes nothing
     tracked, left_out = data_files(root) if data else ([], [])        # git's data files alone: never a gold file
     handout = handout_text((root / "assignments" / HANDOUT).read_text(), prof.name)
+    pages = {path.name: handout_text(path.read_text(), prof.name, f"data/{path.name}")     # data/README.md's sections
+             for path in tracked if path.suffix == ".md"}
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not force:
             raise FileExistsError(f"{out} exists and is not empty (a student's work?); nothing was written. Give "
@@ -335,7 +337,10 @@ def generate(out_dir: str | Path, root: Path = ROOT, data: bool = True, force: b
         (out / "data").mkdir(parents=True, exist_ok=True)
         for path in tracked:
             if any(fnmatch.fnmatch(path.name, g) for g in prof.data):
-                shutil.copy2(path, out / "data" / path.name)
+                if path.name in pages:
+                    _write(out / "data" / path.name, pages[path.name])
+                else:
+                    shutil.copy2(path, out / "data" / path.name)
         if left_out:
             print(f"note: left out of the tree's data/, as git does not track them (a gold or salt never ships): "
                   f"{', '.join(left_out)}", file=sys.stderr)

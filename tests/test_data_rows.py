@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA, ROOT
 
+from assignments.make import handout_text
 from tasks import multitask
 from tasks.core.data import TASKS, DataError, read_pairs, read_sentences
 from tasks.core.errors import existing_file
@@ -41,6 +42,17 @@ def test_a_quote_mark_never_closed_reports_the_rest_of_the_file(tmp_path):
     assert [str(s) for s in records.skipped] == [
         f"{path}:3-5: a quote mark opened on line 3 runs to line 5 (an unpaired \"?)"]
     assert "1 examples loaded, 3 rows skipped" in records.summary()
+
+
+def test_an_empty_line_an_unpaired_quote_mark_runs_over_is_not_counted_as_a_row(tmp_path):
+    """The rows lost to a run-on are its non-empty lines (empty lines are never rows); the span is still given."""
+    path = tmp_path / "cf-quotes.csv"
+    path.write_text(SST_HEADER + "0\ta\tq1 good\t1\n1\tb\t\"q2 opens\t0\n2\tc\tq3\t1\n\n3\td\tq4\t0\n")
+    records = read_sentences(path, num_classes=2)
+    assert [r.id for r in records] == ["a"]
+    assert records.summary().splitlines() == [
+        f"{path}: 1 examples loaded, 3 rows skipped (3 lines run together by an unpaired quote mark):",
+        f"  {path}:3-6: a quote mark opened on line 3 runs to line 6 (an unpaired \"?)"]
 
 
 def test_a_tab_between_quote_marks_on_one_line_is_reported(tmp_path):
@@ -137,10 +149,11 @@ def test_a_tilde_in_a_file_flag_or_the_data_dir_is_expanded(tmp_path, monkeypatc
 
 
 def test_the_join_command_of_data_readme_runs_as_written_and_a_bad_join_is_reported(tmp_path):
-    """data/README.md's "Training on more data" block (docs/multitask.md shows the same line), run by bash as written:
-    the first file's header alone is kept and every line ends, even a file's last one without a line end (CRLF in
-    the second); `cat` instead gives the reports the page names."""
-    page = (ROOT / "data" / "README.md").read_text(encoding="utf-8")
+    """data/README.md's "Training on more data" block, as the default project's tree has it (docs/multitask.md shows
+    the same line; tests/test_kit_data.py runs a part1 tree's), run by bash as written: the first file's header alone
+    is kept and every line ends, even a file's last one without a line end (CRLF in the second); `cat` instead gives
+    the reports the page names."""
+    page = handout_text((ROOT / "data" / "README.md").read_text(encoding="utf-8"), "default-project", "data/README.md")
     block = re.search(r"## Training on more data\n.*?```bash\n(.*?)```", page, re.DOTALL)[1]
     assert block.strip() in (ROOT / "docs" / "multitask.md").read_text(encoding="utf-8")
     (tmp_path / "data").mkdir()

@@ -3,13 +3,21 @@ gold) or a salt dropped into data/ is left out, and named."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import warm
 
 from assignments.make import ROOT, data_files, generate
+from assignments.profiles import PROFILES
+from tasks.core.data import read_sentences
+
+ENV = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 GOLD = "\tid\tsentence\tsentiment\n0\tabc\ta sentence\t3\n"
 
@@ -61,3 +69,42 @@ def test_a_copy_inside_another_repository_is_refused_naming_gits_top_level(tmp_p
     shutil.copytree(ROOT / "data", copy / "data")
     with pytest.raises(ValueError, match=f"is not a git checkout of its own .git's top level here is {outer}"):
         data_files(copy)
+
+
+def test_each_trees_data_readme_names_only_the_data_files_it_ships(tmp_path):
+    """A tree's data/README.md is the page's text for its profile (assignments.make, the handout's profile sections):
+    every course data file it names is in that tree's data/, and no profile marker is left in it."""
+    course = {p.name for p in (ROOT / "data").iterdir()}
+    for name in PROFILES:
+        generate(tmp_path / name, profile=name)
+        page = (tmp_path / name / "data" / "README.md").read_text(encoding="utf-8")
+        named = set(re.findall(r"[\w.-]+\.csv", page)) & course
+        shipped = {p.name for p in (tmp_path / name / "data").iterdir()}
+        assert named - shipped == set(), name
+        assert "<!--" not in page, name
+    assert {"quora-train.csv", "sts-train.csv"} <= named          # the full tree's page lists every file
+
+
+def test_the_part1_trees_join_example_runs_there_and_its_classifier_command_takes_the_file(tmp_path):
+    """A part1 tree's data/README.md "Training on more data": its bash block run in the tree as written joins a
+    student's SST rows (CRLF, no last line end) to data/ids-sst-train.csv, header once, and the classifier command
+    it gives reads the joined file (its flags parsed by the tree's own tasks.classifier, --print-config)."""
+    tree = tmp_path / "part1"
+    generate(tree, profile="part1")
+    page = (tree / "data" / "README.md").read_text(encoding="utf-8")
+    section = page[page.index("## Training on more data"):]
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL)[1]
+    mine, joined = re.fullmatch(r"awk 'FNR > 1 \|\| NR == 1' data/ids-sst-train.csv (\S+) > (\S+)\n", block).groups()
+    (tree / mine).write_bytes(b"\tid\tsentence\tsentiment\r\n0\tmine-1\tA fine, long film.\t4\r\n1\tmine-2\tDull\t1")
+    subprocess.run(["bash", "-c", block], cwd=tree, check=True, timeout=60)
+    records = read_sentences(tree / joined)
+    course = read_sentences(tree / "data" / "ids-sst-train.csv")
+    assert (len(records), records.skipped) == (len(course) + 2, [])
+    assert [(r.id, r.sentence, r.label) for r in records[-2:]] == [("mine-1", "A fine, long film.", 4),
+                                                                   ("mine-2", "Dull", 1)]
+    command = re.search(r"`python (-m tasks\.classifier [^`]*)`", section)[1].split()
+    assert command[command.index("--train-file") + 1] == joined
+    proc = warm.run([sys.executable, *command, "--print-config"], cwd=tree, env={**ENV, "PYTHONPATH": str(tree)},
+                    capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert Path(json.loads(proc.stdout)["files"]["train_file"]).name == joined

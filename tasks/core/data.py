@@ -62,18 +62,20 @@ class PairExample:
 
 @dataclass(frozen=True)
 class Skipped:
-    """A row that was not loaded, and why; `end`, the last line of several that an unpaired quote mark ran together
-    (each counts as a row), `kind`, what the summary counts it as (none: the reason less its details)."""
+    """A row that was not loaded, and why; `end`, the last line of several that an unpaired quote mark ran together,
+    `lost`, how many rows they held (their non-empty lines; 0: each line a row), `kind`, what the summary counts it
+    as (none: the reason less its details)."""
 
     path: str
     line: int
     reason: str
     end: int = 0
     kind: str = ""
+    lost: int = 0
 
     @property
     def rows(self) -> int:
-        return max(1, self.end - self.line + 1)
+        return self.lost or max(1, self.end - self.line + 1)
 
     def __str__(self) -> str:
         lines = f"{self.line}-{self.end}" if self.end > self.line else f"{self.line}"
@@ -306,7 +308,9 @@ def _read(path: str | Path, sentence_columns: tuple[str, ...], label: LabelSpec,
             texts = [ptb_to_text(unquote(t)) if ptb else unquote(t) for t in texts]
             value = label.parse(cells[label_col]) if label_col is not None else None
         except ValueError as e:
-            bad = Skipped(str(path), line, str(e), end if kind == UNPAIRED else 0, kind)
+            run = kind == UNPAIRED                 # an empty line inside the run is not a row: not counted
+            lost = sum(1 for part in LINE_BREAK.split("\t".join(cells)) if part) if run else 0
+            bad = Skipped(str(path), line, str(e), end if run else 0, kind, lost)
             if strict:
                 raise DataError(str(bad)) from None
             skipped.append(bad)
