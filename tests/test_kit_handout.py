@@ -163,15 +163,19 @@ def trees_groups(tree: Path) -> set[str]:
     return {"core"} | {p.stem.removeprefix("checks_") for p in (tree / "assignments").glob("checks_*.py")}
 
 
-def test_the_final_projects_handout_links_training_on_more_data_in_the_trees_data_readme(tmp_path: Path) -> None:
-    """The default project's handout, where it gives part 2's training commands, links data/README.md's "Training on
-    more data" section; the tree ships that file with the heading the link names."""
-    tree = tmp_path / "dp"
-    generate(tree, profile="default-project")
+@pytest.mark.parametrize("profile, section", [("default-project", "### Checking and training"),
+                                              ("part1", "## Training and the leaderboard")])
+def test_the_handout_links_training_on_more_data_in_the_trees_data_readme(tmp_path: Path, profile: str,
+                                                                            section: str) -> None:
+    """Each handout, where it gives its training commands (part 2's in the default project, the classifier's in part
+    1), links data/README.md's "Training on more data" section; the tree ships that file with the heading the link
+    names."""
+    tree = tmp_path / profile
+    generate(tree, profile=profile)
     text = (tree / "assignments" / "README.md").read_text()
-    start = text.index("### Checking and training")
-    training = text[start:text.index("\n## ", start)]
-    links = re.findall(r"\]\(\.\./data/README\.md#([\w-]+)\)", training)
+    start = text.index(section + "\n")
+    training = text[start:text.index("\n## ", start + 1)]
+    links = re.findall(r"\]\(\.\./data/README\.md#([\w-]+)\)", " ".join(training.split()))
     assert links == ["training-on-more-data"]
     headings = re.findall(r"^#+ (.+)$", (tree / "data" / "README.md").read_text(), re.MULTILINE)
     anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
