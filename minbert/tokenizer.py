@@ -41,6 +41,23 @@ def _json_object(path: Path) -> dict:
     return d
 
 
+def _describe(value: object) -> str:
+    """A value's type and start for an error message: 'None', 'int 3'."""
+    return "None" if value is None else f"{type(value).__name__} {value!r:.40}"
+
+
+def _texts(name: str, texts: object) -> list[str]:
+    """texts as a list of strings; a TypeError naming the first item that is not a string."""
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise TypeError(f"{name} is {_describe(texts)}, not a string or a list of strings") from None
+    if not all(isinstance(t, str) for t in texts):
+        i = next(i for i, t in enumerate(texts) if not isinstance(t, str))
+        raise TypeError(f"{name}[{i}] is {_describe(texts[i])}, not a string")
+    return texts
+
+
 class Tokenizer:
     """BERT's tokenizer: [CLS] a [SEP] (b [SEP]), truncated longest-first, padded to the longest in the batch."""
 
@@ -104,9 +121,15 @@ class Tokenizer:
         """Tokenise sentences (or sentence pairs) into a padded Batch of (B, T) long tensors."""
         if isinstance(first, str):
             first, second = [first], [second] if isinstance(second, str) else second
-        if second is not None and len(second) != len(first):
-            raise ValueError(f"{len(first)} first sentences but {len(second)} second sentences")
-        inputs = list(first) if second is None else list(zip(first, second))
+        first = _texts("first", first)
+        if isinstance(second, str):
+            raise ValueError(f"second is one string but first is a list of {len(first)} sentences: pass a list of "
+                             f"{len(first)} (repeat the string to pair it with each)")
+        if second is not None:
+            second = _texts("second", second)
+            if len(second) != len(first):
+                raise ValueError(f"{len(first)} first sentences but {len(second)} second sentences")
+        inputs = first if second is None else list(zip(first, second))
         if not inputs:
             raise ValueError("nothing to tokenise: the batch is empty")
         encodings = self.backend.encode_batch(inputs)

@@ -110,3 +110,26 @@ def test_batch_helpers_and_errors(tokenizer: minbert.Tokenizer) -> None:
         tokenizer([])
     with pytest.raises(AttributeError):
         _ = batch.labels
+
+
+def test_one_string_as_second_for_a_list_of_firsts_is_refused(tokenizer: minbert.Tokenizer) -> None:
+    """tok(["a man", "a dog"], "hi") is refused in one line (it used to pair each sentence with one letter of "hi")."""
+    with pytest.raises(ValueError, match=r"^second is one string but first is a list of 2 sentences: pass a list of 2"):
+        tokenizer(["a man", "a dog"], "hi")
+    with pytest.raises(ValueError, match="first is a list of 3 sentences"):
+        tokenizer(("a", "b", "c"), "hello")
+    assert tokenizer("a man", "hi").input_ids.tolist() == tokenizer(["a man"], ["hi"]).input_ids.tolist()
+
+
+@pytest.mark.parametrize(("first", "second", "message"), [
+    (["a", None], None, r"first\[1\] is None, not a string"),
+    ([3], None, r"first\[0\] is int 3, not a string"),
+    (["a", "b"], ["c", 7.5], r"second\[1\] is float 7.5, not a string"),
+    (None, None, r"first is None, not a string or a list of strings"),
+    ("a", 5, r"second is int 5, not a string or a list of strings"),
+])
+def test_items_that_are_not_strings_are_named_by_position(tokenizer: minbert.Tokenizer, first, second,
+                                                          message: str) -> None:
+    with pytest.raises(TypeError, match=f"^{message}$"):
+        tokenizer(first, second)
+
