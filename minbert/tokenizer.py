@@ -58,10 +58,18 @@ def _texts(name: str, texts: object) -> list[str]:
     return texts
 
 
+def _check_max_length(max_length: object) -> int:
+    """max_length itself; a ValueError unless it is an integer with room for [CLS] and [SEP]."""
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
+        raise ValueError(f"max_length must be an integer >= 2 ([CLS] and [SEP] take 2), not {max_length!r}")
+    return max_length
+
+
 class Tokenizer:
     """BERT's tokenizer: [CLS] a [SEP] (b [SEP]), truncated longest-first, padded to the longest in the batch."""
 
     def __init__(self, backend: _HFTokenizer, max_length: int = 512):
+        _check_max_length(max_length)
         self.backend = backend
         self.max_length = max_length
         self.pad_token_id = self.token_to_id("[PAD]")
@@ -93,8 +101,9 @@ class Tokenizer:
         directory = resolve(name_or_path)
         settings = _json_object(directory / "tokenizer_config.json")
         limit = settings.get("model_max_length", 512)
-        limit = min(limit, _json_object(directory / "config.json").get("max_position_embeddings", 512))
-        limit = min(limit, max_length or limit)
+        limit = int(min(limit, _json_object(directory / "config.json").get("max_position_embeddings", 512)))
+        if max_length is not None:
+            limit = min(limit, _check_max_length(max_length))
         for name in ("vocab.txt", "tokenizer.json"):
             path = directory / name
             if not path.is_file():
@@ -112,6 +121,11 @@ class Tokenizer:
                               "and config alone): write it with tok.save_pretrained(DIR), or copy the vocab.txt of "
                               "the checkpoint the model came from")
 
+    def _check_pair(self) -> None:
+        """A ValueError when max_length leaves no room for a pair's three special tokens."""
+        if self.max_length < 3:
+            raise ValueError(f"a sentence pair needs max_length >= 3 ([CLS] a [SEP] b [SEP]), not {self.max_length}")
+
     @property
     def vocab_size(self) -> int:
         """The number of tokens in the vocabulary."""
@@ -126,6 +140,7 @@ class Tokenizer:
             raise ValueError(f"second is one string but first is a list of {len(first)} sentences: pass a list of "
                              f"{len(first)} (repeat the string to pair it with each)")
         if second is not None:
+            self._check_pair()
             second = _texts("second", second)
             if len(second) != len(first):
                 raise ValueError(f"{len(first)} first sentences but {len(second)} second sentences")
@@ -141,6 +156,8 @@ class Tokenizer:
 
     def encode(self, text: str, pair: str | None = None) -> list[int]:
         """Token ids of one sentence or pair, with [CLS] and [SEP], truncated, unpadded."""
+        if pair is not None:
+            self._check_pair()
         return self.backend.encode(text, pair).ids
 
     def tokenize(self, text: str) -> list[str]:

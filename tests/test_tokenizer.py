@@ -133,3 +133,21 @@ def test_items_that_are_not_strings_are_named_by_position(tokenizer: minbert.Tok
     with pytest.raises(TypeError, match=f"^{message}$"):
         tokenizer(first, second)
 
+
+@pytest.mark.parametrize("max_length", [0, 1, -5, 2.5, True])
+def test_max_length_below_the_special_tokens_is_refused(max_length) -> None:
+    """[CLS] and [SEP] take 2 positions: a smaller max_length used to be ignored (0 meant unset; 1 gave 5 ids)."""
+    with pytest.raises(ValueError, match=rf"^max_length must be an integer >= 2 .*not {max_length!r}$"):
+        minbert.Tokenizer.from_pretrained("minilm", max_length=max_length)
+
+
+def test_a_pair_needs_max_length_3(tokenizer: minbert.Tokenizer) -> None:
+    """A pair takes [CLS] a [SEP] b [SEP]: max_length 2 used to give the whole pair untruncated."""
+    tok = tokenizer_with_limit(2)
+    assert tok(["one two three"]).input_ids.tolist() == [[tok.cls_token_id, tok.sep_token_id]]
+    with pytest.raises(ValueError, match=r"^a sentence pair needs max_length >= 3 \(\[CLS\] a \[SEP\] b \[SEP\]\), not 2$"):
+        tok(["one two three"], ["four five"])
+    with pytest.raises(ValueError, match="a sentence pair needs max_length >= 3"):
+        tok.encode("one two three", "four five")
+    assert len(tokenizer_with_limit(3).encode("one two three", "four five")) == 3
+
