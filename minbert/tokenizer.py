@@ -8,6 +8,9 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers.implementations import BertWordPieceTokenizer
+from tokenizers.normalizers import BertNormalizer
+
+from .files import replacing, write_text
 
 
 class Batch(dict):
@@ -100,7 +103,12 @@ class Tokenizer:
         from .checkpoint import CheckpointError, resolve
         directory = resolve(name_or_path)
         settings = _json_object(directory / "tokenizer_config.json")
-        limit = settings.get("model_max_length", 512)
+        if (directory / "tokenizer_config.json").is_file():
+            limit = settings.get("model_max_length")
+        else:                                   # tokenizer.json alone (an earlier save): the truncation stored in it
+            stored = _json_object(directory / "tokenizer.json").get("truncation")
+            limit = stored.get("max_length") if isinstance(stored, dict) else None
+        limit = 512 if limit is None else limit
         limit = int(min(limit, _json_object(directory / "config.json").get("max_position_embeddings", 512)))
         if max_length is not None:
             limit = min(limit, _check_max_length(max_length))
@@ -170,8 +178,19 @@ class Tokenizer:
             ids = ids.tolist()
         return self.backend.decode(ids)
 
+    def transformers_settings(self) -> dict:
+        """tokenizer_config.json for transformers' AutoTokenizer: the class, max_length, casing and special tokens."""
+        settings = {"tokenizer_class": "BertTokenizerFast", "model_max_length": self.max_length}
+        normalizer = self.backend.normalizer
+        if isinstance(normalizer, BertNormalizer):            # transformers rebuilds the normaliser from these
+            settings |= {"do_lower_case": normalizer.lowercase, "strip_accents": normalizer.strip_accents,
+                         "tokenize_chinese_chars": normalizer.handle_chinese_chars}
+        specials = ("[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]")
+        return settings | {f"{t[1:-1].lower()}_token": t for t in specials if self.backend.token_to_id(t) is not None}
+
     def save_pretrained(self, directory: str | Path) -> None:
-        """Write tokenizer.json (self-contained) next to a saved model."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.backend.save(str(directory / "tokenizer.json"))
+        """Write tokenizer.json (self-contained) and tokenizer_config.json (max_length, casing) next to a saved
+        model: minbert and transformers' AutoTokenizer reload it as it was."""
+        with replacing(Path(directory) / "tokenizer.json", sync=True) as tmp:
+            self.backend.save(str(tmp))
+        write_text(Path(directory) / "tokenizer_config.json", json.dumps(self.transformers_settings(), indent=1) + "\n")

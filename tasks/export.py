@@ -5,7 +5,8 @@
     python -m tasks.export checkpoints/multitask-cross-encoder-round-robin-full-model.pt exported/   # an older run
 
 The run's run.json says which command wrote it. A multitask run: OUT/encoder/ holds config.json, model.safetensors
-(Hugging Face BERT names; transformers' BertModel.from_pretrained loads it) and the tokenizer's vocab.txt;
+(Hugging Face BERT names; transformers' BertModel.from_pretrained loads it) and the tokenizer (vocab.txt,
+tokenizer.json and tokenizer_config.json, which gives transformers' AutoTokenizer the model's max length);
 OUT/heads.pt the weights outside the encoder (the three heads, PALs if any); OUT/multitask.json the run's settings
 and its best epoch's dev figures; python -m tasks.predict OUT predicts with it. A classifier, DeeBERT or SimCSE run:
 OUT itself is the Hugging Face directory of its best state's encoder (its head, off-ramps or SimCSE's MLP are left

@@ -31,7 +31,7 @@ def encoder_of(checkpoint: Path) -> dict[str, torch.Tensor]:
 
 def exported_equals(run_dir: Path, checkpoint: Path, out: Path, kind: str) -> None:
     """export RUN_DIR OUT: minbert loads OUT with the best state's encoder bit for bit; transformers loads it too and
-    computes the same hidden states."""
+    computes the same hidden states, and its AutoTokenizer truncates where minbert's does."""
     transformers = pytest.importorskip("transformers")
     assert export.main([str(run_dir), str(out)]) == 0
     want, ours = encoder_of(checkpoint), minbert.load_pretrained(str(out))
@@ -41,7 +41,11 @@ def exported_equals(run_dir: Path, checkpoint: Path, out: Path, kind: str) -> No
         assert torch.equal(got[key], value), key
     record = json.loads((out / export.EXPORT_RECORD).read_text())
     assert record["kind"] == kind and record["checkpoint"] == str(checkpoint)
-    assert minbert.Tokenizer.from_pretrained(str(out)).encode("a fine film")   # the run's tokenizer beside it
+    tok = minbert.Tokenizer.from_pretrained(str(out))                         # the run's tokenizer beside it
+    theirs = transformers.AutoTokenizer.from_pretrained(str(out))             # truncating at the model's limit
+    assert theirs.model_max_length == tok.max_length == ours.config.max_position_embeddings
+    long = "a fine film " * 200
+    assert theirs(long, truncation=True)["input_ids"] == tok.encode(long) and len(tok.encode(long)) == tok.max_length
 
     hf = transformers.BertModel.from_pretrained(str(out)).eval()
     ids = torch.tensor([[101, 7592, 2088, 102]])

@@ -84,9 +84,13 @@ def test_longest_first_truncation() -> None:
 
 
 def test_from_tokenizer_json(tmp_path: Path, minilm_dir: Path) -> None:
-    """A checkpoint with only tokenizer.json (no vocab.txt) gives the same ids; so does our own save."""
+    """A checkpoint with only tokenizer.json (no vocab.txt) gives the same ids; so does our own save. Without a
+    tokenizer_config.json, the limit is the truncation stored in tokenizer.json (MiniLM's says 128)."""
     shutil.copy(minilm_dir / "tokenizer.json", tmp_path / "tokenizer.json")
     shutil.copy(minilm_dir / "config.json", tmp_path / "config.json")
+    assert minbert.Tokenizer.from_pretrained(str(tmp_path)).max_length == 128
+    stored = json.loads((minilm_dir / "tokenizer.json").read_text())
+    (tmp_path / "tokenizer.json").write_text(json.dumps(stored | {"truncation": None}))   # none stored: 512
     from_json = minbert.Tokenizer.from_pretrained(str(tmp_path))
     for case in TOKENIZER_INPUTS:
         if case["max_length"] == 512:
@@ -151,3 +155,45 @@ def test_a_pair_needs_max_length_3(tokenizer: minbert.Tokenizer) -> None:
         tok.encode("one two three", "four five")
     assert len(tokenizer_with_limit(3).encode("one two three", "four five")) == 3
 
+
+ODD = ["", "  ", "Héllo WORLD ñandú", "東京タワー and 🙂 emoji", "[CLS] [MASK] text", "zero\u200bwidth ﬁ ligature",
+       "word " * 600]
+
+
+def test_save_pretrained_keeps_max_length_and_transformers_reads_it(tmp_path: Path, tokenizer: minbert.Tokenizer) -> None:
+    """save_pretrained writes tokenizer_config.json too: minbert reloads the same max_length, and transformers'
+    AutoTokenizer truncates at it (it used to see no limit and give 602 ids for 600 words) with the same ids."""
+    transformers = pytest.importorskip("transformers")
+    tok = tokenizer_with_limit(16)
+    tok.save_pretrained(tmp_path)
+    settings = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert settings["model_max_length"] == 16 and settings["do_lower_case"] is True
+    reloaded = minbert.Tokenizer.from_pretrained(str(tmp_path))
+    assert reloaded.max_length == 16
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    assert theirs.model_max_length == 16
+    for text in ODD:
+        ours = tok([text])
+        assert reloaded([text]).input_ids.tolist() == ours.input_ids.tolist()
+        assert theirs([text], truncation=True, return_tensors="pt")["input_ids"].tolist() == ours.input_ids.tolist()
+    pair = theirs(ODD[-1], ODD[2], truncation=True)
+    assert pair["input_ids"] == tok.encode(ODD[-1], ODD[2]) and len(pair["input_ids"]) == 16
+
+
+def test_a_cased_tokenizer_saves_its_casing(tmp_path: Path, minilm_dir: Path) -> None:
+    """tokenizer_config.json says do_lower_case false for a cased vocabulary, so transformers keeps the case too."""
+    transformers = pytest.importorskip("transformers")
+    cased = minbert.Tokenizer.from_vocab(minilm_dir / "vocab.txt", lowercase=False, max_length=32)
+    cased.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "tokenizer_config.json").read_text())["do_lower_case"] is False
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    for text in ODD:
+        assert theirs(text, truncation=True)["input_ids"] == cased.encode(text)
+
+
+def test_a_folder_without_tokenizer_config_truncates_where_tokenizer_json_says(tmp_path: Path) -> None:
+    """A folder that an earlier save wrote (tokenizer.json alone) keeps the truncation stored in tokenizer.json."""
+    tokenizer_with_limit(16).save_pretrained(tmp_path)
+    (tmp_path / "tokenizer_config.json").unlink(missing_ok=True)
+    assert minbert.Tokenizer.from_pretrained(str(tmp_path)).max_length == 16
+    assert minbert.Tokenizer.from_pretrained(str(tmp_path), max_length=9).max_length == 9
