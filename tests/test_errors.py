@@ -164,6 +164,7 @@ CASES = {  # docs/errors.md's row (its first column): how the working argv chang
     "`--batch-size 0`": lambda a, t, d: with_flag(a, "--batch-size", "0"),
     "`--lr nan`": lambda a, t, d: with_flag(a, "--lr", "nan"),
     "`--dropout 1.5`": lambda a, t, d: with_flag(a, "--dropout", "1.5"),
+    "`--max-length 2`": lambda a, t, d: with_flag(a, "--max-length", "2"),
     "`--resume` a truncated checkpoint": lambda a, t, d: with_flag(
         a, "--resume", truncated(t / "run.pt", saved({"model": {"w": torch.zeros(64, 64)}, "epoch": 1}))),
     "`--resume` a file that is not a training checkpoint": lambda a, t, d: with_flag(

@@ -176,6 +176,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def token_limit(text: str) -> int:
+    """A --max-length: an integer >= 3, room for a pair's special tokens ([CLS] a [SEP] b [SEP])."""
+    value = _number(int, text)
+    if value < 3:
+        raise argparse.ArgumentTypeError(f"must be at least 3 ([CLS] a [SEP] b [SEP] take 3), not {text}")
+    return value
+
+
 def nonnegative_int(text: str) -> int:
     """An integer >= 0."""
     value = _number(int, text)

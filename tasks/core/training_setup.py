@@ -24,7 +24,15 @@ from minbert.pooling import POOLINGS
 from .batching import Split, tokenise
 from .data import TASKS, Records
 from .distributed import is_main_process, pick_device
-from .errors import ConfigurationError, nonnegative_float, positive_float, positive_int, probability, user_path
+from .errors import (
+    ConfigurationError,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+    probability,
+    token_limit,
+    user_path,
+)
 from .evaluation import write_predictions
 from .graphs import check_graphs_device
 from .precision import resolve_precision
@@ -47,7 +55,7 @@ class Training:
                                     help="dropout before the head (none: the model's hidden dropout, 0.1)")
     pooling: str = setting("mean", choices=POOLINGS, help="sentence vector: the mean of the real tokens' final "
                                                          "states, the [CLS] state, or the pooler output")
-    max_length: int | None = setting(None, parse=positive_int,
+    max_length: int | None = setting(None, parse=token_limit,
                                      help="truncate inputs to this many tokens (none: the model's limit, 512)")
     seed: int = setting(11711, parse=int, help="random seed for initialisation, order and dropout")
     max_train_examples: int | None = setting(None, parse=positive_int,

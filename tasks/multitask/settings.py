@@ -38,6 +38,7 @@ from ..core.errors import (
     nonnegative_float,
     positive_int,
     probability,
+    token_limit,
     user_path,
 )
 from ..core.finetune import FineTune
@@ -132,7 +133,7 @@ class MultitaskTraining(Training):
     batch_size: int = setting(Training.batch_size, parse=positive_int, help="training batch size, every task")
     dropout: float | None = setting(None, parse=probability,
                                     help="dropout before each head (none: the model's hidden dropout)")
-    max_length: int | None = setting(None, parse=positive_int,
+    max_length: int | None = setting(None, parse=token_limit,
                                      help="truncate each sentence to this many tokens (none: the model's limit)")
     max_train_examples: int | None = setting(None, parse=positive_int,
                                              help="train on a random sample of N examples per task, drawn with "

@@ -26,6 +26,7 @@ from ..core.errors import (
     nonnegative_float,
     positive_float,
     positive_int,
+    token_limit,
     user_path,
 )
 from ..core.recipe import Recipe
@@ -81,7 +82,7 @@ class StageTraining(Training):
                            help="training embedding: mean of the real tokens (evaluated and used the same way) or "
                                 "cls_mlp ([CLS] through an MLP in training, [CLS] alone in evaluation, as SimCSE's unsup; for "
                                 "every objective here, since only the encoder is saved)")
-    max_length: int | None = setting(64, parse=positive_int,
+    max_length: int | None = setting(64, parse=token_limit,
                                      help="truncate each sentence to this many tokens (none: the model's limit)")
     seed: int = setting(Training.seed, parse=int, help="random seed: the Quora split, the sample, initialisation, order "
                                                "and dropout")
