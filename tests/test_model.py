@@ -236,6 +236,29 @@ def test_unsupported_activation_is_refused() -> None:
             minbert.BertConfig(hidden_act=name)
 
 
+def test_a_config_built_directly_is_checked_as_one_read_from_json() -> None:
+    """BertConfig(...) runs the checks config.json gets (no ZeroDivisionError, no model of width 0)."""
+    for kwargs, message in [({"num_attention_heads": 0}, "num_attention_heads must be positive, not 0"),
+                            ({"hidden_size": 0, "num_attention_heads": 1}, "hidden_size must be positive, not 0"),
+                            ({"pad_token_id": -1}, "pad_token_id must be 0 or more, not -1"),
+                            ({"num_hidden_layers": 2.0}, "num_hidden_layers must be an integer, not 2.0"),
+                            ({"hidden_dropout_prob": "0.1"}, "hidden_dropout_prob must be a number, not '0.1'")]:
+        with pytest.raises(ValueError, match=message):
+            minbert.BertConfig(**kwargs)
+        with pytest.raises(ValueError, match=message):
+            minbert.BertConfig.from_dict(kwargs)
+
+
+def test_a_config_without_a_padding_token_builds_a_model() -> None:
+    """pad_token_id null, as transformers saves and reloads it: an embedding without a padding row."""
+    config = minbert.BertConfig.from_dict({"pad_token_id": None, "hidden_size": 8, "num_attention_heads": 2,
+                                           "num_hidden_layers": 1, "intermediate_size": 16, "vocab_size": 20})
+    model = minbert.BertModel(config)
+    assert config.pad_token_id is None and model.embeddings.word.padding_idx is None
+    assert model(torch.tensor([[1, 2, 3]])).last_hidden_state.shape == (1, 3, 8)
+    assert minbert.BertConfig.from_dict(config.to_hf_dict()) == config
+
+
 def test_a_wrong_shaped_attention_or_pool_stops_where_the_given_code_calls_it(
         tiny_config: minbert.BertConfig, monkeypatch: pytest.MonkeyPatch) -> None:
     """A student's attention() that leaves the heads unmerged, or a pool() that keeps a dimension, is named where
