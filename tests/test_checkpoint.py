@@ -150,7 +150,8 @@ def test_bin_with_objects_is_refused(tiny_dir: Path, tmp_path: Path) -> None:
 def test_directory_without_weights_or_config(tiny_dir: Path, tmp_path: Path) -> None:
     shutil.copy(tiny_dir / "config.json", tmp_path / "config.json")
     message = load_error(str(tmp_path))
-    assert f"{tmp_path}: no weights found (looked for model.safetensors and pytorch_model.bin)" in message
+    assert (f"{tmp_path}: no weights found (looked for model.safetensors, pytorch_model.bin, "
+            "model.safetensors.index.json, pytorch_model.bin.index.json)") in message
     (tmp_path / "config.json").unlink()
     assert f"{tmp_path}: no config.json" in load_error(str(tmp_path))
     (tmp_path / "config.json").write_text("{not json")
