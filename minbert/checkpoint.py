@@ -6,6 +6,7 @@ The table is the BitFit paper's Table 4 read as code: `attention.self.query.bias
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -332,7 +333,7 @@ def resolve(name_or_path: str) -> Path:
 
 
 def load_pretrained(
-    name_or_path: str = "minilm", *, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32,
+    name_or_path: str = "minilm", *, device: str | torch.device | None = None, dtype: torch.dtype | str = torch.float32,
     ignore_heads: bool = True, attn_implementation: str | None = None,
 ) -> BertModel:
     """Build a BertModel from a checkpoint (a directory, 'minilm', or a Hub name); returned in eval mode.
@@ -341,14 +342,18 @@ def load_pretrained(
     BertForSequenceClassification and the other BertFor* models, `bert.` prefixes, legacy gamma/beta names);
     see convert_hf_state_dict for what is dropped or initialised, and ignore_heads=False for the strict check.
     """
+    float_type = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype   # "bfloat16", as transformers
+    if not isinstance(float_type, torch.dtype) or not float_type.is_floating_point:
+        raise ValueError(f"dtype must be a floating torch.dtype or its name (float32, bfloat16, float16, float64), "
+                         f"not {dtype!r}")
     directory = resolve(name_or_path)
     config = read_config(directory)
-    if attn_implementation is not None:
-        config.attn_implementation = attn_implementation
+    if attn_implementation is not None:   # replace() runs BertConfig's checks again: a typo is refused
+        config = dataclasses.replace(config, attn_implementation=attn_implementation)
     state = convert_hf_state_dict(read_weights(directory), config, ignore_heads=ignore_heads, source=name_or_path)
     with on_meta():
         model = BertModel(config)
-    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, assign=True, strict=True)
+    model.load_state_dict({k: v.to(float_type) for k, v in state.items()}, assign=True, strict=True)
     return model.to(device).eval() if device is not None else model.eval()
 
 
