@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -175,6 +176,32 @@ def test_too_long_sequence_is_a_clear_error(tiny_config: minbert.BertConfig) -> 
     model(torch.ones(1, n, dtype=torch.long))  # the limit itself is fine
     with pytest.raises(ValueError, match=rf"{n + 1} tokens is longer than the model's {n} positions"):
         model(torch.ones(1, n + 1, dtype=torch.long))
+
+
+def test_a_wrong_shaped_input_is_named_in_one_line(tiny_config: minbert.BertConfig) -> None:
+    """forward compares its inputs' shapes (no value: free under torch.compile): a (B, 1) mask would broadcast and
+    attend to the padding, the others failed deep in the layers; bool, int and float (B, T) masks agree."""
+    model = minbert.BertModel(tiny_config).eval()
+    ids = torch.randint(1, 100, (3, 10))
+    mask = torch.ones(3, 10, dtype=torch.long)
+    mask[0, 6:] = 0
+    h = model.embed(ids)
+    for kwargs, shape in [({"attention_mask": mask[:, :1]}, "(3, 1)"), ({"attention_mask": mask[:, :8]}, "(3, 8)"),
+                          ({"attention_mask": mask[:1]}, "(1, 10)"), ({"attention_mask": mask[0]}, "(10,)"),
+                          ({"attention_mask": mask[:, None, None]}, "(3, 1, 1, 10)"),
+                          ({"token_type_ids": ids[:, :5]}, "(3, 5)")]:
+        name = next(iter(kwargs))
+        for given in ({"input_ids": ids}, {"embeddings": h}):
+            with pytest.raises(ValueError, match=rf"^{name} has shape {re.escape(shape)}, expected \(B, T\) = "
+                                                 r"\(3, 10\)"):
+                model(**given, **kwargs)
+    with pytest.raises(ValueError, match=r"^input_ids has shape \(10,\), expected \(B, T\)"):
+        model(ids[0])
+    with pytest.raises(ValueError, match=r"^embeddings has shape \(10, 32\), expected \(B, T, H\)"):
+        model(embeddings=h[0])
+    with torch.no_grad():
+        outs = [model(ids, m).last_hidden_state for m in (mask, mask.bool(), mask.float(), mask.int())]
+    assert all(torch.equal(outs[0], out) for out in outs[1:])
 
 
 def test_gradients_reach_every_named_parameter(tiny_config: minbert.BertConfig) -> None:
