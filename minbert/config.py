@@ -6,7 +6,8 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-TYPES = {"int": ((int,), "an integer"), "float": ((int, float), "a number"), "str": ((str,), "a string")}
+TYPES = {"int": ((int,), "an integer"), "float": ((int, float), "a number"), "str": ((str,), "a string"),
+         "int | None": ((int, type(None)), "an integer or null")}
 
 
 @dataclass
@@ -24,12 +25,19 @@ class BertConfig:
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
+    pad_token_id: int | None = 0      # None: no padding row (transformers saves and reloads null)
     initializer_range: float = 0.02
     # "sdpa": torch's fused scaled_dot_product_attention; "eager": minbert's written-out attention().
     attn_implementation: str = "sdpa"
 
     def __post_init__(self) -> None:
+        for f in fields(self):  # the annotations are strings ("int"): `from __future__ import annotations`
+            v = getattr(self, f.name)
+            ok, word = TYPES[f.type]
+            if isinstance(v, bool) or not isinstance(v, ok):
+                raise ValueError(f"{f.name} must be {word}, not {v!r}")
+            if f.type.startswith("int") and v is not None and v < (0 if f.name == "pad_token_id" else 1):
+                raise ValueError(f"{f.name} must be {'0 or more' if f.name == 'pad_token_id' else 'positive'}, not {v}")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not a multiple of "
@@ -52,16 +60,8 @@ class BertConfig:
         """Keep the keys BertConfig knows; Hugging Face's other keys are ignored."""
         if not isinstance(d, dict):
             raise ValueError(f"expected a JSON object of settings, not a {type(d).__name__}")
-        types = {f.name: f.type for f in fields(cls)}
-        kept = {k: v for k, v in d.items() if k in types}
-        for k, v in kept.items():  # the annotations are strings ("int"): `from __future__ import annotations`
-            if types[k] not in TYPES:
-                continue
-            ok, word = TYPES[types[k]]
-            if isinstance(v, bool) or not isinstance(v, ok):
-                raise ValueError(f"{k} must be {word}, not {v!r}")
-            if types[k] == "int" and v < (0 if k == "pad_token_id" else 1):
-                raise ValueError(f"{k} must be {'0 or more' if k == 'pad_token_id' else 'positive'}, not {v}")
+        names = {f.name for f in fields(cls)}
+        kept = {k: v for k, v in d.items() if k in names}   # their types and values: checked by __post_init__
         if "model_type" in d and d["model_type"] not in ("bert", "minbert"):
             raise ValueError(f"model_type {d['model_type']!r} is not a BERT model")
         if d.get("is_decoder") or d.get("add_cross_attention"):

@@ -26,7 +26,7 @@ from torch import nn
 from torch.utils import checkpoint as activation_checkpoint
 
 from .config import BertConfig
-from .shapes import expect_shape
+from .shapes import expect_batch, expect_shape
 
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
@@ -360,6 +360,7 @@ class BertModel(nn.Module):
 
         output_attentions: also return each layer's attention probabilities, as Hugging Face's output_attentions (in
         train mode these are before dropout, where Hugging Face's are after)."""
+        expect_batch(input_ids, embeddings, attention_mask=attention_mask, token_type_ids=token_type_ids)
         h = embeddings if embeddings is not None else self.embed(input_ids, token_type_ids, position_ids)
         mask = self.attention_bias(attention_mask, h)
         hidden_states = [h] if output_hidden_states else None

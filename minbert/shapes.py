@@ -1,5 +1,5 @@
-"""Shape checks where the given code calls a function students write: a wrong shape stops there, naming the function
-and its check, rather than deep in the given code that uses it. Kept out of the files students submit, so that the
+"""Shape checks where the given code calls a function students write, and of BertModel's inputs: a wrong shape stops
+there, naming the function (or the input) and its check, rather than deep in the given code that uses it. Kept out of the files students submit, so that the
 given code (tasks/core/errors.py) imports it from a tree of any age."""
 
 from __future__ import annotations
@@ -19,3 +19,21 @@ def expect_shape(out: torch.Tensor, expected: tuple[int, ...], what: str, dims: 
         raise ShapeError(f"{what} returned shape {tuple(out.shape)}, expected {dims} = {tuple(expected)}{hint}; "
                          f"python -m assignments.check {part}")
     return out
+
+
+def expect_batch(input_ids: torch.Tensor | None, embeddings: torch.Tensor | None,
+                 **per_token: torch.Tensor | None) -> None:
+    """BertModel's inputs: input_ids (B, T) or embeddings (B, T, H), and each per-token tensor given (B, T) as well. A
+    wrong shape stops here in one line naming it, not deep in the layers (and a (B, 1) mask, which would broadcast and
+    attend to the padding, is refused). A comparison of shapes alone (no value is read: free under torch.compile)."""
+    name, x, dims = ("input_ids", input_ids, "(B, T)") if embeddings is None else ("embeddings", embeddings, "(B, T, H)")
+    if x is None:
+        return                                        # embed() says to give input_ids
+    if x.dim() != dims.count(",") + 1:
+        one = f" (one sequence: {name}[None])" if x.dim() == dims.count(",") else ""
+        raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {dims}: a batch of B sequences of T tokens{one}")
+    for key, t in per_token.items():
+        if t is not None and t.shape != x.shape[:2]:
+            hint = ": 1 at real tokens, 0 at padding" if key == "attention_mask" else ""
+            raise ValueError(f"{key} has shape {tuple(t.shape)}, expected (B, T) = {tuple(x.shape[:2])} (from {name})"
+                             f"{hint}")

@@ -150,7 +150,8 @@ def test_bin_with_objects_is_refused(tiny_dir: Path, tmp_path: Path) -> None:
 def test_directory_without_weights_or_config(tiny_dir: Path, tmp_path: Path) -> None:
     shutil.copy(tiny_dir / "config.json", tmp_path / "config.json")
     message = load_error(str(tmp_path))
-    assert f"{tmp_path}: no weights found (looked for model.safetensors and pytorch_model.bin)" in message
+    assert (f"{tmp_path}: no weights found (looked for model.safetensors, pytorch_model.bin, "
+            "model.safetensors.index.json, pytorch_model.bin.index.json)") in message
     (tmp_path / "config.json").unlink()
     assert f"{tmp_path}: no config.json" in load_error(str(tmp_path))
     (tmp_path / "config.json").write_text("{not json")
@@ -158,6 +159,21 @@ def test_directory_without_weights_or_config(tiny_dir: Path, tmp_path: Path) -> 
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 30, "num_attention_heads": 4}))
     assert "hidden_size 30 is not a multiple of num_attention_heads 4" in load_error(str(tmp_path))
     assert "./no/such/dir: not a directory holding a checkpoint" in load_error("./no/such/dir")
+
+
+def test_load_pretrained_checks_its_arguments(tiny_dir: Path) -> None:
+    """attn_implementation is checked as BertConfig checks it (a typo never runs the fused path); dtype is a floating
+    torch.dtype or its name, as transformers takes it."""
+    for typo in ("eagre", "flash"):
+        with pytest.raises(ValueError, match=f"attn_implementation must be 'sdpa' or 'eager', not '{typo}'"):
+            minbert.load_pretrained(str(tiny_dir), attn_implementation=typo)
+    assert minbert.load_pretrained(str(tiny_dir), attn_implementation="eager").config.attn_implementation == "eager"
+    for name in ("bfloat16", "float16", "float64", "float32"):
+        assert minbert.load_pretrained(str(tiny_dir), dtype=name).pooler.Wp.dtype == getattr(torch, name)
+    for bad in (torch.int64, "int64", "cuda", "bf16", 3):
+        with pytest.raises(ValueError, match=rf"dtype must be a floating torch.dtype or its name \(float32, bfloat16, "
+                                             rf"float16, float64\), not {bad!r}"):
+            minbert.load_pretrained(str(tiny_dir), dtype=bad)
 
 
 # ---------------------------------------------------------------- the Hugging Face cache and the Hub

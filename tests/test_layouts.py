@@ -119,6 +119,41 @@ def test_encoder_tensors_stay_strict(tmp_path: Path) -> None:
     assert "1 unexpected tensor(s): bert.encoder.layer.2.output.dense.bias" in message
 
 
+def test_an_unknown_prefix_and_a_wrong_layer_count_are_named_in_one_line(tmp_path: Path) -> None:
+    """A state dict under another prefix (a sentence-transformers module's, a wrapper's `model.`) is named as that
+    prefix, not as 37 missing tensors; whole layers missing or left over are counted, not listed."""
+    for prefix in ("0.auto_model.", "model.", "model.bert."):
+        message = broken(tmp_path, "BertModel", lambda s, p=prefix: s.update({p + k: s.pop(k) for k in list(s)}))
+        assert message.startswith(f"{tmp_path}: ") and "\n" not in message and len(message) < 400, message
+        assert f"the prefix {prefix!r}" in message and "encoder.layer.0" not in message
+    config = json.loads((LAYOUTS / "BertModel" / "config.json").read_text())
+    shutil.copy(LAYOUTS / "BertModel" / "model.safetensors", tmp_path)
+    for layers in (1, 3):
+        (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers}))
+        with pytest.raises(CheckpointError) as err:
+            minbert.load_pretrained(str(tmp_path))
+        assert str(err.value) == (f"{tmp_path}: the config says {layers} layers (num_hidden_layers), the checkpoint "
+                                  "holds 2 (encoder.layer.0 to encoder.layer.1): fix num_hidden_layers in config.json")
+
+
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
+def test_a_sharded_checkpoint_loads_its_shards(weights: str, tmp_path: Path) -> None:
+    """transformers' save_pretrained(max_shard_size=...): the files its .index.json lists, read as one."""
+    state = load_file(LAYOUTS / "BertModel" / "model.safetensors")
+    names = sorted(state)
+    shards = {f"part-1-of-2.{weights.split('.')[1]}": names[::2], f"part-2-of-2.{weights.split('.')[1]}": names[1::2]}
+    for file, keys in shards.items():
+        part = {k: state[k] for k in keys}
+        save_file(part, tmp_path / file) if weights.endswith("safetensors") else torch.save(part, tmp_path / file)
+    index = {"metadata": {}, "weight_map": {k: file for file, keys in shards.items() for k in keys}}
+    (tmp_path / f"{weights}.index.json").write_text(json.dumps(index))
+    shutil.copy(LAYOUTS / "BertModel" / "config.json", tmp_path / "config.json")
+    compare(minbert.load_pretrained(str(tmp_path)), load_file(LAYOUTS / "BertModel" / "reference.safetensors"))
+    (tmp_path / next(iter(shards))).unlink()
+    with pytest.raises(CheckpointError, match=f"{weights}.index.json: lists part-1-of-2.*, which is missing"):
+        minbert.load_pretrained(str(tmp_path))
+
+
 def test_strict_mode_refuses_heads_and_a_missing_pooler() -> None:
     """ignore_heads=False: exactly a BertModel checkpoint, as before."""
     with pytest.raises(CheckpointError, match=r"7 unexpected tensor\(s\) \(ignore_heads=True, the default"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -177,6 +178,32 @@ def test_too_long_sequence_is_a_clear_error(tiny_config: minbert.BertConfig) -> 
         model(torch.ones(1, n + 1, dtype=torch.long))
 
 
+def test_a_wrong_shaped_input_is_named_in_one_line(tiny_config: minbert.BertConfig) -> None:
+    """forward compares its inputs' shapes (no value: free under torch.compile): a (B, 1) mask would broadcast and
+    attend to the padding, the others failed deep in the layers; bool, int and float (B, T) masks agree."""
+    model = minbert.BertModel(tiny_config).eval()
+    ids = torch.randint(1, 100, (3, 10))
+    mask = torch.ones(3, 10, dtype=torch.long)
+    mask[0, 6:] = 0
+    h = model.embed(ids)
+    for kwargs, shape in [({"attention_mask": mask[:, :1]}, "(3, 1)"), ({"attention_mask": mask[:, :8]}, "(3, 8)"),
+                          ({"attention_mask": mask[:1]}, "(1, 10)"), ({"attention_mask": mask[0]}, "(10,)"),
+                          ({"attention_mask": mask[:, None, None]}, "(3, 1, 1, 10)"),
+                          ({"token_type_ids": ids[:, :5]}, "(3, 5)")]:
+        name = next(iter(kwargs))
+        for given in ({"input_ids": ids}, {"embeddings": h}):
+            with pytest.raises(ValueError, match=rf"^{name} has shape {re.escape(shape)}, expected \(B, T\) = "
+                                                 r"\(3, 10\)"):
+                model(**given, **kwargs)
+    with pytest.raises(ValueError, match=r"^input_ids has shape \(10,\), expected \(B, T\)"):
+        model(ids[0])
+    with pytest.raises(ValueError, match=r"^embeddings has shape \(10, 32\), expected \(B, T, H\)"):
+        model(embeddings=h[0])
+    with torch.no_grad():
+        outs = [model(ids, m).last_hidden_state for m in (mask, mask.bool(), mask.float(), mask.int())]
+    assert all(torch.equal(outs[0], out) for out in outs[1:])
+
+
 def test_gradients_reach_every_named_parameter(tiny_config: minbert.BertConfig) -> None:
     torch.manual_seed(0)
     model = minbert.BertModel(tiny_config).train()
@@ -234,6 +261,29 @@ def test_unsupported_activation_is_refused() -> None:
     for name in ("prelu", "xielu", "GELU", "gelu_tanh"):  # weights of their own, or not a Hugging Face name
         with pytest.raises(ValueError, match=rf"hidden_act '{name}' is not supported; minbert computes .*gelu_new"):
             minbert.BertConfig(hidden_act=name)
+
+
+def test_a_config_built_directly_is_checked_as_one_read_from_json() -> None:
+    """BertConfig(...) runs the checks config.json gets (no ZeroDivisionError, no model of width 0)."""
+    for kwargs, message in [({"num_attention_heads": 0}, "num_attention_heads must be positive, not 0"),
+                            ({"hidden_size": 0, "num_attention_heads": 1}, "hidden_size must be positive, not 0"),
+                            ({"pad_token_id": -1}, "pad_token_id must be 0 or more, not -1"),
+                            ({"num_hidden_layers": 2.0}, "num_hidden_layers must be an integer, not 2.0"),
+                            ({"hidden_dropout_prob": "0.1"}, "hidden_dropout_prob must be a number, not '0.1'")]:
+        with pytest.raises(ValueError, match=message):
+            minbert.BertConfig(**kwargs)
+        with pytest.raises(ValueError, match=message):
+            minbert.BertConfig.from_dict(kwargs)
+
+
+def test_a_config_without_a_padding_token_builds_a_model() -> None:
+    """pad_token_id null, as transformers saves and reloads it: an embedding without a padding row."""
+    config = minbert.BertConfig.from_dict({"pad_token_id": None, "hidden_size": 8, "num_attention_heads": 2,
+                                           "num_hidden_layers": 1, "intermediate_size": 16, "vocab_size": 20})
+    model = minbert.BertModel(config)
+    assert config.pad_token_id is None and model.embeddings.word.padding_idx is None
+    assert model(torch.tensor([[1, 2, 3]])).last_hidden_state.shape == (1, 3, 8)
+    assert minbert.BertConfig.from_dict(config.to_hf_dict()) == config
 
 
 def test_a_wrong_shaped_attention_or_pool_stops_where_the_given_code_calls_it(

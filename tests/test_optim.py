@@ -84,6 +84,8 @@ def test_rejects_bad_hyperparameters() -> None:
         minbert.AdamW(p, betas=(0.9, 1.0))
     with pytest.raises(ValueError, match="eps"):
         minbert.AdamW(p, eps=-1e-8)
+    with pytest.raises(ValueError, match="weight_decay"):   # torch.optim.AdamW refuses it too
+        minbert.AdamW(p, weight_decay=-1.0)
     for variant in ("adam", "torch"):                 # torch's update is torch.optim.AdamW's (--optimizer torch)
         with pytest.raises(ValueError, match="variant"):
             minbert.AdamW(p, variant=variant)

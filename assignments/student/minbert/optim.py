@@ -35,6 +35,8 @@ class AdamW(Optimizer):
             raise ValueError(f"invalid betas {betas}: each must be in [0, 1)")
         if eps < 0.0:
             raise ValueError(f"invalid eps {eps}")
+        if weight_decay < 0.0:
+            raise ValueError(f"invalid weight_decay {weight_decay}")
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
                                   "correct_bias": correct_bias, "variant": variant})
 
