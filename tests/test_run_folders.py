@@ -191,9 +191,10 @@ def test_run_json_records_the_data_and_predict_notes_a_changed_labelled_file(tin
                        "sha256": hashlib.sha256((tmp_path / name).read_bytes()).hexdigest(), "labelled": True}
                 for name in ("train.csv", "dev.csv", "test.csv")}
     assert record["data_files"] == record["started"]["data_files"] == expected
-    classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "2"]))
-    assert json.loads((run / RUN_FILE).read_text())["resumed"][-1]["data_files"] == {
-        str(tmp_path / name): mark for name, mark in expected.items()}
+    classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "2"]))       # from elsewhere
+    resumed = json.loads((run / RUN_FILE).read_text())                    # the paths still relative to where it started
+    assert (resumed["cwd"], resumed["resumed"][-1]["cwd"]) == (str(tmp_path), str(tmp_path / "elsewhere"))
+    assert resumed["resumed"][-1]["data_files"] == resumed["data_files"] == expected
     capsys.readouterr()
     assert run_cli(lambda: predict.main([str(run), "--out", "same", "--device", TEST_DEVICE])) == 0
     assert "note:" not in capsys.readouterr().err
@@ -285,19 +286,20 @@ def test_a_run_copied_with_the_folder_it_started_in_reads_and_writes_in_the_copy
     """A tree copied with its runs (cp -r hw hw2) and a run resumed, replayed or predicted in the copy: the copy's files
     are read and written, from the copy or from another folder; the original tree is left as it was."""
     _sst_run(tmp_path, monkeypatch, "--checkpoint", "ck/c.pt", "--predictions-dir", "preds")
+    classifier.run(classifier.parse_settings(["--resume", "../run", "--epochs", "2"]))   # resumed from another folder
     copy = tmp_path.parent / f"{tmp_path.name}-copy"
     shutil.copytree(tmp_path, copy, symlinks=True)
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     monkeypatch.chdir(copy)
-    classifier.run(classifier.parse_settings(["--resume", "run", "--epochs", "2"]))
-    assert load_checkpoint(copy / "ck" / "c.pt")["epoch"] == 2
+    classifier.run(classifier.parse_settings(["--resume", "run", "--epochs", "3"]))
+    assert load_checkpoint(copy / "ck" / "c.pt")["epoch"] == 3
     assert (copy / "preds" / "sst-dev-output.csv").stat().st_mtime >= (copy / "ck" / "c.pt").stat().st_mtime
     record = json.loads((copy / "run" / RUN_FILE).read_text())
     assert (record["cwd"], record["run_dir"]) == (str(copy), str(copy / "run"))
     assert record["settings"]["files"]["train_file"] == "train.csv"          # still relative: the copy stands alone
     monkeypatch.chdir(copy / "elsewhere")                                   # the copy's run from another folder
-    classifier.run(classifier.parse_settings(["--resume", str(copy / "run"), "--epochs", "3"]))
-    assert load_checkpoint(copy / "ck" / "c.pt")["epoch"] == 3
+    classifier.run(classifier.parse_settings(["--resume", str(copy / "run"), "--epochs", "4"]))
+    assert load_checkpoint(copy / "ck" / "c.pt")["epoch"] == 4
     again = classifier.parse_settings(["--config", str(copy / "run" / RUN_FILE), "--run-dir", "again"])
     assert (again.files.train_file, again.training.model) == (str(copy / "train.csv"), str(copy / "tiny"))
     assert set(trained_files(json.loads((copy / "run" / RUN_FILE).read_text()) | {"cwd": str(copy)}).values()) <= \
@@ -309,19 +311,30 @@ def test_a_run_copied_with_the_folder_it_started_in_reads_and_writes_in_the_copy
 
 
 def test_the_start_folder_of_a_run_json_read_where_it_is(tmp_path):
-    """start_folder: the recorded cwd where the run folder is where the run wrote it (or was moved on its own, or
-    renamed); the folder now holding it at the recorded place when it was copied with its start folder; a run.json
-    before run_dir was recorded, by its --run-dir; one with neither, the recorded cwd."""
-    hw, hw2 = tmp_path / "hw", tmp_path / "hw2"
-    record = {"cwd": str(hw), "run_dir": str(hw / "runs" / "r1"), "settings": {}}
+    """start_folder: the recorded cwd where the run folder is where the run wrote it, or was moved on its own (even into
+    another runs/ folder) or renamed; the folder now holding it at the recorded place when that folder holds the run's
+    files as the recorded one does (copied or renamed with it: nested, --run-dir outside the start folder, a default
+    run folder or a --run-dir of a run.json before run_dir was recorded)."""
+    hw = tmp_path / "hw"
+    (hw / "runs" / "r1").mkdir(parents=True)
+    (hw / "train.csv").write_text("x")
+    record = {"cwd": str(hw), "run_dir": str(hw / "runs" / "r1"), "settings": {"files": {"train_file": "train.csv"}}}
     assert start_folder(record, hw / "runs" / "r1") == str(hw)
-    assert start_folder(record, hw2 / "runs" / "r1") == str(hw2)                         # cp -r hw hw2
-    assert start_folder(record, hw2 / "sub" / "runs" / "r1") == str(hw2 / "sub")
-    assert start_folder(record, hw2 / "runs" / "best") == str(hw)                        # renamed: not told apart
-    assert start_folder(record, tmp_path / "r1") == str(hw)                              # moved on its own
-    legacy = {"cwd": str(hw), "settings": {"run": {"run_dir": "runs/r1"}}}
-    assert start_folder(legacy, hw2 / "runs" / "r1") == str(hw2)
-    assert start_folder({"cwd": str(hw), "settings": {"run": {"run_dir": None}}}, hw2 / "runs" / "r1") == str(hw)
-    outside = {"cwd": str(hw), "run_dir": str(tmp_path / "scratch" / "r1"), "settings": {}}   # MINBERT_RUNS elsewhere
-    assert start_folder(outside, tmp_path / "scratch2" / "r1") == str(hw)
+    shutil.copytree(hw, tmp_path / "hw2")
+    shutil.copytree(hw, hw / "backup")
+    for folder in (tmp_path / "hw2", hw / "backup"):                                  # cp -r hw hw2; cp -r hw hw/backup
+        assert start_folder(record, folder / "runs" / "r1") == str(folder)
+    (tmp_path / "archive" / "runs" / "r1").mkdir(parents=True)                       # archived alone: not a copy
+    assert start_folder(record, tmp_path / "archive" / "runs" / "r1") == str(hw)
+    assert start_folder(record, tmp_path / "hw2" / "runs" / "best") == str(hw)       # renamed: not told apart
+    for legacy in ({"run": {"run_dir": "runs/r1"}}, {"run": {"run_dir": None}}):     # --run-dir; a default folder
+        old = {"cwd": str(hw), "settings": {"files": {"train_file": "train.csv"}} | legacy}
+        assert start_folder(old, tmp_path / "hw2" / "runs" / "r1") == str(tmp_path / "hw2")
+    gone = record | {"cwd": str(tmp_path / "gone"), "run_dir": str(tmp_path / "gone" / "runs" / "r1")}   # mv hw hw2
+    assert start_folder(gone, tmp_path / "hw2" / "runs" / "r1") == str(tmp_path / "hw2")
+    (hw / "part1").mkdir()
+    (hw / "part1" / "train.csv").write_text("x")
+    outside = record | {"cwd": str(hw / "part1")}                       # --run-dir ../runs/r1, started in hw/part1
+    shutil.copytree(hw, tmp_path / "hw3", ignore=shutil.ignore_patterns("backup"))
+    assert start_folder(outside, tmp_path / "hw3" / "runs" / "r1") == str(tmp_path / "hw3" / "part1")
     assert start_folder({"settings": {}}, hw) is None

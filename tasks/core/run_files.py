@@ -9,6 +9,7 @@ in reads from the copy (start_folder)."""
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from .errors import MissingFileError
 
 WRITTEN = ("run.checkpoint", "run.predictions_dir")   # where a run writes: joined to its start whether there yet or not
 _started_in: Path | None = None   # the folder the run being resumed started in: its checkpoint's relative paths'
+_moved_from: Path | None = None   # where that folder was when the run wrote its checkpoint, if copied or renamed since
 _for_default: set[Path] = set()   # files given now for a task file the run left unset, of the same bytes: other_files
 _same_bytes: set[tuple[Path, Path]] = set()   # (a file the run read, a file given now) of the same bytes: same_bytes
 
@@ -49,32 +51,80 @@ def relative_paths(settings: dict[str, Any]) -> dict[str, str]:
     return found
 
 
+def _runs_at(record: dict[str, Any], start: Path, here: Path) -> list[Path]:
+    """Where a run.json `record` says its run folder was written (absolute, lexical): its run_dir, its --run-dir joined to
+    `start`, or for a record of neither (a default run folder, before run_dir was recorded) start/runs/NAME."""
+    run = (record.get("settings") or {}).get("run")
+    given = run.get("run_dir") if isinstance(run, dict) else None
+    found = [Path(os.path.normpath(start / w)) for w in (record.get("run_dir"), given) if isinstance(w, str) and w]
+    return found or [start / "runs" / here.name]
+
+
+def _holds(record: dict[str, Any], start: Path, folder: Path) -> bool:
+    """Whether `folder` holds the run's relative files as its start folder `start` does (each one there; where `start`
+    is gone, any one): a copy or renamed start folder, not a folder that merely ends in runs/NAME."""
+    paths = list(relative_paths(record.get("settings") or {}).values())
+    if not start.is_dir():
+        return any((folder / v).exists() for v in paths)
+    there = [v for v in paths if (start / v).exists()]
+    return bool(there) and all((folder / v).exists() for v in there)
+
+
 def start_folder(record: dict[str, Any], directory: str | Path) -> Any:
     """The folder a run's relative paths are read from, of its run.json `record` read in the run folder `directory`:
-    the recorded cwd, unless the run folder is no longer where the run wrote it (its recorded run_dir, else its
-    --run-dir) but at the same place under another folder, the folder it started in copied or renamed with it (cp -r
-    hw hw2): then that folder, so that the copy never reads or writes the original's files."""
+    the recorded cwd, unless the run folder is no longer where the run wrote it but at the same place relative to
+    another folder that holds the run's files as the recorded one does (cp -r hw hw2, mv hw hw2: the folder it started
+    in copied or renamed with it): then that folder, so that a copy never reads or writes the original's files. A run
+    folder moved on its own keeps the recorded cwd."""
     cwd = record.get("cwd")
     if not isinstance(cwd, str) or not cwd:
         return cwd
-    written = record.get("run_dir")
-    if not isinstance(written, str) or not written:        # a run.json before run_dir was recorded: its --run-dir
-        run = (record.get("settings") or {}).get("run")
-        written = run.get("run_dir") if isinstance(run, dict) else None
-        if not isinstance(written, str) or not written:
-            return cwd
-    start, here = Path(cwd), Path(directory).resolve()
-    was = (start / written).resolve()
-    if was == here or not was.is_relative_to(start):
+    start, here = Path(cwd), Path(os.path.abspath(directory))
+    written = _runs_at(record, start, here)
+    if any(w.resolve() == here.resolve() for w in written):
         return cwd
-    tail = was.relative_to(start).parts                  # e.g. ("runs", "r1")
-    return str(Path(*here.parts[:-len(tail)])) if tail and here.parts[-len(tail):] == tail else cwd
+    for was in written:
+        top = Path(os.path.commonpath([start, was]))           # e.g. hw for hw/part1 and hw/runs/r1
+        tail, up = was.relative_to(top).parts, start.relative_to(top)
+        if tail and here.parts[-len(tail):] == tail:
+            folder = Path(*here.parts[:-len(tail)]) / up
+            if folder != start and _holds(record, start, folder):
+                return str(folder)
+    return cwd
+
+
+def rebased(value: str, start: Path) -> str:
+    """A path given relative to this folder (or absolute) as a resumed run's run.json writes it, its cwd the folder the
+    run started in, `start`: relative to `start` where it lies under it, else absolute."""
+    full = Path(os.path.normpath(Path.cwd() / value))
+    return os.path.relpath(full, start) if full.is_relative_to(start) else str(full)
+
+
+def as_started(record: dict[str, Any], start: str | Path, before: dict[str, Any]) -> dict[str, Any]:
+    """run.json's `record` for a run resumed from another folder than the one it started in, `start`: its cwd kept
+    `start`, its path settings and data_files rebased on it, not joined to absolute paths (so that a copy of `start`
+    with the run stays whole); a setting as the run.json `before` had it stays so. The folder resumed from goes on its
+    resumed line."""
+    start = Path(start)
+    settings = {k: dict(v) if isinstance(v, dict) else v for k, v in record["settings"].items()}
+    for section, values in settings.items():
+        for name, value in (values.items() if isinstance(values, dict) else ()):
+            key = f"{section}.{name}"
+            path_like = is_path_setting(key) or key in (*WRITTEN, "sweep.from_run", "run.run_dir") or \
+                (key == "training.model" and (Path(value).is_absolute() or Path(value).is_dir())
+                 if isinstance(value, str) else False)
+            was = before.get(section, {}).get(name) if isinstance(before.get(section), dict) else None
+            if path_like and isinstance(value, str) and value and value != was:
+                values[name] = rebased(value, start)
+    files = {rebased(f, start): mark for f, mark in (record.get("data_files") or {}).items()}
+    return record | {"cwd": str(start), "settings": settings, "data_files": files}
 
 
 def located(record: dict[str, Any], directory: str | Path) -> dict[str, Any]:
     """A run.json `record` read in the run folder `directory`, its cwd the folder its relative paths are read from
     (start_folder)."""
-    return record | {"cwd": start_folder(record, directory)} if "cwd" in record else record
+    start = start_folder(record, directory)
+    return record | {"cwd": start, "moved_from": record["cwd"]} if start != record.get("cwd") else record
 
 
 def trained_files(record: dict[str, Any]) -> dict[str, str]:
@@ -116,11 +166,22 @@ def replayed(record: dict[str, Any], source: str, replaced: Collection[str] = ()
     return out
 
 
-def started_in(folder: str | Path | None) -> None:
+def started_in(folder: str | Path | None, moved_from: str | Path | None = None) -> None:
     """The folder the run being resumed started in (its run.json's cwd; None: this one), which same_place reads the
-    checkpoint's relative paths from."""
-    global _started_in
+    checkpoint's relative paths from, and where that folder was before a copy or rename (`moved_from`, start_folder):
+    an absolute path the checkpoint recorded under it is read under `folder`."""
+    global _started_in, _moved_from
     _started_in = Path(folder) if folder else None
+    _moved_from = Path(moved_from) if moved_from else None
+
+
+def _recorded(was: str, start: str | Path | None) -> Path:
+    """The file a checkpoint's recorded path `was` names now: relative to `start` (else started_in's folder); an
+    absolute one under the folder the run started in before it was copied or renamed, under its copy."""
+    path = Path(was)
+    if path.is_absolute() and _moved_from is not None and path.is_relative_to(_moved_from):
+        path = started_from() / path.relative_to(_moved_from)
+    return ((Path(start) if start else started_from()) / path).resolve()
 
 
 def started_from() -> Path:
@@ -136,7 +197,7 @@ def same_place(was: Any, now: Any, start: str | Path | None = None) -> bool:
         return True
     if not isinstance(was, str) or not isinstance(now, str) or not was or not now:
         return was == now
-    pair = ((Path(start) if start else (_started_in or Path.cwd())) / was).resolve(), Path(now).resolve()
+    pair = _recorded(was, start), Path(now).resolve()
     return was == now or pair[0] == pair[1] or pair in _same_bytes
 
 
@@ -207,7 +268,7 @@ def read_as(recorded: str, read: Collection[str], start: str | Path | None = Non
     found = next((r for r in read if same_place(recorded, r, start)), None)
     if found is not None:
         return found
-    old = ((Path(start) if start else (_started_in or Path.cwd())) / recorded).resolve()
+    old = _recorded(recorded, start)
     mapped = {new / old.relative_to(was) for was, new in _same_bytes if old.is_relative_to(was) and old != was}
     if not old.exists():
         mapped.add(Path(recorded).resolve())
