@@ -179,11 +179,14 @@ class Tokenizer:
         return self.backend.decode(ids)
 
     def transformers_settings(self) -> dict:
-        """tokenizer_config.json for transformers' AutoTokenizer: the class, max_length, casing and special tokens."""
-        settings = {"tokenizer_class": "BertTokenizerFast", "model_max_length": self.max_length}
+        """tokenizer_config.json for transformers' AutoTokenizer: max_length, the special tokens, and for BERT's own
+        normaliser the class and casing (another normaliser: no class, so that transformers reads tokenizer.json as
+        it is)."""
+        settings: dict = {"model_max_length": self.max_length}
         normalizer = self.backend.normalizer
-        if isinstance(normalizer, BertNormalizer):            # transformers rebuilds the normaliser from these
-            settings |= {"do_lower_case": normalizer.lowercase, "strip_accents": normalizer.strip_accents,
+        if isinstance(normalizer, BertNormalizer):            # transformers rebuilds BERT's normaliser from these
+            settings |= {"tokenizer_class": "BertTokenizerFast", "do_lower_case": normalizer.lowercase,
+                         "strip_accents": normalizer.strip_accents,
                          "tokenize_chinese_chars": normalizer.handle_chinese_chars}
         specials = ("[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]")
         return settings | {f"{t[1:-1].lower()}_token": t for t in specials if self.backend.token_to_id(t) is not None}

@@ -191,6 +191,22 @@ def test_a_cased_tokenizer_saves_its_casing(tmp_path: Path, minilm_dir: Path) ->
         assert theirs(text, truncation=True)["input_ids"] == cased.encode(text)
 
 
+def test_a_tokenizer_whose_normaliser_is_not_berts_is_saved_for_transformers_as_it_is(tmp_path: Path,
+                                                                                      minilm_dir: Path) -> None:
+    """A tokenizer.json with another normaliser (here cased, accents stripped) names no BERT class in
+    tokenizer_config.json: transformers then reads tokenizer.json as saved, not a lower-casing BERT pipeline rebuilt
+    from the class."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers.normalizers import NFD, Sequence, StripAccents
+    tok = minbert.Tokenizer.from_pretrained(str(minilm_dir), max_length=32)
+    tok.backend.normalizer = Sequence([NFD(), StripAccents()])
+    tok.save_pretrained(tmp_path)
+    assert "tokenizer_class" not in json.loads((tmp_path / "tokenizer_config.json").read_text())
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    for text in ("Hello World Café", *ODD):
+        assert theirs(text, truncation=True)["input_ids"] == tok.encode(text)
+
+
 def test_a_folder_without_tokenizer_config_truncates_where_tokenizer_json_says(tmp_path: Path) -> None:
     """A folder that an earlier save wrote (tokenizer.json alone) keeps the truncation stored in tokenizer.json."""
     tokenizer_with_limit(16).save_pretrained(tmp_path)
