@@ -77,8 +77,8 @@ def start_folder(record: dict[str, Any], directory: str | Path) -> Any:
     in copied or renamed with it): then that folder, so that a copy never reads or writes the original's files. A run
     folder moved on its own keeps the recorded cwd."""
     cwd = record.get("cwd")
-    if not isinstance(cwd, str) or not cwd:
-        return cwd
+    if not isinstance(cwd, str) or not cwd or not isinstance(record.get("settings"), dict):
+        return cwd                                       # a malformed run.json: its reader says so
     start, here = Path(cwd), Path(os.path.abspath(directory))
     written = _runs_at(record, start, here)
     if any(w.resolve() == here.resolve() for w in written):
