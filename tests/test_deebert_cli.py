@@ -275,6 +275,9 @@ def test_from_run_reads_a_relative_model_directory_from_where_the_run_trained(ti
     monkeypatch.chdir(tmp_path / "elsewhere")
     again = cli.run(cli.parse_settings(["--from-run", str(tmp_path / "run"), "--out", "b1"]))
     assert again["model"] == str(tmp_path / "tiny") and again["from_run"] == str(tmp_path / "run" / "stage2.pt")
+    monkeypatch.chdir(tmp_path)                     # a --from-run of that run: its model is read where run trained
+    chained = cli.run(cli.parse_settings(["--from-run", "elsewhere/b1", "--out", "b2"]))
+    assert chained["from_run"] == str(tmp_path / "run" / "stage2.pt")
 
 
 @pytest.mark.parametrize("task,split,column", [("sst2", "dev", "sentiment"), ("sst2", "train", "sentiment"),

@@ -18,7 +18,7 @@ from test_ensemble_cli import run_dir as sst_run
 from tasks import attention, classifier, ensemble, export, multitask, predict, submit
 from tasks.core.checkpoints import load_checkpoint
 from tasks.core.errors import MissingFileError, ResumeError, run_cli
-from tasks.core.run_files import start_folder, trained_files
+from tasks.core.run_files import located, trained_files
 from tasks.core.runs import RUN_FILE
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -191,10 +191,9 @@ def test_run_json_records_the_data_and_predict_notes_a_changed_labelled_file(tin
                        "sha256": hashlib.sha256((tmp_path / name).read_bytes()).hexdigest(), "labelled": True}
                 for name in ("train.csv", "dev.csv", "test.csv")}
     assert record["data_files"] == record["started"]["data_files"] == expected
-    classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "2"]))       # from elsewhere
-    resumed = json.loads((run / RUN_FILE).read_text())                    # the paths still relative to where it started
-    assert (resumed["cwd"], resumed["resumed"][-1]["cwd"]) == (str(tmp_path), str(tmp_path / "elsewhere"))
-    assert resumed["resumed"][-1]["data_files"] == resumed["data_files"] == expected
+    classifier.run(classifier.parse_settings(["--resume", str(run), "--epochs", "2"]))
+    assert json.loads((run / RUN_FILE).read_text())["resumed"][-1]["data_files"] == {
+        str(tmp_path / name): mark for name, mark in expected.items()}
     capsys.readouterr()
     assert run_cli(lambda: predict.main([str(run), "--out", "same", "--device", TEST_DEVICE])) == 0
     assert "note:" not in capsys.readouterr().err
@@ -296,7 +295,7 @@ def test_a_run_copied_with_the_folder_it_started_in_reads_and_writes_in_the_copy
     assert (copy / "preds" / "sst-dev-output.csv").stat().st_mtime >= (copy / "ck" / "c.pt").stat().st_mtime
     record = json.loads((copy / "run" / RUN_FILE).read_text())
     assert (record["cwd"], record["run_dir"]) == (str(copy), str(copy / "run"))
-    assert record["settings"]["files"]["train_file"] == "train.csv"          # still relative: the copy stands alone
+    assert copy / record["settings"]["files"]["train_file"] == copy / "train.csv"     # the copy's own file
     monkeypatch.chdir(copy / "elsewhere")                                   # the copy's run from another folder
     classifier.run(classifier.parse_settings(["--resume", str(copy / "run"), "--epochs", "4"]))
     assert load_checkpoint(copy / "ck" / "c.pt")["epoch"] == 4
@@ -310,31 +309,79 @@ def test_a_run_copied_with_the_folder_it_started_in_reads_and_writes_in_the_copy
     shutil.rmtree(copy)
 
 
+def start_folder(record: dict, directory: Path):
+    """The cwd a run.json `record` read in `directory` is read from (located's)."""
+    return located(record, directory).get("cwd")
+
+
 def test_the_start_folder_of_a_run_json_read_where_it_is(tmp_path):
-    """start_folder: the recorded cwd where the run folder is where the run wrote it, or was moved on its own (even into
-    another runs/ folder) or renamed; the folder now holding it at the recorded place when that folder holds the run's
-    files as the recorded one does (copied or renamed with it: nested, --run-dir outside the start folder, a default
-    run folder or a --run-dir of a run.json before run_dir was recorded)."""
-    hw = tmp_path / "hw"
+    """located: the recorded cwd where the run folder is where the run wrote it, or was moved on its own (even into
+    another runs/ folder) or renamed; the copy's when the folder holding the run and the folder it started in was
+    copied (nested, --run-dir outside the start folder, a default run folder or a --run-dir of a run.json before
+    run_dir was recorded, the original gone), its absolute paths under the original read under the copy."""
+    hw, hw2 = tmp_path / "hw", tmp_path / "hw2"
     (hw / "runs" / "r1").mkdir(parents=True)
     (hw / "train.csv").write_text("x")
     record = {"cwd": str(hw), "run_dir": str(hw / "runs" / "r1"), "settings": {"files": {"train_file": "train.csv"}}}
     assert start_folder(record, hw / "runs" / "r1") == str(hw)
-    shutil.copytree(hw, tmp_path / "hw2")
+    shutil.copytree(hw, hw2)
     shutil.copytree(hw, hw / "backup")
-    for folder in (tmp_path / "hw2", hw / "backup"):                                  # cp -r hw hw2; cp -r hw hw/backup
+    for folder in (hw2, hw / "backup"):                                              # cp -r hw hw2; cp -r hw hw/backup
         assert start_folder(record, folder / "runs" / "r1") == str(folder)
     (tmp_path / "archive" / "runs" / "r1").mkdir(parents=True)                       # archived alone: not a copy
     assert start_folder(record, tmp_path / "archive" / "runs" / "r1") == str(hw)
-    assert start_folder(record, tmp_path / "hw2" / "runs" / "best") == str(hw)       # renamed: not told apart
+    assert start_folder(record, hw2 / "runs" / "best") == str(hw)                    # renamed: not told apart
     for legacy in ({"run": {"run_dir": "runs/r1"}}, {"run": {"run_dir": None}}):     # --run-dir; a default folder
         old = {"cwd": str(hw), "settings": {"files": {"train_file": "train.csv"}} | legacy}
-        assert start_folder(old, tmp_path / "hw2" / "runs" / "r1") == str(tmp_path / "hw2")
+        assert start_folder(old, hw2 / "runs" / "r1") == str(hw2)
     gone = record | {"cwd": str(tmp_path / "gone"), "run_dir": str(tmp_path / "gone" / "runs" / "r1")}   # mv hw hw2
-    assert start_folder(gone, tmp_path / "hw2" / "runs" / "r1") == str(tmp_path / "hw2")
+    assert start_folder(gone, hw2 / "runs" / "r1") == str(hw2)
     (hw / "part1").mkdir()
-    (hw / "part1" / "train.csv").write_text("x")
-    outside = record | {"cwd": str(hw / "part1")}                       # --run-dir ../runs/r1, started in hw/part1
-    shutil.copytree(hw, tmp_path / "hw3", ignore=shutil.ignore_patterns("backup"))
+    outside = record | {"cwd": str(hw / "part1"), "settings": {"files": {"train_file": "../train.csv"}}}
+    shutil.copytree(hw, tmp_path / "hw3", ignore=shutil.ignore_patterns("backup"))   # --run-dir ../runs/r1 from part1
     assert start_folder(outside, tmp_path / "hw3" / "runs" / "r1") == str(tmp_path / "hw3" / "part1")
+    joined = {"cwd": str(hw / "other"), "run_dir": str(hw / "runs" / "r1"),           # resumed from hw/other, or
+              "settings": {"files": {"train_file": str(hw / "train.csv")}}}          # given $PWD/train.csv
+    copy = located(joined, hw2 / "runs" / "r1")
+    assert (copy["cwd"], copy["moved_from"], copy["moved_to"]) == (str(hw2 / "other"), str(hw), str(hw2))
+    assert trained_files(copy) == {"files.train_file": str(hw2 / "train.csv")}
+    assert located(joined, hw / "runs" / "r1") == joined
     assert start_folder({"settings": {}}, hw) is None
+
+
+def test_a_resume_from_another_folder_with_a_file_flag_resumes_again_and_absolute_paths_move_with_a_copy(
+        tiny_dir, tmp_path, capsys, monkeypatch):
+    """A resume from another folder given --train-file relative to that folder is resumed again plainly, from where the
+    run started and from elsewhere; a run given absolute paths ($PWD/...) and copied with its tree reads and writes the
+    copy's files, the original left as it was."""
+    _, elsewhere = _sst_run(tmp_path, monkeypatch, "--checkpoint", str(tmp_path / "ck" / "c.pt"),
+                            "--predictions-dir", str(tmp_path / "preds"))
+    classifier.run(classifier.parse_settings(["--resume", "../run", "--train-file", "../train.csv", "--epochs", "2"]))
+    monkeypatch.chdir(tmp_path)
+    classifier.run(classifier.parse_settings(["--resume", "run", "--epochs", "3"]))
+    monkeypatch.chdir(elsewhere)
+    classifier.run(classifier.parse_settings(["--resume", "../run", "--epochs", "4"]))
+    assert load_checkpoint(tmp_path / "ck" / "c.pt")["epoch"] == 4
+    copy = tmp_path.parent / f"{tmp_path.name}-copy"
+    shutil.copytree(tmp_path, copy, symlinks=True)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    monkeypatch.chdir(copy)
+    classifier.run(classifier.parse_settings(["--resume", "run", "--epochs", "5"]))
+    assert load_checkpoint(copy / "ck" / "c.pt")["epoch"] == 5
+    assert run_cli(lambda: predict.main([str(copy / "run"), "--out", "pred", "--device", TEST_DEVICE])) == 0, \
+        capsys.readouterr().err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before    # the original: untouched
+    shutil.rmtree(copy)
+
+
+def test_an_older_default_run_folder_under_minbert_runs_is_found_in_a_copy(tmp_path, monkeypatch):
+    """A run.json before run_dir was recorded, of a default run folder under a relative $MINBERT_RUNS: its copy is
+    told by that folder too."""
+    hw, hw2 = tmp_path / "hw", tmp_path / "hw2"
+    (hw / "myruns" / "r1").mkdir(parents=True)
+    (hw / "train.csv").write_text("x")
+    shutil.copytree(hw, hw2)
+    old = {"cwd": str(hw), "settings": {"files": {"train_file": "train.csv"}, "run": {"run_dir": None}}}
+    assert start_folder(old, hw2 / "myruns" / "r1") == str(hw)
+    monkeypatch.setenv("MINBERT_RUNS", "myruns")
+    assert start_folder(old, hw2 / "myruns" / "r1") == str(hw2)

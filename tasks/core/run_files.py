@@ -4,7 +4,7 @@ writes (--checkpoint, --predictions-dir). Predict, export, ensemble and attentio
 a run's trained_checkpoint and prediction_folder); --resume DIR and a run.json given as --config too, when run from
 another folder (replayed); a resumed run's checkpoint compares its recorded paths so (same_place, read_as), and tasks.predict
 names a labelled file that is not the one the run read (changed_files). A run folder copied with the folder it started
-in reads from the copy (start_folder)."""
+in reads and writes in the copy (copied, located, moved)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from .errors import MissingFileError
 
 WRITTEN = ("run.checkpoint", "run.predictions_dir")   # where a run writes: joined to its start whether there yet or not
 _started_in: Path | None = None   # the folder the run being resumed started in: its checkpoint's relative paths'
-_moved_from: Path | None = None   # where that folder was when the run wrote its checkpoint, if copied or renamed since
+_moved: tuple[Path, Path] | None = None   # (folder copied, its copy) when that folder was copied with the run since
 _for_default: set[Path] = set()   # files given now for a task file the run left unset, of the same bytes: other_files
 _same_bytes: set[tuple[Path, Path]] = set()   # (a file the run read, a file given now) of the same bytes: same_bytes
 
@@ -33,98 +33,98 @@ def is_path_setting(key: str) -> bool:
                                          name.endswith(("_train", "_dev", "_test", "_file")))
 
 
-def relative_paths(settings: dict[str, Any]) -> dict[str, str]:
-    """{dotted path: value} of a run.json's relative path settings (its files, its --checkpoint and --predictions-dir,
-    DeeBERT's --from-run) and its --model (a name that may be a local directory; a packaged alias such as minilm is
-    never one)."""
+def _path_values(settings: dict[str, Any]) -> dict[str, str]:
+    """{dotted path: value} of a run.json's path settings, relative or absolute: its files, its --checkpoint and
+    --predictions-dir, DeeBERT's --from-run, and its --model (a name that may be a local directory; a packaged alias
+    such as minilm is never one)."""
     files, training = settings.get("files") or {}, settings.get("training") or {}
     found = {f"files.{k}": v for k, v in (files.items() if isinstance(files, dict) else ())
-             if is_path_setting(f"files.{k}") and isinstance(v, str) and v and not Path(v).is_absolute()}
+             if is_path_setting(f"files.{k}") and isinstance(v, str) and v}
     for key in (*WRITTEN, "sweep.from_run"):
         section, name = key.split(".")
         value = settings.get(section).get(name) if isinstance(settings.get(section), dict) else None
-        if isinstance(value, str) and value and not Path(value).is_absolute():
+        if isinstance(value, str) and value:
             found[key] = value
     model = training.get("model") if isinstance(training, dict) else None
-    if isinstance(model, str) and model and model not in PACKAGED and not Path(model).is_absolute():
+    if isinstance(model, str) and model and model not in PACKAGED:
         found["training.model"] = model
     return found
 
 
+def relative_paths(settings: dict[str, Any]) -> dict[str, str]:
+    """{dotted path: value} of a run.json's relative path settings (_path_values's that are not absolute)."""
+    return {k: v for k, v in _path_values(settings).items() if not Path(v).is_absolute()}
+
+
 def _runs_at(record: dict[str, Any], start: Path, here: Path) -> list[Path]:
-    """Where a run.json `record` says its run folder was written (absolute, lexical): its run_dir, its --run-dir joined to
-    `start`, or for a record of neither (a default run folder, before run_dir was recorded) start/runs/NAME."""
-    run = (record.get("settings") or {}).get("run")
+    """Where a run.json `record` says its run folder was written (absolute, lexical): its run_dir, its --run-dir joined
+    to `start`, or for a record of neither (a default run folder, before run_dir was recorded) start/runs/NAME (or
+    under $MINBERT_RUNS)."""
+    run = record["settings"].get("run")
     given = run.get("run_dir") if isinstance(run, dict) else None
     found = [Path(os.path.normpath(start / w)) for w in (record.get("run_dir"), given) if isinstance(w, str) and w]
-    return found or [start / "runs" / here.name]
+    roots = dict.fromkeys(["runs", os.environ.get("MINBERT_RUNS") or "runs"])
+    return found or [Path(os.path.normpath(start / root / here.name)) for root in roots]
 
 
-def _holds(record: dict[str, Any], start: Path, folder: Path) -> bool:
-    """Whether `folder` holds the run's relative files as its start folder `start` does (each one there; where `start`
-    is gone, any one): a copy or renamed start folder, not a folder that merely ends in runs/NAME."""
-    paths = list(relative_paths(record.get("settings") or {}).values())
-    if not start.is_dir():
-        return any((folder / v).exists() for v in paths)
-    there = [v for v in paths if (start / v).exists()]
-    return bool(there) and all((folder / v).exists() for v in there)
+def _holds(record: dict[str, Any], start: Path, old: Path, new: Path) -> bool:
+    """Whether `new` holds the run's files that lie under `old` (relative ones joined to `start`, absolute ones) at the
+    same places: each one `old` holds (where `old` is gone, any one). A copy or renamed `old`, not a folder that
+    merely ends in runs/NAME."""
+    files = [Path(os.path.normpath(start / v)) for v in _path_values(record["settings"]).values()]
+    files = [f for f in files if f.is_relative_to(old) and f != old]
+    if not old.is_dir():
+        return any((new / f.relative_to(old)).exists() for f in files)
+    there = [f for f in files if f.exists()]
+    return bool(there) and all((new / f.relative_to(old)).exists() for f in there)
 
 
-def start_folder(record: dict[str, Any], directory: str | Path) -> Any:
-    """The folder a run's relative paths are read from, of its run.json `record` read in the run folder `directory`:
-    the recorded cwd, unless the run folder is no longer where the run wrote it but at the same place relative to
-    another folder that holds the run's files as the recorded one does (cp -r hw hw2, mv hw hw2: the folder it started
-    in copied or renamed with it): then that folder, so that a copy never reads or writes the original's files. A run
-    folder moved on its own keeps the recorded cwd."""
-    cwd = record.get("cwd")
-    if not isinstance(cwd, str) or not cwd or not isinstance(record.get("settings"), dict):
-        return cwd                                       # a malformed run.json: its reader says so
-    start, here = Path(cwd), Path(os.path.abspath(directory))
+def copied(record: dict[str, Any], directory: str | Path) -> tuple[Path, Path] | None:
+    """(the folder copied, its copy) when the run folder `directory` of run.json `record` is no longer where the run
+    wrote it but at the same place under another folder that holds the run's files as the first does (cp -r hw hw2, mv
+    hw hw2: the folder holding where the run started and its run folder); None for a run folder where it was written
+    or moved on its own (its recorded paths hold)."""
+    cwd, settings = record.get("cwd"), record.get("settings")
+    if not isinstance(cwd, str) or not cwd or not isinstance(settings, dict):
+        return None                                      # no cwd recorded, or a malformed run.json: its reader says so
+    start, here = Path(os.path.normpath(cwd)), Path(os.path.abspath(directory))
     written = _runs_at(record, start, here)
     if any(w.resolve() == here.resolve() for w in written):
-        return cwd
+        return None
     for was in written:
-        top = Path(os.path.commonpath([start, was]))           # e.g. hw for hw/part1 and hw/runs/r1
-        tail, up = was.relative_to(top).parts, start.relative_to(top)
+        old = Path(os.path.commonpath([start, was]))          # e.g. hw for hw/part1 and hw/runs/r1
+        tail = was.relative_to(old).parts
         if tail and here.parts[-len(tail):] == tail:
-            folder = Path(*here.parts[:-len(tail)]) / up
-            if folder != start and _holds(record, start, folder):
-                return str(folder)
-    return cwd
-
-
-def rebased(value: str, start: Path) -> str:
-    """A path given relative to this folder (or absolute) as a resumed run's run.json writes it, its cwd the folder the
-    run started in, `start`: relative to `start` where it lies under it, else absolute."""
-    full = Path(os.path.normpath(Path.cwd() / value))
-    return os.path.relpath(full, start) if full.is_relative_to(start) else str(full)
-
-
-def as_started(record: dict[str, Any], start: str | Path, before: dict[str, Any]) -> dict[str, Any]:
-    """run.json's `record` for a run resumed from another folder than the one it started in, `start`: its cwd kept
-    `start`, its path settings and data_files rebased on it, not joined to absolute paths (so that a copy of `start`
-    with the run stays whole); a setting as the run.json `before` had it stays so. The folder resumed from goes on its
-    resumed line."""
-    start = Path(start)
-    settings = {k: dict(v) if isinstance(v, dict) else v for k, v in record["settings"].items()}
-    for section, values in settings.items():
-        for name, value in (values.items() if isinstance(values, dict) else ()):
-            key = f"{section}.{name}"
-            path_like = is_path_setting(key) or key in (*WRITTEN, "sweep.from_run", "run.run_dir") or \
-                (key == "training.model" and (Path(value).is_absolute() or Path(value).is_dir())
-                 if isinstance(value, str) else False)
-            was = before.get(section, {}).get(name) if isinstance(before.get(section), dict) else None
-            if path_like and isinstance(value, str) and value and value != was:
-                values[name] = rebased(value, start)
-    files = {rebased(f, start): mark for f, mark in (record.get("data_files") or {}).items()}
-    return record | {"cwd": str(start), "settings": settings, "data_files": files}
+            new = Path(*here.parts[:-len(tail)])
+            if new != old and _holds(record, start, old, new):
+                return old, new
+    return None
 
 
 def located(record: dict[str, Any], directory: str | Path) -> dict[str, Any]:
-    """A run.json `record` read in the run folder `directory`, its cwd the folder its relative paths are read from
-    (start_folder)."""
-    start = start_folder(record, directory)
-    return record | {"cwd": start, "moved_from": record["cwd"]} if start != record.get("cwd") else record
+    """A run.json `record` read in the run folder `directory`; where its folder was copied with the run (copied), its
+    cwd the copy's, and the two folders as moved_from and moved_to, under which its absolute paths are read (moved)."""
+    pair = copied(record, directory)
+    if pair is None:
+        return record
+    old, new = pair
+    cwd = new / Path(os.path.normpath(record["cwd"])).relative_to(old)
+    return record | {"cwd": str(cwd), "moved_from": str(old), "moved_to": str(new)}
+
+
+def moved(value: str, old: str | Path | None, new: str | Path | None) -> str:
+    """A recorded path, absolute under the folder its run was copied from (`old`, located's moved_from): the same place
+    under the copy (`new`); any other path as it is."""
+    path = Path(os.path.normpath(value)) if Path(value).is_absolute() else None
+    return str(Path(new) / path.relative_to(old)) if old and new and path and path.is_relative_to(old) else value
+
+
+def _moved_paths(record: dict[str, Any]) -> dict[str, Path]:
+    """{dotted path: path} of a run.json's absolute path settings under the folder its run was copied from, under the
+    copy (moved)."""
+    old, new = record.get("moved_from"), record.get("moved_to")
+    return {k: Path(moved(v, old, new)) for k, v in _path_values(record["settings"]).items()
+            if Path(v).is_absolute() and moved(v, old, new) != v}
 
 
 def trained_files(record: dict[str, Any]) -> dict[str, str]:
@@ -136,7 +136,7 @@ def trained_files(record: dict[str, Any]) -> dict[str, str]:
     cwd, settings = record.get("cwd"), record.get("settings")
     if not isinstance(cwd, str) or not isinstance(settings, dict):
         return {}
-    joined = {k: Path(cwd) / v for k, v in relative_paths(settings).items()}
+    joined = {k: Path(cwd) / v for k, v in relative_paths(settings).items()} | _moved_paths(record)
     return {k: str(p) for k, p in joined.items()
             if (p.is_dir() if k == "training.model" else Path(cwd).is_dir() if k in WRITTEN else p.exists())}
 
@@ -151,36 +151,36 @@ def replayed(record: dict[str, Any], source: str, replaced: Collection[str] = ()
         return settings
     out = {section: {k: v for k, v in values.items() if f"{section}.{k}" not in replaced}
            if isinstance(values, dict) else values for section, values in settings.items()}
-    if not isinstance(cwd, str) or Path(cwd).resolve() == Path.cwd().resolve():
+    if not isinstance(cwd, str):
         return out
     joined = trained_files(record)
-    for key, value in relative_paths(settings).items():
+    here = Path(cwd).resolve() == Path.cwd().resolve()          # from where it started: its absolute paths moved alone
+    for key, value in relative_paths(settings).items() if not here else ():
         if key not in joined and key not in replaced and key not in ("training.model", "files.data_dir", *WRITTEN) and \
                 not Path(value).exists():
             raise MissingFileError(f"{source}: setting {key!r}: {value}: no such file, relative to {cwd}, where the "
                                    f"run started (nor here, {Path.cwd()}): run from there, or put the file back")
     for key, path in joined.items():
         section, name = key.split(".", 1)
-        if key not in replaced:
+        if key not in replaced and not (here and key not in _moved_paths(record)):
             out[section][name] = path
     return out
 
 
-def started_in(folder: str | Path | None, moved_from: str | Path | None = None) -> None:
+def started_in(folder: str | Path | None, moved_from: str | Path | None = None,
+               moved_to: str | Path | None = None) -> None:
     """The folder the run being resumed started in (its run.json's cwd; None: this one), which same_place reads the
-    checkpoint's relative paths from, and where that folder was before a copy or rename (`moved_from`, start_folder):
-    an absolute path the checkpoint recorded under it is read under `folder`."""
-    global _started_in, _moved_from
+    checkpoint's relative paths from, and the folder copied with the run and its copy (located's moved_from and
+    moved_to), under which the checkpoint's absolute paths are read (moved)."""
+    global _started_in, _moved
     _started_in = Path(folder) if folder else None
-    _moved_from = Path(moved_from) if moved_from else None
+    _moved = (Path(moved_from), Path(moved_to)) if moved_from and moved_to else None
 
 
 def _recorded(was: str, start: str | Path | None) -> Path:
     """The file a checkpoint's recorded path `was` names now: relative to `start` (else started_in's folder); an
-    absolute one under the folder the run started in before it was copied or renamed, under its copy."""
-    path = Path(was)
-    if path.is_absolute() and _moved_from is not None and path.is_relative_to(_moved_from):
-        path = started_from() / path.relative_to(_moved_from)
+    absolute one under the folder copied with the run, under its copy (started_in's)."""
+    path = Path(moved(was, *_moved) if _moved else was)
     return ((Path(start) if start else started_from()) / path).resolve()
 
 
@@ -301,8 +301,11 @@ def prediction_folder(directory: str | Path) -> Path:
     DIRECTORY/predictions."""
     from .runs import read_run_json
     record = read_run_json(directory)
-    given = record["settings"].get("run", {}).get("predictions_dir")
-    return Path(record.get("cwd") or ".") / given if given else Path(directory) / "predictions"
+    run = record["settings"].get("run")
+    given = run.get("predictions_dir") if isinstance(run, dict) else None
+    if not given:
+        return Path(directory) / "predictions"
+    return Path(record.get("cwd") or ".") / moved(given, record.get("moved_from"), record.get("moved_to"))
 
 
 def trained_checkpoint(path: str | Path) -> Path:

@@ -41,7 +41,7 @@ from .errors import (
 from .evaluation import write_text
 from .recipe import with_schedule_record
 from .resume import before_values
-from .run_files import as_started, default_file, forget_same_bytes, located, other_files, started_from, started_in
+from .run_files import default_file, forget_same_bytes, located, other_files, started_in
 from .settings import build, dump, flatten, parse, read_config, setting
 from .step import ATTENTION_KERNELS, READ_EVERY_GPU
 
@@ -248,7 +248,7 @@ def run_paths(run: RunOptions, *name: str, checkpoint_name: str = CHECKPOINT) ->
     checkpoint = Path(run.checkpoint) if run.checkpoint else directory / checkpoint_name
     forget_files_read()                       # the task files this run reads, which its checkpoint records
     record = read_run_json(directory) if resume is not None and (directory / RUN_FILE).is_file() else {}
-    started_in(record.get("cwd"), record.get("moved_from"))   # a resumed run's recorded paths: from where it started
+    started_in(record.get("cwd"), record.get("moved_from"), record.get("moved_to"))   # its paths: where it started
     if resume is None and (directory / RUN_FILE).is_file() and (checkpoint.is_file() or "result" in read_run_json(directory)):
         raise ConfigurationError(f"{directory} holds a run already ({RUN_FILE}): continue it with --resume "
                                  f"{shlex.quote(str(directory))}, or give another --run-dir")   # one stopped before a checkpoint: restart
@@ -353,14 +353,10 @@ def write_run_json(paths: RunPaths, command: str, settings: Any, argv: list[str]
                               "settings": dump(settings), "environment": environment(),
                               "data_files": files_read()}   # each task file's bytes and sha256, as the checkpoint's
     old = read_run_json(paths.dir) if paths.run_json.is_file() else None
-    elsewhere = old is not None and paths.resume is not None and started_from().resolve() != Path.cwd().resolve()
-    if elsewhere:                                   # resumed from another folder: cwd stays where the run started
-        record = as_started(record, started_from(), old["settings"])
     if old is not None:
         record["started"] = old.get("started", {"argv": old.get("argv"), "environment": old.get("environment"),
                                                 "data_files": old.get("data_files")})
-        line = {"argv": record["argv"], "at": paths.at, "data_files": record["data_files"]} | \
-            ({"cwd": os.getcwd()} if elsewhere else {})
+        line = {"argv": record["argv"], "at": paths.at, "data_files": record["data_files"]}
         earlier = [r for r in old.get("resumed", []) if r.get("at") != paths.at]   # written already: on its extension
         record["resumed"] = earlier + ([line] if paths.resume else [])
     write_text(paths.run_json, json.dumps(record | extra, indent=1) + "\n")

@@ -198,8 +198,9 @@ def load_trained(model: DeeBert, settings: Settings) -> Path:
                           "never finished an epoch)")
     state = check_trained(load_checkpoint(path), path, settings.sweep.from_run)
     was = build(Settings, stored_values(Settings, state.get("config", {})))   # flat names of older ones too
-    record = Path(settings.sweep.from_run) / RUN_FILE      # a relative --model: from the folder that run started in
-    start = read_run_json(record.parent).get("cwd") if record.is_file() else None
+    owner = path.parent if (path.parent / RUN_FILE).is_file() else Path(settings.sweep.from_run)   # that trained it
+    record = owner / RUN_FILE                             # a relative --model: from the folder that run started in
+    start = read_run_json(owner).get("cwd") if record.is_file() else None
     diffs = [f"{k}: {a!r} there, {b!r} now" for k, a, b in _model_fields(was, settings)
              if not (same_place(a, b, start) if k == "model" else a == b)]
     if state.get("config", {}).get("stage") != 2 or diffs:
