@@ -81,6 +81,7 @@ class Run:
     chosen: float | None = None
     data_files: dict | None = None          # the checkpoint's record of the task files the run read (bytes, sha256)
     started_in: str | None = None           # the folder the run started in (run.json's cwd): its record's paths'
+    copy: tuple[str, str] | None = None     # the folder copied with the run and its copy (run.json's moved_from, _to)
 
 
 def kind_of(config: dict) -> str | None:
@@ -126,7 +127,8 @@ def load_run(path: str | Path, given: dict[str, Any] | None = None) -> Run:
                                      "give the run's directory or its stage2.pt")
         record = read_run_json(path)
         chosen = (record.get("result") or {}).get("prediction_setting") if kind == "deebert" else None
-        return Run(kind, settings, state["best_state"], None, chosen, state.get("data_files"), record.get("cwd"))
+        copy = (record["moved_from"], record["moved_to"]) if "moved_from" in record else None
+        return Run(kind, settings, state["best_state"], None, chosen, state.get("data_files"), record.get("cwd"), copy)
     if path.is_dir() and (path / EXPORT_SETTINGS).is_file():
         kind, stored, heads = read_export(path)
         cls = command(kind).Settings
@@ -355,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     predictors = {"multitask": predict_multitask, "classifier": predict_classifier, "deebert": predict_deebert}
     forget_files_read()                                    # the files this prediction reads, against the run's record
     written = predictors[run.kind](args, run, device)
-    for path in changed_files(run.data_files, files_read(), run.started_in):
+    for path in changed_files(run.data_files, files_read(), run.started_in, run.copy):
         print(f"note: {path} differs from the file the run read (its size or sha256 is not the checkpoint's "
               "record): its scores here are not the run's own", file=sys.stderr)
     if not written:

@@ -18,7 +18,7 @@ from test_ensemble_cli import run_dir as sst_run
 from tasks import attention, classifier, ensemble, export, multitask, predict, submit
 from tasks.core.checkpoints import load_checkpoint
 from tasks.core.errors import MissingFileError, ResumeError, run_cli
-from tasks.core.run_files import located, trained_files
+from tasks.core.run_files import changed_files, located, trained_files
 from tasks.core.runs import RUN_FILE
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -385,3 +385,31 @@ def test_an_older_default_run_folder_under_minbert_runs_is_found_in_a_copy(tmp_p
     assert start_folder(old, hw2 / "myruns" / "r1") == str(hw)
     monkeypatch.setenv("MINBERT_RUNS", "myruns")
     assert start_folder(old, hw2 / "myruns" / "r1") == str(hw2)
+
+
+def test_a_copy_is_told_from_a_resume_outside_the_tree_a_run_folder_at_its_start_and_a_copy_without_outputs(tmp_path):
+    """located finds the folder copied above the run folder even when the run.json's cwd lies outside it (resumed from
+    a sibling folder: its paths absolute under the tree), when the run folder is where the run started (--run-dir .),
+    and when the copy left out the checkpoint (what a run reads decides, not what it wrote); predict's note on a
+    changed file reads the checkpoint's absolute paths under the copy."""
+    t, t2 = tmp_path / "T", tmp_path / "T2"
+    (t / "runs" / "r").mkdir(parents=True)
+    (t / "ck").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    for name in ("train.csv", "ck/c.pt"):
+        (t / name).write_text("x")
+    shutil.copytree(t, t2, ignore=shutil.ignore_patterns("c.pt"))
+    sibling = {"cwd": str(tmp_path / "elsewhere"), "run_dir": str(t / "runs" / "r"),
+               "settings": {"files": {"train_file": str(t / "train.csv")}, "run": {"checkpoint": str(t / "ck/c.pt")}}}
+    copy = located(sibling, t2 / "runs" / "r")
+    assert (copy["cwd"], copy["moved_from"], copy["moved_to"]) == (str(tmp_path / "elsewhere"), str(t), str(t2))
+    assert trained_files(copy) == {"files.train_file": str(t2 / "train.csv"), "run.checkpoint": str(t2 / "ck/c.pt")}
+    itself = {"cwd": str(t), "run_dir": str(t), "settings": {"files": {"train_file": "train.csv"}}}
+    assert start_folder(itself, t2) == str(t2) and start_folder(itself, t) == str(t)
+    relative = {"cwd": str(t), "run_dir": str(t / "runs" / "r"),
+                "settings": {"files": {"train_file": "train.csv"}, "run": {"checkpoint": "ck/c.pt"}}}
+    assert start_folder(relative, t2 / "runs" / "r") == str(t2)                     # no ck/c.pt in the copy
+    mark = {"bytes": 1, "sha256": "0" * 64, "labelled": True}
+    now = {str(t2 / "train.csv"): {"bytes": 2, "sha256": "1" * 64, "labelled": True}}
+    assert changed_files({str(t / "train.csv"): mark}, now, str(t2), (str(t), str(t2))) == [str(t2 / "train.csv")]
+    assert changed_files({str(t / "train.csv"): mark}, now, str(t2)) == []

@@ -69,10 +69,14 @@ def _runs_at(record: dict[str, Any], start: Path, here: Path) -> list[Path]:
 
 def _holds(record: dict[str, Any], start: Path, old: Path, new: Path) -> bool:
     """Whether `new` holds the run's files that lie under `old` (relative ones joined to `start`, absolute ones) at the
-    same places: each one `old` holds (where `old` is gone, any one). A copy or renamed `old`, not a folder that
-    merely ends in runs/NAME."""
-    files = [Path(os.path.normpath(start / v)) for v in _path_values(record["settings"]).values()]
-    files = [f for f in files if f.is_relative_to(old) and f != old]
+    same places: each one `old` holds (where `old` is gone, any one), of the files it reads (of where it writes only if
+    it reads none there: a copy may leave out a checkpoint). A copy or renamed `old`, not a folder that merely ends in
+    runs/NAME."""
+    values = _path_values(record["settings"])
+    under = {k: f for k, f in ((k, Path(os.path.normpath(start / v))) for k, v in values.items())
+             if f.is_relative_to(old) and f != old}
+    inputs = [f for k, f in under.items() if k not in WRITTEN]      # what it reads; where it writes if nothing
+    files = inputs or list(under.values())
     if not old.is_dir():
         return any((new / f.relative_to(old)).exists() for f in files)
     there = [f for f in files if f.exists()]
@@ -82,8 +86,8 @@ def _holds(record: dict[str, Any], start: Path, old: Path, new: Path) -> bool:
 def copied(record: dict[str, Any], directory: str | Path) -> tuple[Path, Path] | None:
     """(the folder copied, its copy) when the run folder `directory` of run.json `record` is no longer where the run
     wrote it but at the same place under another folder that holds the run's files as the first does (cp -r hw hw2, mv
-    hw hw2: the folder holding where the run started and its run folder); None for a run folder where it was written
-    or moved on its own (its recorded paths hold)."""
+    hw hw2: the run folder or a folder above it, up to the one it shares with where the run started, the nearest that
+    fits); None for a run folder where it was written or moved on its own (its recorded paths hold)."""
     cwd, settings = record.get("cwd"), record.get("settings")
     if not isinstance(cwd, str) or not cwd or not isinstance(settings, dict):
         return None                                      # no cwd recorded, or a malformed run.json: its reader says so
@@ -92,12 +96,15 @@ def copied(record: dict[str, Any], directory: str | Path) -> tuple[Path, Path] |
     if any(w.resolve() == here.resolve() for w in written):
         return None
     for was in written:
-        old = Path(os.path.commonpath([start, was]))          # e.g. hw for hw/part1 and hw/runs/r1
-        tail = was.relative_to(old).parts
-        if tail and here.parts[-len(tail):] == tail:
-            new = Path(*here.parts[:-len(tail)])
-            if new != old and _holds(record, start, old, new):
-                return old, new
+        top = Path(os.path.commonpath([start, was]))          # e.g. hw for hw/part1 and hw/runs/r1
+        for old in [was, *was.parents]:                       # the run folder itself (--run-dir .), its parents, ...
+            tail = was.relative_to(old).parts
+            if tail == here.parts[len(here.parts) - len(tail):]:
+                new = Path(*here.parts[:len(here.parts) - len(tail)])
+                if new != old and _holds(record, start, old, new):
+                    return old, new
+            if old == top:                                    # ... up to the folder it shares with the start
+                break
     return None
 
 
@@ -108,8 +115,7 @@ def located(record: dict[str, Any], directory: str | Path) -> dict[str, Any]:
     if pair is None:
         return record
     old, new = pair
-    cwd = new / Path(os.path.normpath(record["cwd"])).relative_to(old)
-    return record | {"cwd": str(cwd), "moved_from": str(old), "moved_to": str(new)}
+    return record | {"cwd": moved(record["cwd"], old, new), "moved_from": str(old), "moved_to": str(new)}
 
 
 def moved(value: str, old: str | Path | None, new: str | Path | None) -> str:
@@ -281,10 +287,13 @@ def forget_same_bytes() -> None:
     _for_default.clear()
 
 
-def changed_files(recorded: dict | None, read: dict[str, dict], start: str | Path | None) -> list[str]:
+def changed_files(recorded: dict | None, read: dict[str, dict], start: str | Path | None,
+                  copy: tuple[str, str] | None = None) -> list[str]:
     """Each labelled file of `read` ({path as read now: {"bytes", "sha256", "labelled"}}, tasks.core.data.files_read)
     whose bytes or sha256 differ from what a checkpoint `recorded` of the same file (its paths relative to `start`,
-    the folder the run started in)."""
+    the folder the run started in; absolute ones under the folder copied with the run, `copy`'s first, under its
+    second: located's moved_from and moved_to)."""
+    recorded = {moved(f, *copy) if copy else f: mark for f, mark in (recorded or {}).items()}
     changed = []
     for path, now in read.items():
         if not now.get("labelled", True):
