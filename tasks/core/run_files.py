@@ -87,10 +87,11 @@ def copied(record: dict[str, Any], directory: str | Path) -> tuple[Path, Path] |
     """(the folder copied, its copy) when the run folder `directory` of run.json `record` is no longer where the run
     wrote it but at the same place under another folder that holds the run's files as the first does (cp -r hw hw2, mv
     hw hw2: the run folder or a folder above it, up to the one it shares with where the run started, the nearest that
-    fits); None for a run folder where it was written or moved on its own (its recorded paths hold)."""
+    fits); None for a run folder where it was written or moved on its own (its recorded paths hold), or a run.json
+    without an absolute cwd."""
     cwd, settings = record.get("cwd"), record.get("settings")
-    if not isinstance(cwd, str) or not cwd or not isinstance(settings, dict):
-        return None                                      # no cwd recorded, or a malformed run.json: its reader says so
+    if not isinstance(cwd, str) or not os.path.isabs(cwd) or not isinstance(settings, dict):
+        return None                      # no cwd recorded (or a relative one), a malformed run.json: its reader says so
     start, here = Path(os.path.normpath(cwd)), Path(os.path.abspath(directory))
     written = _runs_at(record, start, here)
     if any(w.resolve() == here.resolve() for w in written):
