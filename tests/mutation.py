@@ -30,7 +30,7 @@ TESTS = {
     "tasks/core/run_files.py": ["tests/test_run_folders.py", "tests/test_settings_resume.py", "tests/test_export_runs.py",
                                 "tests/test_predict_guards.py", "tests/test_ensemble_cli.py", "tests/test_run_guards.py",
                                 "tests/test_attention.py", "tests/test_output_paths.py",
-                                "tests/test_mutants_run_files.py"],
+                                "tests/test_mutants_run_files.py", "tests/test_mutants_run_copies.py"],
     "tasks/core/evaluation.py": ["tests/test_tasks_scoring.py", "tests/test_catches.py", "tests/test_mutants.py",
                                  "tests/test_ensemble_cli.py"],
     "assignments/standing.py": ["tests/test_leaderboard.py", "tests/test_leaderboard_abuse.py",
