@@ -27,7 +27,7 @@ TESTS = {
     "minbert/smart.py": ["tests/test_smart.py", "tests/test_catches.py", "tests/test_mutants_smart.py"],
     "minbert/deebert.py": ["tests/test_deebert.py", "tests/test_deebert_cli.py", "tests/test_mutants_deebert.py"],
     "minbert/files.py": ["tests/test_files.py", "tests/test_full_disk.py"],
-    "tasks/core/run_files.py": ["tests/test_run_folders.py", "tests/test_settings_resume.py", "tests/test_export_runs.py",
+    "tasks/core/run_files.py": ["tests/test_run_folders.py", "tests/test_run_copies.py", "tests/test_settings_resume.py", "tests/test_export_runs.py",
                                 "tests/test_predict_guards.py", "tests/test_ensemble_cli.py", "tests/test_run_guards.py",
                                 "tests/test_attention.py", "tests/test_output_paths.py",
                                 "tests/test_mutants_run_files.py", "tests/test_mutants_run_copies.py"],
