@@ -180,3 +180,22 @@ def test_the_error_pages_summary_is_what_the_reader_prints(tmp_path):
     path.write_bytes(SST_HEADER.encode() + b"0\ta\tgood\t4\n1\ta\tbad\t0\n2\tb\n3\tc\xfft\t2\n4\td\x00\t1\n"
                      b"5\te\t\"so good\t3\n6\tf\tfine\t1\n7\tg\tshe said \"no\"\t2\n8\th\tok\t3\n\n")
     assert read_sentences(path).summary().replace(str(path), "train.csv") + "\n" == shown
+
+
+def test_the_part1_pages_join_reports_are_what_the_reader_prints(tmp_path):
+    """The part1 copy of data/README.md quotes what the reader reports for a badly joined sst-more.csv (the course's
+    8000 SST rows, then the student's from line 8002): each line is printed for the join it describes."""
+    page = " ".join(handout_text((ROOT / "data" / "README.md").read_text(encoding="utf-8"), "part1",
+                                 "data/README.md").split())
+    course = (DATA / "ids-sst-train.csv").read_text(encoding="utf-8")
+    mine = {"the header line again": SST_HEADER + "0\ta0\tgood\t4\n",
+            "3 columns": "0\ta0\t4\n",
+            "duplicate id": "".join(f"{i}\t{'a1' if i in (3, 8) else f'c{i}'}\trow {i}\t1\n" for i in range(9)),
+            "a quote mark": "".join(f"{i}\tb{i}\trow {i}\t1\n" for i in range(9)) + "9\tq\t\"open\t1\n10\tr\tx\t1\n"
+                            "11\ts\ty\t1\n"}
+    for what, rows in mine.items():
+        path = tmp_path / "sst-more.csv"
+        path.write_text(course + rows, encoding="utf-8")
+        reports = [str(s).replace(str(path), "sst-more.csv") for s in read_sentences(path).skipped]
+        assert len(reports) == 1 and what in reports[0], (what, reports)
+        assert f"`{reports[0]}`" in page, reports[0]
