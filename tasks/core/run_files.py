@@ -160,7 +160,7 @@ def replayed(record: dict[str, Any], source: str, replaced: Collection[str] = ()
            if isinstance(values, dict) else values for section, values in settings.items()}
     if not isinstance(cwd, str):
         return out
-    joined = trained_files(record)
+    joined, moved_alone = trained_files(record), _moved_paths(record)
     here = Path(cwd).resolve() == Path.cwd().resolve()          # from where it started: its absolute paths moved alone
     for key, value in relative_paths(settings).items() if not here else ():
         if key not in joined and key not in replaced and key not in ("training.model", "files.data_dir", *WRITTEN) and \
@@ -169,7 +169,7 @@ def replayed(record: dict[str, Any], source: str, replaced: Collection[str] = ()
                                    f"run started (nor here, {Path.cwd()}): run from there, or put the file back")
     for key, path in joined.items():
         section, name = key.split(".", 1)
-        if key not in replaced and not (here and key not in _moved_paths(record)):
+        if key not in replaced and not (here and key not in moved_alone):
             out[section][name] = path
     return out
 
