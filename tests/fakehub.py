@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import io
 import json
 import re
 import threading
@@ -14,8 +15,30 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+import torch
 
 COMMIT = "feedface" * 5  # the Hub names a snapshot by its 40-digit commit
+
+
+def sharded(state: dict[str, torch.Tensor], weights: str, parts: int = 2) -> dict[str, bytes]:
+    """`state` as transformers' save_pretrained(max_shard_size=...) writes it: `weights`.index.json and its shards
+    (model-00001-of-00002.safetensors, ... or pytorch_model-00001-of-00002.bin, ...), as a repository's files."""
+    from safetensors.torch import save
+    stem, suffix = weights.split(".")
+    names = sorted(state)
+    files, weight_map = {}, {}
+    for i in range(parts):
+        file = f"{stem}-{i + 1:05d}-of-{parts:05d}.{suffix}"
+        part = {k: state[k].contiguous() for k in names[i::parts]}
+        if suffix == "safetensors":
+            files[file] = save(part, metadata={"format": "pt"})
+        else:
+            buffer = io.BytesIO()
+            torch.save(part, buffer)
+            files[file] = buffer.getvalue()
+        weight_map.update(dict.fromkeys(part, file))
+    files[f"{weights}.index.json"] = json.dumps({"metadata": {}, "weight_map": weight_map}).encode()
+    return files
 
 
 class FakeHub(http.server.BaseHTTPRequestHandler):

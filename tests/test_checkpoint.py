@@ -248,7 +248,8 @@ def test_hub_falls_back_to_pytorch_model_bin(fake_hub: type[FakeHub], tiny_dir: 
     expected = minbert.load_pretrained(str(tiny_dir)).state_dict()
     assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())
     fake_hub.repos["org/empty"] = {"config.json": files["config.json"]}
-    assert "org/empty has neither of model.safetensors, pytorch_model.bin" in load_error("org/empty")
+    assert ("org/empty has none of model.safetensors, model.safetensors.index.json, pytorch_model.bin, "
+            "pytorch_model.bin.index.json") in load_error("org/empty")
 
 
 def test_hub_sends_hf_token(fake_hub: type[FakeHub], monkeypatch: pytest.MonkeyPatch) -> None:
