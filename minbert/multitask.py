@@ -30,7 +30,7 @@ from torch import nn
 from .model import BertModel
 from .pals import PALs, PalsConfig
 from .pooling import POOLINGS, pool
-from .shapes import expect_shape
+from .shapes import expect_batch, expect_shape
 from .smart import Smart, SmartConfig
 
 DESIGNS = ("bi-encoder", "cross-encoder")
@@ -213,7 +213,10 @@ class MultitaskBert(nn.Module):
         batch["encoder_inputs"] when the batch holds them (made by this method on the CPU before the batch moved to
         a GPU, so that the GPU never has to tell the host a joined pair's length)."""
         if "encoder_inputs" in batch:
-            return batch["encoder_inputs"]
+            return batch["encoder_inputs"]                           # checked here when they were made
+        for end in ("",) if task == "sst" else ("_1", "_2"):        # bert(...)'s check, once a batch: SMART embeds
+            expect_batch(batch["input_ids" + end], None, ids_name="input_ids" + end,       # the tokens itself
+                         **{"attention_mask" + end: batch["attention_mask" + end]})
         if task == "sst":
             return [EncoderInput(batch["input_ids"], batch["attention_mask"])]
         return self.pair_inputs(batch["input_ids_1"], batch["attention_mask_1"],

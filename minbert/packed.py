@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch.utils import checkpoint as activation_checkpoint
 
 from .model import BertLayer, BertModel, BertOutput
+from .shapes import expect_batch
 
 # Flash attention on variable-length sequences takes CUDA tensors only: imported only where CUDA is, since the import
 # also imports torch._dynamo (a second or two). Older torch has no torch.nn.attention.varlen.
@@ -144,6 +145,7 @@ def encode_packed(
     if any(layer.adapter is not None for layer in bert.layers):
         raise NotImplementedError("encode_packed does not run a layer's adapter (PALs, minbert.pals), which takes "
                                   "the padded (B, T, H) batch; use the readable forward, bert(...), for those")
+    expect_batch(input_ids, embeddings, attention_mask=attention_mask, token_type_ids=token_type_ids)  # as bert(...)
     if packing is None:
         packing = Packing.of(attention_mask)                          # refuses a mask on the GPU
     h0 = embeddings if embeddings is not None else bert.embed(input_ids, token_type_ids)  # (B, T, H)

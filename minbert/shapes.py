@@ -21,12 +21,13 @@ def expect_shape(out: torch.Tensor, expected: tuple[int, ...], what: str, dims: 
     return out
 
 
-def expect_batch(input_ids: torch.Tensor | None, embeddings: torch.Tensor | None,
+def expect_batch(input_ids: torch.Tensor | None, embeddings: torch.Tensor | None, *, ids_name: str = "input_ids",
                  **per_token: torch.Tensor | None) -> None:
     """BertModel's inputs: input_ids (B, T) or embeddings (B, T, H), and each per-token tensor given (B, T) as well. A
     wrong shape stops here in one line naming it, not deep in the layers (and a (B, 1) mask, which would broadcast and
-    attend to the padding, is refused). A comparison of shapes alone (no value is read: free under torch.compile)."""
-    name, x, dims = ("input_ids", input_ids, "(B, T)") if embeddings is None else ("embeddings", embeddings, "(B, T, H)")
+    attend to the padding, is refused); ids_name: what the message calls input_ids (a pair's input_ids_1, say). A
+    comparison of shapes alone (no value is read: free under torch.compile)."""
+    name, x, dims = (ids_name, input_ids, "(B, T)") if embeddings is None else ("embeddings", embeddings, "(B, T, H)")
     if x is None:
         return                                        # embed() says to give input_ids
     if x.dim() != dims.count(",") + 1:
@@ -34,6 +35,6 @@ def expect_batch(input_ids: torch.Tensor | None, embeddings: torch.Tensor | None
         raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {dims}: a batch of B sequences of T tokens{one}")
     for key, t in per_token.items():
         if t is not None and t.shape != x.shape[:2]:
-            hint = ": 1 at real tokens, 0 at padding" if key == "attention_mask" else ""
+            hint = ": 1 at real tokens, 0 at padding" if key.startswith("attention_mask") else ""
             raise ValueError(f"{key} has shape {tuple(t.shape)}, expected (B, T) = {tuple(x.shape[:2])} (from {name})"
                              f"{hint}")

@@ -224,3 +224,17 @@ def test_stage_two_leaves_every_stage_one_parameter_bit_identical_and_computes_n
     assert all(p.grad is None and not p.requires_grad for p in frozen)
     assert grad_modes and not any(grad_modes)                            # the backbone ran without autograd
     assert {id(p) for p in opt.state} == {id(p) for r in model.ramps[:-1] for p in r.parameters()}
+
+
+def test_every_entry_checks_its_inputs_shapes_as_bert_forward_does(tiny_config):
+    """A (B, 1) mask would broadcast and attend to the padding; a 1-D input_ids is one sequence: each entry refuses
+    both in one line naming the input, before any layer runs (forward, all_logits, stage 2 and the early exit)."""
+    model = DeeBert(minbert.BertModel(tiny_config), DeeBertConfig(2)).eval()
+    ids, mask = torch.randint(1, 100, (3, 5)), torch.ones(3, 5, dtype=torch.long)
+    entries = (model, model.all_logits, model.stage2_logits,
+               lambda i, m, t: early_exit(model, i, m, t, EntropyExit(0.1)))
+    for entry in entries:
+        for args, name in (((ids, mask[:, :1], None), "attention_mask"), ((ids[0], mask[0], None), "input_ids"),
+                           ((ids, mask, ids[:, :1]), "token_type_ids")):
+            with pytest.raises(ValueError, match=rf"^{name} has shape \(\d+(, 1)?,?\), expected \(B, T\)[^\n]*$"):
+                entry(*args)

@@ -132,6 +132,18 @@ def test_a_layer_with_an_adapter_is_refused_naming_the_readable_forward() -> Non
         encode_packed(model, ids, mask, types)
 
 
+def test_the_inputs_shapes_are_checked_as_bert_forward_checks_them() -> None:
+    """A (B, 1) mask (it would broadcast) and a 1-D input_ids are refused in one line naming the input, as bert(...)."""
+    model = tiny().eval()
+    ids, mask, types = batch(*BATCHES["padded"])
+    with pytest.raises(ValueError, match=r"^attention_mask has shape \(5, 1\), expected \(B, T\) = \(5, 12\)[^\n]*$"):
+        encode_packed(model, ids, mask[:, :1], types)
+    with pytest.raises(ValueError, match=r"^input_ids has shape \(12,\), expected \(B, T\)[^\n]*$"):
+        encode_packed(model, ids[0], mask[0], types[0])
+    with pytest.raises(ValueError, match=r"^attention_mask has shape \(5, 1\), expected \(B, T\) = \(5, 12\) \(from emb"):
+        encode_packed(model, None, mask[:, :1], embeddings=model.embed(ids, types))
+
+
 def test_packing_of_a_hand_computed_mask() -> None:
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
     p = Packing.of(mask)

@@ -378,3 +378,19 @@ def test_smart_cli_cross_encoder_kill_and_resume_carries_the_momentum_copy(tiny_
     assert set(a) == set(b) and any(k.startswith("smart.momentum/") for k in a)
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+@pytest.mark.parametrize("design", ["bi-encoder", "cross-encoder"])
+def test_smart_s_path_checks_its_inputs_where_they_come_in(tiny_config, tokenizer, design):
+    """SMART embeds the tokens and runs predict_from_embeddings, not bert(input_ids, ...): the batch's shapes are
+    checked once, where inputs() takes them, in one line naming the input (a (B, 1) mask would broadcast)."""
+    model = MultitaskBert(minbert.BertModel(tiny_config), MultitaskConfig(design=design, head_hidden=16))
+    model.add_smart(SmartConfig(steps=1))
+    model.train()
+    sst, para = labelled(tokenizer, "sst"), labelled(tokenizer, "para")
+    for task, batch, name in (("sst", sst | {"attention_mask": sst["attention_mask"][:, :1]}, "attention_mask"),
+                              ("sst", sst | {"input_ids": sst["input_ids"][0]}, "input_ids"),
+                              ("para", para | {"attention_mask_2": para["attention_mask_2"][:, :1]}, "attention_mask_2"),
+                              ("para", para | {"input_ids_1": para["input_ids_1"][0]}, "input_ids_1")):
+        with pytest.raises(ValueError, match=rf"^{name} has shape \(\d+(, 1)?,?\), expected \(B, T\)[^\n]*$"):
+            model.loss(task, batch)

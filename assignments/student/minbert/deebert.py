@@ -28,6 +28,7 @@ from torch import nn
 from .losses import cross_entropy
 from .model import BertModel
 from .pooling import POOLINGS, pool
+from .shapes import expect_batch
 
 RAMP_POOLINGS = tuple(p for p in POOLINGS if p != "pooler")  # a layer's states have no pooler output of their own
 
@@ -85,6 +86,7 @@ class DeeBert(nn.Module):
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                       token_type_ids: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Every layer's output, L tensors of (B, T, H)."""
+        expect_batch(input_ids, None, attention_mask=attention_mask, token_type_ids=token_type_ids)  # as bert(...)
         h = self.bert.embed(input_ids, token_type_ids)                     # (B, T, H)
         bias = self.bert.attention_bias(attention_mask, h)                 # (B, 1, 1, T)
         out = []
@@ -236,6 +238,7 @@ def early_exit(model: DeeBert, input_ids: torch.Tensor, attention_mask: torch.Te
     written to their rows and removed from the batch, the rest go on. trim also drops the columns that only
     the samples gone had needed.
     """
+    expect_batch(input_ids, None, attention_mask=attention_mask, token_type_ids=token_type_ids)  # as bert(...)
     B, L = input_ids.shape[0], model.num_layers
     h = model.bert.embed(input_ids, token_type_ids)                        # (B, T, H)
     mask = attention_mask
