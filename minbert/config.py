@@ -33,6 +33,9 @@ class BertConfig:
     def __post_init__(self) -> None:
         for f in fields(self):  # the annotations are strings ("int"): `from __future__ import annotations`
             v = getattr(self, f.name)
+            if f.type not in TYPES:                   # a new field's annotation needs its check written first
+                raise TypeError(f"BertConfig field {f.name}: its type {f.type!r} has no entry in minbert/config.py's "
+                                "TYPES (its check); add one")
             ok, word = TYPES[f.type]
             if isinstance(v, bool) or not isinstance(v, ok):
                 raise ValueError(f"{f.name} must be {word}, not {v!r}")

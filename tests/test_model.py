@@ -276,6 +276,22 @@ def test_a_config_built_directly_is_checked_as_one_read_from_json() -> None:
             minbert.BertConfig.from_dict(kwargs)
 
 
+def test_every_config_field_s_type_has_its_check() -> None:
+    """__post_init__ checks each field by its annotation in config.TYPES: a field typed otherwise (a future bool or
+    str | None) is one line naming it, not a bare KeyError."""
+    from dataclasses import dataclass, fields
+
+    from minbert.config import TYPES
+    assert {f.name: f.type for f in fields(minbert.BertConfig) if f.type not in TYPES} == {}
+
+    @dataclass
+    class WithAFlag(minbert.BertConfig):
+        use_flag: bool = False
+    with pytest.raises(TypeError, match=r"^BertConfig field use_flag: its type 'bool' has no entry in "
+                                        r"minbert/config.py's TYPES \(its check\); add one$"):
+        WithAFlag()
+
+
 def test_a_config_without_a_padding_token_builds_a_model() -> None:
     """pad_token_id null, as transformers saves and reloads it: an embedding without a padding row."""
     config = minbert.BertConfig.from_dict({"pad_token_id": None, "hidden_size": 8, "num_attention_heads": 2,
