@@ -20,11 +20,15 @@ import random
 import torch
 from torch import nn
 
+# The projection order's source when a call passes no rng: one generator that advances with every call, so each call
+# draws a new order (Alg. 1 draws one per step) and a process's sequence of calls repeats from run to run.
+ORDER = random.Random(0)
+
 
 def pcgrad_coefficients(gram: torch.Tensor, rng: random.Random | None = None) -> torch.Tensor:
     """Yu et al. (2020), Alg. 1 on dot products: C (n, n) such that task i's projected gradient is sum_k C[i, k] g_k,
-    from the Gram matrix gram[i, j] = g_i . g_j (n, n) of the tasks' gradients."""
-    rng = rng or random.Random(0)
+    from the Gram matrix gram[i, j] = g_i . g_j (n, n) of the tasks' gradients; rng draws the order (default ORDER)."""
+    rng = rng or ORDER
     n = gram.shape[0]
     G = gram.detach().double().cpu()                                 # (n, n): tiny, and each test below is a branch
     C = torch.eye(n, dtype=torch.float64)                            # g_i^PC starts as g_i

@@ -136,3 +136,17 @@ def test_mnrl_by_hand():
         # only pair 1 is a duplicate: it alone is an anchor, v0 still its negative
         assert math.isclose(mnrl_loss(u, v, torch.tensor([0, 1]), scale).item(), l1, rel_tol=1e-4, abs_tol=1e-6)
     assert mnrl_loss(u, v, torch.tensor([0, 0])).item() == 0.0
+
+
+def test_pcgrad_without_an_rng_draws_a_new_order_each_call_and_repeats_per_process():
+    """Alg. 1 draws a random order every step: calls without an rng advance one module-level generator (seeded, so a
+    process's sequence of calls repeats) instead of each starting from the same seed."""
+    from minbert import pcgrad
+
+    gram = torch.full((4, 4), -1.0, dtype=torch.float64) + torch.diag(torch.full((4,), 5.0, dtype=torch.float64))
+    state = pcgrad.ORDER.getstate()
+    first = [tuple(pcgrad_coefficients(gram).flatten().tolist()) for _ in range(20)]   # every pair conflicts
+    assert len(set(first)) > 1
+    pcgrad.ORDER.setstate(state)
+    assert [tuple(pcgrad_coefficients(gram).flatten().tolist()) for _ in range(20)] == first
+    assert torch.equal(pcgrad_coefficients(gram, random.Random(5)), pcgrad_coefficients(gram, random.Random(5)))
