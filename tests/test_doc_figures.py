@@ -255,3 +255,26 @@ def test_the_multitask_page_states_the_frozen_word_tables_paired_cost() -> None:
     assert stored == pytest.approx(overall, rel=1e-6), "multitask-main-ffw.json's summary is not its seeds' figures"
     said = f"{overall['mean'] * 100:.2f} points [{overall['lo'] * 100:.2f}, {overall['hi'] * 100:.2f}] overall"
     assert said in flat(ROOT / "docs" / "multitask.md"), said
+
+
+def test_the_deebert_page_states_where_the_public_codes_entropy_breaks() -> None:
+    """docs/deebert.md: castorini/DeeBERT's entropy, log sum e^x - sum x e^x / sum e^x on the raw logits, is nan in
+    fp32 once a logit passes ln(float32 max) (e^x overflows) or every logit is below ln(2^-150) (e^x rounds to 0);
+    the gap between the logits does not matter. minbert's entropy stays finite at all of them."""
+    import math
+
+    import torch
+
+    from minbert.deebert import entropy
+
+    def public(x: torch.Tensor) -> torch.Tensor:
+        e = torch.exp(x)
+        return torch.log(e.sum(-1)) - (x * e).sum(-1) / e.sum(-1)
+
+    high, low = math.log(torch.finfo(torch.float32).max), math.log(2.0 ** -150)
+    at = torch.tensor([[0.0, high + 0.1], [low - 0.1, low - 5], [0.0, high - 10], [-60.0, 44.0]])
+    assert public(at).isnan().tolist() == [True, True, False, False]   # [-60, 44]: a gap of 104, finite
+    assert torch.isfinite(entropy(at)).all()
+    said = (f"log sum e^x - sum x e^x / sum e^x on the raw logits, gives nan in fp32 once a logit exceeds about "
+            f"{high:.1f} (e^x overflows) or every logit is below about {low:.0f} (e^x rounds to 0)")
+    assert said in flat(DEEBERT), said
