@@ -67,14 +67,17 @@ KINDS = ("classification", "binary", "regression")
 #           s = delta + eta g
 #   vat:    archinetai/vat-pytorch, vat_pytorch/smart.py SMARTLoss defaults (step_size 1e-3, epsilon 1e-6, noise_var
 #           1e-5, norm_fn inf_norm over the last dimension): the same per-token rescale, a larger eta
-#   paper:  Algorithm 1 read literally: delta + eta g / ||g||_inf (per example), projected onto the epsilon ball
+#   paper:  Algorithm 1's step read literally: delta + eta g / ||g||_inf (per example), projected onto the epsilon ball
 PRESETS = {"mt-dnn": ("rescale", 1e-5, 1e-6, 1e-5), "vat": ("rescale", 1e-3, 1e-6, 1e-5),
            "paper": ("project", 1e-3, 1e-5, 1e-5)}
 
 
 @dataclass
 class SmartConfig:
-    """SMART's settings; the defaults are the paper's (sec. 5: lambda_s in {1, 3, 5}, mu 1, beta 0.99)."""
+    """SMART's settings. The defaults are the paper's perturbation (adversarial regulariser R_s) settings (sec. 5:
+    lambda_s in {1, 3, 5}) with the momentum term off: bregman=True (--smart-bregman) adds Algorithm 1's Bregman
+    proximal point term (mu 1, beta 0.99). beta is held fixed: the paper's schedule (as reported, 0.99 for the first
+    10% of updates, then 0.999) is not implemented."""
 
     lambda_s: float = 1.0       # weight of the smoothness-inducing regulariser R_s
     steps: int = 1              # K, ascent steps on the perturbation

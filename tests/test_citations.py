@@ -92,3 +92,21 @@ def test_every_public_function_in_the_library_has_a_docstring() -> None:
     missing = [f"{path.name}: {name}" for path in sorted((ROOT / "minbert").glob("*.py"))
                for name in undocumented(ast.parse(path.read_text()).body, "")]
     assert not missing
+
+
+def test_smart_defaults_are_called_the_papers_perturbation_settings_with_algorithm_1s_proximal_term_off() -> None:
+    """SmartConfig() is R_s alone (bregman False): its docstring and docs/smart-pals.md say so, name how to add
+    Algorithm 1's Bregman proximal term (bregman=True, --smart-bregman) and that beta is held fixed."""
+    from minbert.smart import SmartConfig
+
+    assert SmartConfig().bregman is False
+    for path in ("minbert/smart.py", "assignments/student/minbert/smart.py", "docs/smart-pals.md"):
+        text = " ".join((ROOT / path).read_text().split())
+        assert "the paper's settings" not in text and "the defaults are the paper's (" not in text, path
+    doc = " ".join(SmartConfig.__doc__.split())
+    assert "the paper's perturbation (adversarial regulariser R_s) settings" in doc
+    assert "bregman=True (--smart-bregman) adds Algorithm 1's Bregman proximal point term" in doc
+    assert "beta is held fixed" in doc
+    page = " ".join((ROOT / "docs/smart-pals.md").read_text().split())
+    assert "the paper's perturbation settings, with Algorithm 1's Bregman proximal point term off" in page
+    assert "`--smart-bregman` (`bregman=True`) adds it" in page and "beta is held fixed" in page
