@@ -12,14 +12,16 @@ VARIANTS = ("course",)
 
 
 class AdamW(Optimizer):
-    """AdamW (Loshchilov & Hutter, 2019, alg. 2) as the CS224N course has it: Hugging Face's pre-4.x
-    `transformers.AdamW`, which the course's optimizer_test.py passes against.
+    """AdamW (Loshchilov & Hutter, 2019, alg. 2) as the CS224N course has it: Hugging Face's
+    `transformers.AdamW` (deprecated during 4.x, since removed), which the course's optimizer_test.py passes against.
 
     It differs from torch.optim.AdamW in two details. eps (default 1e-6) is added to sqrt(v) before the bias
     correction, which is folded into the step size: the effective eps is eps / sqrt(1 - beta2^t), about 32x larger at
     step 1, which shrinks the early steps of a parameter with tiny gradients (lr 1e-3, g = 1e-7: a first step of
-    3.2e-6 against torch's 9.1e-5; at g = 1e-2 the two agree). And the decoupled weight decay comes after the Adam
-    step. correct_bias=False leaves the bias uncorrected. weight_decay defaults to 0 (torch.optim.AdamW's default is 0.01).
+    3.2e-6 against torch's 9.1e-5; at g = 1e-2 the two agree). And the decoupled weight decay, lr * weight_decay * p,
+    comes after the Adam step, on the updated p (torch's takes lr * weight_decay * theta_{t-1} before it). Both scale
+    the decay by lr, where Alg. 2 scales the decay by the schedule multiplier eta_t alone: eta_t lambda theta_{t-1}.
+    correct_bias=False leaves the bias uncorrected. weight_decay defaults to 0 (torch.optim.AdamW's default is 0.01).
     `variant` is kept for the course's interface and accepts "course" only. tasks/ trains with it under
     --optimizer course (tasks/core/recipe.py), torch's own AdamW under --optimizer torch or fused.
     """
@@ -63,8 +65,9 @@ class AdamW(Optimizer):
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 g, m, v = p.grad, state["exp_avg"], state["exp_avg_sq"]
                 ### BEGIN SOLUTION
-                ### STUB: One AdamW update of p, the course's variant (Hugging Face's AdamW before transformers 4;
-                ### STUB: Loshchilov & Hutter, 2019, alg. 2); g, m, v and p all have p's shape.
+                ### STUB: One AdamW update of p, the course's variant (Hugging Face's `transformers.AdamW`,
+                ### STUB: deprecated during 4.x, since removed; Loshchilov & Hutter, 2019, alg. 2); g, m, v and p all
+                ### STUB: have p's shape.
                 ### STUB:   count the step: state["step"] goes up by one; call the new count t
                 ### STUB:   m <- beta1 * m + (1 - beta1) * g        first moment, m is state["exp_avg"]
                 ### STUB:   v <- beta2 * v + (1 - beta2) * g^2      second moment, v is state["exp_avg_sq"]

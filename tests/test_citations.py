@@ -110,3 +110,19 @@ def test_smart_defaults_are_called_the_papers_perturbation_settings_with_algorit
     page = " ".join((ROOT / "docs/smart-pals.md").read_text().split())
     assert "the paper's perturbation settings, with Algorithm 1's Bregman proximal point term off" in page
     assert "`--smart-bregman` (`bregman=True`) adds it" in page and "beta is held fixed" in page
+
+
+def test_the_course_adamw_is_not_dated_before_transformers_4() -> None:
+    """transformers.AdamW kept the course's update through 4.x (deprecated there with a FutureWarning, since removed)."""
+    for path in ("minbert/optim.py", "assignments/student/minbert/optim.py", "docs/checkpoints.md",
+                 "tests/fixtures/PROVENANCE.md"):
+        text = " ".join((ROOT / path).read_text().split())
+        assert "pre-4.x" not in text and "before transformers 4" not in text, path
+        assert "deprecated during 4.x, since removed" in text, path
+
+
+def test_the_adamw_docstring_says_where_its_decay_differs_from_algorithm_2() -> None:
+    from minbert.optim import AdamW
+
+    doc = " ".join(AdamW.__doc__.split())
+    assert "Alg. 2 scales the decay by the schedule multiplier eta_t" in doc
