@@ -123,7 +123,7 @@ def layout_error(state_dict: dict[str, torch.Tensor], config: BertConfig) -> str
 
 
 def init_pooler(config: BertConfig, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """A pooler initialised as BERT initialises it: Wp ~ N(0, initializer_range), bp = 0 (Devlin et al., 2019, A.2)."""
+    """A pooler initialised as BERT initialises it: Wp ~ N(0, initializer_range), bp = 0 (as model.py's _init)."""
     H = config.hidden_size
     return {"pooler.Wp": torch.empty(H, H, dtype=dtype).normal_(0.0, config.initializer_range),
             "pooler.bp": torch.zeros(H, dtype=dtype)}

@@ -316,7 +316,9 @@ class BertModel(nn.Module):
         self.apply(self._init)
 
     def _init(self, module: nn.Module) -> None:
-        """Weights ~ N(0, 0.02), biases 0, LayerNorm gains 1 (Devlin et al., 2019, appendix A.2)."""
+        """Weights ~ N(0, std), biases 0, LayerNorm gains 1; std the config's initializer_range, 0.02 as
+        initializer_range in Google's released BERT configs (bert_config.json; Google's code draws from a normal
+        truncated at 2 std, Hugging Face's and this one from the plain normal)."""
         std = self.config.initializer_range
         for name, p in module.named_parameters(recurse=False):
             if name.startswith("W"):

@@ -126,3 +126,14 @@ def test_the_adamw_docstring_says_where_its_decay_differs_from_algorithm_2() -> 
 
     doc = " ".join(AdamW.__doc__.split())
     assert "Alg. 2 scales the decay by the schedule multiplier eta_t" in doc
+
+
+def test_bert_initialisation_cites_the_released_config_not_appendix_a2() -> None:
+    """N(0, 0.02) is initializer_range in Google's released bert_config.json; BERT's appendix A.2 does not state it."""
+    for path in ("minbert/model.py", "assignments/student/minbert/model.py", "minbert/checkpoint.py",
+                 "tests/test_mutants.py"):
+        for line in (ROOT / path).read_text().splitlines():
+            if "N(0, " in line and ("A.2" in line or "appendix" in line):
+                raise AssertionError(f"{path}: {line.strip()}")
+    assert "initializer_range in Google's released BERT configs (bert_config.json" in " ".join(
+        model.BertModel._init.__doc__.split())

@@ -238,7 +238,8 @@ def test_attention_on_its_own_with_its_defaults_equals_a_loop(fn):
 
 
 def test_a_fresh_model_starts_from_bert_s_initialisation(tiny_config):
-    """Weights and embeddings ~ N(0, 0.02), the padding row 0, biases 0, LayerNorm gains 1 (Devlin et al., A.2)."""
+    """Weights and embeddings ~ N(0, 0.02), the padding row 0, biases 0, LayerNorm gains 1 (BERT's released config's
+    initializer_range)."""
     torch.manual_seed(0)
     model = minbert.BertModel(tiny_config)
     for name, p in model.named_parameters():
