@@ -227,10 +227,11 @@ class BertLayer(nn.Module):
         """Eqs. 1-5 of BitFit: the merged heads h1 and the layer's input x, (N, H) or (B, T, H) -> the output."""
         ### BEGIN SOLUTION
         ### STUB: The rest of the layer (BitFit eqs. 1-5): h1 (the merged heads) and x (the layer's input) are
-        ### STUB: (N, H), the batch's N real tokens (forward drops the padding and puts it back), or (B, T, H)
-        ### STUB: when the batch has no padding; every step acts on each token alone, so the code is the same. ts is
-        ### STUB: what an adapter adds inside the last add-and-norm (PALs): (N, H) as well, or the number 0.0 when
-        ### STUB: the layer has none. Return `out`:
+        ### STUB: (N, H), the batch's N real tokens, on a CPU (forward drops the padding and puts it back), or
+        ### STUB: (B, T, H) on a GPU or under torch.compile, padding included (forward zeroes it afterwards), and
+        ### STUB: whenever the batch has no padding; every step acts on each token alone, so the code is the same.
+        ### STUB: ts is what an adapter adds inside the last add-and-norm (PALs): h1's shape as well, or the number
+        ### STUB: 0.0 when the layer has none. Return `out` (shapes below for the (N, H) case):
         ### STUB:   h2  = Dropout(Wm1 h1 + bm1)         (N, H)   F.linear(a, W, b) computes W a + b
         ### STUB:   h3  = gLN1 * norm(h2 + x) + bLN1    (N, H)   layer_norm(..., self.gLN1, self.bLN1, self.eps)
         ### STUB:   h4  = GELU(Wm2 h3 + bm2)            (N, I)   self.act(): the config's hidden_act, GELU for BERT;

@@ -137,3 +137,13 @@ def test_bert_initialisation_cites_the_released_config_not_appendix_a2() -> None
                 raise AssertionError(f"{path}: {line.strip()}")
     assert "initializer_range in Google's released BERT configs (bert_config.json" in " ".join(
         model.BertModel._init.__doc__.split())
+
+
+def test_the_after_attention_stub_says_when_h1_keeps_the_padding() -> None:
+    """On a GPU or under torch.compile on_real_tokens runs the layer on the padded (B, T, H) batch (skips_padding)."""
+    for path in ("minbert/model.py", "assignments/student/minbert/model.py"):       # the comment's words alone
+        text = " ".join(re.sub(r"#+( STUB:)?", " ", (ROOT / path).read_text()).split())
+        assert "or (B, T, H) when the batch has no padding" not in text, path
+        assert ("(N, H), the batch's N real tokens, on a CPU (forward drops the padding and puts it back), or "
+                "(B, T, H) on a GPU or under torch.compile, padding included (forward zeroes it afterwards), and "
+                "whenever the batch has no padding") in text, path
