@@ -29,11 +29,15 @@ from .common import (
     _state,
     _tiny_config,
     compare,
+    gradients,
     load_fixture,
     needs_pool,
 )
 
 # ---------------------------------------------------------------- the parts
+
+NO_GRADIENT_HINT = ("the output is right but its gradient is not: some of it is computed off the graph (.detach(), "
+                    ".data, torch.no_grad(), a new tensor from numbers)")
 
 FUSED_KERNEL = ("attention() in minbert/model.py calls torch's fused scaled_dot_product_attention; "
                 "write the computation out instead")
@@ -93,10 +97,17 @@ def check_attention() -> None:
     torch.manual_seed(SEED)            # a dropout that ignores training=False draws the out_train fixture's mask
     compare(f"{what} (training=False, so no dropout)", _refused(attention, q, k, v, mask, p, False), f["out"],
             hints=attention_check_hints(f))
+    # training=True on q, k, v that require grad, then the backward pass that training takes: an operation in place
+    # on a tensor autograd saved (the probabilities' dropout with inplace=True) fails there, in training mode alone
+    qkv = [t.clone().requires_grad_() for t in (q, k, v)]
     torch.manual_seed(SEED)
-    compare(f"{what} with training=True, dropout_p={p:g} (after torch.manual_seed({SEED}))",
-            _refused(attention, q, k, v, mask, p, True), f["out_train"],
+    train = f"{what} with training=True, dropout_p={p:g} (after torch.manual_seed({SEED}))"
+    out = _refused(attention, *qkv, mask, p, True)
+    compare(train, out, f["out_train"],
             hint="Apply F.dropout(probs, dropout_p, training) to the probabilities, once, before the weighted sum")
+    for name, grad in zip("qkv", gradients(train, out, qkv)):
+        compare(f"{train}: the gradient with respect to {name} (of a fixed weighting of the output)", grad,
+                f[f"grad_{name}"], hint=NO_GRADIENT_HINT)
 
 
 def check_embeddings() -> None:
@@ -172,11 +183,26 @@ def check_layer() -> None:
         compare(f"{what} in training mode (after torch.manual_seed({SEED}))", layer(x, mask), f["out_train"],
                 hint="Dropout goes on Wm1 h1 + bm1 and on Wm3 h4 + bm3, in that order, each with "
                      "F.dropout(..., self.p, self.training)")
-        layer.eval()
+    layer.eval()
+    for key, grad in layer_gradients(layer, x, mask, what).items():
+        compare(f"{what}: the gradient with respect to {'the input x' if key == 'grad_x' else key[5:]} (of a fixed "
+                "weighting of the output, on sentence 0 alone, eval mode)", grad, f[key], hint=NO_GRADIENT_HINT)
+    with torch.no_grad():
         layer.adapter = _FixedAdapter(f["parallel_A"])
         compare(f"{what} with an adapter set (self.adapter is not None, so ts is not 0)",
                 layer(x, mask), f["out_parallel"], hints={"ts is left out of the last add-and-norm": f["out"]},
                 hint="With an adapter, out = LN2(h5 + h3 + ts): ts (given) joins the last residual sum")
+
+
+def layer_gradients(layer: nn.Module, x: torch.Tensor, mask: torch.Tensor, what: str) -> dict[str, torch.Tensor]:
+    """The layer's gradients, by fixture key, on sentence 0 alone (no padding, so x itself reaches after_attention, as
+    a layer's input does in training: an operation in place on it, x += h2, breaks the backward pass): with respect to
+    x (grad_x) and each parameter (grad.NAME); what: the function named when the backward pass fails."""
+    x = x[:1].clone().requires_grad_()
+    params = dict(layer.named_parameters())
+    out = layer(x * 1.0, mask[:1])              # x * 1.0: not a leaf, as the output of the layer before is not
+    grads = gradients(what, out, [x, *params.values()])
+    return dict(zip(["grad_x", *(f"grad.{name}" for name in params)], grads))
 
 
 def check_model() -> None:
@@ -192,6 +218,20 @@ def check_model() -> None:
         compare(f"BertModel on MiniLM: the output of layer {layer} (attention() and BertLayer.after_attention)",
                 out.hidden_states[layer], f[f"hidden_{layer}"], atol=MODEL_ATOL)
     compare("BertModel on MiniLM: the pooler output", out.pooler_output, f["pooler"], atol=MODEL_ATOL)
+    what = "BertModel on MiniLM (attention() and BertLayer.after_attention)"
+    compare(f"{what}: the gradient with respect to the embeddings h0 (of a fixed weighting of the last layer's "
+            "output, on sentence 0 alone, eval mode)", model_gradient(model, f, what), f["grad_h0"],
+            atol=MODEL_ATOL, hint=NO_GRADIENT_HINT)
+
+
+def model_gradient(model: nn.Module, f: dict[str, torch.Tensor], what: str) -> torch.Tensor:
+    """The gradient with respect to h0 (the embeddings' output, (1, n, H)) on sentence 0 alone, cut to its n real
+    tokens: no padding, so each layer's input itself reaches after_attention (x += h2 in place breaks the backward
+    pass there, as in training); what: the functions named when the backward pass fails."""
+    n = int(f["attention_mask"][0].sum())
+    ids, mask, types = (f[k][:1, :n] for k in ("input_ids", "attention_mask", "token_type_ids"))
+    out = model(ids, mask, types, output_hidden_states=True)
+    return gradients(what, out.last_hidden_state, [out.hidden_states[0]])[0]
 
 
 class _FixedEncoder(nn.Module):
