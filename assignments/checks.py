@@ -28,6 +28,7 @@ from .common import (
     Part,
     _state,
     _tiny_config,
+    add_hint,
     compare,
     gradients,
     load_fixture,
@@ -183,7 +184,14 @@ def check_layer() -> None:
         compare(f"{what} in training mode (after torch.manual_seed({SEED}))", layer(x, mask), f["out_train"],
                 hint="Dropout goes on Wm1 h1 + bm1 and on Wm3 h4 + bm3, in that order, each with "
                      "F.dropout(..., self.p, self.training)")
-    layer.eval()
+        layer.eval()            # the same expected rows with after_attention given (B, T, H), not the real tokens
+        # copies of x: an after_attention that adds into x in place (x += h2) would change the fixture's, but is
+        # right here; the gradient leg below names it
+        for how, run in (("sentence 0 alone, no padding", lambda: layer(x[:1].clone(), mask[:1])[0]),
+                         ("the padded batch, run as on a GPU, padding included",
+                          lambda: _on_every_position(layer, x.clone(), mask))):
+            compare(f"{what} on (B, T, H) inputs ({how}; {BTH})", _on_b_t_h(run), f["out"][0 if "alone" in how else
+                                                                                      slice(None)], hint=BTH_HINT)
     for key, grad in layer_gradients(layer, x, mask, what).items():
         compare(f"{what}: the gradient with respect to {'the input x' if key == 'grad_x' else key[5:]} (of a fixed "
                 "weighting of the output, on sentence 0 alone, eval mode)", grad, f[key], hint=NO_GRADIENT_HINT)
@@ -192,6 +200,32 @@ def check_layer() -> None:
         compare(f"{what} with an adapter set (self.adapter is not None, so ts is not 0)",
                 layer(x, mask), f["out_parallel"], hints={"ts is left out of the last add-and-norm": f["out"]},
                 hint="With an adapter, out = LN2(h5 + h3 + ts): ts (given) joins the last residual sum")
+
+
+BTH = "the shape after_attention gets from a batch without padding, and from every batch on a GPU"
+BTH_HINT = ("It is right on the (N, H) rows of a padded batch: every step must act on each token alone, along the "
+            "last dimension (dim=-1), whatever the dimensions before it")
+
+
+def _on_b_t_h(run: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """run(), an error raised in it said to be on the (B, T, H) inputs of after_attention."""
+    try:
+        return run()
+    except Exception as e:  # noqa: BLE001 - raised again, with where it was
+        raise add_hint(e, f"That was on (B, T, H) inputs to BertLayer.after_attention ({BTH}), where it is right on "
+                          "the (N, H) rows of a padded batch: every step must act along the last dimension alone "
+                          "(F.linear, layer_norm), whatever the dimensions before it") from None
+
+
+def _on_every_position(layer: nn.Module, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """layer(x, mask) with after_attention on every position, (B, T, H), padding times 0, as on a GPU, where
+    minbert.model.skips_padding says False."""
+    import minbert.model
+    saved, minbert.model.skips_padding = minbert.model.skips_padding, lambda mask: False
+    try:
+        return layer(x, mask)
+    finally:
+        minbert.model.skips_padding = saved
 
 
 def layer_gradients(layer: nn.Module, x: torch.Tensor, mask: torch.Tensor, what: str) -> dict[str, torch.Tensor]:
@@ -218,20 +252,25 @@ def check_model() -> None:
         compare(f"BertModel on MiniLM: the output of layer {layer} (attention() and BertLayer.after_attention)",
                 out.hidden_states[layer], f[f"hidden_{layer}"], atol=MODEL_ATOL)
     compare("BertModel on MiniLM: the pooler output", out.pooler_output, f["pooler"], atol=MODEL_ATOL)
+    # sentence 0 alone, cut to its n real tokens: no padding, so each layer's after_attention gets (B, T, H) and its
+    # input x itself; the same rows as in the padded batch, then the backward pass training takes (the last layer's
+    # output alone: an x += h2 in place, which the backward pass names, changes the hidden states before it)
     what = "BertModel on MiniLM (attention() and BertLayer.after_attention)"
+    out, n = _on_b_t_h(lambda: sentence_0_alone(model, f)), int(f["attention_mask"][0].sum())
+    compare(f"BertModel on MiniLM, sentence 0 alone (no padding: each layer's BertLayer.after_attention on (B, T, H) "
+            f"inputs, {BTH}): the output of the last layer, {L}", out.hidden_states[L][0], f[f"hidden_{L}"][0, :n],
+            atol=MODEL_ATOL, hint=BTH_HINT)
     compare(f"{what}: the gradient with respect to the embeddings h0 (of a fixed weighting of the last layer's "
-            "output, on sentence 0 alone, eval mode)", model_gradient(model, f, what), f["grad_h0"],
-            atol=MODEL_ATOL, hint=NO_GRADIENT_HINT)
+            "output, on sentence 0 alone, eval mode)", gradients(what, out.last_hidden_state, [out.hidden_states[0]])[0],
+            f["grad_h0"], atol=MODEL_ATOL, hint=NO_GRADIENT_HINT)
 
 
-def model_gradient(model: nn.Module, f: dict[str, torch.Tensor], what: str) -> torch.Tensor:
-    """The gradient with respect to h0 (the embeddings' output, (1, n, H)) on sentence 0 alone, cut to its n real
-    tokens: no padding, so each layer's input itself reaches after_attention (x += h2 in place breaks the backward
-    pass there, as in training); what: the functions named when the backward pass fails."""
+def sentence_0_alone(model: nn.Module, f: dict[str, torch.Tensor]) -> object:
+    """The model's output (with every hidden state, and the graph for the backward pass) on the model fixture's
+    sentence 0 alone, cut to its n real tokens."""
     n = int(f["attention_mask"][0].sum())
     ids, mask, types = (f[k][:1, :n] for k in ("input_ids", "attention_mask", "token_type_ids"))
-    out = model(ids, mask, types, output_hidden_states=True)
-    return gradients(what, out.last_hidden_state, [out.hidden_states[0]])[0]
+    return model(ids, mask, types, output_hidden_states=True)
 
 
 class _FixedEncoder(nn.Module):

@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 
 from minbert.files import replacing
 
-from .common import FIXTURES, SEED, _tiny_config, output_weights
+from .common import FIXTURES, SEED, _tiny_config, gradients, output_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -181,8 +181,9 @@ def model_fixture(g: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         out = model(ids, mask, types, output_hidden_states=True)
     hidden = {f"hidden_{i}": h for i, h in enumerate(out.hidden_states)}
     f = dict(hidden, input_ids=ids, attention_mask=mask, token_type_ids=types, pooler=out.pooler_output)
-    from .checks import model_gradient
-    return dict(f, grad_h0=model_gradient(model, f, "the reference's BertModel"))
+    from .checks import sentence_0_alone
+    alone = sentence_0_alone(model, f)
+    return dict(f, grad_h0=gradients("the reference's BertModel", alone.last_hidden_state, [alone.hidden_states[0]])[0])
 
 
 def _random_pairs(g: torch.Generator, B: int = 3) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

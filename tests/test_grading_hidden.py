@@ -254,6 +254,8 @@ def _mistake(part: str, bug: str, style: str = "course"):
     if bug in kh.AUTOGRAD_MISTAKES:
         _, attribute, value, _ = kh.AUTOGRAD_MISTAKES[bug]
         return (minbert.model if attribute == "attention" else minbert.model.BertLayer), attribute, value
+    if bug == "ln-dim1":
+        return minbert.model.BertLayer, "after_attention", kh._after_attention_with(bug)
     if part == "attention":
         return minbert.model, "attention", kh.ATTENTION_MISTAKES[bug][0]
     if part == "layer":
@@ -270,6 +272,8 @@ def _mistake(part: str, bug: str, style: str = "course"):
     ("layer", "layer-inplace-x", "modified by an inplace operation"),
     ("layer", "layer-detach", "the gradient with respect to the input x"),
     ("model", "model-inplace-x", "modified by an inplace operation"),
+    ("layer", "ln-dim1", "on (B, T, H) inputs (sentence 0 alone"),
+    ("model", "ln-dim1", "on (B, T, H) inputs"),
     ("adamw", "eps-in-sqrt", "eps is added inside the square root"),
     ("adamw", "t-plus-one", "the bias corrections use t + 1"),
     ("adamw", "swap-corrections", "the bias corrections are swapped"),

@@ -296,19 +296,27 @@ def _attention_with(change: str):
 
 
 def _after_attention_with(change: str):
-    """The right BertLayer.after_attention, with one change that leaves its output right: the first residual added
-    into x in place (x += h2), or h1 detached from the graph."""
+    """The right BertLayer.after_attention, with one change that leaves its output right on the check's padded (N, H)
+    inputs: the first residual added into x in place (x += h2), h1 detached from the graph, a LayerNorm written over
+    dim=1 (the features of (N, H), the tokens of (B, T, H)), or Wm1 h1 + bm1 by torch.addmm (matrices alone)."""
     from minbert.model import layer_norm
 
+    def norm(a, g, b, eps):                 # "ln-dim1": a LayerNorm by hand over dim=1, right on (N, H) alone
+        if change != "ln-dim1":
+            return layer_norm(a, g, b, eps)
+        return g * (a - a.mean(1, keepdim=True)) / (a.var(1, keepdim=True, unbiased=False) + eps).sqrt() + b
+
     def after_attention(self, h1, x, ts=0.0):
-        h2 = F.dropout(F.linear(h1.detach() if change == "detach" else h1, self.Wm1, self.bm1), self.p, self.training)
+        h1 = h1.detach() if change == "detach" else h1
+        lin = torch.addmm(self.bm1, h1, self.Wm1.T) if change == "addmm" else F.linear(h1, self.Wm1, self.bm1)
+        h2 = F.dropout(lin, self.p, self.training)            # addmm: matrices alone, (N, H) but not (B, T, H)
         if change == "inplace-x":
             x += h2
-            h3 = layer_norm(x, self.gLN1, self.bLN1, self.eps)
+            h3 = norm(x, self.gLN1, self.bLN1, self.eps)
         else:
-            h3 = layer_norm(h2 + x, self.gLN1, self.bLN1, self.eps)
+            h3 = norm(h2 + x, self.gLN1, self.bLN1, self.eps)
         h5 = F.dropout(F.linear(self.act(F.linear(h3, self.Wm2, self.bm2)), self.Wm3, self.bm3), self.p, self.training)
-        return layer_norm(h5 + h3 + ts, self.gLN2, self.bLN2, self.eps)
+        return norm(h5 + h3 + ts, self.gLN2, self.bLN2, self.eps)
     return after_attention
 
 
@@ -348,3 +356,18 @@ def test_a_forward_that_breaks_the_backward_pass_fails_its_part(monkeypatch: pyt
     assert r["status"] == "fail" and says in r["message"], r
     if "inplace" in bug:
         assert "modified by an inplace operation" in r["message"] and "write it out of place" in r["message"], r
+
+
+@pytest.mark.parametrize("part", ["layer", "model"])
+@pytest.mark.parametrize("change, says", [("ln-dim1", "differs"), ("addmm", "mat1 must be a matrix")])
+def test_an_after_attention_right_on_n_h_alone_fails_on_b_t_h(monkeypatch: pytest.MonkeyPatch, part: str,
+                                                              change: str, says: str) -> None:
+    """after_attention gets (N, H) from a padded batch on a CPU and (B, T, H) from a batch without padding and from
+    every batch on a GPU: code right on (N, H) alone (a LayerNorm over dim=1, torch.addmm) fails the layer and model
+    parts, naming after_attention and the (B, T, H) inputs, no longer only the first training step."""
+    from assignments.check import run_part
+    _plant(monkeypatch, "after_attention", _after_attention_with(change))
+    r = run_part(part)
+    assert r["status"] in ("fail", "error") and says in r["message"], r
+    assert "after_attention" in r["message"] and "(B, T, H) inputs" in r["message"], r
+    assert "gradient" not in r["message"], r         # the forward pass on (B, T, H) is named, not a gradient
