@@ -22,26 +22,31 @@ def adamw_style(opt_class: type) -> str:
 
 ADAMW_EPS = 1e-6
 ADAMW_TINY = 1       # the parameter whose gradients are about eps in size (randn * ADAMW_EPS)
+ADAMW_SOMETIMES = 2, (1, 3)   # a parameter, and the steps (0-based: steps 2 and 4) on which its gradient is None
 
 
 def adamw_problem(g: torch.Generator | None = None) -> tuple[list[torch.Tensor], list[list[torch.Tensor | None]]]:
     """The check's initial parameters and per-step gradients (from g, by default seeded 0: the shipped fixture's);
-    the last parameter never gets a gradient. Parameter ADAMW_TINY's gradients are randn * eps, so that sqrt(v) is
+    the last parameter never gets a gradient, and parameter ADAMW_SOMETIMES[0] none on steps ADAMW_SOMETIMES[1]
+    (as round-robin multitask training leaves a task's head, so that its step count t must be its own: state['step'],
+    advanced only on its steps with a gradient, as torch's AdamW does). Parameter ADAMW_TINY's gradients are randn * eps, so that sqrt(v) is
     about eps and where eps is added shows: the course's sqrt(v) + eps and torch's sqrt(v_hat) + eps then differ
     by far more than the tolerance (with randn gradients alone, sqrt(v) ~ 1 >> eps hides it)."""
     g = torch.Generator().manual_seed(0) if g is None else g
     shapes = [(4, 3), (5,), (2, 2, 2), (3,)]
     init = [torch.randn(s, generator=g) for s in shapes]
     grads = [[torch.randn(s, generator=g) for s in shapes[:-1]] + [None] for _ in range(ADAMW_STEPS)]
-    for step in grads:
+    for t, step in enumerate(grads):
         step[ADAMW_TINY] = step[ADAMW_TINY] * ADAMW_EPS
+        if t in ADAMW_SOMETIMES[1]:
+            step[ADAMW_SOMETIMES[0]] = None            # drawn all the same, so that the other draws stay as they were
     return init, grads
 
 
 def adamw_inputs(f: dict[str, torch.Tensor]) -> tuple[list[torch.Tensor], list[list[torch.Tensor | None]]]:
     """adamw_problem's parameters and gradients as the fixture stores them (init_i, grad_t_i)."""
     init = [f[f"init_{i}"] for i in range(4)]
-    return init, [[f[f"grad_{t}_{i}"] for i in range(3)] + [None] for t in range(ADAMW_STEPS)]
+    return init, [[f.get(f"grad_{t}_{i}") for i in range(3)] + [None] for t in range(ADAMW_STEPS)]
 
 
 def course_optimizer_test(opt_class: type, seed: int = 0) -> torch.Tensor:
@@ -100,6 +105,9 @@ def adamw_hint_texts(style: str) -> dict[str, str]:
             "p <- p - step_size * m / (sqrt(v) + eps)" if style == "course" else
             "eps is added before the bias corrections, to sqrt(v), as the course's AdamW does; torch.optim.AdamW adds "
             "it after them, to sqrt(v_hat): p <- p - lr * m_hat / (sqrt(v_hat) + eps)"),
+        "step_count_shared": "one step count is kept for the whole optimizer, advanced by every step(), so a parameter "
+                             "without a gradient on some steps (p.grad is None: skipped) gets a t too high after them; "
+                             "keep one per parameter, state['step'], advanced only on the steps it is updated",
     }
 
 

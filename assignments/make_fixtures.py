@@ -213,10 +213,11 @@ def adamw_fixture(g: torch.Generator | None = None) -> dict[str, torch.Tensor]:
     init, grads = adamw_problem(g)
     out = {f"init_{i}": p for i, p in enumerate(init)}
     out.update(adamw_fixture_keys(init, grads, ADAMW_GROUPS, ADAMW_EPS, ADAMW_STEPS))
-    for style in ("course", "torch"):   # eps where the other style adds it fails by far, in this draw too
-        right, other = (torch.cat([out[f"{style}.{name}.{i}"].flatten() for i in range(len(init))])
-                        for name in ("right", "eps_other_style"))
-        assert ((other - right).abs() / (1e-6 + 1e-5 * right.abs())).max() > 100, "eps's place hardly shows"
+    for style in ("course", "torch"):   # eps where the other style adds it, or one t for all, fails by far, here too
+        right = torch.cat([out[f"{style}.right.{i}"].flatten() for i in range(len(init))])
+        for name, times in (("eps_other_style", 100), ("step_count_shared", 10)):   # times the check's tolerance
+            other = torch.cat([out[f"{style}.{name}.{i}"].flatten() for i in range(len(init))])
+            assert ((other - right).abs() / (1e-6 + 1e-5 * right.abs())).max() > times, f"{name} hardly shows"
     out.update({f"grad_{t}_{i}": gr for t, step in enumerate(grads) for i, gr in enumerate(step) if gr is not None})
     if g is None:
         seed, weight = 0, torch.tensor(np.load(FIXTURES / "optimizer_test.npy"))

@@ -278,6 +278,7 @@ def _mistake(part: str, bug: str, style: str = "course"):
     ("adamw", "t-plus-one", "the bias corrections use t + 1"),
     ("adamw", "swap-corrections", "the bias corrections are swapped"),
     ("adamw", "decay-step-size", "the weight decay is scaled by the step size"),
+    ("adamw", "shared-count", "one step count is kept for the whole optimizer"),
 ])
 def test_the_replay_names_the_mistake_on_hidden_inputs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, part: str,
                                                        bug: str, says: str) -> None:
