@@ -371,3 +371,25 @@ def test_an_after_attention_right_on_n_h_alone_fails_on_b_t_h(monkeypatch: pytes
     assert r["status"] in ("fail", "error") and says in r["message"], r
     assert "after_attention" in r["message"] and "(B, T, H) inputs" in r["message"], r
     assert "gradient" not in r["message"], r         # the forward pass on (B, T, H) is named, not a gradient
+
+
+@pytest.mark.parametrize("part, says", [
+    ("classifier_head", "pool() returned dtype torch.float64, expected torch.float32"),
+    ("model", "attention() returned dtype torch.float64, expected torch.float32"),
+])
+def test_a_float64_leak_is_reported_as_the_students_function(monkeypatch: pytest.MonkeyPatch, part: str,
+                                                             says: str) -> None:
+    """A float64 from pool() (a .double() mask) or attention() is named where the given code calls it, not as an
+    error of the next given line (the head's nn.Linear, after_attention's F.linear) that trips on it."""
+    import minbert.model
+    import tasks.classifier
+    from assignments.check import run_part
+    if part == "classifier_head":
+        monkeypatch.setattr(tasks.classifier, "pool", lambda hidden, mask, pooled, how: (
+            (hidden * mask[..., None].double()).sum(1) / mask[..., None].double().sum(1)))
+    else:
+        real = _attention()
+        monkeypatch.setattr(minbert.model, "attention", lambda q, k, v, *a: real(q.double(), k.double(), v.double(),
+                                                                                 *a))
+    r = run_part(part)
+    assert r["status"] == "fail" and r["message"].startswith(says), r
