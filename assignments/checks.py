@@ -5,8 +5,8 @@ assignments/fixtures/ (written from the reference code, and the mistakes' equati
 assignments/mistakes.py, by assignments/make_fixtures.py); for AdamW, the course's and torch's AdamW formulas in
 float64 and the course's own optimizer_test.npy (neubig/minbert-assignment; see tests/fixtures/PROVENANCE.md). No
 check computes an answer here: each hint below is a text keyed by the fixture key that holds its mistake's output. This file holds
-part 1's checks and the table of every part (the AdamW check's problem, which make_fixtures.py shares, is in
-adamw_problem.py); part 2 (the multitask model) and the extensions have their own files: checks_multitask.py,
+part 1's checks and the table of every part (the AdamW check, with its problem, which make_fixtures.py shares, is
+in adamw_problem.py); part 2 (the multitask model) and the extensions have their own files: checks_multitask.py,
 checks_deebert.py, checks_smart.py, checks_pals.py and checks_simcse.py (a student tree carries those of its
 profile's groups: common.GROUPS lists them).
 """
@@ -19,15 +19,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from .adamw_problem import (
-    ADAMW_EPS,
-    ADAMW_GROUPS,
-    ADAMW_STEPS,
-    adamw_inputs,
-    adamw_style,
-    adamw_trajectory_of,
-    course_optimizer_test,
-)
+from .adamw_problem import adamw_hint_texts, check_adamw  # noqa: F401 - part of this table, and the tests' import
 from .common import (
     GROUPS,
     MODEL_ATOL,
@@ -36,14 +28,17 @@ from .common import (
     Part,
     _state,
     _tiny_config,
+    add_hint,
     compare,
+    gradients,
     load_fixture,
-    matches_throughout,
     needs_pool,
-    seen,
 )
 
 # ---------------------------------------------------------------- the parts
+
+NO_GRADIENT_HINT = ("the output is right but its gradient is not: some of it is computed off the graph (.detach(), "
+                    ".data, torch.no_grad(), a new tensor from numbers)")
 
 FUSED_KERNEL = ("attention() in minbert/model.py calls torch's fused scaled_dot_product_attention; "
                 "write the computation out instead")
@@ -103,10 +98,17 @@ def check_attention() -> None:
     torch.manual_seed(SEED)            # a dropout that ignores training=False draws the out_train fixture's mask
     compare(f"{what} (training=False, so no dropout)", _refused(attention, q, k, v, mask, p, False), f["out"],
             hints=attention_check_hints(f))
+    # training=True on q, k, v that require grad, then the backward pass that training takes: an operation in place
+    # on a tensor autograd saved (the probabilities' dropout with inplace=True) fails there, in training mode alone
+    qkv = [t.clone().requires_grad_() for t in (q, k, v)]
     torch.manual_seed(SEED)
-    compare(f"{what} with training=True, dropout_p={p:g} (after torch.manual_seed({SEED}))",
-            _refused(attention, q, k, v, mask, p, True), f["out_train"],
+    train = f"{what} with training=True, dropout_p={p:g} (after torch.manual_seed({SEED}))"
+    out = _refused(attention, *qkv, mask, p, True)
+    compare(train, out, f["out_train"],
             hint="Apply F.dropout(probs, dropout_p, training) to the probabilities, once, before the weighted sum")
+    for name, grad in zip("qkv", gradients(train, out, qkv)):
+        compare(f"{train}: the gradient with respect to {name} (of a fixed weighting of the output)", grad,
+                f[f"grad_{name}"], hint=NO_GRADIENT_HINT)
 
 
 def check_embeddings() -> None:
@@ -182,11 +184,59 @@ def check_layer() -> None:
         compare(f"{what} in training mode (after torch.manual_seed({SEED}))", layer(x, mask), f["out_train"],
                 hint="Dropout goes on Wm1 h1 + bm1 and on Wm3 h4 + bm3, in that order, each with "
                      "F.dropout(..., self.p, self.training)")
-        layer.eval()
+        layer.eval()            # the same expected rows with after_attention given (B, T, H), not the real tokens
+        # copies of x: an after_attention that adds into x in place (x += h2) would change the fixture's, but is
+        # right here; the gradient leg below names it
+        for how, run in (("sentence 0 alone, no padding", lambda: layer(x[:1].clone(), mask[:1])[0]),
+                         ("the padded batch, run as on a GPU, padding included",
+                          lambda: _on_every_position(layer, x.clone(), mask))):
+            compare(f"{what} on (B, T, H) inputs ({how}; {BTH})", _on_b_t_h(run), f["out"][0 if "alone" in how else
+                                                                                      slice(None)], hint=BTH_HINT)
+    for key, grad in layer_gradients(layer, x, mask, what).items():
+        compare(f"{what}: the gradient with respect to {'the input x' if key == 'grad_x' else key[5:]} (of a fixed "
+                "weighting of the output, on sentence 0 alone, eval mode)", grad, f[key], hint=NO_GRADIENT_HINT)
+    with torch.no_grad():
         layer.adapter = _FixedAdapter(f["parallel_A"])
         compare(f"{what} with an adapter set (self.adapter is not None, so ts is not 0)",
                 layer(x, mask), f["out_parallel"], hints={"ts is left out of the last add-and-norm": f["out"]},
                 hint="With an adapter, out = LN2(h5 + h3 + ts): ts (given) joins the last residual sum")
+
+
+BTH = "the shape after_attention gets from a batch without padding, and from every batch on a GPU"
+BTH_HINT = ("It is right on the (N, H) rows of a padded batch: every step must act on each token alone, along the "
+            "last dimension (dim=-1), whatever the dimensions before it")
+
+
+def _on_b_t_h(run: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """run(), an error raised in it said to be on the (B, T, H) inputs of after_attention."""
+    try:
+        return run()
+    except Exception as e:  # noqa: BLE001 - raised again, with where it was
+        raise add_hint(e, f"That was on (B, T, H) inputs to BertLayer.after_attention ({BTH}), where it is right on "
+                          "the (N, H) rows of a padded batch: every step must act along the last dimension alone "
+                          "(F.linear, layer_norm), whatever the dimensions before it") from None
+
+
+def _on_every_position(layer: nn.Module, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """layer(x, mask) with after_attention on every position, (B, T, H), padding times 0, as on a GPU, where
+    minbert.model.skips_padding says False."""
+    import minbert.model
+    saved, minbert.model.skips_padding = minbert.model.skips_padding, lambda mask: False
+    try:
+        return layer(x, mask)
+    finally:
+        minbert.model.skips_padding = saved
+
+
+def layer_gradients(layer: nn.Module, x: torch.Tensor, mask: torch.Tensor, what: str) -> dict[str, torch.Tensor]:
+    """The layer's gradients, by fixture key, on sentence 0 alone (no padding, so x itself reaches after_attention, as
+    a layer's input does in training: an operation in place on it, x += h2, breaks the backward pass): with respect to
+    x (grad_x) and each parameter (grad.NAME); what: the function named when the backward pass fails."""
+    x = x[:1].clone().requires_grad_()
+    params = dict(layer.named_parameters())
+    out = layer(x * 1.0, mask[:1])              # x * 1.0: not a leaf, as the output of the layer before is not
+    grads = gradients(what, out, [x, *params.values()])
+    return dict(zip(["grad_x", *(f"grad.{name}" for name in params)], grads))
 
 
 def check_model() -> None:
@@ -202,107 +252,25 @@ def check_model() -> None:
         compare(f"BertModel on MiniLM: the output of layer {layer} (attention() and BertLayer.after_attention)",
                 out.hidden_states[layer], f[f"hidden_{layer}"], atol=MODEL_ATOL)
     compare("BertModel on MiniLM: the pooler output", out.pooler_output, f["pooler"], atol=MODEL_ATOL)
+    # sentence 0 alone, cut to its n real tokens: no padding, so each layer's after_attention gets (B, T, H) and its
+    # input x itself; the same rows as in the padded batch, then the backward pass training takes (the last layer's
+    # output alone: an x += h2 in place, which the backward pass names, changes the hidden states before it)
+    what = "BertModel on MiniLM (attention() and BertLayer.after_attention)"
+    out, n = _on_b_t_h(lambda: sentence_0_alone(model, f)), int(f["attention_mask"][0].sum())
+    compare(f"BertModel on MiniLM, sentence 0 alone (no padding: each layer's BertLayer.after_attention on (B, T, H) "
+            f"inputs, {BTH}): the output of the last layer, {L}", out.hidden_states[L][0], f[f"hidden_{L}"][0, :n],
+            atol=MODEL_ATOL, hint=BTH_HINT)
+    compare(f"{what}: the gradient with respect to the embeddings h0 (of a fixed weighting of the last layer's "
+            "output, on sentence 0 alone, eval mode)", gradients(what, out.last_hidden_state, [out.hidden_states[0]])[0],
+            f["grad_h0"], atol=MODEL_ATOL, hint=NO_GRADIENT_HINT)
 
 
-def adamw_hint_texts(style: str) -> dict[str, str]:
-    """The AdamW check's hints for one style, in the order they are tried: the name of the mistake's trajectory in
-    the adamw fixture (STYLE.NAME.i) -> the hint's text."""
-    order = ("before the Adam step; this AdamW decays after it (p <- p - lr * wd * p last)" if style == "course"
-             else "after the Adam step; this AdamW decays before it (p <- p - lr * wd * p first)")
-    root = "sqrt(v) + eps" if style == "course" else "sqrt(v_hat) + eps"
-    return {
-        "no_bias_correction": "the bias corrections (1 - beta1^t, 1 - beta2^t) are left out",
-        "l2": "the weight decay is added to the gradient (L2: g + wd * p) instead of decoupled (p <- p - lr * wd * p)",
-        "decay_other_order": f"the weight decay is applied {order}",
-        "decay_no_lr": "the weight decay is not multiplied by lr (p <- p - wd * p instead of p - lr * wd * p)",
-        "no_decay": "the weight decay is left out",
-        "moments_rebound": "m and v are rebound (m = beta1 * m + ...) instead of updated in place "
-                           "(m.mul_(...).add_(...)), so state['exp_avg'] and state['exp_avg_sq'] stay zero between "
-                           "steps",
-        "step_stays_1": "the step count stays 1: increase state['step'] each step and use the new count as t",
-        "no_sqrt": f"v is not square-rooted (divide by {root})",
-        "betas_swapped": "beta1 and beta2 are swapped (m uses beta1, v uses beta2)",
-        "step_lost": "only the weight decay reached p: the Adam step was assigned to a new tensor (p = p - ...) "
-                     "instead of applied in place (p.addcdiv_(...))",
-        "corrections_swapped": "the bias corrections are swapped: m's is 1 - beta1^t and v's is 1 - beta2^t",
-        "t_plus_one": "the bias corrections use t + 1: t is the count of steps taken, this one included (1 at the "
-                      "first step)",
-        "eps_in_sqrt": f"eps is added inside the square root; it is added after it ({root})",
-        "decay_by_step_size": "the weight decay is scaled by the step size (with its bias corrections) instead of by "
-                              "lr alone (p <- p - lr * wd * p)",
-        "eps_other_style": (
-            "eps is added after the bias corrections, to sqrt(v_hat), as torch.optim.AdamW and Kingma & Ba's Adam do; "
-            "the course's AdamW adds it before them, to sqrt(v) itself, and folds the corrections into the step size: "
-            "p <- p - step_size * m / (sqrt(v) + eps)" if style == "course" else
-            "eps is added before the bias corrections, to sqrt(v), as the course's AdamW does; torch.optim.AdamW adds "
-            "it after them, to sqrt(v_hat): p <- p - lr * m_hat / (sqrt(v_hat) + eps)"),
-    }
-
-
-def check_adamw() -> None:
-    from minbert.optim import AdamW
-    from tasks.core.step import optimizers_without_dynamo
-    optimizers_without_dynamo()
-    f = load_fixture("adamw")
-    init, grads = adamw_inputs(f)
-    style = adamw_style(AdamW)
-    ps = [p.clone().requires_grad_() for p in init]
-    opt = AdamW([{**grp, "params": [ps[i] for i in grp["params"]]} for grp in ADAMW_GROUPS], eps=ADAMW_EPS)
-    # expected: the update by the equations in float64, stored in float32 (tests/test_kit_hints_adamw.py checks them
-    # against torch.optim.AdamW), and each mistake's trajectory for the hints
-    expected = adamw_trajectory_of(f, style, "right")
-    wrong = {text: adamw_trajectory_of(f, style, name) for name, text in adamw_hint_texts(style).items()}
-    against = "torch.optim.AdamW's update" if style == "torch" else "the course's update"
-    stuck = ("the parameter did not change: update p in place (p.mul_, p.addcdiv_, ...) instead of assigning a new "
-             "tensor to the name p")
-    history, error = [], None          # the parameters after each step, until the student's step raises, if it does
-    for t in range(ADAMW_STEPS):
-        for i, p in enumerate(ps):
-            p.grad = None if grads[t][i] is None else grads[t][i].clone()
-        try:
-            opt.step()
-        except Exception as e:  # noqa: BLE001 - raised again below, after the steps before it are compared
-            error = e
-            break
-        history.append([p.detach().clone() for p in ps])
-    # a mistake is named only when the whole run matches its trajectory (every step taken, every parameter), not
-    # because one value at the first difference happens to agree with it
-    run = seen("AdamW.step in minbert/optim.py: every parameter after each step it took",
-               torch.cat([p.flatten() for step in history for p in step]) if history else None)
-    wrong = {text: traj for text, traj in wrong.items()
-             if matches_throughout(run, torch.cat([p.flatten() for step in traj for p in step]), 1e-5, 1e-6)}
-    for t in range(1, len(history) + 1):
-        before = [expected[t - 2][i] if t > 1 else init[i] for i in range(len(ps))]
-        for i, p in enumerate(history[t - 1]):
-            group = 0 if i < 2 else 1
-            hints = {text: traj[t - 1][i] for text, traj in wrong.items()}
-            if grads[t - 1][i] is not None:
-                hints[stuck] = before[i]
-            compare(f"AdamW.step in minbert/optim.py, at step {t}, param group {group}, parameter {i} "
-                    f"(compared with {against})", p, expected[t - 1][i], rtol=1e-5, atol=1e-6,
-                    hints=hints)
-    if error is not None:
-        raise error
-    if style == "course":   # correct_bias=False: the step size is lr itself
-        ps = [p.clone().requires_grad_() for p in init]
-        opt = AdamW([{**grp, "params": [ps[i] for i in grp["params"]]} for grp in ADAMW_GROUPS], eps=ADAMW_EPS,
-                    correct_bias=False)
-        expected = adamw_trajectory_of(f, style, "no_bias_correction")   # AdamWSpec(style, correct_bias=False)
-        for t in range(ADAMW_STEPS):
-            for i, p in enumerate(ps):
-                p.grad = None if grads[t][i] is None else grads[t][i].clone()
-            opt.step()
-        for i, p in enumerate(ps):
-            compare(f"AdamW.step in minbert/optim.py with correct_bias=False, after {ADAMW_STEPS} steps, parameter {i} "
-                    "(the step size is lr itself)", p.detach(), expected[-1][i], rtol=1e-5, atol=1e-6)
-        seed = int(f["course_seed"])
-        compare(f"AdamW in minbert/optim.py on the course's optimizer_test.py (1000 steps, lr 1e-3, weight_decay 1e-4"
-                f"{'' if seed == 0 else f', data seed {seed}'})", course_optimizer_test(AdamW, seed), f["course_out"],
-                rtol=1e-5, atol=1e-6,
-                hint="If the 5-step checks pass, the usual cause is the decay written as p.mul_(1 - lr * wd): with "
-                     "lr * wd = 1e-7, 1 - lr * wd is not representable in float32 and rounds by up to 40%, so over "
-                     "1000 steps the decay drifts; write it as p.add_(p, alpha=-lr * wd), as the course's reference "
-                     "does")
+def sentence_0_alone(model: nn.Module, f: dict[str, torch.Tensor]) -> object:
+    """The model's output (with every hidden state, and the graph for the backward pass) on the model fixture's
+    sentence 0 alone, cut to its n real tokens."""
+    n = int(f["attention_mask"][0].sum())
+    ids, mask, types = (f[k][:1, :n] for k in ("input_ids", "attention_mask", "token_type_ids"))
+    return model(ids, mask, types, output_hidden_states=True)
 
 
 class _FixedEncoder(nn.Module):

@@ -207,6 +207,32 @@ def differentiable(what: str, loss: object) -> None:
         raise Fail(f"{what} {NO_GRADIENT}")
 
 
+def output_weights(shape: tuple[int, ...] | torch.Size) -> torch.Tensor:
+    """A fixed random weighting w of a check's output (the same in the fixtures and the check): its gradient leg
+    differentiates sum(w * out), so that every output value counts with its own weight."""
+    return torch.randn(tuple(shape), generator=torch.Generator().manual_seed(SEED))
+
+
+IN_PLACE = ("An operation in place (inplace=True, +=, a method ending in _) changed a tensor that autograd saved for "
+            "the backward pass: write it out of place (a = a + b; F.dropout(..., inplace=False))")
+
+
+def gradients(what: str, out: object, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The gradients of sum(output_weights * out) with respect to inputs (zeros where none flows); a backward pass
+    that raises, or an output that carries no gradient, is a Fail naming `what` (the function that computed out)."""
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        raise Fail(f"{what}: no gradient flows back through its output: compute it with torch operations on its "
+                   "inputs (no .detach(), .data, .item() or torch.no_grad())")
+    try:
+        grads = torch.autograd.grad((out * output_weights(out.shape).to(out.dtype)).sum(), inputs, allow_unused=True)
+    except RuntimeError as e:
+        text = (str(e).strip().splitlines() or [""])[0]
+        text = text.split(". Hint:")[0][:400]
+        raise Fail(f"{what}: the backward pass (the gradient of a fixed weighting of its output, as training takes) "
+                   f"raised RuntimeError: {text}" + (f". {IN_PLACE}" if "inplace" in text else "")) from None
+    return [torch.zeros_like(x) if gr is None else gr for x, gr in zip(inputs, grads)]
+
+
 def _tiny_config(**kw: object):
     from minbert import BertConfig
     return BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from . import common
+from .adamw_problem import ADAMW_SOMETIMES
 from .common import Fail, Session, judge, not_a_tensor
 from .record import MAX_RECORD_BYTES, MAX_RECORDS, MAX_TEXT, RECORD_KEY
 
@@ -32,7 +33,8 @@ INPUTS = {
     "embeddings": ("input_ids", "token_type_ids"),
     "layer": ("x", "mask", "parallel_A"),
     "model": ("input_ids", "attention_mask", "token_type_ids"),
-    "adamw": ("init_0", "init_1", "init_2", "init_3", *(f"grad_{t}_{i}" for t in range(5) for i in range(3)),
+    "adamw": ("init_0", "init_1", "init_2", "init_3", *(f"grad_{t}_{i}" for t in range(5) for i in range(3)
+                                                        if not (i == ADAMW_SOMETIMES[0] and t in ADAMW_SOMETIMES[1])),
               "course_seed"),
     "classifier_head": ("hidden", "pooled", "input_ids", "attention_mask"),
     "multitask": ("input_ids_1", "attention_mask_1", "input_ids_2", "attention_mask_2", "long_ids_1", "long_mask_1",

@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 
 from minbert.files import replacing
 
-from .common import FIXTURES, SEED, _tiny_config
+from .common import FIXTURES, SEED, _tiny_config, gradients, output_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,40 +29,42 @@ ROOT = Path(__file__).resolve().parents[1]
 ROUNDING = {"rtol": 1e-5, "atol": 1e-5}   # a new value this close to the committed one is the same (another CPU's sums)
 
 
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether b is a (committed) up to float rounding: the same shape and dtype, integers equal, floats within
+    ROUNDING."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.allclose(a, b, **ROUNDING, equal_nan=True) if a.is_floating_point() else torch.equal(a, b)
+
+
 def _rounding_of(path: Path, tensors: dict[str, torch.Tensor]) -> float | None:
     """The largest difference from the committed file when it holds the same tensors up to float rounding (same
-    keys, shapes and dtypes, integers equal, floats within ROUNDING), else None: rewriting it would only churn git."""
+    keys, each _same), else None: rewriting it would only churn git."""
     if not path.is_file():
         return None
     from safetensors.torch import load_file
     old = load_file(str(path))
-    if set(old) != set(tensors):
+    if set(old) != set(tensors) or not all(_same(old[k], v.detach()) for k, v in tensors.items()):
         return None
-    worst = 0.0
-    for k, v in tensors.items():
-        a, b = old[k], v.detach()
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return None
-        if not a.is_floating_point():
-            if not torch.equal(a, b):
-                return None
-        elif not torch.allclose(a, b, **ROUNDING, equal_nan=True):
-            return None
-        elif a.numel():
-            worst = max(worst, float((a.double() - b.double()).abs().nan_to_num(0.0).max()))
-    return worst
+    return max([float((old[k].double() - v.detach().double()).abs().nan_to_num(0.0).max())
+                for k, v in tensors.items() if v.is_floating_point() and v.numel()], default=0.0)
 
 
 def _save(name: str, tensors: dict[str, torch.Tensor]) -> None:
     FIXTURES.mkdir(parents=True, exist_ok=True)
-    same = _rounding_of(FIXTURES / f"{name}.safetensors", tensors)
+    path = FIXTURES / f"{name}.safetensors"
+    same = _rounding_of(path, tensors)
     if same is not None:
-        print(f"kept {FIXTURES / name}.safetensors: " + ("unchanged" if same == 0 else
-                                                         f"the same up to float rounding ({same:.1g} at most)"))
+        print(f"kept {path}: " + ("unchanged" if same == 0 else f"the same up to float rounding ({same:.1g} at most)"))
         return
-    with replacing(FIXTURES / f"{name}.safetensors") as tmp:
-        save_file({k: v.detach().clone().contiguous() for k, v in tensors.items()}, tmp)
-    print(f"wrote {FIXTURES / name}.safetensors ({len(tensors)} tensors)")
+    # a fixture that gains keys keeps each committed tensor that is _same, byte for byte
+    from safetensors.torch import load_file
+    old = load_file(str(path)) if path.is_file() else {}
+    kept = {k: old[k] for k, v in tensors.items() if k in old and _same(old[k], v.detach())}
+    with replacing(path) as tmp:
+        save_file({k: kept.get(k, v).detach().clone().contiguous() for k, v in tensors.items()}, tmp)
+    print(f"wrote {path} ({len(tensors)} tensors"
+          + (f", {len(kept)} of them the committed ones, the same up to float rounding)" if kept else ")"))
 
 
 def _padding_mask(lengths: list[int], T: int) -> torch.Tensor:
@@ -86,8 +88,14 @@ def attention_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
     out_no_mask = (probs @ v).transpose(1, 2).reshape(B, T, nh * hs)
     probs = (q @ k.transpose(-2, -1) / math.sqrt(hs) + mask).softmax(-1)
     out_bad_merge = (probs @ v).reshape(B, T, nh * hs)                   # heads merged without the transpose
+    # the gradient leg: the training-mode call's backward pass, of a fixed weighting of its output
+    qkv = [t.clone().requires_grad_() for t in (q, k, v)]
+    torch.manual_seed(SEED)
+    out_grad = attention(*qkv, mask, p, True)
+    grads = torch.autograd.grad((out_grad * output_weights(out_grad.shape)).sum(), qkv)
     from .mistakes import attention_mistakes
     return {"q": q, "k": k, "v": v, "mask": mask, "dropout_p": torch.tensor(p), "out": out, "out_train": out_train,
+            **{f"grad_{name}": gr for name, gr in zip("qkv", grads)},
             "out_no_scale": out_no_scale, "out_no_mask": out_no_mask, "out_bad_merge": out_bad_merge,
             **attention_mistakes(q, k, v, mask)}
 
@@ -150,9 +158,12 @@ def layer_fixture(g: torch.Generator) -> dict[str, torch.Tensor]:
         # an adapter (PALs) adds ts inside the last add-and-norm; its own generator keeps the later fixtures
         layer.adapter = _FixedAdapter(0.3 * torch.randn(32, 32, generator=torch.Generator().manual_seed(1)))
         out_parallel = layer(x, mask)
+    adapter, layer.adapter = layer.adapter, None
+    from .checks import layer_gradients
+    grads = layer_gradients(layer, x, mask, "the reference's BertLayer")
     from .mistakes import layer_mistakes
     mistakes = layer_mistakes(dict(params, x=x, mask=mask), layer.nh, layer.eps)
-    return dict(params, x=x, mask=mask, parallel_A=layer.adapter.A, out=out, out_train=out_train,
+    return dict(params, **grads, x=x, mask=mask, parallel_A=adapter.A, out=out, out_train=out_train,
                 out_parallel=out_parallel, out_pre_ln=out_pre_ln, out_no_residual=out_no_residual, **mistakes)
 
 
@@ -169,7 +180,10 @@ def model_fixture(g: torch.Generator | None = None) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         out = model(ids, mask, types, output_hidden_states=True)
     hidden = {f"hidden_{i}": h for i, h in enumerate(out.hidden_states)}
-    return dict(hidden, input_ids=ids, attention_mask=mask, token_type_ids=types, pooler=out.pooler_output)
+    f = dict(hidden, input_ids=ids, attention_mask=mask, token_type_ids=types, pooler=out.pooler_output)
+    from .checks import sentence_0_alone
+    alone = sentence_0_alone(model, f)
+    return dict(f, grad_h0=gradients("the reference's BertModel", alone.last_hidden_state, [alone.hidden_states[0]])[0])
 
 
 def _random_pairs(g: torch.Generator, B: int = 3) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -199,10 +213,11 @@ def adamw_fixture(g: torch.Generator | None = None) -> dict[str, torch.Tensor]:
     init, grads = adamw_problem(g)
     out = {f"init_{i}": p for i, p in enumerate(init)}
     out.update(adamw_fixture_keys(init, grads, ADAMW_GROUPS, ADAMW_EPS, ADAMW_STEPS))
-    for style in ("course", "torch"):   # eps where the other style adds it fails by far, in this draw too
-        right, other = (torch.cat([out[f"{style}.{name}.{i}"].flatten() for i in range(len(init))])
-                        for name in ("right", "eps_other_style"))
-        assert ((other - right).abs() / (1e-6 + 1e-5 * right.abs())).max() > 100, "eps's place hardly shows"
+    for style in ("course", "torch"):   # eps where the other style adds it, or one t for all, fails by far, here too
+        right = torch.cat([out[f"{style}.right.{i}"].flatten() for i in range(len(init))])
+        for name, times in (("eps_other_style", 100), ("step_count_shared", 10)):   # times the check's tolerance
+            other = torch.cat([out[f"{style}.{name}.{i}"].flatten() for i in range(len(init))])
+            assert ((other - right).abs() / (1e-6 + 1e-5 * right.abs())).max() > times, f"{name} hardly shows"
     out.update({f"grad_{t}_{i}": gr for t, step in enumerate(grads) for i, gr in enumerate(step) if gr is not None})
     if g is None:
         seed, weight = 0, torch.tensor(np.load(FIXTURES / "optimizer_test.npy"))

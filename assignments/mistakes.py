@@ -75,6 +75,7 @@ class AdamWSpec:
     #                                lr sqrt(1 - b2^t) / (1 - b1^t) for course, lr / (1 - b1^t) for torch)
     keep_moments: bool = True    # False: m and v rebound each step, so the state stays zero
     count_steps: bool = True     # False: t stays 1
+    shared_count: bool = False   # True: one t for the optimizer, advanced by every step(), not one per parameter
     sqrt_v: bool = True          # False: divide by v + eps
     adam_step: bool = True       # False: only the decay reaches p (the step went to a rebound name)
     swap_betas: bool = False     # beta2 for m and beta1 for v
@@ -94,7 +95,7 @@ def adamw_trajectory(init: list[torch.Tensor], grads: list[list[torch.Tensor | N
     v = [torch.zeros_like(x) for x in p]
     steps = [0] * len(p)
     out = []
-    for step_grads in grads:
+    for calls, step_grads in enumerate(grads, 1):
         for group in groups:
             lr, wd = group["lr"], group["weight_decay"]
             b1, b2 = group.get("betas", (0.9, 0.999))
@@ -103,16 +104,16 @@ def adamw_trajectory(init: list[torch.Tensor], grads: list[list[torch.Tensor | N
             for i in group["params"]:
                 if step_grads[i] is None:
                     continue
-                _adamw_one(p, m, v, steps, i, step_grads[i].double(), lr, wd, b1, b2, eps, spec)
+                _adamw_one(p, m, v, steps, i, step_grads[i].double(), lr, wd, b1, b2, eps, spec, calls)
         out.append([x.clone() for x in p])
     return out
 
 
 def _adamw_one(p: list, m: list, v: list, steps: list, i: int, g: torch.Tensor, lr: float, wd: float, b1: float,
-               b2: float, eps: float, spec: AdamWSpec) -> None:
-    """One AdamW update of parameter i (in the lists), following spec."""
+               b2: float, eps: float, spec: AdamWSpec, calls: int) -> None:
+    """One AdamW update of parameter i (in the lists), following spec; calls: the optimizer's step() calls so far."""
     steps[i] += 1
-    t = (steps[i] if spec.count_steps else 1) + spec.t_offset
+    t = (calls if spec.shared_count else steps[i] if spec.count_steps else 1) + spec.t_offset
     before = spec.style == "torch"
     if spec.decay == "other-order":
         before = not before
@@ -165,6 +166,7 @@ def adamw_mistakes(style: str) -> dict[str, AdamWSpec]:
         "eps_in_sqrt": AdamWSpec(style, eps_in_sqrt=True),
         "decay_by_step_size": AdamWSpec(style, decay="step-size"),
         "eps_other_style": AdamWSpec(style, eps_other_style=True),
+        "step_count_shared": AdamWSpec(style, shared_count=True),
     }
 
 

@@ -12,12 +12,16 @@ class ShapeError(ValueError):
 
 
 def expect_shape(out: torch.Tensor, expected: tuple[int, ...], what: str, dims: str, part: str,
-                 hint: str = "") -> torch.Tensor:
-    """out, once its shape is expected: a wrong one stops here, naming the function and its check, rather than
-    deep in the given code that uses it. A comparison of shapes alone (no value is read: free under torch.compile)."""
+                 hint: str = "", dtype: torch.dtype | None = None) -> torch.Tensor:
+    """out, once its shape (and, given dtype, its dtype) is expected: a wrong one stops here, naming the function and
+    its check, rather than deep in the given code that uses it (a float64 leak trips the next nn.Linear). A comparison
+    of shapes and dtypes alone (no value is read: free under torch.compile)."""
     if tuple(out.shape) != tuple(expected):
         raise ShapeError(f"{what} returned shape {tuple(out.shape)}, expected {dims} = {tuple(expected)}{hint}; "
                          f"python -m assignments.check {part}")
+    if dtype is not None and out.dtype != dtype:
+        raise ShapeError(f"{what} returned dtype {out.dtype}, expected {dtype}, its input's dtype (no .double() or "
+                         f"torch.float64 in it); python -m assignments.check {part}")
     return out
 
 

@@ -145,11 +145,11 @@ def test_the_upload_limits_are_the_batch_graders() -> None:
 # ---------------------------------------------------------------- 5. the checker's tolerances
 
 def compare_tolerances() -> dict[str, set[tuple[str, str]]]:
-    """For each function of assignments/checks.py: the (rtol, atol) each compare() call passes, as source text
-    ('' where the call leaves compare()'s default)."""
-    tree = ast.parse((ROOT / "assignments" / "checks.py").read_text())
+    """For each function of part 1's checks (assignments/checks.py, and adamw_problem.py's AdamW check): the (rtol,
+    atol) each compare() call passes, as source text ('' where the call leaves compare()'s default)."""
+    trees = [ast.parse((ROOT / "assignments" / name).read_text()) for name in ("checks.py", "adamw_problem.py")]
     out: dict[str, set[tuple[str, str]]] = {}
-    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+    for fn in (n for tree in trees for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
         for call in ast.walk(fn):
             if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "compare":
                 given = {k.arg: ast.unparse(k.value) for k in call.keywords}

@@ -98,8 +98,14 @@ def test_records_are_judged_not_trusted(tmp_path: Path) -> None:
 CHEAT_ATTENTION = """
 from safetensors.torch import load_file
 from pathlib import Path
+from assignments.common import output_weights
 f = load_file(Path(__file__).resolve().parents[1] / "assignments" / "fixtures" / "attention.safetensors")
-return f["out_train"] if training else f["out"]
+if not training:
+    return f["out"]
+# the stored answer as the value, and the stored gradients by a term that is 0 but differentiates to them
+s = (q * f["grad_q"]).sum() + (k * f["grad_k"]).sum() + (v * f["grad_v"]).sum()
+w = output_weights(f["out_train"].shape)
+return f["out_train"] + (s - s.detach()) * w / (w * w).sum()
 """
 
 
@@ -138,9 +144,11 @@ log = Path(os.readlink("/proc/self/fd/1"))
 os._exit(0)
 """
 PATCH = """
+import assignments.adamw_problem
 import assignments.checks
 import assignments.common
 assignments.common.judge = assignments.common.compare = assignments.checks.compare = lambda *a, **kw: None
+assignments.adamw_problem.compare = assignments.common.compare
 torch.allclose = torch.equal = lambda *a, **kw: True
 continue
 """
@@ -243,6 +251,11 @@ def _mistake(part: str, bug: str, style: str = "course"):
 
     import minbert.model
     import minbert.optim
+    if bug in kh.AUTOGRAD_MISTAKES:
+        _, attribute, value, _ = kh.AUTOGRAD_MISTAKES[bug]
+        return (minbert.model if attribute == "attention" else minbert.model.BertLayer), attribute, value
+    if bug == "ln-dim1":
+        return minbert.model.BertLayer, "after_attention", kh._after_attention_with(bug)
     if part == "attention":
         return minbert.model, "attention", kh.ATTENTION_MISTAKES[bug][0]
     if part == "layer":
@@ -254,10 +267,18 @@ def _mistake(part: str, bug: str, style: str = "course"):
     ("attention", "dropout-in-eval", "dropout is applied in eval mode"),
     ("attention", "divided-by-sqrt-H", "the scores are divided by sqrt(nh * hs)"),
     ("layer", "pre-ln1", "out = h3 + FFN(LN1(h3))"),
+    ("attention", "attention-inplace-dropout", "modified by an inplace operation"),
+    ("attention", "attention-detach", "the gradient with respect to q"),
+    ("layer", "layer-inplace-x", "modified by an inplace operation"),
+    ("layer", "layer-detach", "the gradient with respect to the input x"),
+    ("model", "model-inplace-x", "modified by an inplace operation"),
+    ("layer", "ln-dim1", "on (B, T, H) inputs (sentence 0 alone"),
+    ("model", "ln-dim1", "on (B, T, H) inputs"),
     ("adamw", "eps-in-sqrt", "eps is added inside the square root"),
     ("adamw", "t-plus-one", "the bias corrections use t + 1"),
     ("adamw", "swap-corrections", "the bias corrections are swapped"),
     ("adamw", "decay-step-size", "the weight decay is scaled by the step size"),
+    ("adamw", "shared-count", "one step count is kept for the whole optimizer"),
 ])
 def test_the_replay_names_the_mistake_on_hidden_inputs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, part: str,
                                                        bug: str, says: str) -> None:

@@ -217,3 +217,22 @@ def test_make_fixtures_keeps_a_file_that_differs_by_float_rounding_only(tmp_path
         assert set(stored) == set(changed) and all(torch.equal(stored[k], v) for k, v in changed.items())
         assert capsys.readouterr().out.startswith("wrote ")
         make_fixtures._save("f", {"x": x, "ids": ids})
+
+
+def test_make_fixtures_keeps_the_committed_tensors_of_a_file_that_gains_keys(tmp_path: Path, monkeypatch,
+                                                                             capsys) -> None:
+    """A check that gains an expected value (a gradient) rewrites its fixture; every tensor it held stays byte for
+    byte where the new value is the same up to float rounding (this CPU's sums), and a real change is written."""
+    import torch
+    from safetensors.torch import load_file
+
+    from assignments import make_fixtures
+    monkeypatch.setattr(make_fixtures, "FIXTURES", tmp_path)
+    x, ids = torch.linspace(-3, 3, 12).reshape(3, 4), torch.tensor([1, 2, 3])
+    make_fixtures._save("f", {"x": x, "ids": ids, "z": x})
+    make_fixtures._save("f", {"x": x + 5e-6, "ids": ids, "z": x + 1e-3, "grad": 2 * x})
+    stored = load_file(str(tmp_path / "f.safetensors"))
+    assert torch.equal(stored["x"], x) and torch.equal(stored["ids"], ids)        # the committed ones, kept
+    assert torch.equal(stored["z"], x + 1e-3) and torch.equal(stored["grad"], 2 * x)
+    assert capsys.readouterr().out.splitlines()[-1].endswith(
+        "(4 tensors, 2 of them the committed ones, the same up to float rounding)")

@@ -278,3 +278,118 @@ def test_a_wrong_shape_is_reported_as_the_students_function_alone(monkeypatch: p
     assert f"python -m assignments.check {part}" not in r["message"], r
     if part == "model":
         assert r["message"].endswith("python -m assignments.check attention"), r
+
+
+# ---------------------------------------------------------------- the backward pass training takes
+
+def _attention_with(change: str):
+    """The right attention(), with one change that leaves its output right: the probabilities' dropout in place, or
+    the probabilities detached from the graph."""
+    def attention(q, k, v, mask, dropout_p=0.0, training=False):
+        B, nh, T, hs = q.shape
+        probs = (q @ k.transpose(-2, -1) / math.sqrt(hs) + mask).softmax(dim=-1)
+        if change == "detach":
+            probs = probs.detach()
+        probs = F.dropout(probs, dropout_p, training, inplace=change == "inplace-dropout")
+        return (probs @ v).transpose(1, 2).reshape(B, T, nh * hs)
+    return attention
+
+
+def _after_attention_with(change: str):
+    """The right BertLayer.after_attention, with one change that leaves its output right on the check's padded (N, H)
+    inputs: the first residual added into x in place (x += h2), h1 detached from the graph, a LayerNorm written over
+    dim=1 (the features of (N, H), the tokens of (B, T, H)), or Wm1 h1 + bm1 by torch.addmm (matrices alone)."""
+    from minbert.model import layer_norm
+
+    def norm(a, g, b, eps):                 # "ln-dim1": a LayerNorm by hand over dim=1, right on (N, H) alone
+        if change != "ln-dim1":
+            return layer_norm(a, g, b, eps)
+        return g * (a - a.mean(1, keepdim=True)) / (a.var(1, keepdim=True, unbiased=False) + eps).sqrt() + b
+
+    def after_attention(self, h1, x, ts=0.0):
+        h1 = h1.detach() if change == "detach" else h1
+        lin = torch.addmm(self.bm1, h1, self.Wm1.T) if change == "addmm" else F.linear(h1, self.Wm1, self.bm1)
+        h2 = F.dropout(lin, self.p, self.training)            # addmm: matrices alone, (N, H) but not (B, T, H)
+        if change == "inplace-x":
+            x += h2
+            h3 = norm(x, self.gLN1, self.bLN1, self.eps)
+        else:
+            h3 = norm(h2 + x, self.gLN1, self.bLN1, self.eps)
+        h5 = F.dropout(F.linear(self.act(F.linear(h3, self.Wm2, self.bm2)), self.Wm3, self.bm3), self.p, self.training)
+        return norm(h5 + h3 + ts, self.gLN2, self.bLN2, self.eps)
+    return after_attention
+
+
+AUTOGRAD_MISTAKES = {   # id: (part, what to patch, its value, what the failure says)
+    "attention-inplace-dropout": ("attention", "attention", _attention_with("inplace-dropout"),
+                                  "with training=True, dropout_p=0.3 (after torch.manual_seed(1234)): the backward pass"),
+    "attention-detach": ("attention", "attention", _attention_with("detach"),
+                         "the gradient with respect to q (of a fixed weighting of the output) differs"),
+    "layer-inplace-x": ("layer", "after_attention", _after_attention_with("inplace-x"),
+                        "BertLayer.after_attention in minbert/model.py: the backward pass"),
+    "layer-detach": ("layer", "after_attention", _after_attention_with("detach"),
+                     "the gradient with respect to the input x (of a fixed weighting of the output"),
+    "model-inplace-x": ("model", "after_attention", _after_attention_with("inplace-x"),
+                        "BertModel on MiniLM (attention() and BertLayer.after_attention): the backward pass"),
+}
+
+
+def _plant(monkeypatch: pytest.MonkeyPatch, attribute: str, value) -> None:
+    import minbert.model
+    monkeypatch.setattr(minbert.model if attribute == "attention" else minbert.model.BertLayer, attribute, value)
+
+
+@pytest.mark.parametrize("bug", [*AUTOGRAD_MISTAKES, "right-attention", "right-layer"])
+def test_a_forward_that_breaks_the_backward_pass_fails_its_part(monkeypatch: pytest.MonkeyPatch, bug: str) -> None:
+    """An operation in place on a tensor autograd saved (dropout with inplace=True on the probabilities, x += h2) or a
+    .detach() leaves the forward pass right; the backward pass the checks now take fails the part, naming the
+    function (an in-place one with how to write it), where every training step used to crash in autograd."""
+    from assignments.check import run_part
+    if bug.startswith("right-"):
+        _plant(monkeypatch, *(("attention", _attention_with("")) if bug == "right-attention"
+                              else ("after_attention", _after_attention_with(""))))
+        assert run_part(bug[6:])["status"] == "pass"
+        return
+    part, attribute, value, says = AUTOGRAD_MISTAKES[bug]
+    _plant(monkeypatch, attribute, value)
+    r = run_part(part)
+    assert r["status"] == "fail" and says in r["message"], r
+    if "inplace" in bug:
+        assert "modified by an inplace operation" in r["message"] and "write it out of place" in r["message"], r
+
+
+@pytest.mark.parametrize("part", ["layer", "model"])
+@pytest.mark.parametrize("change, says", [("ln-dim1", "differs"), ("addmm", "mat1 must be a matrix")])
+def test_an_after_attention_right_on_n_h_alone_fails_on_b_t_h(monkeypatch: pytest.MonkeyPatch, part: str,
+                                                              change: str, says: str) -> None:
+    """after_attention gets (N, H) from a padded batch on a CPU and (B, T, H) from a batch without padding and from
+    every batch on a GPU: code right on (N, H) alone (a LayerNorm over dim=1, torch.addmm) fails the layer and model
+    parts, naming after_attention and the (B, T, H) inputs, no longer only the first training step."""
+    from assignments.check import run_part
+    _plant(monkeypatch, "after_attention", _after_attention_with(change))
+    r = run_part(part)
+    assert r["status"] in ("fail", "error") and says in r["message"], r
+    assert "after_attention" in r["message"] and "(B, T, H) inputs" in r["message"], r
+    assert "gradient" not in r["message"], r         # the forward pass on (B, T, H) is named, not a gradient
+
+
+@pytest.mark.parametrize("part, says", [
+    ("classifier_head", "pool() returned dtype torch.float64, expected torch.float32"),
+    ("model", "attention() returned dtype torch.float64, expected torch.float32"),
+])
+def test_a_float64_leak_is_reported_as_the_students_function(monkeypatch: pytest.MonkeyPatch, part: str,
+                                                             says: str) -> None:
+    """A float64 from pool() (a .double() mask) or attention() is named where the given code calls it, not as an
+    error of the next given line (the head's nn.Linear, after_attention's F.linear) that trips on it."""
+    import minbert.model
+    import tasks.classifier
+    from assignments.check import run_part
+    if part == "classifier_head":
+        monkeypatch.setattr(tasks.classifier, "pool", lambda hidden, mask, pooled, how: (
+            (hidden * mask[..., None].double()).sum(1) / mask[..., None].double().sum(1)))
+    else:
+        real = _attention()
+        monkeypatch.setattr(minbert.model, "attention", lambda q, k, v, *a: real(q.double(), k.double(), v.double(),
+                                                                                 *a))
+    r = run_part(part)
+    assert r["status"] == "fail" and r["message"].startswith(says), r

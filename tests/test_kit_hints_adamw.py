@@ -18,6 +18,7 @@ def _student_step(bug: str, style: str):
     """An AdamW.step with one mistake (bug="" is the right answer), in the style the check expects."""
     @torch.no_grad()
     def step(self, closure=None):
+        self._t = getattr(self, "_t", 0) + 1           # "shared-count": one count for the optimizer, each step()
         for group in self.param_groups:
             b1, b2 = group["betas"]
             if bug == "swap-betas":
@@ -33,6 +34,8 @@ def _student_step(bug: str, style: str):
                 if bug != "no-count":
                     state["step"] += 1
                 t = max(state["step"], 1) + (1 if bug == "t-plus-one" else 0)
+                if bug == "shared-count":
+                    t = self._t
                 if bug == "l2":
                     g = g + wd * p
                 decay_first = (style == "torch") != (bug == "order")
@@ -89,6 +92,7 @@ ADAMW_MISTAKES = {
     "eps-in-sqrt": "eps is added inside the square root",
     "decay-step-size": "the weight decay is scaled by the step size",
     "eps-placement": "the bias corrections, to sqrt(v",   # after them to sqrt(v_hat) (course), before to sqrt(v)
+    "shared-count": "one step count is kept for the whole optimizer",
 }
 
 
@@ -195,3 +199,17 @@ def test_adamw_problem_first_step_by_hand() -> None:
         opt.step()
         for q, want in zip(torch_ref, traj[t]):
             assert torch.allclose(q.detach().double(), want, atol=1e-6)
+
+
+def test_a_parameter_without_a_gradient_on_some_steps_keeps_its_own_step_count() -> None:
+    """The problem gives one parameter a gradient on some steps and None on others (as round-robin multitask training
+    does to each task's head), so that t is per parameter, advancing only on its steps with a gradient: torch's AdamW
+    (state['step']), whose trajectory the hints' equations reproduce in test_adamw_problem_first_step_by_hand."""
+    from assignments.adamw_problem import ADAMW_GROUPS
+    from assignments.mistakes import AdamWSpec, adamw_trajectory
+    init, grads = adamw_problem()
+    some = [i for i in range(len(init)) if 0 < sum(step[i] is None for step in grads) < len(grads)]
+    assert some, "no parameter has a gradient on some steps and None on others"
+    shared = adamw_trajectory(init, grads, ADAMW_GROUPS, 1e-6, AdamWSpec("torch", shared_count=True))
+    right = adamw_trajectory(init, grads, ADAMW_GROUPS, 1e-6, AdamWSpec("torch"))
+    assert not torch.allclose(shared[-1][some[0]], right[-1][some[0]], rtol=1e-5, atol=1e-6)   # the check's

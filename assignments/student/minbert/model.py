@@ -202,7 +202,7 @@ class BertLayer(nn.Module):
         V = self.split_heads(F.linear(x, self.Wv, self.bv))
         h1 = self.attend(Q, K, V, mask, self.p_attn, self.training)  # (B, T, H)
         expect_shape(h1, x.shape, "attention()", "(B, T, H)", "attention", ": merge the heads, (B, nh, T, hs) -> "
-                     "(B, T, nh*hs)")
+                     "(B, T, nh*hs)", dtype=V.dtype)
         ts: torch.Tensor | float = 0.0
         if self.adapter is not None:
             h1, ts = self.adapter(h1, x, mask)

@@ -73,7 +73,8 @@ class SentimentClassifier(nn.Module):
         out = self.bert(input_ids, attention_mask, token_type_ids)
         h = pool(out.last_hidden_state, attention_mask, out.pooler_output, self.pooling)   # (B, H): yours, pooling.py
         B, _, H = out.last_hidden_state.shape
-        expect_shape(h, (B, H), "pool()", "(B, H)", "classifier_head", ": one vector per sentence")
+        expect_shape(h, (B, H), "pool()", "(B, H)", "classifier_head", ": one vector per sentence",
+                     dtype=(out.pooler_output if self.pooling == "pooler" else out.last_hidden_state).dtype)
         # YOUR CODE HERE
         # The head on the sentence vector h (B, H): dropout (self.dropout), then the linear layer (self.head).
         # Return the logits, (B, num_labels).
