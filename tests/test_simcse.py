@@ -254,6 +254,11 @@ def test_the_stage_end_to_end_resumes_and_writes_a_loadable_encoder(tiny_dir, fi
     assert sorted(r.id for r in list(stage) + list(rest)) == sorted(r.id for r in pairs)
     assert not list(out.glob(".output-*"))  # no temporary directory left behind
     assert json.loads((out / "run.json").read_text())["result"]["best_round"] == summary["best_round"]
+    # the curves: the dev axis in rounds of --eval-every steps, from the zero-shot score at round 0 (a resume keeps it)
+    curves = [json.loads(line) for line in (tmp_path / "whole.curves.jsonl").read_text().splitlines()]
+    assert curves[0] == {"kind": "start", "epoch": 0, "unit": "round of 2 optimiser steps",
+                         "dev_sts_pearson": summary["sts_dev_pearson_before"]}
+    assert [x["epoch"] for x in curves if x["kind"] == "epoch"] == [1, 2, 3]
 
     real_fit = simcse.fit
 
@@ -265,6 +270,8 @@ def test_the_stage_end_to_end_resumes_and_writes_a_loadable_encoder(tiny_dir, fi
     resumed = run(parse_settings(stage_argv(tiny_dir, files, tmp_path, "split", *extra,
                                             "--resume", str(tmp_path / "split.pt"))))
     assert [h["dev_sts_pearson"] for h in resumed["history"]] == [h["dev_sts_pearson"] for h in whole["history"]]
+    kinds = [json.loads(line)["kind"] for line in (tmp_path / "split.curves.jsonl").read_text().splitlines()]
+    assert kinds == [json.loads(line)["kind"] for line in (tmp_path / "whole.curves.jsonl").read_text().splitlines()]
     assert (tmp_path / "split" / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
     assert (tmp_path / "split" / "quora-train-rest.csv").read_text() == (out / "quora-train-rest.csv").read_text()
 

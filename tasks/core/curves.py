@@ -3,9 +3,10 @@ tensorboard package is installed; it is not a dependency) a TensorBoard log.
 
 fit() (tasks/core/train.py) writes them beside its checkpoint, for every CLI: CHECKPOINT.curves.jsonl, one line per
 optimiser step {"kind": "step", "step", "epoch", "loss", "task"?} and one per epoch {"kind": "epoch", "epoch",
-"train_loss", "dev_...", ...}; CHECKPOINT.curves.png at the end of the run (python -m tasks.curves FILE redraws it;
-given a run directory, its checkpoint's curves, the PNG inside it; a missing or empty file is one error line);
-and, with tensorboard, the same scalars under CHECKPOINT.tensorboard/ (tensorboard --logdir ...). A resumed run keeps
+"train_loss", "dev_...", ...}, and, where a command gives them (mark_start: SimCSE's rounds), one "start" line
+{"kind": "start", "epoch": 0, "unit", "dev_...": the scores before training}; CHECKPOINT.curves.png at the end of
+the run (python -m tasks.curves FILE redraws it; given a run directory, its checkpoint's curves, the PNG inside it; a
+missing or empty file is one error line); and, with tensorboard, the same scalars under CHECKPOINT.tensorboard/ (tensorboard --logdir ...). A resumed run keeps
 the lines of the epochs it resumes after and appends.
 """
 
@@ -16,6 +17,8 @@ import json
 import os
 import sys
 from pathlib import Path
+
+START = "start"     # a line's kind: the dev axis's unit and the dev figures before training, drawn at 0
 
 
 def curves_path(checkpoint: str | Path) -> Path:
@@ -90,6 +93,18 @@ class Curves:
         return plot_curves(self.path)
 
 
+def mark_start(path: str | Path, unit: str, scores: dict[str, float]) -> Path:
+    """Give a run's curves file its dev axis's unit (a command whose "epochs" are rounds of N steps: "round of N
+    optimiser steps") and the dev figures before training (drawn at 0), as a "start" line before the others (in
+    place of an earlier one: a resumed run keeps it, epoch 0), and draw the file again; returns the PNG's path."""
+    from minbert.files import write_text
+
+    head = {"kind": START, "epoch": 0, "unit": unit} | {f"dev_{k}": v for k, v in scores.items()}
+    lines = [head] + [x for x in read_curves(path, quiet=True) if x["kind"] != START]
+    write_text(path, "".join(json.dumps(line) + "\n" for line in lines))
+    return plot_curves(path)
+
+
 def read_curves(path: str | Path, quiet: bool = False) -> list[dict]:
     """The lines of a curves file (none if it does not exist). A last line cut short (an append the run did not
     finish: a kill or a full disk mid-write) is left out with a note (quiet: without); any other line that is not
@@ -130,30 +145,48 @@ def _curves_line(row: object) -> bool:
 
 
 def plot_curves(path: str | Path, out: str | Path | None = None) -> Path:
-    """Training loss per step (each task's own where batches name one) and the dev figures per epoch, as a PNG."""
+    """Training loss per step (each task's own where batches name one) and the dev figures per epoch (per the unit
+    and from the start point a "start" line gives), as a PNG."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
+    from .evaluation import DEV_NAMES
     from .figures import save_figure
 
     lines = read_curves(path)
     steps = [x for x in lines if x["kind"] == "step"]
-    epochs = [x for x in lines if x["kind"] == "epoch"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    start = next((x for x in reversed(lines) if x["kind"] == START), {})
+    dev = [x for x in lines if x["kind"] == "epoch" or x is start]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4), layout="constrained")
     for task in sorted({x.get("task", "") for x in steps}):
-        mine = [x for x in steps if x.get("task", "") == task]
-        left.plot([x["step"] for x in mine], [x["loss"] for x in mine], lw=0.6, label=task or "loss")
+        mine = [x for x in steps if x.get("task", "") == task]      # one point alone gets a marker, or is not seen
+        left.plot([x["step"] for x in mine], [x["loss"] for x in mine], lw=0.6, marker="." if len(mine) < 2 else None,
+                  label=task or "loss")
     left.set(xlabel="optimiser step", ylabel="training loss", title="training loss")
-    if steps:
-        left.legend()
-    for key in sorted({k for x in epochs for k in x if k.startswith("dev_")}):
-        right.plot([x["epoch"] for x in epochs], [x[key] for x in epochs], marker="o", label=key[4:])
-    right.set(xlabel="epoch", ylabel="dev", title="dev figures")
-    if epochs:
-        right.legend()
-    fig.tight_layout()
+    keys = sorted({k for x in dev for k in x if k.startswith("dev_")})
+    for key in keys:
+        mine = [x for x in dev if key in x]
+        right.plot([x["epoch"] for x in mine], [x[key] for x in mine], marker="o", label=DEV_NAMES.get(key[4:], key[4:]))
+    right.set(xlabel=start.get("unit", "epoch") + (" (0: before training)" if any(k in start for k in keys) else ""),
+              ylabel=dev_label(keys), title="dev figures")
+    for ax, shown in ((left, steps), (right, keys)):
+        xs = {x for line in ax.get_lines() for x in line.get_xdata()}
+        if len(xs) <= 10:                   # steps and epochs are whole numbers: a few, each its tick
+            ax.set_xticks(sorted(xs))
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.ticklabel_format(axis="y", useOffset=False)
+        if shown:                                                   # below the panel: over it, it hides points
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=4, frameon=False)
     return save_figure(fig, out or Path(path).with_suffix(".png"), dpi=100)
+
+
+def dev_label(keys: list[str]) -> str:
+    """The dev panel's y label: what its figures measure (accuracies and Pearson r share the axis)."""
+    kinds = [name for word, name in (("accuracy", "accuracy"), ("pearson", "Pearson r")) if any(word in k for k in keys)]
+    return f"dev score ({'; '.join(kinds)})" if kinds else "dev score"
 
 
 def curves_file(given: str | Path) -> Path:

@@ -281,6 +281,10 @@ def gold_errors(gold: Records, path: str | Path) -> list[str]:
     return shown
 
 
+# The dev figures' names on the console and in the curves' legend (a key not here keeps its own name).
+DEV_NAMES = {"sst_accuracy": "SST acc", "para_accuracy": "Quora acc", "sts_pearson": "STS r", "overall": "overall"}
+
+
 def overall_score(sst_accuracy: float, para_accuracy: float, sts_pearson: float) -> float:
     """The leaderboard's overall score: the mean of SST accuracy, Quora accuracy and (r + 1) / 2."""
     return (sst_accuracy + para_accuracy + (sts_pearson + 1) / 2) / 3

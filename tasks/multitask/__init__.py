@@ -34,6 +34,7 @@ from ..core.data import SIMCSE_QUORA_REST, Records, unlabelled
 from ..core.distributed import is_main_process
 from ..core.errors import ConfigurationError
 from ..core.evaluation import (
+    DEV_NAMES,
     accuracy,
     in_order,
     overall_score,
@@ -96,8 +97,7 @@ def add_pals(model: MultitaskBert, settings: Settings, params: list[nn.Parameter
 
 def dev_table(scores: dict[str, float]) -> str:
     """One line: each task's dev metric and, with all three, the overall score."""
-    names = {"sst_accuracy": "SST acc", "para_accuracy": "Quora acc", "sts_pearson": "STS r", "overall": "overall"}
-    return "  ".join(f"{names[k]} {v:.4f}" for k, v in scores.items())
+    return "  ".join(f"{DEV_NAMES[k]} {v:.4f}" for k, v in scores.items())
 
 
 def after_simcse(settings: Settings) -> Settings:

@@ -46,8 +46,9 @@ from minbert.hub import OPTIONAL as TOKENIZER_FILES
 from minbert.simcse import SimCSE, SimCSEConfig, margin_loss, sup_simcse_loss, unsup_simcse_loss
 
 from ..core.batching import Passes, batch_indices, pad_views, token_ids
+from ..core.curves import curves_path, mark_start
 from ..core.data import TASKS, Records, unlabelled
-from ..core.distributed import world_size
+from ..core.distributed import is_main_process, world_size
 from ..core.errors import ConfigurationError, ResumeError
 from ..core.evaluation import in_order, pearson, predict_batches
 from ..core.recipe import autocast, with_schedule_record
@@ -323,6 +324,8 @@ def run(settings: Settings) -> dict:
                             unit="round", extended=rewrite_on_extension(paths, "simcse", settings),
                             **settings.run.loop_options()))
     model.load_state_dict(result.best_state)
+    if is_main_process():       # the curves' dev axis in rounds, from the zero-shot score at round 0
+        mark_start(curves_path(paths.checkpoint), f"round of {every} optimiser steps", {"sts_pearson": before})
     history = [{"round": h["epoch"], "step": h["epoch"] * every}
                | {k: v for k, v in h.items() if k != "epoch"} for h in result.history]
     summary = {"objective": s.objective, "model": tr.model, "sts_dev_pearson_before": before,
