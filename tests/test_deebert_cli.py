@@ -20,7 +20,7 @@ from tasks.core.data import TASKS, DataError
 from tasks.core.errors import ConfigurationError
 from tasks.core.evaluation import check_predictions
 from tasks.deebert import timing as deebert_timing
-from tasks.deebert.report import plot_per_layer, savings
+from tasks.deebert.report import per_layer_title, plot_curve, plot_per_layer, savings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -229,6 +229,35 @@ def test_a_report_figure_is_written_in_the_format_its_name_says_and_a_failed_one
         plot_per_layer([0.5, 0.6], tmp_path / "per_layer.pdf", "accuracy")
     assert [p.name for p in tmp_path.iterdir()] == ["per_layer.pdf"]
     assert (tmp_path / "per_layer.pdf").read_bytes().startswith(b"%PDF")
+
+
+def test_the_curves_threshold_labels_do_not_overlap_and_stay_inside_and_the_axes_name_their_baseline(tmp_path,
+                                                                                                      monkeypatch):
+    """Clustered settings (the tiny run's, the SST-2 benchmark's 0.1/0.15 and 0.2/0.25) and one at the top edge:
+    no two label boxes intersect, none leaves the axes; per_layer.png says which dev half it measured."""
+    from tasks.deebert import report
+    kept = []
+    monkeypatch.setattr(report, "save_figure", lambda fig, path, **kw: kept.append(fig))
+    points = [{"setting": s, "time_saved": t, "layers_saved": t + 0.1, "quality": q} for s, t, q in
+              [(0, -0.25, 0.885), (0.0005, -0.20, 0.885), (0.001, -0.19, 0.885), (0.002, -0.185, 0.885),
+               (0.1, 0.26, 0.885), (0.15, 0.265, 0.885), (0.2, 0.40, 0.885), (0.25, 0.38, 0.885),
+               (0.3, 0.42, 0.883), (0.7, 0.73, 0.79)]]
+    plot_curve(points, tmp_path / "curve.png", "accuracy", "sst2, batch 1")
+    fig = kept[0]
+    fig.canvas.draw()
+    ax, renderer = fig.axes[0], fig.canvas.get_renderer()
+    assert ax.get_xlabel() == "time or layers saved (%) vs the plain model (no off-ramps)"
+    boxes = {t.get_text(): t.get_window_extent(renderer) for t in ax.texts}
+    assert {"0", "0.1", "0.7"} <= set(boxes) and len(boxes) >= 6, sorted(boxes)
+    inside = ax.get_window_extent(renderer)
+    for name, box in boxes.items():
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1, name
+    for a, one in boxes.items():
+        for b, other in boxes.items():
+            assert a == b or not one.overlaps(other), (a, b)
+    assert per_layer_title({"task": "sst2", "dev_protocol": "halves", "dev_report_examples": 436}) == \
+        "sst2, dev-report half (436 examples)"
+    assert per_layer_title({"task": "sts", "dev_protocol": "same", "dev_report_examples": 863}) == "sts, dev (863 examples)"
 
 
 @pytest.mark.parametrize("flag, value, message", [

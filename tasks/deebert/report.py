@@ -71,7 +71,7 @@ def write_outputs(out: Path, table: dict, summary: dict, hist_settings: int = 4)
     picks = sorted({round(i * (len(swept) - 1) / max(hist_settings - 1, 1)) for i in range(hist_settings)})
     plot_exit_histograms({swept[i]["setting"]: swept[i]["exit_histogram"] for i in picks},
                          out / "exit_layers.png", title)
-    plot_per_layer(summary["per_layer"], out / "per_layer.png", table["metric"], f"{summary['task']}, dev")
+    plot_per_layer(summary["per_layer"], out / "per_layer.png", table["metric"], per_layer_title(summary))
 
 
 def plot_curve(points: Sequence[dict], path: str | Path, quality: str, title: str = "") -> None:
@@ -81,15 +81,39 @@ def plot_curve(points: Sequence[dict], path: str | Path, quality: str, title: st
     ax.plot([p["time_saved"] * 100 for p in points], [p["quality"] for p in points], "o-", label="measured time saved")
     ax.plot([p["layers_saved"] * 100 for p in points], [p["quality"] for p in points], "s--", alpha=0.6,
             label="layers saved")
-    for p in points:
-        ax.annotate(f"{p['setting']:g}", (p["time_saved"] * 100, p["quality"]), fontsize=7,
-                    textcoords="offset points", xytext=(3, 3))
-    ax.set_xlabel("saving (%) against the model without exits")
+    ax.set_xlabel("time or layers saved (%) vs the plain model (no off-ramps)")
+    label_points(fig, ax, [(f"{p['setting']:g}", p["time_saved"] * 100, p["quality"]) for p in points])
     ax.set_ylabel(quality)
     ax.set_title(title)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     _save(fig, path)
+
+
+# Where a point's label may go, in points from it: up right first, then the other corners, further out.
+LABEL_OFFSETS = [(3, 3), (3, -9), (-6, 5), (-6, -11), (3, 10), (3, -16), (-6, 12), (-6, -18)]
+
+
+def label_points(fig, ax, labels: Sequence[tuple[str, float, float]]) -> None:
+    """Label each point (text, x, y) at the first of LABEL_OFFSETS where the text lies inside the axes and overlaps
+    no label placed before it; a label with no such place is left out (its neighbours say where it is)."""
+    from matplotlib.transforms import Bbox
+    ax.margins(x=0.08, y=0.1)                       # room inside the axes for the labels at the edges
+    ax.autoscale_view()
+    fig.tight_layout()                              # the layout _save draws, so the boxes measured stay as they are
+    renderer = fig.canvas.get_renderer()
+    inside, placed = ax.get_window_extent(renderer), []
+    for text, x, y in labels:
+        note = ax.annotate(text, (x, y), fontsize=7, textcoords="offset points", xytext=LABEL_OFFSETS[0])
+        for offset in LABEL_OFFSETS:
+            note.set_position(offset)
+            box = note.get_window_extent(renderer).expanded(1.05, 1.1)
+            within = Bbox.union([box, inside]).bounds == inside.bounds
+            if within and not any(box.overlaps(b) for b in placed):
+                placed.append(box)
+                break
+        else:
+            note.remove()
 
 
 def plot_exit_histograms(histograms: dict[str, Sequence[int]], path: str | Path, title: str = "") -> None:
@@ -105,6 +129,12 @@ def plot_exit_histograms(histograms: dict[str, Sequence[int]], path: str | Path,
     axes[0][0].set_ylabel("samples")
     fig.suptitle(title, fontsize=10)
     _save(fig, path)
+
+
+def per_layer_title(summary: dict) -> str:
+    """per_layer.png's title: the task and the dev examples it was measured on (the report half, or the whole)."""
+    half = "dev-report half" if summary.get("dev_protocol") == "halves" else "dev"
+    return f"{summary['task']}, {half} ({summary['dev_report_examples']} examples)"
 
 
 def plot_per_layer(values: Sequence[float], path: str | Path, quality: str, title: str = "") -> None:
