@@ -75,17 +75,19 @@ def draw(probs: torch.Tensor, tokens: list[str], title: str, out: str | Path) ->
     cols = min(nh, 4)
     rows = math.ceil(nh / cols)
     side = 1.2 + 0.22 * T
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * side, rows * side), squeeze=False)
+    # constrained: room for the title above the top row and for the colour bar, whatever the sentence's length
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * side + 1, rows * side + 0.4), squeeze=False,
+                             layout="constrained")
     for h, ax in enumerate(axes.flat):
         if h >= nh:
             ax.axis("off")
             continue
-        ax.imshow(probs[h].numpy(), vmin=0.0, vmax=1.0, cmap="viridis")
+        image = ax.imshow(probs[h].numpy(), vmin=0.0, vmax=1.0, cmap="viridis")
         ax.set_title(f"head {h + 1}", fontsize=9)
         ax.set_xticks(range(T), tokens, rotation=90, fontsize=7)
         ax.set_yticks(range(T), tokens, fontsize=7)
+    fig.colorbar(image, ax=axes, shrink=0.6, label="attention probability")
     fig.suptitle(title)
-    fig.tight_layout()
     return save_figure(fig, out, dpi=100)
 
 

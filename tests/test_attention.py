@@ -145,6 +145,28 @@ def test_drawing_a_sentence_and_a_pair(tiny_dir: Path, tmp_path: Path, capsys: p
         assert f"wrote {out}" in capsys.readouterr().out
 
 
+def test_the_figure_has_a_labelled_colour_scale_and_its_title_clears_the_panels_on_a_long_sentence(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A colour bar (0 to 1, "attention probability") beside the panels; the title above every panel, not over the
+    top row, with a ~30-token sentence."""
+    from tasks import attention
+    kept = []
+    monkeypatch.setattr(attention, "save_figure", lambda fig, out, **kw: kept.append(fig) or Path(out))
+    words = "the quick brown fox jumps over the lazy dog while the farmer who had been watching all morning finally"
+    tokens = ["[CLS]", *words.split(), "decided", "to", "intervene", "in", "an", "unexpected", "way", ".", "[SEP]"]
+    probs = torch.rand(4, len(tokens), len(tokens)).softmax(-1)
+    attention.draw(probs, tokens, "tiny: layer 2 of 2, 4 heads (rows attend to columns)", tmp_path / "a.png")
+    fig = kept[0]
+    fig.canvas.draw()
+    bars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    assert len(bars) == 1 and bars[0].get_ylabel() == "attention probability"
+    assert tuple(bars[0].get_ylim()) == (0.0, 1.0)
+    renderer = fig.canvas.get_renderer()
+    title = fig._suptitle.get_window_extent(renderer)
+    panels = [ax for ax in fig.axes if ax not in bars and ax.get_visible() and ax.axison]
+    assert len(panels) == 4 and all(title.y0 >= ax.get_tightbbox(renderer).y1 for ax in panels)
+
+
 def test_drawing_the_tokens_and_the_layer(tiny_dir: Path) -> None:
     """The panels' tokens are the pair's, [CLS] ... [SEP] ... [SEP]; layers count from 1 and a wrong one is refused."""
     from tasks.attention import layer_attention
