@@ -77,8 +77,8 @@ def bias_change(pretrained: BertModel | Mapping[str, torch.Tensor], finetuned: B
 
 
 def format_bias_change(change: Mapping[str, Sequence[float]]) -> str:
-    """A markdown table: one row per term, one column per layer, mean |b0 - bF| (Figure 1 as numbers)."""
+    """A markdown table: one row per term, one column per layer (L1..L), mean |b0 - bF| (Figure 1 as numbers)."""
     L = len(next(iter(change.values())))
-    lines = ["| term | " + " | ".join(f"L{l}" for l in range(L)) + " |", "|---" * (L + 1) + "|"]
+    lines = ["| term | " + " | ".join(f"L{l + 1}" for l in range(L)) + " |", "|---" * (L + 1) + "|"]
     lines += [f"| {t} | " + " | ".join(f"{v:.4f}" for v in vals) + " |" for t, vals in change.items()]
     return "\n".join(lines)

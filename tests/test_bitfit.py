@@ -232,6 +232,20 @@ def test_heatmap_is_written(tiny_config, tmp_path):
     assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_heatmap_counts_layers_from_1_and_labels_its_colour_bar(tmp_path, monkeypatch):
+    """Layers 1..L as everywhere else in the project (tasks.attention --layer, DeeBERT's figures); the colour bar says
+    what it shows; the numbers table's columns count the same way."""
+    from tasks.core import bitfit_figure
+    kept = []
+    monkeypatch.setattr(bitfit_figure, "save_figure", lambda fig, path, **kw: kept.append(fig))
+    change = {t: [0.1, 0.2, 0.3] for t in LAYER_TERMS}
+    plot_bias_change(change, tmp_path / "fig.png")
+    heat, bar = kept[0].axes
+    assert [t.get_text() for t in heat.get_xticklabels()] == ["1", "2", "3"] and heat.get_xlabel() == "layer"
+    assert bar.get_ylabel() == "mean |b0 - bF| (pretrained vs fine-tuned bias)"
+    assert bitfit_report.format_bias_change(change).splitlines()[0] == "| term | L1 | L2 | L3 |"
+
+
 @pytest.mark.parametrize("name, magic", [("fig.pdf", b"%PDF"), ("fig.svg", b"<?xml"), ("fig.v2.png", b"\x89PNG")])
 def test_the_heatmap_is_written_in_the_format_its_name_says(tmp_path, name, magic):
     """matplotlib's format is the name's extension (the temporary's name says nothing): a .pdf is a PDF."""
