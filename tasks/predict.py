@@ -41,7 +41,7 @@ import minbert
 
 from .core.checkpoints import check_trained, read_trained
 from .core.data import files_read, forget_files_read
-from .core.distributed import pick_device
+from .core.distributed import DEVICE_HELP, DEVICES, pick_device
 from .core.errors import (
     ConfigurationError,
     MissingFileError,
@@ -58,7 +58,6 @@ from .core.resume import stored_values
 from .core.run_files import changed_files, trained_checkpoint, trained_files
 from .core.runs import RUN_FILE, no_checkpoint, read_run_json, run_settings
 from .core.settings import build, leaves
-from .core.training_setup import DEVICES
 
 DEEBERT_FLAGS = {"sweep.threshold": "--threshold", "sweep.exit": "--exit"}   # predict's own, for DeeBERT runs only
 
@@ -307,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write {task}-{split}-raw.csv, the raw outputs, for python -m tasks.ensemble")
     p.add_argument("--eval-batch-size", type=positive_int, default=None,
                    help="prediction batch size (default: the run's own, so that its predictions are the run's)")
-    p.add_argument("--device", choices=DEVICES, default="auto")
+    p.add_argument("--device", choices=DEVICES, default="auto", help=f"{DEVICE_HELP} (default: auto)")
     return p
 
 
