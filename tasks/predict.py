@@ -53,6 +53,7 @@ from .core.errors import (
 )
 from .core.evaluation import prediction_path, raw_path, write_predictions, write_raw
 from .core.exports import EXPORT_ENCODER, EXPORT_SETTINGS, KINDS, load_weights, read_export
+from .core.progress import showing
 from .core.recipe import autocast
 from .core.resume import stored_values
 from .core.run_files import changed_files, trained_checkpoint, trained_files
@@ -208,7 +209,8 @@ def predict_multitask(args: Request, run: Run, device: torch.device) -> list[Pat
                 print(f"{t} {split}: no file {path}; skipped", file=sys.stderr)
                 continue
             data = load(t, split, path, tokenizer)
-            y = outputs(model, data, args.eval_batch_size, device, s.recipe.precision)
+            with showing(split):                                       # a progress bar over its batches
+                y = outputs(model, data, args.eval_batch_size, device, s.recipe.precision)
             ids = [e.id for e in data.records]
             written.append(write_predictions(prediction_path(args.out, t, split), t, ids, decide(t, y)))
             if args.raw_outputs:
@@ -227,7 +229,7 @@ def predict_classifier(args: Request, run: Run, device: torch.device) -> list[Pa
     written = []
     for split in args.splits:
         data = load_split(split, s.files.path(s.task, split), s.task, tokenizer)
-        with autocast(device, s.recipe.precision):
+        with autocast(device, s.recipe.precision), showing(split):
             logits = logits_of(model, data, args.eval_batch_size, device)   # (N, C)
         ids = [e.id for e in data.records]
         written.append(write_predictions(prediction_path(args.out, s.task, split), s.task, ids,
@@ -261,7 +263,7 @@ def predict_deebert(args: Request, run: Run, device: torch.device) -> list[Path]
     written = []
     for split in args.splits:
         data = load_split(split, s.files.path(task, split), task, tokenizer)
-        with autocast(device, s.recipe.precision):                 # as the run predicted
+        with autocast(device, s.recipe.precision), showing(split):  # as the run predicted; a progress bar
             preds, _, logits = exit_predictions(model, task, data, sweep.rule(value), device)
         ids = [e.id for e in data.records]
         written.append(write_predictions(prediction_path(args.out, task, split), BOARD[task], ids, preds))
