@@ -144,7 +144,7 @@ def checks_arguments(parser: argparse.ArgumentParser) -> None:
                              "each score out of the others' totals")
     parser.add_argument("--profile", choices=list(PROFILES), default=DEFAULT_PROFILE,
                         help=f"the profile of the tree handed out (default: {DEFAULT_PROFILE})")
-    parser.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, help="seconds allowed per part")
+    parser.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, help=f"seconds allowed per part (default: {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--jobs", type=positive_int, help="parts graded at once (default: the grader's, the CPUs the "
                         "container lets it use); set it to the CPUs chosen in Gradescope's container settings")
     parser.add_argument("--hide-hints", action="store_true", help="leave the matched mistake out of each part's "

@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--regrade", action="store_true",
                     help="with --batch: grade again the submissions already in the CSV whose entry is unchanged; "
                          "the CSV starts again when its grades were made with other options")
-    ap.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, help="seconds allowed per part")
+    ap.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, help=f"seconds allowed per part (default: {DEFAULT_TIMEOUT:g})")
     ap.add_argument("--jobs", type=positive_int, default=None, help="parts graded at once (default: the CPUs this "
                     "process may use, its affinity mask and cgroup quota, at most the parts)")
     ap.add_argument("--groups", nargs="+", choices=[*GROUPS, "all"], default=["core"],
@@ -211,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "part 1; all: every group of the profile)")
     ap.add_argument("--profile", choices=list(PROFILES), default=DEFAULT_PROFILE,
                     help=f"the profile of the tree handed out, whose groups can be graded (default: {DEFAULT_PROFILE})")
-    ap.add_argument("--parts", nargs="+", choices=list(PARTS), help="grade only these parts")
+    ap.add_argument("--parts", nargs="+", choices=list(PARTS), metavar="PART",
+                    help=f"grade only these parts: {', '.join(PARTS)}")
     ap.add_argument("--hide-hints", action="store_true",
                     help="leave the matched mistake out of each part's output; show it after the due date")
     seed = ap.add_mutually_exclusive_group()

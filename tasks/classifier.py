@@ -35,6 +35,7 @@ from .core.distributed import is_main_process
 from .core.errors import existing_file, run_cli, user_path
 from .core.evaluation import LEADERBOARD, accuracy, in_order, predict_batches, prediction_path, write_raw
 from .core.finetune import FineTune
+from .core.progress import showing
 from .core.recipe import Recipe, with_schedule_record
 from .core.resume import resume_config
 from .core.runs import RunOptions, RunPaths, parse_run, rewrite_on_extension, run_paths, write_run_json
@@ -204,8 +205,9 @@ def write_outputs(settings: Settings, paths: RunPaths, model: nn.Module, split: 
                   summary: dict) -> None:
     """A split's prediction file (and with --raw-outputs its logits), its accuracy into `summary` when labelled."""
     task = settings.task
-    logits = logits_of(model, split, settings.run.eval_batch_size, device,
-                       settings.recipe.precision)  # as fit() evaluated: the dev accuracy matches its best_score
+    with showing(split.name, settings.run.progress):   # a progress bar over its batches
+        logits = logits_of(model, split, settings.run.eval_batch_size, device,
+                           settings.recipe.precision)  # as fit() evaluated: the dev accuracy matches its best_score
     preds = logits.argmax(-1).tolist()                                                               # (N, C) -> (N,)
     if settings.run.raw_outputs:
         write_raw(paths.predictions / f"{task}-{split.name}-raw.csv", [e.id for e in split.records], logits)

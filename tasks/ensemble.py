@@ -154,15 +154,22 @@ def ensemble(run_dirs: list[str | Path], out: str | Path, data_dir: str | Path |
             for task, split, ids, preds in averaged]
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
     p = argparse.ArgumentParser(prog="python -m tasks.ensemble", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", type=user_path, help="prediction directories holding *-raw.csv files")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", type=user_path,
+                   help="a run directory (its run.json says where its predictions went) or a folder of "
+                        "{task}-{split}-raw.csv files (written with --raw-outputs)")
     p.add_argument("--out", type=directory_to_write, default="predictions-ensemble", help="where the six files go (default predictions-ensemble)")
     p.add_argument("--data-dir", default=None, type=user_path,
                    help="the task files the set is checked against (default: the runs' own, from their run.json; "
                         "else data)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     data_dir = data_dir_of(args.runs, args.data_dir)
     for path in ensemble(args.runs, args.out, data_dir):
         print(f"wrote {path}")

@@ -41,7 +41,7 @@ import minbert
 
 from .core.checkpoints import check_trained, read_trained
 from .core.data import files_read, forget_files_read
-from .core.distributed import pick_device
+from .core.distributed import DEVICE_HELP, DEVICES, pick_device
 from .core.errors import (
     ConfigurationError,
     MissingFileError,
@@ -53,12 +53,12 @@ from .core.errors import (
 )
 from .core.evaluation import prediction_path, raw_path, write_predictions, write_raw
 from .core.exports import EXPORT_ENCODER, EXPORT_SETTINGS, KINDS, load_weights, read_export
+from .core.progress import showing
 from .core.recipe import autocast
 from .core.resume import stored_values
 from .core.run_files import changed_files, trained_checkpoint, trained_files
 from .core.runs import RUN_FILE, no_checkpoint, read_run_json, run_settings
 from .core.settings import build, leaves
-from .core.training_setup import DEVICES
 
 DEEBERT_FLAGS = {"sweep.threshold": "--threshold", "sweep.exit": "--exit"}   # predict's own, for DeeBERT runs only
 
@@ -209,7 +209,8 @@ def predict_multitask(args: Request, run: Run, device: torch.device) -> list[Pat
                 print(f"{t} {split}: no file {path}; skipped", file=sys.stderr)
                 continue
             data = load(t, split, path, tokenizer)
-            y = outputs(model, data, args.eval_batch_size, device, s.recipe.precision)
+            with showing(split):                                       # a progress bar over its batches
+                y = outputs(model, data, args.eval_batch_size, device, s.recipe.precision)
             ids = [e.id for e in data.records]
             written.append(write_predictions(prediction_path(args.out, t, split), t, ids, decide(t, y)))
             if args.raw_outputs:
@@ -228,7 +229,7 @@ def predict_classifier(args: Request, run: Run, device: torch.device) -> list[Pa
     written = []
     for split in args.splits:
         data = load_split(split, s.files.path(s.task, split), s.task, tokenizer)
-        with autocast(device, s.recipe.precision):
+        with autocast(device, s.recipe.precision), showing(split):
             logits = logits_of(model, data, args.eval_batch_size, device)   # (N, C)
         ids = [e.id for e in data.records]
         written.append(write_predictions(prediction_path(args.out, s.task, split), s.task, ids,
@@ -262,7 +263,7 @@ def predict_deebert(args: Request, run: Run, device: torch.device) -> list[Path]
     written = []
     for split in args.splits:
         data = load_split(split, s.files.path(task, split), task, tokenizer)
-        with autocast(device, s.recipe.precision):                 # as the run predicted
+        with autocast(device, s.recipe.precision), showing(split):  # as the run predicted; a progress bar
             preds, _, logits = exit_predictions(model, task, data, sweep.rule(value), device)
         ids = [e.id for e in data.records]
         written.append(write_predictions(prediction_path(args.out, task, split), BOARD[task], ids, preds))
@@ -307,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write {task}-{split}-raw.csv, the raw outputs, for python -m tasks.ensemble")
     p.add_argument("--eval-batch-size", type=positive_int, default=None,
                    help="prediction batch size (default: the run's own, so that its predictions are the run's)")
-    p.add_argument("--device", choices=DEVICES, default="auto")
+    p.add_argument("--device", choices=DEVICES, default="auto", help=f"{DEVICE_HELP} (default: auto)")
     return p
 
 

@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("pred_dir", type=existing_dir, help="directory holding {sst,para,sts}-{split}-output.csv")
     parser.add_argument("--data-dir", default="data", type=user_path, help="directory of the gold task files (default: data)")
-    parser.add_argument("--split", default="dev", help="dev (default), train or test; test files have no "
+    parser.add_argument("--split", default="dev", choices=("dev", "train", "test"), help="dev (default), train or test; test files have no "
                         "labels, so only ids and values are checked")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     args = parser.parse_args(argv)

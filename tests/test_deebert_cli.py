@@ -65,7 +65,9 @@ def test_cli_trains_both_stages_sweeps_and_writes_every_file(tiny_dir, tmp_path,
     report = check_predictions(out / "predictions" / "sst2-dev-output.csv", "cfimdb", dev_gold)
     assert report.ok and report.score == pytest.approx(summary["dev_quality"])
     assert len((out / "predictions" / "sst2-test-output.csv").read_text().splitlines()) == 21
-    assert "| plain |" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "| plain |" in printed
+    assert "stage 1 epoch 1/1: train loss" in printed and "stage 2 epoch 1/1: train loss" in printed, printed
 
     # the trained model again, at batch 1: the same predictions and exit layers as batched exit gave
     again = cli.run(cli_args(tiny_dir, tmp_path, "sst2", "b1", "--from-run", str(out), "--eval-batch-size", "1",

@@ -169,6 +169,31 @@ def test_printed_command_is_the_one_run(notebook, cell_id, prefix, tmp_path, mon
     assert json.loads(got) == [str(a) for a in args]
 
 
+BAR = """import os, sys
+print("TQDM_MININTERVAL", os.environ.get("TQDM_MININTERVAL"), flush=True)
+for i in range(50):
+    sys.stderr.write(f"\\rstep {i}")
+    sys.stderr.flush()
+sys.stderr.write("\\rdone\\n")
+"""
+
+
+@pytest.mark.parametrize(("notebook", "cell_id", "prefix"), [(NOTEBOOK, "common-setup", ()),
+                                                             (TREE_NOTEBOOK, ("setup", "run"), ("-m",))])
+def test_a_progress_bars_redraws_stay_on_its_line(notebook, cell_id, prefix, tmp_path, monkeypatch, capfd):
+    """run() passes a redraw (`\\r`) on as one, which the notebook draws over the line before, as a terminal does: a
+    bar redrawn 50 times is one line on screen, not 50 (universal newlines made each a line of its own). The command's
+    bars redraw every second (TQDM_MININTERVAL 1; off a terminal tasks.core.progress would wait 30 s)."""
+    (tmp_path / "bar.py").write_text(BAR)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.delenv("TQDM_MININTERVAL", raising=False)
+    run_function(notebook, cell_id)(*prefix, "bar")
+    out = capfd.readouterr().out
+    screen = [line.rsplit("\r", 1)[-1] for line in out.split("\n")]      # what a notebook (or a terminal) shows
+    assert screen[1:] == ["TQDM_MININTERVAL 1", "done", ""], out
+    assert out.count("\r") == 51
+
+
 # run() in a process of its own, as in a kernel: IPython's one-line rendering of an exception stands in for the cell's
 # (each of several calls in turn, as cells one after another)
 HARNESS = """import json, sys

@@ -22,6 +22,7 @@
     precision.py      which precision each device trains in, --precision auto
     distributed.py    torchrun / DistributedDataParallel
     finetune.py       fine-tune modes: which parameters train (full, frozen, BitFit and its controls)
+    progress.py       the progress bars (training, dev, prediction), throttled off a terminal
     evaluation.py     the one prediction loop; metrics, prediction and raw-output files in the leaderboard's format
     errors.py         the one error path: user errors as one line, flag checks
     curves.py         per-step losses and per-epoch dev figures: JSON lines, a figure (PNG by default)

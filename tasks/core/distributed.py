@@ -148,6 +148,10 @@ def barrier() -> None:
     dist.barrier()
 
 
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DEVICE_HELP = "auto picks cuda, then mps, then cpu"   # --device's help, in every command that has it
+
+
 def pick_device(name: str = "auto") -> torch.device:
     """cpu, cuda, mps, or auto: cuda if available, then mps, then cpu; a clear error if the one asked for is absent.
 

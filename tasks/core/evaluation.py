@@ -10,7 +10,8 @@ They are named {task}-{split}-output.csv with task sst, para or sts (cfimdb-* fo
 The reader is tolerant of whitespace and of tabs in place of the comma.
 
 The one prediction loop, predict_batches, runs a model over batches in eval mode without gradients; every command
-predicts through it (and fit() evaluates in the same `evaluating` block).
+predicts through it (and fit() evaluates in the same `evaluating` block); within tasks.core.progress.showing it shows a
+progress bar over the batches.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from minbert.files import new_file_mode, replacing, write_text  # noqa: F401
 
 from .batching import to_device
 from .data import TASKS, DataError, Records
+from .progress import progress_bar, shown
 from .recipe import autocast
 
 T = TypeVar("T")
@@ -50,11 +52,21 @@ def evaluating(model: nn.Module, device: torch.device, precision: str | None = N
 
 
 def predict_batches(model: nn.Module, batches: Iterable[dict], step: Callable[[nn.Module, dict], T],
-                    device: torch.device, precision: str | None = None) -> list[T]:
+                    device: torch.device, precision: str | None = None, total: int | None = None) -> list[T]:
     """step(model, batch) for every batch moved to the device, within evaluating(model, device, precision): the
-    outputs in the batches' order."""
+    outputs in the batches' order. Within progress.showing(desc), a bar named desc counts the batches (`total`: how
+    many, where `batches` has no len())."""
+    desc = shown()
     with evaluating(model, device, precision):
-        return [step(model, to_device(batch, device)) for batch in batches]
+        if desc is None:                        # no bar (the timed sweeps of tasks.deebert among them)
+            return [step(model, to_device(batch, device)) for batch in batches]
+        total = len(batches) if total is None and hasattr(batches, "__len__") else total
+        with progress_bar(desc, total, True) as bar:
+            outputs = []
+            for batch in batches:
+                outputs.append(step(model, to_device(batch, device)))
+                bar.update()
+            return outputs
 
 
 def in_order(keys: Iterable[Hashable], batch_keys: Iterable[Sequence], outputs: Iterable[Sequence]) -> list:

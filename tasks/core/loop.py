@@ -55,7 +55,8 @@ class FitOptions:
     checkpoint to continue from) whose settings differ by the settings' resume rule is refused. `patience` P (None:
     all `epochs`) ends the run once P evaluations in a row have not improved on the best, resumed runs included.
     `unit` is the log's word for one call of batches(): a command that evaluates every N steps hands fit rounds of N
-    batches as its "epochs" and calls them "round". Curves (tasks/core/curves.py): each optimiser step's loss and
+    batches as its "epochs" and calls them "round"; `part` names the fit where a run has several (DeeBERT's
+    "stage 1"): the progress bar and the epoch lines begin with it. Curves (tasks/core/curves.py): each optimiser step's loss and
     each epoch's record go to `curves` (default: beside the checkpoint, CHECKPOINT.curves.jsonl). save_every N > 0
     also checkpoints after every N-th optimiser step within an epoch, and a resume from it goes on exactly as the
     uninterrupted run would. read_every N: the training loss is read back from the device every N optimiser steps
@@ -81,6 +82,7 @@ class FitOptions:
     read_every: int | None = None
     attention_kernel: str = "auto"
     fixed_epochs: str | None = None
+    part: str | None = None
     extended: Callable[[list[str] | None], None] | None = None
 
 

@@ -26,6 +26,7 @@ import torch
 
 from .config_files import read_json
 from .data import files_read, forget_files_read
+from .distributed import DEVICE_HELP, DEVICES
 from .errors import (
     ConfigurationError,
     MissingFileError,
@@ -72,8 +73,7 @@ class RunOptions:
     raw_outputs: bool = setting(False, on_resume="free",
                                 help="also write {task}-{split}-raw.csv beside the prediction files: each example's "
                                      "raw outputs (logits or scores)")
-    device: str = setting("auto", choices=("auto", "cpu", "cuda", "mps"), on_resume="free",
-                          help="auto picks cuda, then mps, then cpu")
+    device: str = setting("auto", choices=DEVICES, on_resume="free", help=DEVICE_HELP)
     threads: int | None = setting(None, parse=positive_int, on_resume="free",
                                   help="CPU threads for torch (none: torch's choice); 1 is often faster on a busy "
                                        "shared machine")

@@ -60,6 +60,7 @@ from .graphs import StepGraphs, check_graphs
 from .loop import FitOptions, FitResult, Interrupted, Work, after_epoch, check_settings, watching  # noqa: F401 - fit()'s surface
 from .loop_checkpoint import LoopCheckpoint
 from .precision import cpu_has_bf16, resolve_precision
+from .progress import progress_bar, showing
 from .recipe import LinearSchedule, Recipe, autocast, earlier_plans, planned_epochs, unfreezing
 from .step import PAD_MULTIPLE, LossReads, Taken, attention_kernels, compiled, read_every
 from .terms import TermSet
@@ -97,7 +98,7 @@ def fit(work: Work, recipe: Recipe, options: FitOptions, terms: TermSet | None =
                   if loop.main and log_path is not None else None)
     for epoch in range(loop.start, epochs):
         if patience is not None and epoch - loop.best.best_epoch >= patience:
-            loop.say(f"stopping early: dev {metric} has not improved for {patience} {unit}s "
+            loop.say(f"{loop.label}stopping early: dev {metric} has not improved for {patience} {unit}s "
                      f"(best: {unit} {loop.best.best_epoch})")
             break
         with attention_kernels(options.device, options.attention_kernel):
@@ -123,6 +124,7 @@ class _Loop(LoopCheckpoint):
         self.work, self.options, self.terms = work, options, terms
         self.model, self.optimizer, self.device, self.recipe = model, optimizer, device, recipe
         self.metric, self.unit, self.progress = work.metric, options.unit, options.progress
+        self.label = f"{options.part} " if options.part else ""   # what the bar and the epoch lines begin with
         model.to(device)
         self.parallel = dp.init_distributed(device)
         self.me, self.world, self.main = rank(), world_size(), is_main_process()
@@ -172,8 +174,8 @@ class _Loop(LoopCheckpoint):
         self.epoch_rng = rng_state()                 # a read: the run draws nothing more or less for it
         batches = self.work.batches(epoch)
         self._schedule(batches)
-        bar = tqdm(desc=f"{self.unit} {epoch + 1}/{epochs}", disable=not (self.progress and self.main), leave=False,
-                   total=len(batches) if hasattr(batches, "__len__") else None)
+        bar = progress_bar(f"{self.label}{self.unit} {epoch + 1}/{epochs}",
+                           len(batches) if hasattr(batches, "__len__") else None, self.progress and self.main)
         done = 0                                     # optimiser steps of this epoch a mid-epoch checkpoint took
         if within is not None:                       # resumed from one: its sums, then skip what it had done
             done, sums, per_task = within["groups"], within["sums"], within["per_task"]
@@ -305,7 +307,7 @@ class _Loop(LoopCheckpoint):
             if self.curve is not None:
                 named = {t.task for _, t in taken}
                 self.curve.step(step + 1, epoch + 1, group_loss, named.pop() if len(named) == 1 else None)
-        bar.set_postfix(loss=f"{shown[0] / max(shown[1], 1):.4f}")
+        bar.set_postfix(loss=f"{shown[0] / max(shown[1], 1):.4f}", refresh=False)   # drawn at the bar's next redraw
 
     def _optimizer_step(self) -> None:
         """The scheduled learning rate, gradual unfreezing, clipping, the (scaled) step."""
@@ -358,7 +360,8 @@ class _Loop(LoopCheckpoint):
         """Evaluate on dev, record the epoch (with what the terms `logged`), keep the best state, log one line; the
         epoch's record."""
         t0 = time.perf_counter()
-        with evaluating(self.model, self.device, self.recipe.precision):   # eval mode, no gradients, the precision
+        with (evaluating(self.model, self.device, self.recipe.precision),   # eval mode, no gradients, the precision
+              showing("dev", self.progress and self.main)):                # a bar over predict_batches' batches
             scores = self.work.evaluate(self.model)
         record = {"epoch": epoch + 1, "train_loss": train_loss,
                   **{f"train_loss_{t}": s / k for t, (s, k) in sorted(per_task.items())}, **logged,
@@ -372,7 +375,7 @@ class _Loop(LoopCheckpoint):
             self.best = FitResult(epoch + 1, scores[self.metric], cpu_state(self.model), self.history)
         task_losses = "".join(f", {k[len('train_loss_'):]} {v:.4f}" for k, v in record.items()
                               if k.startswith("train_loss_"))
-        self.say(f"{self.unit} {epoch + 1}/{self.options.epochs}: train loss {record['train_loss']:.4f}{task_losses}, "
+        self.say(f"{self.label}{self.unit} {epoch + 1}/{self.options.epochs}: train loss {record['train_loss']:.4f}{task_losses}, "
                  f"dev {self.metric} {scores[self.metric]:.4f}{' (best so far)' if improved else ''}, "
                  f"{train_time:.0f}s training + {record['eval_seconds']:.0f}s eval")
         return record

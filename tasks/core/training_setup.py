@@ -40,7 +40,7 @@ from .recipe import Recipe
 from .settings import setting
 from .train import seed_everything
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
+
 @dataclass
 class Training:
     """The model, the training sample and the loop's size (each command may redeclare a field's default)."""

@@ -45,6 +45,7 @@ from ..core.data import Records, unlabelled
 from ..core.distributed import is_main_process
 from ..core.errors import ConfigurationError, ResumeError
 from ..core.evaluation import predict_batches, raw_path, write_raw
+from ..core.progress import showing
 from ..core.recipe import autocast
 from ..core.resume import resume_config, stored_values
 from ..core.run_files import same_place, trained_checkpoint
@@ -176,14 +177,14 @@ def train(settings: Settings, model: DeeBert, train_split: Split, dev_batches: l
     opt = recipe.optimizer_for(model, deebert.stage1_parameters(model), tr.lr, tr.weight_decay)
     first = fit(Work(model, opt, epoch_batches, stage1_loss, last_ramp, metric), recipe,
                 FitOptions(tr.epochs, device, tr.seed, stages[0], resume(stages[0]), config | {"stage": 1},
-                           fixed_epochs=fixed, extended=extended, **settings.run.loop_options()))
+                           fixed_epochs=fixed, part="stage 1", extended=extended, **settings.run.loop_options()))
     model.load_state_dict(first.best_state)
     opt = recipe.optimizer_for(model, deebert.stage2_parameters(model), settings.ramps.ramp_lr,
                              tr.weight_decay)
     ramp_epochs = settings.ramps.ramp_epochs or tr.epochs
     second = fit(Work(model, opt, epoch_batches, stage2_loss, ramps, f"{metric}_ramps"), recipe,
                  FitOptions(ramp_epochs, device, tr.seed + 1, stages[1], resume(stages[1]), config | {"stage": 2},
-                            fixed_epochs=fixed, extended=extended, **settings.run.loop_options()))
+                            fixed_epochs=fixed, part="stage 2", extended=extended, **settings.run.loop_options()))
     model.load_state_dict(second.best_state)
     return {"stage1": {"best_epoch": first.best_epoch, f"dev_{metric}": first.best_score, "history": first.history},
             "stage2": {"best_epoch": second.best_epoch, f"dev_{metric}_ramps": second.best_score,
@@ -293,7 +294,8 @@ def sweep_and_predict(settings: Settings, sweep: Sweep, model: DeeBert, splits: 
     if summary["chosen"] is not None:
         print(format_choice(summary["chosen"], table["metric"], select, report))
     for split in (dev, test):
-        preds, layers, logits = exit_predictions(model, task, split, sweep.rule(value), device)
+        with showing(split.name, settings.run.progress):   # a progress bar over its batches
+            preds, layers, logits = exit_predictions(model, task, split, sweep.rule(value), device)
         at = (f" at {'S' if sweep.exit == 'entropy' else 'P'}={value:g}: mean exit layer "
               f"{statistics.mean(layers):.2f} of {model.num_layers}")
         if settings.run.raw_outputs:

@@ -45,6 +45,7 @@ from ..core.evaluation import (
     write_raw,
     write_text,
 )
+from ..core.progress import showing
 from ..core.recipe import with_schedule_record
 from ..core.resume import resume_config
 from ..core.runs import RunPaths, parse_run, rewrite_on_extension, run_paths, write_run_json
@@ -65,7 +66,7 @@ def outputs(model: MultitaskBert, data: Encoded, batch_size: int, device: torch.
     """The model's raw output for every record in file order: SST logits (N, C), or one value per pair (N,)."""
     index = batch_indices(data.lengths, batch_size, shuffle=False, bucket=True)
     y = predict_batches(model, (collate(data, i) for i in index),
-                        lambda m, batch: m.predict(data.task, batch).float().cpu(), device, precision)
+                        lambda m, batch: m.predict(data.task, batch).float().cpu(), device, precision, len(index))
     return torch.stack(in_order(range(len(data.records)), index, y))             # (N, C) or (N,)
 
 
@@ -242,18 +243,19 @@ def write_outputs(settings: Settings, paths: RunPaths, model: MultitaskBert, res
         best = result.history[result.best_epoch - 1]
         summary["dev"] = {k[len("dev_"):]: v for k, v in best.items() if k.startswith("dev_")}
     for split, data in (("dev", dev if rs.predictions else {}), ("test", test)):
-        for t, d in data.items():
-            if rs.raw_outputs:  # the raw outputs beside the course file, and the predictions made from them
-                y = outputs(model, d, rs.eval_batch_size, device, precision)
-                preds = decide(t, y)
-                write_raw(raw_path(paths.predictions, t, split), [e.id for e in d.records], y)
-            else:
-                preds = best_dev[t] if split == "dev" and t in best_dev else predict(
-                    model, d, rs.eval_batch_size, device, precision)
-            value = write_split(prediction_path(paths.predictions, t, split), t, d.records, preds,
-                                f"{split} {METRICS[t]}", lambda p, _, t=t, d=d: score(t, p, d.records))
-            if value is not None:
-                summary[split][METRICS[t]] = value
+        with showing(split, rs.progress):   # a progress bar over each file's batches
+            for t, d in data.items():
+                if rs.raw_outputs:  # the raw outputs beside the course file, and the predictions made from them
+                    y = outputs(model, d, rs.eval_batch_size, device, precision)
+                    preds = decide(t, y)
+                    write_raw(raw_path(paths.predictions, t, split), [e.id for e in d.records], y)
+                else:
+                    preds = best_dev[t] if split == "dev" and t in best_dev else predict(
+                        model, d, rs.eval_batch_size, device, precision)
+                value = write_split(prediction_path(paths.predictions, t, split), t, d.records, preds,
+                                    f"{split} {METRICS[t]}", lambda p, _, t=t, d=d: score(t, p, d.records))
+                if value is not None:
+                    summary[split][METRICS[t]] = value
     if len(summary["tasks"]) == 3 and rs.predictions:
         d = summary["dev"]
         d["overall"] = overall_score(d["sst_accuracy"], d["para_accuracy"], d["sts_pearson"])

@@ -104,8 +104,8 @@ class Design:
                                help="hidden width of each task head's MLP")
     sts_head_bias: float = setting(
         MultitaskConfig.similarity_bias, parse=finite_float,
-        help="initial output bias of the STS head (2.5, the middle of the 0-5 scale, lets short runs learn the "
-             "similarity instead of first fitting its mean)")
+        help="initial output bias of the STS head; 2.5 (main-job.json's, make train's) starts it in the middle of the "
+             "0-5 scale, so that short runs learn the similarity instead of first fitting its mean")
     swap_pairs: bool = setting(
         False, help="train on each Quora/STS pair in a random order, (s1, s2) or (s2, s1), drawn anew every epoch "
                     "(both tasks are symmetric; the designs' inputs are not)")

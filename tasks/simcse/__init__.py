@@ -148,7 +148,7 @@ def sts_zero_shot(model: SimCSE, pairs: Examples, gold: list[float], batch_size:
     lengths = [len(a) + len(b) for a, b in zip(pairs.views[0], pairs.views[1])]
     # one pool of all the pairs: sorted by length over the whole file, then cut into batches
     index = batch_indices(lengths, batch_size, shuffle=False, bucket=True, pool=max(len(lengths), 1))
-    cos = predict_batches(model, (pairs.collate(i) for i in index), pair_cosines, device)
+    cos = predict_batches(model, (pairs.collate(i) for i in index), pair_cosines, device, total=len(index))
     return pearson(in_order(range(len(pairs)), index, cos), gold)
 
 
