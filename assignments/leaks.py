@@ -4,6 +4,9 @@ A statement is compared in its normalised form: the code without its comment, wi
 re-indenting, re-spacing or re-commenting a line does not hide it. Nothing is skipped but empty lines and bare
 structural tokens (`else:`, `return`, `)`, ...), which carry no solution. There is no length floor: a short statement
 (`return out`) that the tree also carries is reported, wherever it is.
+
+A stub's text is a comment, which `normalise` drops, so the comment lines of each `# YOUR CODE HERE` block are read
+apart (stub_leaks): a statement written anywhere in them, in any spacing or case, is reported too.
 """
 
 from __future__ import annotations
@@ -91,6 +94,76 @@ def leaks(tree: Path, statements: dict[str, str] | None = None) -> list[str]:
             s = normalise(line)
             if s in statements:
                 out.append(f"{path.relative_to(tree)}:{i}: {line.strip()}   (the solution at {statements[s]})")
+    return out + stub_leaks(tree, statements)
+
+
+# ---------------------------------------------------------------- solution statements in a stub's text
+
+STUB_HEAD = "# YOUR CODE HERE"          # make.stub_text's first line of a stub; its comment lines follow it
+# The one allow-rule for stub text: a statement that is one name, attribute or number, returned or not (`return out`,
+# `return pooler_output`), is not looked for there, as a specification must name the value it gives.
+TRIVIAL = re.compile(r"^(return)?[\w.]+$")
+
+
+def in_prose(statement: str) -> re.Pattern[str]:
+    """A pattern finding a normalised statement in comment text: any whitespace between its characters, any case
+    (`Return f(x)` opens a sentence), and not as the middle of a longer name."""
+    body = r"\s*".join(re.escape(c) for c in statement)
+    before = r"(?<![\w.])" if re.match(r"\w", statement) else ""
+    after = r"(?!\w)" if re.search(r"\w$", statement) else ""
+    return re.compile(before + body + after, re.IGNORECASE)
+
+
+def prose_patterns(statements: dict[str, str]) -> dict[str, list[re.Pattern[str]]]:
+    """{statement: its patterns} for the statements looked for in stub text: the statement, and for a `return E` also
+    E (a stub that shows E has shown the line), less the trivial forms (TRIVIAL)."""
+    out = {}
+    for s in statements:
+        forms = [s]
+        if s.startswith("return") and not re.match(r"return[\w.]*=(?!=)", s):   # not `returned = ...`
+            forms.append(s[len("return"):])
+        patterns = [in_prose(f) for f in forms if f and not TRIVIAL.match(f)]
+        if patterns:
+            out[s] = patterns
+    return out
+
+
+def stub_blocks(lines: list[str]) -> list[list[tuple[int, str]]]:
+    """The comment lines (1-based line, text after '#') of each YOUR CODE HERE block of a Python file's lines."""
+    blocks: list[list[tuple[int, str]]] = []
+    current: list[tuple[int, str]] | None = None
+    for i, line in enumerate(lines, 1):
+        s = line.strip()
+        if s == STUB_HEAD:
+            current = []
+            blocks.append(current)
+        elif current is not None and s.startswith("#"):
+            current.append((i, s[1:]))
+        else:
+            current = None
+    return blocks
+
+
+def stub_leaks(tree: Path, statements: dict[str, str] | None = None) -> list[str]:
+    """'file:line: statement (from file:line)' for each solution statement that a stub's comment text shows: the
+    comment lines of every YOUR CODE HERE block of the tree's .py files, joined, so a statement may span lines."""
+    statements = solution_statements() if statements is None else statements
+    patterns = prose_patterns(statements)
+    out = []
+    for path in sorted(p for p in tree.rglob("*.py") if p.is_file() and "__pycache__" not in p.parts):
+        if path.parts[len(tree.parts)] == "data":
+            continue
+        found: list[tuple[int, str]] = []
+        for block in stub_blocks(path.read_text(errors="replace").splitlines()):
+            text = "\n".join(t for _, t in block)
+            for s, forms in patterns.items():
+                m = next((m for m in (f.search(text) for f in forms) if m), None)
+                if m:
+                    line = block[text.count("\n", 0, m.start())][0]
+                    shown = " ".join(m.group(0).split())
+                    where = f"in the stub's text; the solution at {statements[s]}"
+                    found.append((line, f"{path.relative_to(tree)}:{line}: {shown}   ({where})"))
+        out += [message for _, message in sorted(found)]
     return out
 
 

@@ -154,9 +154,10 @@ def entropy(logits: torch.Tensor, normalize: bool = False) -> torch.Tensor:
     """
     ### BEGIN SOLUTION
     ### STUB: H = -sum_c p_c log p_c over the last dimension, p = softmax(logits): (..., C) -> (...), in float32.
-    ### STUB:   log p = F.log_softmax(logits.float(), dim=-1), and p = exp(log p). (Taking softmax first and then
-    ### STUB:   its log fails at large logits: p underflows to 0, log 0 = -inf, and 0 * -inf = nan.) Where a logit
-    ### STUB:   is -inf, log p is -inf too: clamp log p to the dtype's finite minimum so that 0 log 0 counts as 0.
+    ### STUB:   log p is F.log_softmax over the last dimension of the logits cast to float32, and p = exp(log p).
+    ### STUB:   (Taking softmax first and then its log fails at large logits: p underflows to 0, log 0 = -inf, and
+    ### STUB:   0 * -inf = nan.) Where a logit is -inf, log p is -inf too: clamp log p to the dtype's finite
+    ### STUB:   minimum so that 0 log 0 counts as 0.
     ### STUB:   With normalize (and C > 1), return H / ln C, which lies in [0, 1]; else H.
     logp = F.log_softmax(logits.float(), dim=-1)                          # (..., C), in [-inf, 0]
     p = logp.exp()
@@ -249,16 +250,20 @@ def early_exit(model: DeeBert, input_ids: torch.Tensor, attention_mask: torch.Te
     bias = model.bert.attention_bias(mask, h)                              # (B, 1, 1, T)
     ### BEGIN SOLUTION
     ### STUB: Algorithm 1 for the batch; h (B, T, H), mask (B, T), bias (B, 1, 1, T) hold the running samples.
-    ### STUB: Start with rows = torch.arange(B) (each running sample's output row), layers = L for all (B,), long,
-    ### STUB: state = rule.start(B, h.device) and work = 0. For l = 1..L (model.bert.layers, model.ramps):
-    ### STUB:   h = layer(h, bias); work += h.shape[0] * h.shape[1]     (b, T', H): b samples left, T' columns
-    ### STUB:   logits = ramp(h, mask), (b, C); at l = 1 make the output out = logits.new_zeros(B, C)
-    ### STUB:   at l = L everyone left returns (out[rows] = logits) and the loop ends; before that
-    ### STUB:   done, state = rule.step(logits, state), done (b,) bool; those leave: out[rows[done]] = their
-    ### STUB:   logits, layers[rows[done]] = l (1-based); keep the others (~done) in rows, h, mask, bias and each
-    ### STUB:   tensor of state (stop if none is left); with trim, drop the columns none of them needs any more,
-    ### STUB:   cols = mask.bool().any(0) (T',), from h, mask (dim 1) and bias (last dim).
-    ### STUB: Return ExitOutput(out, layers, work).
+    ### STUB: Keep, for the running samples, their output rows (0..B-1 at first, torch.arange on h's device), their
+    ### STUB: exit layers (a long (B,) tensor, L for all), the rule's state (rule.start, given the batch size B and
+    ### STUB: h's device) and a work count, 0. For l = 1..L, with the l-th of model.bert.layers and of model.ramps:
+    ### STUB:   run the layer on the running h and the bias; h is now (b, T', H), b samples left, T' columns; add
+    ### STUB:   its rows x columns, b * T', to the work count. The off-ramp, called on h and the mask, gives the
+    ### STUB:   logits (b, C); at l = 1 make the output (B, C), zeros of the logits' dtype and device.
+    ### STUB:   At l = L every sample still running returns: write the logits to their output rows, and stop.
+    ### STUB:   Before that the exit rule decides: rule.step takes the logits and the state and gives back a (b,)
+    ### STUB:   bool, the samples that leave, and the new state. Those write their logits to their output rows and
+    ### STUB:   record l (1-based) as their exit layer; keep only the others in the rows, h, mask, bias and each
+    ### STUB:   tensor of the state (stop if none is left). With trim, then drop the columns that no running
+    ### STUB:   sample needs any more (the mask is 0 in every running row there): from h and the mask (dim 1)
+    ### STUB:   and the bias (its last dim).
+    ### STUB: Return an ExitOutput of the output (B, C), the exit layers (B,) and the work count.
     rows = torch.arange(B, device=h.device)                                # original row of each running sample
     layers = torch.full((B,), L, dtype=torch.long, device=h.device)
     state = rule.start(B, h.device)

@@ -196,12 +196,13 @@ class MultitaskBert(nn.Module):
         ### BEGIN SOLUTION
         ### STUB: A list of the encoder passes a pair needs, each an EncoderInput(input_ids, attention_mask,
         ### STUB: token_type_ids=None); the two sentences come tokenised separately, (B, T1) and (B, T2).
-        ### STUB: bi-encoder (self.config.design == "bi-encoder"; Sentence-BERT): each sentence alone, in order:
-        ### STUB:   [EncoderInput(input_ids_1, attention_mask_1), EncoderInput(input_ids_2, attention_mask_2)]
+        ### STUB: bi-encoder (self.config.design == "bi-encoder"; Sentence-BERT): each sentence alone, two passes in
+        ### STUB:   order, sentence 1's ids and mask first, then sentence 2's; no segment ids.
         ### STUB: cross-encoder: one pass, the sequence [CLS] a [SEP] b [SEP] with a in segment 0 and b in segment 1:
-        ### STUB:   ids, mask, types = join_pairs(the four tensors, self.bert.config.max_position_embeddings)
-        ### STUB:   (B, T) each; return [EncoderInput(ids, mask, types)]: the segment ids tell BERT which
-        ### STUB:   sentence each token comes from, and max_length keeps a long pair within the position table.
+        ### STUB:   join_pairs (given) takes the four tensors and max_length (self.bert.config.max_position_embeddings)
+        ### STUB:   and gives the joined ids, mask and segment ids, (B, T) each; the one pass carries all three: the
+        ### STUB:   segment ids tell BERT which sentence each token comes from, and max_length keeps a long pair
+        ### STUB:   within the position table.
         if self.config.design == "bi-encoder":
             return [EncoderInput(input_ids_1, attention_mask_1), EncoderInput(input_ids_2, attention_mask_2)]
         return [EncoderInput(*join_pairs(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2,

@@ -80,7 +80,7 @@ def margin_loss(e1: torch.Tensor, e2: torch.Tensor, y: torch.Tensor, margin: flo
     with torch.autocast(e1.device.type, enabled=False):                   # fp32, as cosine_matrix
         ### BEGIN SOLUTION
         ### STUB: The margin loss, a scalar; e1, e2 (B, H) the pair's sentence embeddings, y (B,) 1 for a paraphrase
-        ### STUB: and 0 otherwise (perhaps integers). Compute in float32: e1, e2, y = e1.float(), e2.float(), y.float().
+        ### STUB: and 0 otherwise (perhaps integers). Compute in float32: cast e1, e2 and y to float first.
         ### STUB:   d = 1 - cos(e1_b, e2_b) with distance "cosine" (F.cosine_similarity over the last dimension), or
         ### STUB:       d = ||e1_b - e2_b|| with "euclidean" (the raw vectors, not normalised), (B,)
         ### STUB:   loss = mean_b 0.5 * (y_b d_b^2 + (1 - y_b) max(0, margin - d_b)^2): a paraphrase is pulled

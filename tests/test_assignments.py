@@ -153,6 +153,35 @@ def test_student_tree_carries_no_solution_text(student_tree: Path) -> None:
     assert not any(s.startswith(("assignments/student/", "tests/")) for s in shipped)
 
 
+def test_no_stub_text_shows_a_solution_statement() -> None:
+    # the committed stubs' YOUR CODE HERE comments (which leaks.normalise drops as comments) against every solution
+    # statement, in any spacing or case; the generated trees are checked through leaks() above and in test_kit_profiles
+    from assignments.leaks import stub_leaks
+    found = stub_leaks(STUDENT_DIR)
+    assert not found, "a stub's text shows solution statements; reword it as a specification:\n" + "\n".join(found)
+
+
+def test_the_stub_text_scan_finds_a_statement_in_any_spacing_but_not_a_named_value(tmp_path: Path) -> None:
+    from assignments.leaks import stub_leaks
+    statements = {"h=layer(h,bias)": "ref.py:3", "returnself.attend(q,k,v)": "ref.py:9", "returnout": "ref.py:12",
+                  "x=a.float()": "ref.py:20"}
+    (tmp_path / "m.py").write_text(textwrap.dedent("""\
+        def f(h):
+            # YOUR CODE HERE
+            # for each layer: h = layer( h,
+            #   bias), then the heads merged, that is Self.attend(q, k, v); return out
+            raise NotImplementedError
+        # x = a.float()  (a comment outside a stub is the line scan's business)
+        y = 1  # max_x = a.float() is no statement of the solution
+        """))
+    assert stub_leaks(tmp_path, statements) == [
+        "m.py:3: h = layer( h, bias)   (in the stub's text; the solution at ref.py:3)",
+        "m.py:4: Self.attend(q, k, v)   (in the stub's text; the solution at ref.py:9)"]
+    (tmp_path / "m.py").write_text("def f(a):\n    # YOUR CODE HERE\n    # max_x = a.float() in float32\n"
+                                   "    raise NotImplementedError\n")
+    assert stub_leaks(tmp_path, statements) == []          # inside a longer name: not the statement
+
+
 # ---------------------------------------------------------------- checker and grader
 
 def test_student_tree_imports_and_scores_zero_not_started(student_tree: Path) -> None:

@@ -193,12 +193,13 @@ class MultitaskBert(nn.Module):
         # YOUR CODE HERE
         # A list of the encoder passes a pair needs, each an EncoderInput(input_ids, attention_mask,
         # token_type_ids=None); the two sentences come tokenised separately, (B, T1) and (B, T2).
-        # bi-encoder (self.config.design == "bi-encoder"; Sentence-BERT): each sentence alone, in order:
-        #   [EncoderInput(input_ids_1, attention_mask_1), EncoderInput(input_ids_2, attention_mask_2)]
+        # bi-encoder (self.config.design == "bi-encoder"; Sentence-BERT): each sentence alone, two passes in
+        #   order, sentence 1's ids and mask first, then sentence 2's; no segment ids.
         # cross-encoder: one pass, the sequence [CLS] a [SEP] b [SEP] with a in segment 0 and b in segment 1:
-        #   ids, mask, types = join_pairs(the four tensors, self.bert.config.max_position_embeddings)
-        #   (B, T) each; return [EncoderInput(ids, mask, types)]: the segment ids tell BERT which
-        #   sentence each token comes from, and max_length keeps a long pair within the position table.
+        #   join_pairs (given) takes the four tensors and max_length (self.bert.config.max_position_embeddings)
+        #   and gives the joined ids, mask and segment ids, (B, T) each; the one pass carries all three: the
+        #   segment ids tell BERT which sentence each token comes from, and max_length keeps a long pair
+        #   within the position table.
         raise NotImplementedError
 
     def inputs(self, task: str, batch: dict) -> list[EncoderInput]:

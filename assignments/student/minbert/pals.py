@@ -75,7 +75,8 @@ class ProjectedAttention(nn.Module):
         # Multi-head self-attention in the projected space; z (B, T, d), mask the additive (B, 1, 1, T).
         #   q, k, v = Wq z + bq, Wk z + bk, Wv z + bv (F.linear with self.Wq, self.bq, ...), (B, T, d) each,
         #   each split into self.nh heads of size self.hs = d / nh by self.split_heads: (B, nh, T, hs)
-        #   return self.attend(q, k, v, mask, self.p, self.training): the heads merged, (B, T, d).
+        #   self.attend computes the attention from q, k, v, the mask, the dropout probability self.p and
+        #   whether the module is training, and returns the heads merged, (B, T, d): return that.
         #   No output projection here: the PAL's decoder V^D follows.
         raise NotImplementedError
 
