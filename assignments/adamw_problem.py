@@ -173,5 +173,5 @@ def check_adamw() -> None:
                 rtol=1e-5, atol=1e-6,
                 hint="If the 5-step checks pass, the usual cause is the decay written as p.mul_(1 - lr * wd): with "
                      "lr * wd = 1e-7, 1 - lr * wd is not representable in float32 and rounds by up to 40%, so over "
-                     "1000 steps the decay drifts; write it as p.add_(p, alpha=-lr * wd), as the course's reference "
-                     "does")
+                     "1000 steps the decay drifts; subtract lr * wd times p from p instead (one in-place add of a multiple "
+                     "of p), as the course's reference does")

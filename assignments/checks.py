@@ -128,7 +128,7 @@ def check_embeddings() -> None:
         torch.manual_seed(SEED)
         compare(f"{what} in training mode (after torch.manual_seed({SEED}))",
                 emb(f["input_ids"], f["token_type_ids"]), f["out_train"],
-                hint="Apply F.dropout(e, self.p, self.training) once, after the LayerNorm")
+                hint="Apply dropout (rate self.p, only in training mode) once, after the LayerNorm")
 
 
 class _FixedAdapter(nn.Module):

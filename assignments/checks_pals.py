@@ -84,7 +84,7 @@ def check_attention() -> None:
         module.attend = attend
         got = module(z, mask)
     if not attend.calls:
-        raise Fail(f"{what} does not call self.attend(q, k, v, mask, self.p, self.training): use it for the attention "
+        raise Fail(f"{what} does not call self.attend with q, k, v, the mask, the dropout rate and the mode: use it for the attention "
                    "(it is torch's fused kernel or your attention(), as the config says)")
     if attend.calls[-1] != (module.p, True):
         p, training = attend.calls[-1]

@@ -6,7 +6,8 @@ structural tokens (`else:`, `return`, `)`, ...), which carry no solution. There 
 (`return out`) that the tree also carries is reported, wherever it is.
 
 A stub's text is a comment, which `normalise` drops, so the comment lines of each `# YOUR CODE HERE` block are read
-apart (stub_leaks): a statement written anywhere in them, in any spacing or case, is reported too.
+apart (stub_leaks): a statement written anywhere in them, in any spacing or case, is reported too. So is one written
+in the tree's prose (prose_leaks): its Markdown pages (the handout) and the strings of its assignments/ code (the hints).
 """
 
 from __future__ import annotations
@@ -94,7 +95,9 @@ def leaks(tree: Path, statements: dict[str, str] | None = None) -> list[str]:
             s = normalise(line)
             if s in statements:
                 out.append(f"{path.relative_to(tree)}:{i}: {line.strip()}   (the solution at {statements[s]})")
-    return out + stub_leaks(tree, statements)
+    seen = {message.split(": ", 1)[0] for message in out}        # a line the line scan named is named once
+    prose = [m for m in prose_leaks(tree, statements) if m.split(": ", 1)[0] not in seen]
+    return out + stub_leaks(tree, statements) + prose
 
 
 # ---------------------------------------------------------------- solution statements in a stub's text
@@ -164,6 +167,40 @@ def stub_leaks(tree: Path, statements: dict[str, str] | None = None) -> list[str
                     where = f"in the stub's text; the solution at {statements[s]}"
                     found.append((line, f"{path.relative_to(tree)}:{line}: {shown}   ({where})"))
         out += [message for _, message in sorted(found)]
+    return out
+
+
+def _strings(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of each string constant of a Python file (a hint's implicitly joined parts are one constant)."""
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except SyntaxError:
+        return []
+    return [(n.lineno, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def prose_leaks(tree: Path, statements: dict[str, str] | None = None) -> list[str]:
+    """'file:line: statement (...)' for each solution statement that the tree's prose shows: its Markdown pages (the
+    handout) and the string constants of its assignments/ code (the checks' hints), in any spacing or case."""
+    statements = solution_statements() if statements is None else statements
+    patterns = prose_patterns(statements)
+    texts: list[tuple[Path, int, str]] = []
+    for path in sorted(p for p in tree.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        top = path.parts[len(tree.parts)]
+        if top == "data":
+            continue
+        if path.suffix == ".md":
+            texts.append((path, 1, path.read_text(errors="replace")))
+        elif path.suffix == ".py" and top == "assignments":
+            texts += [(path, line, text) for line, text in _strings(path)]
+    out = []
+    for path, first, text in texts:
+        for s, forms in patterns.items():
+            m = next((m for m in (f.search(text) for f in forms) if m), None)
+            if m:
+                line = first + text.count("\n", 0, m.start())
+                shown = " ".join(m.group(0).split())
+                out.append(f"{path.relative_to(tree)}:{line}: {shown}   (in its prose; the solution at {statements[s]})")
     return out
 
 

@@ -182,6 +182,25 @@ def test_the_stub_text_scan_finds_a_statement_in_any_spacing_but_not_a_named_val
     assert stub_leaks(tmp_path, statements) == []          # inside a longer name: not the statement
 
 
+def test_the_prose_scan_finds_a_statement_in_the_handout_and_in_a_hint_but_not_in_given_code(tmp_path: Path) -> None:
+    # the handout's pages and the hints of the tree's assignments/ code are read as prose (any spacing or case); a
+    # statement written in given code outside assignments/ is the line scan's business, and data/ is never read
+    from assignments.leaks import prose_leaks
+    statements = {"p.add_(p,alpha=-lr*wd)": "ref.py:5", "done,state=rule.step(logits,state)": "ref.py:8"}
+    (tmp_path / "assignments").mkdir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "assignments" / "README.md").write_text("# Part 1\n\nthe decay:\n`p.add_(p,\n alpha=-lr * wd)`\n")
+    (tmp_path / "assignments" / "hints.py").write_text('H = ("the rule: done, state = "\n     "rule.step(logits, state)")\n')
+    (tmp_path / "minbert.py").write_text('S = "done, state = rule.step(logits, state)"\n')
+    (tmp_path / "data" / "notes.md").write_text("p.add_(p, alpha=-lr * wd)\n")
+    assert prose_leaks(tmp_path, statements) == [
+        "assignments/README.md:4: p.add_(p, alpha=-lr * wd)   (in its prose; the solution at ref.py:5)",
+        "assignments/hints.py:1: done, state = rule.step(logits, state)   (in its prose; the solution at ref.py:8)"]
+    (tmp_path / "assignments" / "README.md").write_text("subtract lr * wd times p from p\n")
+    (tmp_path / "assignments" / "hints.py").write_text('H = "rule.step takes the logits and the state"\n')
+    assert prose_leaks(tmp_path, statements) == []
+
+
 # ---------------------------------------------------------------- checker and grader
 
 def test_student_tree_imports_and_scores_zero_not_started(student_tree: Path) -> None:
