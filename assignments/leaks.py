@@ -103,9 +103,12 @@ def leaks(tree: Path, statements: dict[str, str] | None = None) -> list[str]:
 # ---------------------------------------------------------------- solution statements in a stub's text
 
 STUB_HEAD = "# YOUR CODE HERE"          # make.stub_text's first line of a stub; its comment lines follow it
-# The one allow-rule for stub text: a statement that is one name, attribute or number, returned or not (`return out`,
-# `return pooler_output`), is not looked for there, as a specification must name the value it gives.
-TRIVIAL = re.compile(r"^(return)?[\w.]+$")
+# The one allow-rule for stub text: a statement or value that is one name, attribute or number, or an item of one by a
+# constant key, returned or not (`return out`, `return pooler_output`, `state["step"]`), is not looked for there, as
+# a specification must name the value it gives or uses.
+TRIVIAL = re.compile(r"^(return)?[\w.]+(\[(\d+|\"\w+\"|'\w+')\])*$")
+# An assignment, plain or augmented, normalised: its targets (names, attributes, items, tuples of these), then E.
+ASSIGNMENT = re.compile(r"^[\w.,\[\]'\"]+(?:\*\*|//|>>|<<|[-+*/@%&|^])?=(?!=)(?P<value>.+)$")
 
 
 def in_prose(statement: str) -> re.Pattern[str]:
@@ -117,14 +120,17 @@ def in_prose(statement: str) -> re.Pattern[str]:
     return re.compile(before + body + after, re.IGNORECASE)
 
 
-def prose_patterns(statements: dict[str, str]) -> dict[str, list[re.Pattern[str]]]:
+def prose_patterns(statements: dict[str, str], values: bool = False) -> dict[str, list[re.Pattern[str]]]:
     """{statement: its patterns} for the statements looked for in stub text: the statement, and for a `return E` also
-    E (a stub that shows E has shown the line), less the trivial forms (TRIVIAL)."""
+    E (a stub that shows E has shown the line), with values also the E of an assignment `x = E` or `x += E` (so for
+    the same reason), less the trivial forms (TRIVIAL)."""
     out = {}
     for s in statements:
         forms = [s]
         if s.startswith("return") and not re.match(r"return[\w.]*=(?!=)", s):   # not `returned = ...`
             forms.append(s[len("return"):])
+        elif values and (m := ASSIGNMENT.match(s)):
+            forms.append(m.group("value"))
         patterns = [in_prose(f) for f in forms if f and not TRIVIAL.match(f)]
         if patterns:
             out[s] = patterns
@@ -149,9 +155,10 @@ def stub_blocks(lines: list[str]) -> list[list[tuple[int, str]]]:
 
 def stub_leaks(tree: Path, statements: dict[str, str] | None = None) -> list[str]:
     """'file:line: statement (from file:line)' for each solution statement that a stub's comment text shows: the
-    comment lines of every YOUR CODE HERE block of the tree's .py files, joined, so a statement may span lines."""
+    comment lines of every YOUR CODE HERE block of the tree's .py files, joined, so a statement may span lines; an
+    assignment's value shown without its target counts too (prose_patterns' values)."""
     statements = solution_statements() if statements is None else statements
-    patterns = prose_patterns(statements)
+    patterns = prose_patterns(statements, values=True)
     out = []
     for path in sorted(p for p in tree.rglob("*.py") if p.is_file() and "__pycache__" not in p.parts):
         if path.parts[len(tree.parts)] == "data":

@@ -75,7 +75,7 @@ def attention(
     ### STUB:   1. scores = q k^T / sqrt(hs): one score per query and key, (B, nh, T, T)
     ### STUB:   2. add the additive mask (broadcast from (B, 1, 1, T)): padding keys get a huge negative score
     ### STUB:   3. softmax over the keys (the last dimension): attention probabilities, (B, nh, T, T)
-    ### STUB:   4. dropout on the probabilities: F.dropout(probs, dropout_p, training)
+    ### STUB:   4. dropout on the probabilities (F.dropout), rate dropout_p, only when training: (B, nh, T, T)
     ### STUB:   5. weighted sum of the values: probs v, (B, nh, T, hs)
     ### STUB:   6. merge the heads, (B, nh, T, hs) -> (B, T, nh, hs) -> (B, T, nh*hs), and return that
     scores = q @ k.transpose(-2, -1) / math.sqrt(hs)   # (B, nh, T, T)
@@ -152,7 +152,7 @@ class BertEmbeddings(nn.Module):
         ### STUB: (Devlin et al., 2019, sec. 3, Input/Output Representations (Figure 2)):
         ### STUB:   e = inputs_embeds (B, T, H) + the position embeddings of position_ids, (1, T, H)
         ### STUB:       + the token-type (segment) embeddings of token_type_ids, (B, T, H)
-        ### STUB:   normalise e over H: layer_norm(e, self.gLN, self.bLN, self.eps), (B, T, H)
+        ### STUB:   normalise e over H: this file's layer_norm, gain self.gLN, bias self.bLN, eps self.eps, (B, T, H)
         ### STUB:   return it after dropout with rate self.p, applied only when self.training
         e = inputs_embeds + self.position(position_ids) + self.token_type(token_type_ids)  # (B, T, H)
         e = layer_norm(e, self.gLN, self.bLN, self.eps)

@@ -177,9 +177,34 @@ def test_the_stub_text_scan_finds_a_statement_in_any_spacing_but_not_a_named_val
     assert stub_leaks(tmp_path, statements) == [
         "m.py:3: h = layer( h, bias)   (in the stub's text; the solution at ref.py:3)",
         "m.py:4: Self.attend(q, k, v)   (in the stub's text; the solution at ref.py:9)"]
-    (tmp_path / "m.py").write_text("def f(a):\n    # YOUR CODE HERE\n    # max_x = a.float() in float32\n"
+    (tmp_path / "m.py").write_text("def f(a):\n    # YOUR CODE HERE\n    # myself.attend(q, k, v) in float32\n"
                                    "    raise NotImplementedError\n")
     assert stub_leaks(tmp_path, statements) == []          # inside a longer name: not the statement
+
+
+def test_the_stub_text_scan_finds_an_assignment_s_value_without_its_target(tmp_path: Path) -> None:
+    # a stub that shows the value of `x = E` (or `x += E`) has shown the line, as one that shows a return's E has; the
+    # value named alone (a name, an attribute, an item by a constant key: where a spec says to find something) is not
+    from assignments.leaks import stub_leaks
+    statements = {"probs=F.dropout(probs,dropout_p,training)": "ref.py:4", "work+=h.shape[0]*h.shape[1]": "ref.py:6",
+                  't=state["step"]': "ref.py:8", "m=self.Wm": "ref.py:9"}
+    (tmp_path / "m.py").write_text(textwrap.dedent("""\
+        def f(probs):
+            # YOUR CODE HERE
+            # dropout on the probabilities: F.dropout(probs, dropout_p,
+            #   training); count the work, h.shape[0] * h.shape[1]
+            raise NotImplementedError
+        """))
+    assert stub_leaks(tmp_path, statements) == [
+        "m.py:3: F.dropout(probs, dropout_p, training)   (in the stub's text; the solution at ref.py:4)",
+        "m.py:4: h.shape[0] * h.shape[1]   (in the stub's text; the solution at ref.py:6)"]
+    (tmp_path / "m.py").write_text(textwrap.dedent("""\
+        def f(probs):
+            # YOUR CODE HERE
+            # count the step: state["step"] goes up by one; the weight is self.Wm; dropout with rate dropout_p
+            raise NotImplementedError
+        """))
+    assert stub_leaks(tmp_path, statements) == []
 
 
 def test_the_prose_scan_finds_a_statement_in_the_handout_and_in_a_hint_but_not_in_given_code(tmp_path: Path) -> None:

@@ -75,7 +75,7 @@ def attention(
     #   1. scores = q k^T / sqrt(hs): one score per query and key, (B, nh, T, T)
     #   2. add the additive mask (broadcast from (B, 1, 1, T)): padding keys get a huge negative score
     #   3. softmax over the keys (the last dimension): attention probabilities, (B, nh, T, T)
-    #   4. dropout on the probabilities: F.dropout(probs, dropout_p, training)
+    #   4. dropout on the probabilities (F.dropout), rate dropout_p, only when training: (B, nh, T, T)
     #   5. weighted sum of the values: probs v, (B, nh, T, hs)
     #   6. merge the heads, (B, nh, T, hs) -> (B, T, nh, hs) -> (B, T, nh*hs), and return that
     raise NotImplementedError
@@ -146,7 +146,7 @@ class BertEmbeddings(nn.Module):
         # (Devlin et al., 2019, sec. 3, Input/Output Representations (Figure 2)):
         #   e = inputs_embeds (B, T, H) + the position embeddings of position_ids, (1, T, H)
         #       + the token-type (segment) embeddings of token_type_ids, (B, T, H)
-        #   normalise e over H: layer_norm(e, self.gLN, self.bLN, self.eps), (B, T, H)
+        #   normalise e over H: this file's layer_norm, gain self.gLN, bias self.bLN, eps self.eps, (B, T, H)
         #   return it after dropout with rate self.p, applied only when self.training
         raise NotImplementedError
 
