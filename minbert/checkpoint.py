@@ -219,12 +219,20 @@ def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
     raise CheckpointError(f"{directory}: no weights found (looked for {', '.join(WEIGHT_FILES + INDEX_FILES)})")
 
 
+def shard_names(index: Path) -> list[str]:
+    """The files an .index.json's weight_map lists, once each and sorted; ValueError saying why it is no index."""
+    try:
+        return sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
+        raise ValueError(f"not an index of shards ({type(e).__name__}: {e})") from None
+
+
 def read_shards(index: Path) -> dict[str, torch.Tensor]:
     """A sharded checkpoint's tensors (transformers' save_pretrained with max_shard_size): every file of the index."""
     try:
-        files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-    except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
-        raise CheckpointError(f"{index}: not an index of shards ({type(e).__name__}: {e}); fetch it again") from None
+        files = shard_names(index)
+    except ValueError as e:
+        raise CheckpointError(f"{index}: {e}; fetch it again") from None
     tensors = {}
     for name in files:
         if not isinstance(name, str) or Path(name).name != name or not (index.parent / name).is_file():

@@ -14,14 +14,15 @@ in on every call, since huggingface_hub reads its own environment variables once
 from __future__ import annotations
 
 import glob
-import json
 import os
 from pathlib import Path
 
+from .checkpoint import INDEX_FILES, WEIGHT_FILES, shard_names
+
 REQUIRED = ("config.json",)
 OPTIONAL = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-WEIGHTS = ("model.safetensors", "pytorch_model.bin")
-INDEXES = tuple(f"{name}.index.json" for name in WEIGHTS)  # a sharded checkpoint's list of its files
+WEIGHTS = WEIGHT_FILES
+INDEXES = INDEX_FILES  # a sharded checkpoint's list of its files
 PREFERRED = (WEIGHTS[0], INDEXES[0], WEIGHTS[1], INDEXES[1])  # the weights downloaded: the first the repository has
 
 
@@ -80,9 +81,9 @@ def download(name: str, cache: Path, revision: str = "main") -> Path:
 def shard_files(index: Path, where: str) -> list[str]:
     """The shard files a downloaded .index.json's weight_map lists, each a plain file name; OSError if it is no index."""
     try:
-        files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-    except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
-        raise OSError(f"{where}: {index.name} is not an index of shards ({type(e).__name__}: {e})") from None
+        files = shard_names(index)
+    except ValueError as e:
+        raise OSError(f"{where}: {index.name} is {e}") from None
     odd = [f for f in files if not isinstance(f, str) or Path(f).name != f]
     if not files:
         raise OSError(f"{where}: {index.name} lists no shards")
