@@ -60,3 +60,17 @@ def test_the_prediction_loop_predicts_the_same_with_a_bar(capfd):
         shown = predict_batches(model, iter(dev), lambda m, b: m(b["x"]), CPU, total=len(dev))
     assert all(torch.equal(a, b) for a, b in zip(plain, shown, strict=True))
     assert "test" in capfd.readouterr().err
+
+
+def test_the_runs_page_states_the_throttle_the_code_and_the_notebook_use():
+    # docs/runs.md's two figures: the piped bar's seconds (PIPED_SECONDS) and the notebook run()'s TQDM_MININTERVAL
+    import json
+    from pathlib import Path
+
+    from tasks.core.progress import PIPED_SECONDS
+    root = Path(__file__).resolve().parents[1]
+    page = " ".join((root / "docs" / "runs.md").read_text(encoding="utf-8").split())
+    assert f"redrawn at most every {PIPED_SECONDS:g} s" in page
+    cells = json.loads((root / "notebooks" / "minbert.ipynb").read_text(encoding="utf-8"))["cells"]
+    code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    assert 'os.environ.get("TQDM_MININTERVAL", "1")' in code and "`run()` sets 1" in page
